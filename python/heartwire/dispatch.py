@@ -1,0 +1,118 @@
+"""Deliver a detector's events to Python code on a thread of their own.
+
+The detector never calls Python: its driver thread pushes events into a bounded
+:class:`~heartwire._core.EventQueue`, and a :class:`Dispatcher` thread pops them in batches (waiting
+with the GIL released) and hands each batch to a handler. A slow handler therefore delays only its
+own queue, never detection; a handler that raises is reported and counted, and the thread goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Optional
+
+from heartwire._core import Event, EventQueue
+
+log = logging.getLogger("heartwire.dispatch")
+
+Handler = Callable[[list[Event]], object]
+ErrorHandler = Callable[[BaseException, list[Event]], object]
+
+
+class Dispatcher:
+    """Pop batches from ``queue`` and call ``handler(batch)`` on a daemon thread.
+
+    ``on_error(exc, batch)`` is called when the handler raises (default: log it); the failing
+    batch is counted in :attr:`errors` and delivery goes on with the next batch.
+    """
+
+    def __init__(
+        self,
+        queue: EventQueue,
+        handler: Handler,
+        *,
+        on_error: Optional[ErrorHandler] = None,
+        batch_size: int = 1024,
+        name: str = "heartwire-dispatch",
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._queue = queue
+        self._handler = handler
+        self._on_error = on_error
+        self._batch_size = batch_size
+        self._handled = 0
+        self._errors = 0
+        self._progress = threading.Condition()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> Dispatcher:
+        """Start the delivery thread; returns self."""
+        self._thread.start()
+        return self
+
+    @property
+    def handled(self) -> int:
+        """Events handed to the handler so far (those of failing batches included)."""
+        return self._handled
+
+    @property
+    def errors(self) -> int:
+        """Batches whose handler raised."""
+        return self._errors
+
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.pop(self._batch_size, timeout=0.1)
+            if not batch:
+                if self._stopping.is_set() or self._queue.closed:
+                    return
+                continue
+            try:
+                self._handler(batch)
+            except Exception as exc:
+                self._errors += 1
+                self._report(exc, batch)
+            with self._progress:
+                self._handled += len(batch)
+                self._progress.notify_all()
+
+    def _report(self, exc: Exception, batch: list[Event]) -> None:
+        if self._on_error is None:
+            log.error("event handler raised on a batch of %d events", len(batch), exc_info=exc)
+            return
+        try:
+            self._on_error(exc, batch)
+        except Exception:
+            log.exception("on_error raised while reporting a handler error")
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until the handler has seen every event queued so far. False on timeout."""
+        stats = self._queue.stats()
+        target = stats["popped"] + stats["len"]
+        with self._progress:
+            return self._progress.wait_for(lambda: self._drained(target), timeout)
+
+    def _drained(self, target: int) -> bool:
+        if self._handled >= target:
+            return True
+        # Events displaced by a drop policy are never popped: also done when nothing is queued
+        # and everything popped has been handled.
+        stats = self._queue.stats()
+        return stats["len"] == 0 and self._handled >= stats["popped"]
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Deliver what is queued, then end the thread. Idempotent."""
+        self._stopping.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Dispatcher:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,452 @@
+//! Detector semantics under the manual clock: exact times, counts and order.
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::event::EventKind::{Failed, Received, Resumed};
+
+const S: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
+struct Rig {
+    clock: Arc<ManualClock>,
+    det: Arc<Detector>,
+    events: Arc<EventQueue<Event>>,
+}
+
+impl Rig {
+    fn new(period: u64, allowed: u32) -> Self {
+        let clock = Arc::new(ManualClock::new(0));
+        let det = Detector::new(
+            ClockSource::Manual(clock.clone()),
+            TopicConfig::fixed(period, allowed),
+            MS,
+        )
+        .unwrap();
+        let events = det.subscribe(1 << 16, Overflow::Block, false).unwrap();
+        Self { clock, det, events }
+    }
+
+    fn at(&self, t: u64) {
+        self.clock.set(t).unwrap();
+    }
+
+    fn take(&self) -> Vec<Event> {
+        let mut out = Vec::new();
+        self.events.try_pop_batch(&mut out, usize::MAX);
+        out
+    }
+
+    fn add(&self, name: &str) -> TopicId {
+        self.det.add(name, None, None).unwrap()
+    }
+
+    fn beat(&self, id: TopicId) {
+        assert!(matches!(self.det.beat(id, None), Beat::Recorded { .. }));
+    }
+}
+
+#[test]
+fn a_topic_never_heard_fails_one_period_after_it_is_expected() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(S); // exactly at the deadline: not missed yet
+    assert!(r.take().is_empty());
+    assert_eq!(r.det.status(a).unwrap().state, State::Pending);
+    r.at(S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 1, S, S)]);
+    let st = r.det.status(a).unwrap();
+    assert_eq!(st.state, State::Failed);
+    assert_eq!(st.last_seen_ns, None);
+    assert_eq!(st.failed_since_ns, Some(S));
+}
+
+#[test]
+fn failed_fires_again_every_period_with_the_growing_count() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(5 * S + MS);
+    let got = r.take();
+    let want: Vec<_> = (1..=5)
+        .map(|n| Event::failed(a, n, n as u64 * S, S))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn allowed_misses_delays_the_first_failed_to_the_nth_missed_period() {
+    let r = Rig::new(S, 3);
+    let a = r.add("a");
+    r.at(0);
+    r.beat(a);
+    r.at(2 * S + MS);
+    assert!(r.take().is_empty(), "two misses are within the allowance");
+    assert_eq!(r.det.status(a).unwrap().missed, 2);
+    assert_eq!(r.det.status(a).unwrap().state, State::Alive);
+    r.at(4 * S + MS);
+    assert_eq!(
+        r.take(),
+        vec![
+            Event::failed(a, 3, 3 * S, 3 * S),
+            Event::failed(a, 4, 4 * S, 3 * S)
+        ]
+    );
+}
+
+#[test]
+fn a_beat_within_the_allowance_resets_the_count_without_events() {
+    let r = Rig::new(S, 3);
+    let a = r.add("a");
+    r.at(2 * S + MS);
+    assert_eq!(r.det.status(a).unwrap().missed, 2);
+    r.beat(a);
+    r.at(2 * S + 500 * MS);
+    assert_eq!(r.det.status(a).unwrap().missed, 0);
+    // Three fresh misses are needed again: from 2.001 the third ends at 5.001.
+    r.at(5 * S + MS);
+    assert!(r.take().is_empty());
+    r.at(5 * S + 2 * MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 3, 5 * S + MS, 5 * S + MS)]);
+}
+
+#[test]
+fn beats_exactly_every_period_never_fail() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    for k in 1..=100 {
+        r.at(k * S);
+        r.beat(a);
+    }
+    assert!(r.take().is_empty());
+    assert_eq!(r.det.status(a).unwrap().last_seen_ns, Some(100 * S));
+}
+
+#[test]
+fn the_first_beat_after_failure_resumes_at_once_from_the_beat_path() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(2 * S + 300 * MS);
+    assert_eq!(r.take().len(), 2);
+    r.beat(a); // no advance in between: the beat path itself emits `resumed`
+    assert_eq!(
+        r.take(),
+        vec![Event::resumed(a, 2, 2 * S + 300 * MS, S + 300 * MS)]
+    );
+    let st = r.det.status(a).unwrap();
+    assert_eq!((st.state, st.missed), (State::Alive, 0));
+    // Re-armed from the beat: the next miss is the period ending at 3.3.
+    r.at(3 * S + 300 * MS);
+    assert!(r.take().is_empty());
+    r.at(3 * S + 301 * MS);
+    assert_eq!(
+        r.take(),
+        vec![Event::failed(a, 1, 3 * S + 300 * MS, 3 * S + 300 * MS)]
+    );
+}
+
+#[test]
+fn a_beat_stamped_in_the_past_still_resumes_and_rearms_from_its_time() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(3 * S + MS);
+    assert_eq!(r.take().len(), 3);
+    // Stamped 2.5 s (a late-delivered message): resumed, and the deadline 3.5 is already due.
+    assert!(matches!(
+        r.det.beat(a, Some(2 * S + 500 * MS)),
+        Beat::Recorded { resume: true }
+    ));
+    r.at(3 * S + 501 * MS);
+    assert_eq!(
+        r.take(),
+        vec![
+            Event::resumed(a, 3, 2 * S + 500 * MS, S + 500 * MS),
+            Event::failed(a, 1, 3 * S + 500 * MS, 3 * S + 500 * MS)
+        ]
+    );
+}
+
+#[test]
+fn pause_stops_events_and_resume_expects_a_beat_one_period_later() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    assert!(r.det.pause(a).unwrap());
+    assert!(!r.det.pause(a).unwrap(), "already paused");
+    r.at(10 * S);
+    assert!(r.take().is_empty());
+    r.beat(a); // recorded while paused
+    let st = r.det.status(a).unwrap();
+    assert_eq!((st.state, st.last_seen_ns), (State::Paused, Some(10 * S)));
+    assert!(r.det.resume(a, None).unwrap());
+    assert_eq!(r.det.status(a).unwrap().state, State::Alive);
+    r.at(11 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 1, 11 * S, 11 * S)]);
+}
+
+#[test]
+fn removed_topics_go_quiet_and_their_name_can_be_reused() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(S + MS);
+    assert_eq!(r.take().len(), 1);
+    r.det.remove(a).unwrap();
+    assert_eq!(r.det.lookup("a"), None);
+    assert_eq!(r.det.name(a).as_deref(), Some("a"));
+    assert_eq!(r.det.beat(a, None), Beat::Refused);
+    r.at(5 * S);
+    assert!(r.take().is_empty());
+    assert!(matches!(r.det.pause(a), Err(DetectorError::Unknown(_))));
+    let again = r.add("a");
+    assert_ne!(again, a);
+    assert_eq!(r.det.status(again).unwrap().state, State::Pending);
+    assert_eq!(r.det.statuses().len(), 1);
+}
+
+#[test]
+fn a_period_change_applies_from_now_and_keeps_the_count() {
+    let r = Rig::new(10 * S, 1);
+    let a = r.add("a");
+    r.at(S);
+    r.det.set_period(a, S / 2, None).unwrap();
+    r.at(S + 500 * MS);
+    assert!(r.take().is_empty());
+    r.at(S + 501 * MS);
+    assert_eq!(
+        r.take(),
+        vec![Event::failed(a, 1, S + 500 * MS, S + 500 * MS)]
+    );
+    assert_eq!(r.det.status(a).unwrap().period_ns, S / 2);
+    assert!(
+        matches!(r.det.set_period(a, 0, None), Err(DetectorError::Invalid(m)) if m.contains("period"))
+    );
+}
+
+#[test]
+fn stop_refuses_beats_and_start_expects_everything_again() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    let b = r.add("b");
+    r.beat(a);
+    r.det.stop();
+    assert_eq!(r.det.beat(a, None), Beat::Refused);
+    r.at(10 * S);
+    assert!(r.take().is_empty());
+    assert_eq!(r.det.status(a).unwrap().state, State::Stopped);
+    let c = r.add("c"); // added while stopped: armed at start
+    assert_eq!(r.det.status(c).unwrap().state, State::Stopped);
+    r.det.start(None);
+    assert_eq!(r.det.status(a).unwrap().state, State::Alive);
+    assert_eq!(r.det.status(b).unwrap().state, State::Pending);
+    r.at(11 * S + MS);
+    let mut got: Vec<_> = r
+        .take()
+        .iter()
+        .map(|e| (e.topic, e.missed, e.at_ns))
+        .collect();
+    got.sort();
+    assert_eq!(got, vec![(a, 1, 11 * S), (b, 1, 11 * S), (c, 1, 11 * S)]);
+    let stats = r.det.stats();
+    assert_eq!((stats.refused, stats.failed), (1, 3));
+}
+
+#[test]
+fn ten_thousand_topics_a_hundred_silent_exact_counts() {
+    let r = Rig::new(S, 2);
+    let ids: Vec<TopicId> = (0..10_000).map(|i| r.add(&format!("svc.{i}"))).collect();
+    let silent = |id: TopicId| id % 100 == 7;
+    // Ten periods: the silent ones stop after t=0.
+    r.det.beat_ids(&ids, None);
+    for k in 1..=10 {
+        r.at(k * S);
+        let live: Vec<_> = ids.iter().copied().filter(|&id| !silent(id)).collect();
+        assert_eq!(r.det.beat_ids(&live, None), 9_900);
+    }
+    r.at(10 * S + MS);
+    let got = r.take();
+    // Each silent topic missed 10 periods; failed from the 2nd: missed = 2..=10.
+    assert_eq!(got.len(), 100 * 9);
+    for id in ids.iter().copied().filter(|&id| silent(id)) {
+        let mine: Vec<u32> = got
+            .iter()
+            .filter(|e| e.topic == id)
+            .map(|e| e.missed)
+            .collect();
+        assert_eq!(mine, (2..=10).collect::<Vec<_>>(), "topic {id}");
+    }
+    assert!(got.iter().all(|e| e.kind == Failed && e.detail == 2 * S));
+    // They come back: one resumed each, with missed = 10.
+    let silent_ids: Vec<_> = ids.iter().copied().filter(|&id| silent(id)).collect();
+    r.det.beat_ids(&silent_ids, None);
+    let back = r.take();
+    assert_eq!(back.len(), 100);
+    assert!(back.iter().all(|e| e.kind == Resumed && e.missed == 10));
+    assert!(back.iter().all(|e| e.downtime_ns() == Some(8 * S + MS)));
+    let counts = r.det.state_counts();
+    assert_eq!(counts[State::Alive as usize], 10_000);
+}
+
+#[test]
+fn received_events_follow_resumed_and_carry_seq_and_latency() {
+    let r = Rig::new(S, 1);
+    let all = r.det.subscribe(64, Overflow::Block, true).unwrap();
+    let a = r.add("a");
+    r.at(S + MS);
+    assert!(matches!(
+        r.det.beat_with(a, None, 42, 3 * MS as i64),
+        Beat::Recorded { resume: true }
+    ));
+    let mut got = Vec::new();
+    all.try_pop_batch(&mut got, 16);
+    let kinds: Vec<_> = got.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, vec![Failed, Resumed, Received]);
+    assert_eq!(got[2].seq(), Some(42));
+    assert_eq!(got[2].latency(), Some(3 * MS as i64));
+    // The subscriber that did not ask for `received` gets none.
+    assert!(r.take().iter().all(|e| e.kind != Received));
+    assert_eq!(r.det.stats().received, 1);
+    assert!(r.det.unsubscribe(&all));
+    assert!(!r.det.wants_received());
+}
+
+#[test]
+fn overflow_losses_are_counted_by_policy() {
+    let r = Rig::new(S, 1);
+    let small = r.det.subscribe(4, Overflow::DropNewest, false).unwrap();
+    for i in 0..10 {
+        r.add(&format!("t{i}"));
+    }
+    r.at(S + MS);
+    let stats = small.stats();
+    assert_eq!((stats.pushed, stats.dropped_newest, stats.len), (4, 6, 4));
+    assert_eq!(r.take().len(), 10, "the big queue lost nothing");
+}
+
+#[test]
+fn batches_by_name_count_unknown_names_or_add_them() {
+    let r = Rig::new(S, 1);
+    r.add("a");
+    r.add("b");
+    assert_eq!(r.det.beat_names(["a", "b", "zz"], None), (2, 1));
+    assert_eq!(r.det.stats().unknown, 1);
+    r.det.set_auto_add(true);
+    assert_eq!(r.det.beat_names(["a", "new"], None), (2, 0));
+    let id = r.det.lookup("new").unwrap();
+    assert_eq!(r.det.status(id).unwrap().state, State::Alive);
+    assert_eq!(
+        r.det.beat_name("newer", None),
+        Beat::Recorded { resume: false }
+    );
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let r = Rig::new(S, 1);
+    let err = r
+        .det
+        .add("x", Some(TopicConfig::fixed(S, 0)), None)
+        .unwrap_err();
+    assert!(err.to_string().contains("allowed_misses"), "{err}");
+    let err = r.det.add("", None, None).unwrap_err();
+    assert!(err.to_string().contains("empty"), "{err}");
+    assert!(Detector::new(ClockSource::default(), TopicConfig::fixed(0, 1), MS).is_err());
+}
+
+#[test]
+fn phi_topics_learn_their_rhythm_and_fail_at_the_suspicion_time() {
+    let r = Rig::new(S, 1);
+    let cfg = PhiConfig {
+        acceptable_pause_ns: 0,
+        ..PhiConfig::default()
+    };
+    let a = r
+        .det
+        .add(
+            "jittery",
+            Some(TopicConfig {
+                phi: Some(cfg),
+                ..TopicConfig::fixed(S, 1)
+            }),
+            None,
+        )
+        .unwrap();
+    // The same history, kept by hand, to know the exact suspicion time.
+    let mut model = PhiState::new(cfg, S);
+    let mut t = 0;
+    r.at(t);
+    r.beat(a);
+    for k in 0..200u64 {
+        let gap = S - 100 * MS + (k % 5) * 50 * MS; // 0.9 .. 1.1 s
+        t += gap;
+        r.at(t);
+        r.beat(a);
+        model.record_interval(gap);
+    }
+    assert!(r.take().is_empty(), "regular beats never fail");
+    let st = r.det.status(a).unwrap();
+    assert!(
+        st.phi.unwrap() < 1.0,
+        "phi right after a beat: {:?}",
+        st.phi
+    );
+    let fail_at = t + model.suspicion_after_ns();
+    r.at(fail_at);
+    assert!(r.take().is_empty());
+    r.at(fail_at + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 1, fail_at, fail_at)]);
+    assert!(r.det.status(a).unwrap().phi.unwrap() >= cfg.threshold);
+    // The outage is not a sample: the model still expects ~1 s beats after the resume.
+    r.beat(a);
+    assert_eq!(r.take()[0].kind, Resumed);
+}
+
+#[test]
+fn concurrent_beats_and_driver_give_well_formed_sequences() {
+    let r = Rig::new(10 * MS, 1);
+    let ids: Vec<TopicId> = (0..64).map(|i| r.add(&format!("c{i}"))).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let beaters: Vec<_> = (0..2)
+        .map(|k| {
+            let det = r.det.clone();
+            let ids = ids.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for &id in ids.iter().skip(k).step_by(2) {
+                        if (n + id as u64) % 7 != 0 {
+                            det.beat(id, None);
+                        }
+                    }
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for _ in 0..2_000 {
+        r.clock.advance(3 * MS);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for b in beaters {
+        b.join().unwrap();
+    }
+    let events = r.take();
+    assert!(!events.is_empty());
+    for &id in &ids {
+        // Per topic: failed(1), failed(2), ... then resumed(n) with n = last failed count.
+        let mut expect_next = 1;
+        for e in events.iter().filter(|e| e.topic == id) {
+            match e.kind {
+                Failed => {
+                    assert_eq!(e.missed, expect_next, "topic {id}: {events:?}");
+                    expect_next += 1;
+                }
+                Resumed => {
+                    assert_eq!(e.missed, expect_next - 1, "topic {id}");
+                    assert!(expect_next > 1, "resumed without failed for {id}");
+                    expect_next = 1;
+                }
+                Received => unreachable!(),
+            }
+        }
+        let failed_now = r.det.status(id).unwrap().state == State::Failed;
+        assert_eq!(failed_now, expect_next > 1, "topic {id} state vs events");
+    }
+}

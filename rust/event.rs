@@ -1,0 +1,113 @@
+//! What the detector tells its subscribers. Events are small `Copy` values so a queue of them
+//! is a flat ring buffer; topic names are resolved only when Python asks for them.
+
+use crate::queue::Keyed;
+use crate::registry::TopicId;
+
+/// The kind of an [`Event`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// A period ended without a beat and `missed >= allowed_misses`.
+    Failed,
+    /// The first beat after a failure.
+    Resumed,
+    /// A beat, for subscribers that asked for every beat.
+    Received,
+}
+
+impl EventKind {
+    /// The lower-case name used in Python (`"failed"`, `"resumed"`, `"received"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Failed => "failed",
+            EventKind::Resumed => "resumed",
+            EventKind::Received => "received",
+        }
+    }
+}
+
+/// Latency value meaning "the beat carried no send time".
+pub const NO_LATENCY: i64 = i64::MIN;
+
+/// One detector event. Times are absolute nanoseconds on the detector's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// The topic it happened to.
+    pub topic: TopicId,
+    /// Consecutive missed periods: the count reached (failed) or the count before the beat (resumed).
+    pub missed: u32,
+    /// When: the deadline that passed (failed) or the beat's time (resumed, received).
+    pub at_ns: u64,
+    /// Failed: when the outage began. Resumed: its length. Received: the beat's sequence number.
+    pub detail: u64,
+    /// Received: transit time of the beat in ns, or [`NO_LATENCY`].
+    pub latency_ns: i64,
+}
+
+impl Event {
+    /// A `failed` event: `missed` periods gone by `at_ns`, failing since `since_ns`.
+    pub fn failed(topic: TopicId, missed: u32, at_ns: u64, since_ns: u64) -> Self {
+        Self {
+            kind: EventKind::Failed,
+            topic,
+            missed,
+            at_ns,
+            detail: since_ns,
+            latency_ns: NO_LATENCY,
+        }
+    }
+
+    /// A `resumed` event: heard at `at_ns` after `missed` periods and `downtime_ns` of outage.
+    pub fn resumed(topic: TopicId, missed: u32, at_ns: u64, downtime_ns: u64) -> Self {
+        Self {
+            kind: EventKind::Resumed,
+            topic,
+            missed,
+            at_ns,
+            detail: downtime_ns,
+            latency_ns: NO_LATENCY,
+        }
+    }
+
+    /// A `received` event for one beat.
+    pub fn received(topic: TopicId, at_ns: u64, seq: u64, latency_ns: i64) -> Self {
+        Self {
+            kind: EventKind::Received,
+            topic,
+            missed: 0,
+            at_ns,
+            detail: seq,
+            latency_ns,
+        }
+    }
+
+    /// Failed: when the outage began.
+    pub fn since_ns(&self) -> Option<u64> {
+        (self.kind == EventKind::Failed).then_some(self.detail)
+    }
+
+    /// Resumed: how long the outage lasted.
+    pub fn downtime_ns(&self) -> Option<u64> {
+        (self.kind == EventKind::Resumed).then_some(self.detail)
+    }
+
+    /// Received: the beat's sequence number.
+    pub fn seq(&self) -> Option<u64> {
+        (self.kind == EventKind::Received).then_some(self.detail)
+    }
+
+    /// Received: the beat's transit time, when known.
+    pub fn latency(&self) -> Option<i64> {
+        (self.kind == EventKind::Received && self.latency_ns != NO_LATENCY)
+            .then_some(self.latency_ns)
+    }
+}
+
+impl Keyed for Event {
+    #[inline]
+    fn key(&self) -> u32 {
+        self.topic
+    }
+}

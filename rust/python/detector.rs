@@ -1,0 +1,612 @@
+//! `Detector`: the core's missed-period detector as a Python object.
+
+use super::batch::{self, Names};
+use super::clock::PyManualClock;
+use super::events::{PyEventQueue, PyTopicStatus};
+use super::time::{opt_time, to_ns, to_seconds};
+use crate::clock::{ClockSource, MonotonicClock};
+use crate::detector::{Beat, Detector, DetectorError, TopicConfig};
+use crate::driver::Driver;
+use crate::event::NO_LATENCY;
+use crate::phi::PhiConfig;
+use crate::queue::Overflow;
+use crate::registry::TopicId;
+use crate::word::State;
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn to_py(e: DetectorError) -> PyErr {
+    match e {
+        DetectorError::Unknown(what) => PyKeyError::new_err(format!("unknown topic: {what}")),
+        other => PyValueError::new_err(other.to_string()),
+    }
+}
+
+/// Phi-accrual settings for a topic (Akka's defaults). Times in seconds.
+#[pyclass(name = "Phi", module = "heartwire._core", frozen)]
+#[derive(Clone, Copy)]
+pub struct PyPhi {
+    config: PhiConfig,
+}
+
+#[pymethods]
+impl PyPhi {
+    #[new]
+    #[pyo3(signature = (threshold = 8.0, max_samples = 1000, min_std_dev = 0.1, acceptable_pause = 3.0))]
+    fn new(
+        threshold: f64,
+        max_samples: usize,
+        min_std_dev: f64,
+        acceptable_pause: f64,
+    ) -> PyResult<Self> {
+        let config = PhiConfig {
+            threshold,
+            max_samples,
+            min_std_dev_ns: to_ns("min_std_dev", min_std_dev, true)?,
+            acceptable_pause_ns: to_ns("acceptable_pause", acceptable_pause, true)?,
+        };
+        config.validate().map_err(PyValueError::new_err)?;
+        Ok(Self { config })
+    }
+
+    #[getter]
+    fn threshold(&self) -> f64 {
+        self.config.threshold
+    }
+    #[getter]
+    fn max_samples(&self) -> usize {
+        self.config.max_samples
+    }
+    #[getter]
+    fn min_std_dev(&self) -> f64 {
+        to_seconds(self.config.min_std_dev_ns)
+    }
+    #[getter]
+    fn acceptable_pause(&self) -> f64 {
+        to_seconds(self.config.acceptable_pause_ns)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Phi(threshold={}, max_samples={}, min_std_dev={}, acceptable_pause={})",
+            self.config.threshold,
+            self.config.max_samples,
+            self.min_std_dev(),
+            self.acceptable_pause()
+        )
+    }
+}
+
+/// Watches topics for missed periods.
+///
+/// With the real clock (the default) a driver thread advances it every ``tick`` seconds; with a
+/// :class:`ManualClock` the clock's ``advance`` does. Topics are named by ``str`` or by the
+/// integer handle :meth:`add` returns.
+#[pyclass(name = "Detector", module = "heartwire._core", frozen)]
+pub struct PyDetector {
+    det: Arc<Detector>,
+    driver: Mutex<Option<Driver>>,
+    tick: Duration,
+}
+
+impl PyDetector {
+    /// The id of a topic given by name or handle.
+    fn id(&self, topic: &Bound<'_, PyAny>) -> PyResult<TopicId> {
+        if let Ok(name) = topic.cast::<PyString>() {
+            let name = name.to_cow()?;
+            return self
+                .det
+                .lookup(&name)
+                .ok_or_else(|| PyKeyError::new_err(format!("unknown topic: {name:?}")));
+        }
+        match topic.extract::<i64>() {
+            Ok(h) if h >= 0 && (h as u64) < self.det.len() as u64 => Ok(h as TopicId),
+            Ok(h) => Err(PyKeyError::new_err(format!("unknown topic handle: {h}"))),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "topic must be a str name or an int handle, got {}",
+                batch::type_name(topic)
+            ))),
+        }
+    }
+
+    fn config(
+        &self,
+        base: TopicConfig,
+        period: Option<f64>,
+        allowed_misses: Option<u32>,
+        phi: Option<Option<PyPhi>>,
+    ) -> PyResult<TopicConfig> {
+        let mut config = base;
+        if let Some(p) = period {
+            config.period_ns = to_ns("period", p, false)?;
+        }
+        if let Some(n) = allowed_misses {
+            if n == 0 {
+                return Err(PyValueError::new_err("allowed_misses must be >= 1, got 0"));
+            }
+            config.allowed_misses = n;
+        }
+        if let Some(phi) = phi {
+            config.phi = phi.map(|p| p.config);
+        }
+        Ok(config)
+    }
+
+    fn start_driver(&self) -> PyResult<()> {
+        if self.det.clock().is_manual() {
+            return Ok(());
+        }
+        let mut driver = self.driver.lock();
+        if driver.is_none() {
+            *driver = Some(Driver::spawn(&self.det, self.tick).map_err(|e| {
+                PyRuntimeError::new_err(format!("cannot start the driver thread: {e}"))
+            })?);
+        }
+        Ok(())
+    }
+
+    fn status_obj(&self, py: Python<'_>, id: TopicId) -> PyResult<PyTopicStatus> {
+        let det = self.det.clone();
+        let status = py.detach(move || det.status(id)).map_err(to_py)?;
+        Ok(PyTopicStatus::new(
+            &status,
+            self.det.name(id).unwrap_or_default(),
+        ))
+    }
+}
+
+#[pymethods]
+impl PyDetector {
+    #[new]
+    #[pyo3(signature = (*, period = 1.0, allowed_misses = 1, clock = None, resolution = 0.001, tick = 0.01, auto_add = false))]
+    fn new(
+        py: Python<'_>,
+        period: f64,
+        allowed_misses: u32,
+        clock: Option<&Bound<'_, PyManualClock>>,
+        resolution: f64,
+        tick: f64,
+        auto_add: bool,
+    ) -> PyResult<Self> {
+        if allowed_misses == 0 {
+            return Err(PyValueError::new_err("allowed_misses must be >= 1, got 0"));
+        }
+        let defaults = TopicConfig::fixed(to_ns("period", period, false)?, allowed_misses);
+        let resolution = to_ns("resolution", resolution, false)?;
+        let tick = Duration::from_nanos(to_ns("tick", tick, false)?);
+        let source = match clock {
+            Some(c) => ClockSource::Manual(c.get().inner.clone()),
+            None => {
+                // Line the core's clock up with time.monotonic(), so `now=` arguments and
+                // `last_seen` values are in the same frame as the caller's own readings.
+                let base: u64 = py.import("time")?.call_method0("monotonic_ns")?.extract()?;
+                ClockSource::Monotonic(MonotonicClock::with_base(base))
+            }
+        };
+        let det = Detector::new(source, defaults, resolution).map_err(to_py)?;
+        det.set_auto_add(auto_add);
+        let this = Self {
+            det,
+            driver: Mutex::new(None),
+            tick,
+        };
+        this.start_driver()?;
+        Ok(this)
+    }
+
+    /// Expect ``name``: it must be heard within one period from ``now``. Returns its handle.
+    /// A name already known keeps its handle; given settings are applied to it.
+    #[pyo3(signature = (name, period = None, allowed_misses = None, phi = None, *, now = None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        period: Option<f64>,
+        allowed_misses: Option<u32>,
+        phi: Option<PyPhi>,
+        now: Option<f64>,
+    ) -> PyResult<TopicId> {
+        let now = opt_time("now", now)?;
+        let given = period.is_some() || allowed_misses.is_some() || phi.is_some();
+        let config = given
+            .then(|| self.config(self.det.defaults(), period, allowed_misses, phi.map(Some)))
+            .transpose()?;
+        let det = self.det.clone();
+        let name = name.to_owned();
+        py.detach(move || det.add(&name, config, now))
+            .map_err(to_py)
+    }
+
+    /// :meth:`add` for many names with the same settings; returns their handles in order.
+    #[pyo3(signature = (names, period = None, allowed_misses = None, phi = None, *, now = None))]
+    fn add_many(
+        &self,
+        py: Python<'_>,
+        names: &Bound<'_, PyAny>,
+        period: Option<f64>,
+        allowed_misses: Option<u32>,
+        phi: Option<PyPhi>,
+        now: Option<f64>,
+    ) -> PyResult<Vec<TopicId>> {
+        let now = opt_time("now", now)?;
+        let given = period.is_some() || allowed_misses.is_some() || phi.is_some();
+        let config = given
+            .then(|| self.config(self.det.defaults(), period, allowed_misses, phi.map(Some)))
+            .transpose()?;
+        let det = self.det.clone();
+        match batch::names(names)? {
+            Names::Arrow(chunks) => py
+                .detach(move || {
+                    let (ids, nulls) =
+                        batch::for_arrow_strs(&chunks, |it| det.add_many(it, config, now));
+                    if nulls > 0 {
+                        return Err(DetectorError::Invalid(format!(
+                            "names holds {nulls} null(s)"
+                        )));
+                    }
+                    ids
+                })
+                .map_err(to_py),
+            Names::Python(items) => {
+                let strs: Vec<String> = batch::python_strs(&items)?
+                    .into_iter()
+                    .map(|s| s.into_owned())
+                    .collect();
+                det.reserve(strs.len(), strs.first().map_or(16, |s| s.len()));
+                py.detach(move || det.add_many(strs.iter().map(String::as_str), config, now))
+                    .map_err(to_py)
+            }
+        }
+    }
+
+    /// The handle of ``name``, or None.
+    fn handle(&self, name: &str) -> Option<TopicId> {
+        self.det.lookup(name)
+    }
+
+    /// The name of ``handle`` (also of a removed topic).
+    fn name(&self, handle: u32) -> PyResult<String> {
+        self.det
+            .name(handle)
+            .ok_or_else(|| PyKeyError::new_err(format!("unknown topic handle: {handle}")))
+    }
+
+    /// Topic handles handed out so far (removed topics included).
+    fn __len__(&self) -> usize {
+        self.det.len()
+    }
+
+    fn __contains__(&self, name: &str) -> bool {
+        self.det.lookup(name).is_some()
+    }
+
+    /// Forget a topic for good.
+    fn remove(&self, py: Python<'_>, topic: &Bound<'_, PyAny>) -> PyResult<()> {
+        let id = self.id(topic)?;
+        let det = self.det.clone();
+        py.detach(move || det.remove(id)).map_err(to_py)
+    }
+
+    /// Stop watching a topic; its beats still update ``last_seen``. False if it was not watched.
+    fn pause(&self, py: Python<'_>, topic: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let id = self.id(topic)?;
+        let det = self.det.clone();
+        py.detach(move || det.pause(id)).map_err(to_py)
+    }
+
+    /// Watch a paused topic again; it must be heard within one period from ``now``.
+    #[pyo3(signature = (topic, *, now = None))]
+    fn resume(&self, py: Python<'_>, topic: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<bool> {
+        let id = self.id(topic)?;
+        let now = opt_time("now", now)?;
+        let det = self.det.clone();
+        py.detach(move || det.resume(id, now)).map_err(to_py)
+    }
+
+    /// Change a topic's period; the next deadline is one new period from ``now``.
+    #[pyo3(signature = (topic, period, *, now = None))]
+    fn set_period(
+        &self,
+        py: Python<'_>,
+        topic: &Bound<'_, PyAny>,
+        period: f64,
+        now: Option<f64>,
+    ) -> PyResult<()> {
+        let id = self.id(topic)?;
+        let period = to_ns("period", period, false)?;
+        let now = opt_time("now", now)?;
+        let det = self.det.clone();
+        py.detach(move || det.set_period(id, period, now))
+            .map_err(to_py)
+    }
+
+    /// Change any of a topic's settings; ``phi=None`` leaves the mode alone, ``phi=False``
+    /// switches back to the fixed period.
+    #[pyo3(signature = (topic, *, period = None, allowed_misses = None, phi = None, now = None))]
+    fn configure(
+        &self,
+        py: Python<'_>,
+        topic: &Bound<'_, PyAny>,
+        period: Option<f64>,
+        allowed_misses: Option<u32>,
+        phi: Option<&Bound<'_, PyAny>>,
+        now: Option<f64>,
+    ) -> PyResult<()> {
+        let id = self.id(topic)?;
+        let phi = match phi {
+            None => None,
+            Some(p) if p.is_instance_of::<pyo3::types::PyBool>() && !p.extract::<bool>()? => {
+                Some(None)
+            }
+            Some(p) => Some(Some(
+                *p.cast::<PyPhi>()
+                    .map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "phi must be a Phi or False, got {}",
+                            batch::type_name(p)
+                        ))
+                    })?
+                    .get(),
+            )),
+        };
+        let now = opt_time("now", now)?;
+        let det = self.det.clone();
+        let base = py.detach(|| det.config(id)).map_err(to_py)?;
+        let config = self.config(base, period, allowed_misses, phi)?;
+        py.detach(move || det.set_config(id, config, now))
+            .map_err(to_py)
+    }
+
+    /// Record a beat. Returns False if the topic is unknown (and auto-add is off), removed, or
+    /// the detector is stopped; such beats are counted in :meth:`stats`.
+    #[pyo3(signature = (topic, *, now = None, seq = None, latency = None))]
+    fn beat(
+        &self,
+        py: Python<'_>,
+        topic: &Bound<'_, PyAny>,
+        now: Option<f64>,
+        seq: Option<u64>,
+        latency: Option<f64>,
+    ) -> PyResult<bool> {
+        let now = opt_time("now", now)?.unwrap_or_else(|| self.det.now_ns());
+        let id = if let Ok(name) = topic.cast::<PyString>() {
+            let name = name.to_cow()?;
+            match self.det.lookup(&name) {
+                Some(id) => id,
+                None => {
+                    let det = self.det.clone();
+                    let name = name.into_owned();
+                    return Ok(matches!(
+                        py.detach(move || det.beat_name(&name, Some(now))),
+                        Beat::Recorded { .. }
+                    ));
+                }
+            }
+        } else {
+            match topic.extract::<i64>() {
+                Ok(h) => u32::try_from(h).unwrap_or(u32::MAX),
+                Err(_) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "topic must be a str name or an int handle, got {}",
+                        batch::type_name(topic)
+                    )))
+                }
+            }
+        };
+        let latency = match latency {
+            Some(l) if l.is_finite() => (l * 1e9).round() as i64,
+            Some(l) => {
+                return Err(PyValueError::new_err(format!(
+                    "latency must be a finite number of seconds, got {l}"
+                )))
+            }
+            None => NO_LATENCY,
+        };
+        let result = self.det.record(id, now);
+        if self.det.needs_completion(result) {
+            let det = self.det.clone();
+            py.detach(move || det.complete(id, result, now, seq.unwrap_or(0), latency));
+        }
+        Ok(matches!(result, Beat::Recorded { .. }))
+    }
+
+    /// Record a beat for each name (a list or iterable of str, or an Arrow string array, which
+    /// is read with the GIL released). Returns how many were recorded; unknown names are
+    /// counted in :meth:`stats`.
+    #[pyo3(signature = (names, *, now = None))]
+    fn beat_many(
+        &self,
+        py: Python<'_>,
+        names: &Bound<'_, PyAny>,
+        now: Option<f64>,
+    ) -> PyResult<usize> {
+        let now = Some(opt_time("now", now)?.unwrap_or_else(|| self.det.now_ns()));
+        let det = self.det.clone();
+        match batch::names(names)? {
+            Names::Arrow(chunks) => Ok(py.detach(move || {
+                let (b, nulls) = batch::for_arrow_strs(&chunks, |it| det.record_names(it, now));
+                det.count_unknown(nulls as u64);
+                det.finish(b).0
+            })),
+            Names::Python(items) => {
+                let strs = batch::python_strs(&items)?;
+                let b = det.record_names(strs.iter(), now);
+                Ok(if b.needs_finish() {
+                    py.detach(move || det.finish(b).0)
+                } else {
+                    b.recorded
+                })
+            }
+        }
+    }
+
+    /// Record a beat for each handle (a list of int, a NumPy or an Arrow integer array). The
+    /// lookup-free hot path. Returns how many were recorded.
+    #[pyo3(signature = (handles, *, now = None))]
+    fn beat_handles(
+        &self,
+        py: Python<'_>,
+        handles: &Bound<'_, PyAny>,
+        now: Option<f64>,
+    ) -> PyResult<usize> {
+        let now = Some(opt_time("now", now)?.unwrap_or_else(|| self.det.now_ns()));
+        let ids = batch::handles(handles)?;
+        let det = self.det.clone();
+        Ok(py.detach(move || {
+            let b = det.record_ids(ids.iter().copied(), now);
+            det.finish(b).0
+        }))
+    }
+
+    /// Process every deadline up to ``now`` (default: the clock's now). Returns how many
+    /// failed/resumed events that produced. The driver thread or the manual clock normally
+    /// does this.
+    #[pyo3(signature = (now = None))]
+    fn advance(&self, py: Python<'_>, now: Option<f64>) -> PyResult<u64> {
+        let now = opt_time("now", now)?;
+        let det = self.det.clone();
+        Ok(py.detach(move || det.advance_to(now)))
+    }
+
+    /// Watch every topic again (after :meth:`stop`), each expected within a period from ``now``.
+    #[pyo3(signature = (*, now = None))]
+    fn start(&self, py: Python<'_>, now: Option<f64>) -> PyResult<()> {
+        let now = opt_time("now", now)?;
+        let det = self.det.clone();
+        py.detach(move || det.start(now));
+        self.start_driver()
+    }
+
+    /// Stop watching: every topic goes STOPPED, beats are refused, the driver thread ends.
+    fn stop(&self, py: Python<'_>) {
+        let det = self.det.clone();
+        let driver = self.driver.lock().take();
+        py.detach(move || {
+            det.stop();
+            drop(driver); // joins the thread
+        });
+    }
+
+    /// Whether the detector is watching.
+    #[getter]
+    fn running(&self, py: Python<'_>) -> bool {
+        let det = self.det.clone();
+        py.detach(move || det.is_running())
+    }
+
+    /// Whether beats for unknown names add them (with the default settings).
+    #[getter]
+    fn get_auto_add(&self) -> bool {
+        self.det.auto_add()
+    }
+
+    #[setter]
+    fn set_auto_add(&self, on: bool) {
+        self.det.set_auto_add(on);
+    }
+
+    /// The clock's reading, seconds.
+    fn now(&self) -> f64 {
+        to_seconds(self.det.now_ns())
+    }
+
+    /// A snapshot of one topic.
+    fn status(&self, py: Python<'_>, topic: &Bound<'_, PyAny>) -> PyResult<PyTopicStatus> {
+        let id = self.id(topic)?;
+        self.status_obj(py, id)
+    }
+
+    /// Snapshots of every topic not removed, in handle order.
+    fn statuses(&self, py: Python<'_>) -> Vec<PyTopicStatus> {
+        let det = self.det.clone();
+        let all = py.detach(move || det.statuses());
+        self.det.with_names(|names| {
+            all.iter()
+                .map(|s| PyTopicStatus::new(s, names.get(s.id).to_owned()))
+                .collect()
+        })
+    }
+
+    /// How many topics are in each state: ``{"PENDING": n, "ALIVE": n, ...}``.
+    fn counts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let counts = self.det.state_counts();
+        let d = PyDict::new(py);
+        for state in [
+            State::Pending,
+            State::Alive,
+            State::Failed,
+            State::Paused,
+            State::Stopped,
+            State::Removed,
+        ] {
+            d.set_item(state.as_str(), counts[state as usize])?;
+        }
+        Ok(d)
+    }
+
+    /// Counters: beats, unknown, refused, failed, resumed, received, topics.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.det.stats();
+        let d = PyDict::new(py);
+        d.set_item("beats", s.beats)?;
+        d.set_item("unknown", s.unknown)?;
+        d.set_item("refused", s.refused)?;
+        d.set_item("failed", s.failed)?;
+        d.set_item("resumed", s.resumed)?;
+        d.set_item("received", s.received)?;
+        d.set_item("topics", s.topics)?;
+        Ok(d)
+    }
+
+    /// Heap bytes the detector holds for its topics.
+    fn heap_bytes(&self, py: Python<'_>) -> usize {
+        let det = self.det.clone();
+        py.detach(move || det.heap_bytes())
+    }
+
+    /// A new event queue receiving every event from now on. ``overflow`` is what happens when
+    /// it is full: ``"block"`` (the producer waits), ``"drop-oldest"``, ``"drop-newest"`` or
+    /// ``"coalesce"`` (keep the newest event per topic); every loss is counted.
+    /// ``received=True`` adds one event per beat.
+    #[pyo3(signature = (capacity = 65536, overflow = "block", received = false))]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        capacity: usize,
+        overflow: &str,
+        received: bool,
+    ) -> PyResult<PyEventQueue> {
+        let overflow = Overflow::parse(overflow).map_err(PyValueError::new_err)?;
+        let det = self.det.clone();
+        let queue = py
+            .detach(move || det.subscribe(capacity, overflow, received))
+            .map_err(to_py)?;
+        Ok(PyEventQueue {
+            queue,
+            detector: self.det.clone(),
+        })
+    }
+
+    /// Stop feeding ``queue`` and close it. False if it was not subscribed.
+    fn unsubscribe(&self, py: Python<'_>, queue: &Bound<'_, PyEventQueue>) -> bool {
+        let det = self.det.clone();
+        let q = queue.get().queue.clone();
+        py.detach(move || det.unsubscribe(&q))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Detector(topics={}, clock={})",
+            self.det.len(),
+            if self.det.clock().is_manual() {
+                "manual"
+            } else {
+                "monotonic"
+            }
+        )
+    }
+}

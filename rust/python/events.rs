@@ -1,0 +1,233 @@
+//! Events, topic snapshots and the event queue as Python objects.
+
+use super::time::{to_ns, to_seconds};
+use crate::detector::{Detector, TopicStatus};
+use crate::event::Event;
+use crate::queue::{EventQueue, QueueStats};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One detector event. ``kind`` is ``"failed"``, ``"resumed"`` or ``"received"``; times are
+/// seconds on the detector's clock.
+#[pyclass(name = "Event", module = "heartwire._core", frozen, eq)]
+#[derive(PartialEq)]
+pub struct PyEvent {
+    /// ``"failed"``, ``"resumed"`` or ``"received"``.
+    #[pyo3(get)]
+    kind: &'static str,
+    /// The topic's name.
+    #[pyo3(get)]
+    topic: String,
+    /// The topic's handle.
+    #[pyo3(get)]
+    handle: u32,
+    /// Consecutive missed periods (failed: reached; resumed: before the beat).
+    #[pyo3(get)]
+    missed: u32,
+    /// failed: the deadline that passed; resumed/received: the beat's time.
+    #[pyo3(get)]
+    at: f64,
+    /// failed: when the outage began.
+    #[pyo3(get)]
+    since: Option<f64>,
+    /// resumed: how long the outage lasted.
+    #[pyo3(get)]
+    downtime: Option<f64>,
+    /// received: the beat's sequence number.
+    #[pyo3(get)]
+    seq: Option<u64>,
+    /// received: the beat's transit time, when known.
+    #[pyo3(get)]
+    latency: Option<f64>,
+}
+
+impl PyEvent {
+    fn new(ev: &Event, topic: &str) -> Self {
+        Self {
+            kind: ev.kind.as_str(),
+            topic: topic.to_owned(),
+            handle: ev.topic,
+            missed: ev.missed,
+            at: to_seconds(ev.at_ns),
+            since: ev.since_ns().map(to_seconds),
+            downtime: ev.downtime_ns().map(to_seconds),
+            seq: ev.seq(),
+            latency: ev.latency().map(|l| l as f64 / 1e9),
+        }
+    }
+}
+
+#[pymethods]
+impl PyEvent {
+    fn __repr__(&self) -> String {
+        let detail = match self.kind {
+            "failed" => format!("since={}", self.since.unwrap_or(f64::NAN)),
+            "resumed" => format!("downtime={}", self.downtime.unwrap_or(f64::NAN)),
+            _ => format!("seq={}", self.seq.unwrap_or(0)),
+        };
+        format!(
+            "Event({}, topic={:?}, missed={}, at={}, {detail})",
+            self.kind, self.topic, self.missed, self.at
+        )
+    }
+}
+
+/// A snapshot of one topic.
+#[pyclass(name = "TopicStatus", module = "heartwire._core", frozen)]
+pub struct PyTopicStatus {
+    /// The topic's name.
+    #[pyo3(get)]
+    topic: String,
+    /// The topic's handle.
+    #[pyo3(get)]
+    handle: u32,
+    /// ``"PENDING"``, ``"ALIVE"``, ``"FAILED"``, ``"PAUSED"``, ``"STOPPED"`` or ``"REMOVED"``.
+    #[pyo3(get)]
+    state: &'static str,
+    /// Consecutive missed periods.
+    #[pyo3(get)]
+    missed: u32,
+    /// The last beat's time, or None if never heard.
+    #[pyo3(get)]
+    last_seen: Option<f64>,
+    /// The expected period, seconds.
+    #[pyo3(get)]
+    period: f64,
+    /// Missed periods allowed before FAILED.
+    #[pyo3(get)]
+    allowed_misses: u32,
+    /// When the current outage began (FAILED only).
+    #[pyo3(get)]
+    failed_since: Option<f64>,
+    /// When the next missed period would be counted (watched topics only).
+    #[pyo3(get)]
+    next_deadline: Option<f64>,
+    /// The phi value now (phi-accrual topics that were heard).
+    #[pyo3(get)]
+    phi: Option<f64>,
+}
+
+impl PyTopicStatus {
+    pub fn new(s: &TopicStatus, topic: String) -> Self {
+        Self {
+            topic,
+            handle: s.id,
+            state: s.state.as_str(),
+            missed: s.missed,
+            last_seen: s.last_seen_ns.map(to_seconds),
+            period: to_seconds(s.period_ns),
+            allowed_misses: s.allowed_misses,
+            failed_since: s.failed_since_ns.map(to_seconds),
+            next_deadline: s.next_deadline_ns.map(to_seconds),
+            phi: s.phi,
+        }
+    }
+}
+
+#[pymethods]
+impl PyTopicStatus {
+    fn __repr__(&self) -> String {
+        format!(
+            "TopicStatus(topic={:?}, state={}, missed={}, last_seen={:?}, period={})",
+            self.topic, self.state, self.missed, self.last_seen, self.period
+        )
+    }
+}
+
+/// A bounded queue of events for one consumer. ``pop`` waits with the GIL released.
+#[pyclass(name = "EventQueue", module = "heartwire._core", frozen)]
+pub struct PyEventQueue {
+    pub(crate) queue: Arc<EventQueue<Event>>,
+    pub(crate) detector: Arc<Detector>,
+}
+
+impl PyEventQueue {
+    fn convert(&self, py: Python<'_>, events: &[Event]) -> PyResult<Vec<Py<PyEvent>>> {
+        self.detector.with_names(|names| {
+            events
+                .iter()
+                .map(|ev| Py::new(py, PyEvent::new(ev, names.get(ev.topic))))
+                .collect()
+        })
+    }
+}
+
+#[pymethods]
+impl PyEventQueue {
+    /// Up to ``max`` events, waiting up to ``timeout`` seconds (None: until one comes or the
+    /// queue is closed) for the first. An empty list means the wait timed out or the queue is
+    /// closed and empty.
+    #[pyo3(signature = (max = 1024, timeout = None))]
+    fn pop(&self, py: Python<'_>, max: usize, timeout: Option<f64>) -> PyResult<Vec<Py<PyEvent>>> {
+        let timeout = timeout
+            .map(|t| to_ns("timeout", t, true).map(Duration::from_nanos))
+            .transpose()?;
+        let queue = self.queue.clone();
+        let events = py.detach(move || {
+            let mut out = Vec::with_capacity(max.min(4096));
+            queue.pop_batch(&mut out, max.max(1), timeout);
+            out
+        });
+        self.convert(py, &events)
+    }
+
+    /// Up to ``max`` events that are ready now, without waiting.
+    #[pyo3(signature = (max = 1024))]
+    fn try_pop(&self, py: Python<'_>, max: usize) -> PyResult<Vec<Py<PyEvent>>> {
+        let mut out = Vec::new();
+        self.queue.try_pop_batch(&mut out, max.max(1));
+        self.convert(py, &out)
+    }
+
+    /// Stop accepting events and wake a waiting ``pop``; what is queued can still be popped.
+    fn close(&self) {
+        self.queue.close();
+    }
+
+    /// Whether the queue is closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.queue.is_closed()
+    }
+
+    /// The overflow policy: ``"block"``, ``"drop-oldest"``, ``"drop-newest"`` or ``"coalesce"``.
+    #[getter]
+    fn overflow(&self) -> &'static str {
+        self.queue.overflow().as_str()
+    }
+
+    /// Counters: pushed, popped, dropped_oldest, dropped_newest, coalesced, rejected_closed,
+    /// len, capacity.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        queue_stats_dict(py, &self.queue.stats())
+    }
+
+    fn __len__(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.queue.stats();
+        format!(
+            "EventQueue(overflow={:?}, len={}, capacity={})",
+            self.queue.overflow().as_str(),
+            s.len,
+            s.capacity
+        )
+    }
+}
+
+pub fn queue_stats_dict<'py>(py: Python<'py>, s: &QueueStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("pushed", s.pushed)?;
+    d.set_item("popped", s.popped)?;
+    d.set_item("dropped_oldest", s.dropped_oldest)?;
+    d.set_item("dropped_newest", s.dropped_newest)?;
+    d.set_item("coalesced", s.coalesced)?;
+    d.set_item("rejected_closed", s.rejected_closed)?;
+    d.set_item("len", s.len)?;
+    d.set_item("capacity", s.capacity)?;
+    Ok(d)
+}

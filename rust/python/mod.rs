@@ -1,0 +1,29 @@
+//! The `heartwire._core` extension module: thin wrappers that convert seconds to nanoseconds,
+//! names to ids, and release the GIL around anything that can wait.
+//!
+//! Locking rule that keeps this deadlock-free: a thread holding the GIL never waits for the
+//! detector lock or for queue space. Everything that can wait runs inside `py.detach`, because
+//! the driver may hold the detector lock while it waits for a Python dispatch thread (which needs
+//! the GIL) to make room in a `block`-policy queue.
+
+mod batch;
+mod clock;
+mod detector;
+mod events;
+mod time;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<clock::PyManualClock>()?;
+    m.add_class::<detector::PyDetector>()?;
+    m.add_class::<detector::PyPhi>()?;
+    m.add_class::<events::PyEvent>()?;
+    m.add_class::<events::PyEventQueue>()?;
+    m.add_class::<events::PyTopicStatus>()?;
+    m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
+    m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
+    Ok(())
+}
