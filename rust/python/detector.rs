@@ -27,7 +27,7 @@ fn to_py(e: DetectorError) -> PyErr {
 }
 
 /// Phi-accrual settings for a topic (Akka's defaults). Times in seconds.
-#[pyclass(name = "Phi", module = "heartwire._core", frozen)]
+#[pyclass(name = "Phi", module = "heartwire._core", frozen, from_py_object)]
 #[derive(Clone, Copy)]
 pub struct PyPhi {
     config: PhiConfig,

@@ -129,9 +129,12 @@ impl PyTopicStatus {
 #[pymethods]
 impl PyTopicStatus {
     fn __repr__(&self) -> String {
+        let last_seen = self
+            .last_seen
+            .map_or_else(|| "None".to_owned(), |t| t.to_string());
         format!(
-            "TopicStatus(topic={:?}, state={}, missed={}, last_seen={:?}, period={})",
-            self.topic, self.state, self.missed, self.last_seen, self.period
+            "TopicStatus(topic={:?}, state={}, missed={}, last_seen={last_seen}, period={})",
+            self.topic, self.state, self.missed, self.period
         )
     }
 }

@@ -1,0 +1,85 @@
+"""The dispatcher thread and the queue overflow policies, through Python."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import heartwire as hw
+from tests.conftest import Rig
+
+
+def test_dispatcher_delivers_batches_and_survives_a_raising_handler(rig: Rig) -> None:
+    seen: list[str] = []
+    errors: list[BaseException] = []
+
+    def handler(batch: list[hw.Event]) -> None:
+        seen.extend(e.topic for e in batch)
+        if any(e.topic == "boom" for e in batch):
+            raise RuntimeError("listener bug")
+
+    disp = hw.Dispatcher(rig.events, handler, on_error=lambda exc, batch: errors.append(exc))
+    with disp:
+        rig.det.add("boom")
+        rig.clock.advance(1.001)
+        assert disp.drain(timeout=5.0), "dispatcher did not deliver within 5 s"
+        rig.det.add("after")
+        rig.clock.advance(1.001)
+        assert disp.drain(timeout=5.0)
+    assert "after" in seen
+    assert disp.errors >= 1
+    assert [str(e) for e in errors][:1] == ["listener bug"]
+    assert disp.handled == len(seen)
+    disp.stop()  # idempotent
+
+
+def test_dispatcher_rejects_bad_arguments(rig: Rig) -> None:
+    with pytest.raises(TypeError, match="callable"):
+        hw.Dispatcher(rig.events, "not a function")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="batch_size"):
+        hw.Dispatcher(rig.events, print, batch_size=0)
+
+
+@pytest.mark.parametrize(
+    ("overflow", "kept", "counter"),
+    [("drop-newest", 4, "dropped_newest"), ("drop-oldest", 4, "dropped_oldest"),
+     ("coalesce", 4, "coalesced")],
+)
+def test_overflow_policies_count_every_loss(rig: Rig, overflow: str, kept: int, counter: str) -> None:
+    small = rig.det.subscribe(capacity=4, overflow=overflow)
+    rig.det.add_many([f"t{i}" for i in range(4)])
+    rig.clock.advance(3.001)  # 4 topics x 3 failed events = 12
+    stats = small.stats()
+    popped = []
+    while batch := small.try_pop():
+        popped.extend(batch)
+    if overflow == "coalesce":
+        assert stats[counter] > 0
+        # One event per topic survives beyond the ring, each topic's newest, in order per topic.
+        for topic in {e.topic for e in popped}:
+            counts = [e.missed for e in popped if e.topic == topic]
+            assert counts == sorted(counts) and counts[-1] == 3
+        assert stats["pushed"] == len(popped) + stats["coalesced"]
+    else:
+        assert stats[counter] == 12 - kept
+        assert len(popped) == kept
+    assert len(rig.take()) == 12, "the roomy queue lost nothing"
+
+
+def test_pop_waits_with_the_gil_released(rig: Rig) -> None:
+    got: list[hw.Event] = []
+    waiter = threading.Thread(target=lambda: got.extend(rig.events.pop(timeout=10.0)))
+    waiter.start()
+    # While the waiter blocks in Rust, this thread keeps running Python and produces the event.
+    rig.det.add("svc.a")
+    rig.clock.advance(1.001)
+    waiter.join(timeout=10.0)
+    assert not waiter.is_alive()
+    assert [e.kind for e in got] == ["failed"]
+
+
+def test_pop_times_out_empty(rig: Rig) -> None:
+    assert rig.events.pop(timeout=0.05) == []
+    rig.events.close()
+    assert rig.events.pop() == []

@@ -1,0 +1,65 @@
+"""The driver thread on the real clock: bounded waits, no sleeps-and-hope."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import heartwire as hw
+
+
+def test_driver_detects_silence_and_the_beat_path_resumes() -> None:
+    det = hw.Detector(period=0.05, tick=0.005)
+    events = det.subscribe()
+    try:
+        det.add("svc.a")
+        first = events.pop(timeout=5.0)
+        assert first, "no event within 5 s of a 50 ms period"
+        assert (first[0].kind, first[0].topic, first[0].missed) == ("failed", "svc.a", 1)
+        # Detected after the deadline, and not absurdly late (the tick is 5 ms).
+        assert first[0].at <= det.now()
+        assert det.beat("svc.a")
+        kinds: list[str] = []
+        deadline = time.monotonic() + 5.0
+        while "resumed" not in kinds and time.monotonic() < deadline:
+            kinds.extend(e.kind for e in events.pop(timeout=0.5))
+        assert "resumed" in kinds
+    finally:
+        det.stop()
+
+
+def test_a_topic_beating_on_time_from_another_thread_never_fails() -> None:
+    det = hw.Detector(period=0.2, allowed_misses=2, tick=0.005)
+    events = det.subscribe()
+    det.add("steady")
+    stop = threading.Event()
+
+    def publish() -> None:
+        while not stop.is_set():
+            det.beat("steady")
+            stop.wait(0.02)
+
+    beater = threading.Thread(target=publish)
+    beater.start()
+    try:
+        det.add("silent")  # a control topic, so the test knows the driver is running
+        got = events.pop(timeout=5.0)
+        assert got and all(e.topic == "silent" for e in got)
+        assert det.status("steady").state == "ALIVE"
+    finally:
+        stop.set()
+        beater.join()
+        det.stop()
+    assert det.counts()["STOPPED"] == 2
+    assert time.monotonic() - det.status("steady").last_seen < 60  # same frame as time.monotonic
+
+
+def test_stop_is_idempotent_and_start_restarts_the_driver() -> None:
+    det = hw.Detector(period=0.02, tick=0.002)
+    events = det.subscribe()
+    det.stop()
+    det.stop()
+    det.add("svc.a")
+    det.start()
+    assert events.pop(timeout=5.0), "restarted driver produced nothing"
+    det.stop()
