@@ -1,0 +1,245 @@
+//! The beat path: one CAS per beat, lock-free; batches by id or name.
+
+use super::*;
+
+/// The lock-free half of a batch of beats, to be passed to [`Detector::finish`].
+#[derive(Debug)]
+#[must_use = "a batch owes resumed/received events until it is finished"]
+pub struct Batch {
+    now: u64,
+    /// Beats recorded so far.
+    pub recorded: usize,
+    /// Names or ids not known (nor added).
+    pub unknown: usize,
+    /// Topics whose beat still owes an event: (id, ends an outage).
+    follow: Vec<(TopicId, bool)>,
+    /// Unknown names to add (auto-add on).
+    missing: Vec<String>,
+}
+
+impl Batch {
+    fn new(now: u64) -> Self {
+        Self {
+            now,
+            recorded: 0,
+            unknown: 0,
+            follow: Vec::new(),
+            missing: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, id: TopicId, result: Beat, want_received: bool) {
+        match result {
+            Beat::Recorded { resume } => {
+                self.recorded += 1;
+                if resume || want_received {
+                    self.follow.push((id, resume));
+                }
+            }
+            Beat::Unknown => self.unknown += 1,
+            Beat::Refused => {}
+        }
+    }
+
+    /// Whether finishing it would take the detector lock.
+    pub fn needs_finish(&self) -> bool {
+        !self.follow.is_empty() || !self.missing.is_empty()
+    }
+}
+
+impl Detector {
+    /// Record a beat lock-free: one CAS. Never blocks and never emits; see [`Beat::Recorded`].
+    #[inline]
+    pub fn record(&self, id: TopicId, now_abs: u64) -> Beat {
+        let Some(word) = self.registry.word(id) else {
+            self.counters.unknown.fetch_add(1, Ordering::Relaxed);
+            return Beat::Unknown;
+        };
+        let t = self.rel(now_abs);
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            let st = word::state(w);
+            if matches!(st, State::Stopped | State::Removed) {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                return Beat::Refused;
+            }
+            let new = word::after_beat(w, t);
+            match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.counters.beats.fetch_add(1, Ordering::Relaxed);
+                    if w & PHI != 0 && st == State::Alive && t > word::ts(w) {
+                        // Only intervals between beats of a live topic teach the model what
+                        // normal looks like (as Akka does): an outage is not a sample.
+                        if let Some(p) = self.phi.lock().get_mut(&id) {
+                            p.record_interval(t - word::ts(w));
+                        }
+                    }
+                    return Beat::Recorded {
+                        resume: st == State::Failed,
+                    };
+                }
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// Emit `resumed` for a FAILED topic that has been beaten ([`Beat::Recorded`] with
+    /// `resume: true`). Takes the detector lock; may block on a full `block`-policy queue.
+    pub fn settle(&self, id: TopicId) {
+        let mut inner = self.inner.lock();
+        let subscribers = self.subscribers.read();
+        let now = inner.now;
+        if self.take_fresh(&mut inner, &subscribers, id) {
+            // Re-arm at the deadline the beat set: a beat stamped with an old explicit time
+            // can make it earlier than the entry already on the wheel.
+            self.arm(&mut inner, id, now);
+        }
+    }
+
+    /// Count `n` beats that named no topic (e.g. null names in an Arrow batch).
+    pub fn count_unknown(&self, n: u64) {
+        self.counters.unknown.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Whether `received` events are wanted by any subscriber.
+    #[inline]
+    pub fn wants_received(&self) -> bool {
+        self.received_wanted.load(Ordering::Relaxed) > 0
+    }
+
+    /// Emit a `received` event for a beat (to the subscribers that asked for them).
+    pub fn emit_received(&self, id: TopicId, now_abs: u64, seq: u64, latency_ns: i64) {
+        let _order = self.inner.lock();
+        let subscribers = self.subscribers.read();
+        self.emit(&subscribers, Event::received(id, now_abs, seq, latency_ns));
+    }
+
+    /// A full beat: record, emit `resumed` if it ends an outage, then `received` if wanted.
+    pub fn beat(&self, id: TopicId, now: Option<u64>) -> Beat {
+        self.beat_with(id, now, 0, NO_LATENCY)
+    }
+
+    /// [`beat`](Detector::beat) with the sequence number and transit time a `received` event
+    /// carries.
+    pub fn beat_with(&self, id: TopicId, now: Option<u64>, seq: u64, latency_ns: i64) -> Beat {
+        let now = now.unwrap_or_else(|| self.clock.now_ns());
+        let result = self.record(id, now);
+        if self.needs_completion(result) {
+            self.complete(id, result, now, seq, latency_ns);
+        }
+        result
+    }
+
+    /// Whether [`complete`](Detector::complete) has work to do after [`record`](Detector::record).
+    #[inline]
+    pub fn needs_completion(&self, result: Beat) -> bool {
+        matches!(result, Beat::Recorded { resume } if resume || self.wants_received())
+    }
+
+    /// The part of a beat that may take the detector lock (and block on a full `block` queue):
+    /// emit `resumed` if the beat ended an outage, then `received` if wanted.
+    pub fn complete(&self, id: TopicId, result: Beat, now_abs: u64, seq: u64, latency_ns: i64) {
+        if let Beat::Recorded { resume } = result {
+            if resume {
+                self.settle(id);
+            }
+            if self.wants_received() {
+                self.emit_received(id, now_abs, seq, latency_ns);
+            }
+        }
+    }
+
+    /// A beat by name; an unknown name is added first when auto-add is on.
+    pub fn beat_name(&self, name: &str, now: Option<u64>) -> Beat {
+        let now = now.unwrap_or_else(|| self.clock.now_ns());
+        let id = match self.lookup(name) {
+            Some(id) => Some(id),
+            None if self.auto_add() => self.add(name, None, Some(now)).ok(),
+            None => None,
+        };
+        let Some(id) = id else {
+            self.counters.unknown.fetch_add(1, Ordering::Relaxed);
+            return Beat::Unknown;
+        };
+        self.beat_with(id, Some(now), 0, NO_LATENCY)
+    }
+
+    /// Beats for many ids at one time; returns how many were recorded.
+    pub fn beat_ids(&self, ids: &[TopicId], now: Option<u64>) -> usize {
+        let batch = self.record_ids(ids.iter().copied(), now);
+        self.finish(batch).0
+    }
+
+    /// Beats for many names at one time (one read lock for all lookups); returns
+    /// `(recorded, unknown)`. Unknown names are added first when auto-add is on.
+    pub fn beat_names<S: AsRef<str>>(
+        &self,
+        names: impl IntoIterator<Item = S>,
+        now: Option<u64>,
+    ) -> (usize, usize) {
+        let batch = self.record_names(names, now);
+        self.finish(batch)
+    }
+
+    /// The lock-free part of a batch of beats by id: never blocks, never emits.
+    pub fn record_ids(&self, ids: impl IntoIterator<Item = TopicId>, now: Option<u64>) -> Batch {
+        let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
+        let want_received = self.wants_received();
+        for id in ids {
+            batch.take(id, self.record(id, batch.now), want_received);
+        }
+        batch
+    }
+
+    /// The lock-free part of a batch of beats by name: never blocks, never emits. Unknown names
+    /// are counted, or kept for [`finish`](Detector::finish) to add when auto-add is on.
+    pub fn record_names<S: AsRef<str>>(
+        &self,
+        names: impl IntoIterator<Item = S>,
+        now: Option<u64>,
+    ) -> Batch {
+        let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
+        let want_received = self.wants_received();
+        let auto_add = self.auto_add();
+        self.registry.with_lookup(|find| {
+            for name in names {
+                let name = name.as_ref();
+                match find(name) {
+                    Some(id) => batch.take(id, self.record(id, batch.now), want_received),
+                    None if auto_add => batch.missing.push(name.to_owned()),
+                    None => batch.unknown += 1,
+                }
+            }
+        });
+        self.counters
+            .unknown
+            .fetch_add(batch.unknown as u64, Ordering::Relaxed);
+        batch
+    }
+
+    /// Finish a batch: emit what its beats owe (`resumed`, `received`) and add and beat its
+    /// unknown names when auto-add is on. May take the detector lock. Returns
+    /// `(recorded, unknown)`.
+    pub fn finish(&self, mut batch: Batch) -> (usize, usize) {
+        for &(id, resume) in &batch.follow {
+            self.complete(id, Beat::Recorded { resume }, batch.now, 0, NO_LATENCY);
+        }
+        for name in std::mem::take(&mut batch.missing) {
+            match self.add(&name, None, Some(batch.now)) {
+                Ok(id) => {
+                    let result = self.record(id, batch.now);
+                    if let Beat::Recorded { .. } = result {
+                        batch.recorded += 1;
+                        self.complete(id, result, batch.now, 0, NO_LATENCY);
+                    }
+                }
+                Err(_) => {
+                    batch.unknown += 1;
+                    self.counters.unknown.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        (batch.recorded, batch.unknown)
+    }
+}

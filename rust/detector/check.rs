@@ -1,0 +1,159 @@
+//! The driver side: pop due topics off the wheel, take in beats, count missed periods.
+
+use super::*;
+
+impl Detector {
+    /// Process every deadline up to `now` (absolute ns; default: the clock's now). Returns the
+    /// number of events produced.
+    pub fn advance_to(&self, now: Option<u64>) -> u64 {
+        let now = self.rel_now(now);
+        let mut inner = self.inner.lock();
+        inner.now = inner.now.max(now);
+        if !inner.running {
+            return 0;
+        }
+        let subscribers = self.subscribers.read();
+        let before = self.counters.failed.load(Ordering::Relaxed)
+            + self.counters.resumed.load(Ordering::Relaxed);
+        let now_tick = now / self.resolution_ns;
+        while let Some((id, _when)) = inner.wheel.pop_expired(now_tick) {
+            self.check(&mut inner, &subscribers, id, now);
+        }
+        self.counters.failed.load(Ordering::Relaxed) + self.counters.resumed.load(Ordering::Relaxed)
+            - before
+    }
+
+    /// A due topic: take in a fresh beat (re-arm from it, or resume), count missed periods up
+    /// to `now`, and put it back on the wheel at its next deadline.
+    pub(super) fn check(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId, now: u64) {
+        let word = self.word(id);
+        loop {
+            if !self.take_fresh(inner, subs, id) {
+                return; // not watched any more
+            }
+            let w = word.load(Ordering::Acquire);
+            if w & FRESH != 0 {
+                continue; // a beat landed just now: take it in before judging the deadline
+            }
+            let st = word::state(w);
+            let slot = inner.slots[id as usize];
+            let d = slot.next_deadline;
+            if d >= now {
+                self.arm(inner, id, now);
+                return;
+            }
+            // A period ended at `d` with no beat.
+            let missed = slot.missed.saturating_add(1);
+            let failing = missed >= slot.allowed;
+            if failing {
+                // Validate the word is still the one we read (a no-op CAS when already
+                // FAILED): a beat that slipped in is taken in first, on the next turn.
+                let target = word::with_state(w, State::Failed);
+                if word
+                    .compare_exchange(w, target, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    continue;
+                }
+            } else if word.load(Ordering::Acquire) != w {
+                continue;
+            }
+            let step = self.step(inner, id);
+            let slot = &mut inner.slots[id as usize];
+            slot.missed = missed;
+            slot.next_deadline = d.saturating_add(step);
+            if failing {
+                if st != State::Failed {
+                    slot.since = d;
+                }
+                let since = slot.since;
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                self.emit(
+                    subs,
+                    Event::failed(id, missed, self.abs(d), self.abs(since)),
+                );
+            }
+        }
+    }
+
+    /// Take in a FRESH beat, if any: reset the missed count, set the next deadline one first
+    /// offset after the beat, and emit `resumed` if the topic was FAILED. Returns false when
+    /// the topic is not watched.
+    pub(super) fn take_fresh(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId) -> bool {
+        let word = self.word(id);
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            let st = word::state(w);
+            if !st.is_watched() {
+                return false;
+            }
+            if w & FRESH == 0 {
+                return true;
+            }
+            let mut new = w & !FRESH;
+            if st == State::Failed {
+                new = word::with_state(new, State::Alive);
+            }
+            match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        let beat_at = word::ts(w);
+        let first = self.first_offset(inner, id);
+        let slot = &mut inner.slots[id as usize];
+        if word::state(w) == State::Failed {
+            let downtime = beat_at.saturating_sub(slot.since);
+            let ev = Event::resumed(id, slot.missed, self.abs(beat_at), downtime);
+            self.counters.resumed.fetch_add(1, Ordering::Relaxed);
+            self.emit(subs, ev);
+        }
+        slot.missed = 0;
+        slot.next_deadline = beat_at.saturating_add(first);
+        true
+    }
+
+    /// Put a watched topic on the wheel for its next deadline. Phi topics are also looked at
+    /// once per mean interval, because a new beat can pull their suspicion time earlier.
+    pub(super) fn arm(&self, inner: &mut Inner, id: TopicId, now: u64) {
+        let mut wake = inner.slots[id as usize].next_deadline;
+        if self.word(id).load(Ordering::Acquire) & PHI != 0 {
+            wake = wake.min(now.saturating_add(self.step(inner, id)));
+        }
+        let tick = self.tick_of(wake);
+        inner.wheel.schedule(id, tick);
+    }
+
+    /// Time from a beat to the first missed period: the period, or the phi suspicion time.
+    pub(super) fn first_offset(&self, inner: &Inner, id: TopicId) -> u64 {
+        let slot = &inner.slots[id as usize];
+        if self.word(id).load(Ordering::Acquire) & PHI != 0 {
+            if let Some(p) = self.phi.lock().get(&id) {
+                return p.suspicion_after_ns().max(self.resolution_ns);
+            }
+        }
+        slot.period_ns
+    }
+
+    /// Time between further missed periods: the period, or the phi mean interval.
+    pub(super) fn step(&self, inner: &Inner, id: TopicId) -> u64 {
+        let slot = &inner.slots[id as usize];
+        if self.word(id).load(Ordering::Acquire) & PHI != 0 {
+            if let Some(p) = self.phi.lock().get(&id) {
+                return (p.mean_ns() as u64).max(self.resolution_ns);
+            }
+        }
+        slot.period_ns
+    }
+
+    pub(super) fn emit(&self, subs: &[Subscriber], ev: Event) {
+        if ev.kind == EventKind::Received {
+            self.counters.received.fetch_add(1, Ordering::Relaxed);
+        }
+        for sub in subs {
+            if ev.kind != EventKind::Received || sub.received {
+                sub.queue.push(ev);
+            }
+        }
+    }
+}

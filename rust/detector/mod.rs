@@ -1,0 +1,331 @@
+//! The missed-period detector: topics, their deadlines on the timer wheel, and the events.
+//!
+//! Two paths touch a topic:
+//! - the **beat path** (any thread, no lock): one CAS on the topic's word ([`crate::word`]).
+//!   Only a beat for a FAILED topic goes on to take the detector lock, to emit `resumed` at once;
+//! - the **driver** (`advance_to`, under the detector lock): pops due topics off the wheel and,
+//!   per topic, either re-arms it from its last beat (lazy re-arm: beats never touch the wheel)
+//!   or counts a missed period and emits `failed`.
+//!
+//! A period is missed once the clock is *past* its deadline with no beat: a beat exactly at
+//! `last + period` is on time. A `failed` event's `at` is the deadline itself, whenever the
+//! driver got to it.
+//!
+//! Every event is pushed while the detector lock is held, which is what keeps each topic's events
+//! in order across the two paths.
+
+use crate::clock::{ClockSource, Driven};
+use crate::event::{Event, EventKind, NO_LATENCY};
+use crate::phi::{PhiConfig, PhiState};
+use crate::queue::{EventQueue, Overflow, QueueStats};
+use crate::registry::{NameView, RegisterError, Registry, TopicId};
+use crate::wheel::Wheel;
+use crate::word::{self, State, FRESH, HEARD, PHI};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+mod beats;
+mod check;
+mod status;
+#[cfg(test)]
+mod tests;
+mod topics;
+
+pub use beats::Batch;
+pub use status::{DetectorStats, TopicStatus};
+
+/// How a topic is watched.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TopicConfig {
+    /// The expected beat period, ns (> 0).
+    pub period_ns: u64,
+    /// Missed periods before the topic is FAILED (>= 1).
+    pub allowed_misses: u32,
+    /// Phi-accrual mode instead of the fixed period, when set.
+    pub phi: Option<PhiConfig>,
+}
+
+impl TopicConfig {
+    /// A fixed-period config.
+    pub fn fixed(period_ns: u64, allowed_misses: u32) -> Self {
+        Self {
+            period_ns,
+            allowed_misses,
+            phi: None,
+        }
+    }
+
+    /// Check every field; the error names the field and the bad value.
+    pub fn validate(&self) -> Result<(), DetectorError> {
+        if self.period_ns == 0 {
+            return Err(DetectorError::Invalid(
+                "period must be > 0, got 0 ns".to_owned(),
+            ));
+        }
+        if self.allowed_misses == 0 {
+            return Err(DetectorError::Invalid(
+                "allowed_misses must be >= 1, got 0".to_owned(),
+            ));
+        }
+        if let Some(phi) = &self.phi {
+            phi.validate().map_err(DetectorError::Invalid)?;
+        }
+        Ok(())
+    }
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        Self::fixed(1_000_000_000, 1)
+    }
+}
+
+/// Why a detector call was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DetectorError {
+    /// A bad argument; the text names it and its value.
+    Invalid(String),
+    /// The topic name could not be registered.
+    Register(RegisterError),
+    /// No topic by that name (or handle).
+    Unknown(String),
+}
+
+impl std::fmt::Display for DetectorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DetectorError::Invalid(msg) => f.write_str(msg),
+            DetectorError::Register(e) => e.fmt(f),
+            DetectorError::Unknown(what) => write!(f, "unknown topic: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for DetectorError {}
+
+impl From<RegisterError> for DetectorError {
+    fn from(e: RegisterError) -> Self {
+        DetectorError::Register(e)
+    }
+}
+
+/// What became of one beat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Beat {
+    /// Recorded. `resume` is true when the topic was FAILED: the caller must call
+    /// [`Detector::settle`] (the full [`Detector::beat`] does) to emit `resumed`.
+    Recorded { resume: bool },
+    /// No topic with that name or id.
+    Unknown,
+    /// The topic was removed, or the detector is stopped.
+    Refused,
+}
+
+/// Driver-owned state of one topic (under the detector lock). 32 bytes.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    period_ns: u64,
+    /// When the next missed period is counted.
+    next_deadline: u64,
+    /// When the current outage began.
+    since: u64,
+    missed: u32,
+    allowed: u32,
+}
+
+struct Inner {
+    wheel: Wheel,
+    slots: Vec<Slot>,
+    running: bool,
+    /// The furthest time advanced to (relative ns).
+    now: u64,
+}
+
+struct Subscriber {
+    queue: Arc<EventQueue<Event>>,
+    received: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    beats: AtomicU64,
+    unknown: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+    resumed: AtomicU64,
+    received: AtomicU64,
+}
+
+/// Watches any number of topics for missed periods. Share it through `Arc`.
+pub struct Detector {
+    clock: ClockSource,
+    /// Absolute clock reading that internal time 0 stands for.
+    epoch: u64,
+    resolution_ns: u64,
+    defaults: TopicConfig,
+    auto_add: AtomicBool,
+    registry: Registry,
+    inner: Mutex<Inner>,
+    /// Interval histories of phi-accrual topics. Taken by beats of those topics without the
+    /// detector lock, and by the driver (inner, then phi: the only lock order).
+    phi: Mutex<HashMap<TopicId, PhiState>>,
+    subscribers: RwLock<Vec<Subscriber>>,
+    /// How many subscribers want `received`; the beat path skips them all when 0.
+    received_wanted: AtomicUsize,
+    counters: Counters,
+}
+
+impl Detector {
+    /// A running detector on `clock` whose wheel counts in steps of `resolution_ns`, with
+    /// `defaults` for topics added without a config. A manual clock drives it on every advance.
+    pub fn new(
+        clock: ClockSource,
+        defaults: TopicConfig,
+        resolution_ns: u64,
+    ) -> Result<Arc<Self>, DetectorError> {
+        defaults.validate()?;
+        if resolution_ns == 0 {
+            return Err(DetectorError::Invalid(
+                "resolution must be > 0, got 0 ns".to_owned(),
+            ));
+        }
+        let epoch = clock.now_ns();
+        let manual = match &clock {
+            ClockSource::Manual(c) => Some(c.clone()),
+            ClockSource::Monotonic(_) => None,
+        };
+        let detector = Arc::new(Self {
+            clock,
+            epoch,
+            resolution_ns,
+            defaults,
+            auto_add: AtomicBool::new(false),
+            registry: Registry::new(),
+            inner: Mutex::new(Inner {
+                wheel: Wheel::new(0),
+                slots: Vec::new(),
+                running: true,
+                now: 0,
+            }),
+            phi: Mutex::new(HashMap::new()),
+            subscribers: RwLock::new(Vec::new()),
+            received_wanted: AtomicUsize::new(0),
+            counters: Counters::default(),
+        });
+        if let Some(manual) = manual {
+            let driven: Arc<dyn Driven> = detector.clone();
+            manual.attach(Arc::downgrade(&driven));
+        }
+        Ok(detector)
+    }
+
+    // ----- time --------------------------------------------------------------------------
+
+    /// The clock's reading, absolute ns.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// The clock this detector reads.
+    pub fn clock(&self) -> &ClockSource {
+        &self.clock
+    }
+
+    #[inline]
+    fn rel(&self, abs_ns: u64) -> u64 {
+        abs_ns.saturating_sub(self.epoch)
+    }
+
+    #[inline]
+    fn abs(&self, rel_ns: u64) -> u64 {
+        rel_ns.saturating_add(self.epoch)
+    }
+
+    #[inline]
+    fn rel_now(&self, now: Option<u64>) -> u64 {
+        self.rel(now.unwrap_or_else(|| self.clock.now_ns()))
+    }
+
+    /// The wheel tick at which a deadline is checked: the first tick strictly after it, since a
+    /// beat exactly at the deadline is still on time.
+    #[inline]
+    fn tick_of(&self, rel_ns: u64) -> u64 {
+        rel_ns / self.resolution_ns + 1
+    }
+
+    /// The defaults new topics get.
+    pub fn defaults(&self) -> TopicConfig {
+        self.defaults
+    }
+
+    /// Register names a beat mentions that the detector does not know yet (with the defaults)
+    /// instead of counting them as unknown.
+    pub fn set_auto_add(&self, on: bool) {
+        self.auto_add.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether unknown names are added on their first beat.
+    pub fn auto_add(&self) -> bool {
+        self.auto_add.load(Ordering::Relaxed)
+    }
+
+    /// A new event queue fed with every event from now on (`received` only if asked for).
+    pub fn subscribe(
+        &self,
+        capacity: usize,
+        overflow: Overflow,
+        received: bool,
+    ) -> Result<Arc<EventQueue<Event>>, DetectorError> {
+        if capacity == 0 {
+            return Err(DetectorError::Invalid(
+                "capacity must be >= 1, got 0".to_owned(),
+            ));
+        }
+        let queue = Arc::new(EventQueue::new(capacity, overflow));
+        // Taking the detector lock orders the subscription with respect to events in flight.
+        let _order = self.inner.lock();
+        self.subscribers.write().push(Subscriber {
+            queue: queue.clone(),
+            received,
+        });
+        if received {
+            self.received_wanted.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(queue)
+    }
+
+    /// Stop feeding `queue` and close it (a consumer waiting on it wakes up).
+    pub fn unsubscribe(&self, queue: &Arc<EventQueue<Event>>) -> bool {
+        let mut subs = self.subscribers.write();
+        let Some(at) = subs.iter().position(|s| Arc::ptr_eq(&s.queue, queue)) else {
+            return false;
+        };
+        let sub = subs.remove(at);
+        if sub.received {
+            self.received_wanted.fetch_sub(1, Ordering::Relaxed);
+        }
+        sub.queue.close();
+        true
+    }
+
+    /// Queue statistics of every subscriber, in subscription order.
+    pub fn queue_stats(&self) -> Vec<QueueStats> {
+        self.subscribers
+            .read()
+            .iter()
+            .map(|s| s.queue.stats())
+            .collect()
+    }
+}
+
+impl Driven for Detector {
+    fn run_until(&self, now_ns: u64) {
+        self.advance_to(Some(now_ns));
+    }
+}
+
+/// A weak handle for driver threads, so a dropped detector stops its driver.
+pub type WeakDetector = Weak<Detector>;

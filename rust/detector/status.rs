@@ -1,0 +1,130 @@
+//! Snapshots and counters.
+
+use super::*;
+
+/// A snapshot of one topic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopicStatus {
+    /// Its id.
+    pub id: TopicId,
+    /// Its state.
+    pub state: State,
+    /// Consecutive missed periods so far.
+    pub missed: u32,
+    /// The last beat, absolute ns; None if never heard.
+    pub last_seen_ns: Option<u64>,
+    /// The configured period, ns.
+    pub period_ns: u64,
+    /// Missed periods allowed before FAILED.
+    pub allowed_misses: u32,
+    /// When the current outage began (FAILED only).
+    pub failed_since_ns: Option<u64>,
+    /// When the next missed period would be counted (watched topics only).
+    pub next_deadline_ns: Option<u64>,
+    /// The phi value now (phi-accrual topics only).
+    pub phi: Option<f64>,
+}
+
+/// Counters since the detector was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DetectorStats {
+    /// Beats recorded.
+    pub beats: u64,
+    /// Beats for names or ids the detector does not know.
+    pub unknown: u64,
+    /// Beats for removed topics or while stopped.
+    pub refused: u64,
+    /// `failed` events produced.
+    pub failed: u64,
+    /// `resumed` events produced.
+    pub resumed: u64,
+    /// `received` events produced.
+    pub received: u64,
+    /// Topic ids handed out (removed ones included).
+    pub topics: u64,
+}
+
+impl Detector {
+    /// A snapshot of one topic.
+    pub fn status(&self, id: TopicId) -> Result<TopicStatus, DetectorError> {
+        let inner = self.inner.lock();
+        if (id as usize) >= inner.slots.len() {
+            return Err(DetectorError::Unknown(format!("id {id}")));
+        }
+        Ok(self.status_of(&inner, id))
+    }
+
+    /// Snapshots of every topic not removed, in id order.
+    pub fn statuses(&self) -> Vec<TopicStatus> {
+        let inner = self.inner.lock();
+        (0..inner.slots.len() as TopicId)
+            .filter(|&id| word::state(self.word(id).load(Ordering::Acquire)) != State::Removed)
+            .map(|id| self.status_of(&inner, id))
+            .collect()
+    }
+
+    /// How many topics are in each state, indexed by `State as usize`.
+    pub fn state_counts(&self) -> [u64; 6] {
+        let mut counts = [0u64; 6];
+        for id in 0..self.registry.len() as TopicId {
+            counts[word::state(self.word(id).load(Ordering::Acquire)) as usize] += 1;
+        }
+        counts
+    }
+
+    pub(super) fn status_of(&self, inner: &Inner, id: TopicId) -> TopicStatus {
+        let w = self.word(id).load(Ordering::Acquire);
+        let slot = &inner.slots[id as usize];
+        let state = word::state(w);
+        let heard = w & HEARD != 0;
+        let phi = if w & PHI != 0 && heard {
+            self.phi
+                .lock()
+                .get(&id)
+                .map(|p| p.phi(inner.now.saturating_sub(word::ts(w))))
+        } else {
+            None
+        };
+        // A beat the driver has not taken in yet (lazy re-arm) already counts: no missed
+        // periods, and the next deadline runs from that beat.
+        let fresh = w & FRESH != 0 && state.is_watched();
+        let (missed, next_deadline) = if fresh {
+            (0, word::ts(w).saturating_add(self.first_offset(inner, id)))
+        } else {
+            (slot.missed, slot.next_deadline)
+        };
+        TopicStatus {
+            id,
+            state,
+            missed,
+            last_seen_ns: heard.then(|| self.abs(word::ts(w))),
+            period_ns: slot.period_ns,
+            allowed_misses: slot.allowed,
+            failed_since_ns: (state == State::Failed).then(|| self.abs(slot.since)),
+            next_deadline_ns: state.is_watched().then(|| self.abs(next_deadline)),
+            phi,
+        }
+    }
+
+    /// Counters since the detector was made.
+    pub fn stats(&self) -> DetectorStats {
+        let c = &self.counters;
+        DetectorStats {
+            beats: c.beats.load(Ordering::Relaxed),
+            unknown: c.unknown.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            resumed: c.resumed.load(Ordering::Relaxed),
+            received: c.received.load(Ordering::Relaxed),
+            topics: self.registry.len() as u64,
+        }
+    }
+
+    /// Bytes of heap the detector holds for its topics (names, words, slots, wheel).
+    pub fn heap_bytes(&self) -> usize {
+        let inner = self.inner.lock();
+        self.registry.heap_bytes()
+            + inner.slots.capacity() * std::mem::size_of::<Slot>()
+            + inner.wheel.heap_bytes()
+    }
+}

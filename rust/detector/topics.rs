@@ -1,0 +1,291 @@
+//! Adding, configuring, pausing, resuming, removing topics; stopping and starting.
+
+use super::*;
+
+impl Detector {
+    /// Expect `name` from `now` on: it must be heard within its first period. Returns its id; a
+    /// name already known keeps its id and gets `config` if one is given.
+    pub fn add(
+        &self,
+        name: &str,
+        config: Option<TopicConfig>,
+        now: Option<u64>,
+    ) -> Result<TopicId, DetectorError> {
+        if let Some(c) = &config {
+            c.validate()?;
+        }
+        let now = self.rel_now(now);
+        let mut inner = self.inner.lock();
+        let initial = word::new(if inner.running {
+            State::Pending
+        } else {
+            State::Stopped
+        });
+        let (id, created) = self.registry.intern(name, initial)?;
+        if created {
+            let config = config.unwrap_or(self.defaults);
+            inner.slots.push(Slot {
+                period_ns: config.period_ns,
+                next_deadline: 0,
+                since: 0,
+                missed: 0,
+                allowed: config.allowed_misses,
+            });
+            let keys = inner.slots.len();
+            inner.wheel.reserve_keys(keys);
+            self.configure(&mut inner, id, config, now);
+        } else if let Some(config) = config.filter(|c| *c != self.config_of(&inner, id)) {
+            self.configure(&mut inner, id, config, now);
+        }
+        Ok(id)
+    }
+
+    /// Register many names with the same config at the same time; returns their ids in order.
+    pub fn add_many<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+        config: Option<TopicConfig>,
+        now: Option<u64>,
+    ) -> Result<Vec<TopicId>, DetectorError> {
+        let now = Some(self.abs(self.rel_now(now)));
+        names
+            .into_iter()
+            .map(|name| self.add(name, config, now))
+            .collect()
+    }
+
+    /// Reserve room for `additional` topics with names of about `avg_name_len` bytes.
+    pub fn reserve(&self, additional: usize, avg_name_len: usize) {
+        self.registry.reserve(additional, avg_name_len);
+        let mut inner = self.inner.lock();
+        inner.slots.reserve(additional);
+        let want = inner.slots.len() + additional;
+        inner.wheel.reserve_keys(want);
+    }
+
+    /// The id of `name`.
+    #[inline]
+    pub fn lookup(&self, name: &str) -> Option<TopicId> {
+        self.registry.lookup(name)
+    }
+
+    /// The name of `id` (also of a removed one); None for an id never handed out.
+    pub fn name(&self, id: TopicId) -> Option<String> {
+        ((id as usize) < self.registry.len()).then(|| self.registry.name(id))
+    }
+
+    /// Run `f` with a name resolver under one lock (for turning many events into names).
+    pub fn with_names<R>(&self, f: impl FnOnce(&NameView<'_>) -> R) -> R {
+        self.registry.with_names(f)
+    }
+
+    /// Ids handed out so far (removed ones included).
+    pub fn len(&self) -> usize {
+        self.registry.len()
+    }
+
+    /// Whether no topic was ever added.
+    pub fn is_empty(&self) -> bool {
+        self.registry.is_empty()
+    }
+
+    pub(super) fn config_of(&self, inner: &Inner, id: TopicId) -> TopicConfig {
+        let slot = &inner.slots[id as usize];
+        TopicConfig {
+            period_ns: slot.period_ns,
+            allowed_misses: slot.allowed,
+            phi: self.phi.lock().get(&id).map(|p| *p.config()),
+        }
+    }
+
+    /// Apply `config` to a topic; a watched topic's next deadline becomes one (new) first
+    /// offset from `now`, keeping its missed count.
+    pub(super) fn configure(&self, inner: &mut Inner, id: TopicId, config: TopicConfig, now: u64) {
+        let slot = &mut inner.slots[id as usize];
+        slot.period_ns = config.period_ns;
+        slot.allowed = config.allowed_misses;
+        let word = self.word(id);
+        {
+            let mut phi = self.phi.lock();
+            match config.phi {
+                Some(cfg) => {
+                    let keep = phi.get(&id).is_some_and(|p| *p.config() == cfg);
+                    if !keep {
+                        phi.insert(id, PhiState::new(cfg, config.period_ns));
+                    }
+                    word.fetch_or(PHI, Ordering::AcqRel);
+                }
+                None => {
+                    phi.remove(&id);
+                    word.fetch_and(!PHI, Ordering::AcqRel);
+                }
+            }
+        }
+        if word::state(word.load(Ordering::Acquire)).is_watched() {
+            let first = self.first_offset(inner, id);
+            inner.slots[id as usize].next_deadline = now.saturating_add(first);
+            self.arm(inner, id, now);
+        }
+    }
+
+    /// Change a topic's period from `now` on.
+    pub fn set_period(
+        &self,
+        id: TopicId,
+        period_ns: u64,
+        now: Option<u64>,
+    ) -> Result<(), DetectorError> {
+        let now = self.rel_now(now);
+        let mut inner = self.inner.lock();
+        self.check_id(&inner, id)?;
+        let config = TopicConfig {
+            period_ns,
+            ..self.config_of(&inner, id)
+        };
+        config.validate()?;
+        self.configure(&mut inner, id, config, now);
+        Ok(())
+    }
+
+    /// Change a topic's whole config from `now` on.
+    pub fn set_config(
+        &self,
+        id: TopicId,
+        config: TopicConfig,
+        now: Option<u64>,
+    ) -> Result<(), DetectorError> {
+        config.validate()?;
+        let now = self.rel_now(now);
+        let mut inner = self.inner.lock();
+        self.check_id(&inner, id)?;
+        self.configure(&mut inner, id, config, now);
+        Ok(())
+    }
+
+    /// A topic's config.
+    pub fn config(&self, id: TopicId) -> Result<TopicConfig, DetectorError> {
+        let inner = self.inner.lock();
+        self.check_id(&inner, id)?;
+        Ok(self.config_of(&inner, id))
+    }
+
+    pub(super) fn check_id(&self, inner: &Inner, id: TopicId) -> Result<(), DetectorError> {
+        let known = (id as usize) < inner.slots.len()
+            && word::state(self.word(id).load(Ordering::Acquire)) != State::Removed;
+        if known {
+            Ok(())
+        } else {
+            Err(DetectorError::Unknown(format!("id {id}")))
+        }
+    }
+
+    #[inline]
+    pub(super) fn word(&self, id: TopicId) -> &AtomicU64 {
+        self.registry
+            .word(id)
+            .expect("slot ids are registry ids, registered first")
+    }
+
+    /// Move a topic's word to `to` unless it is in a state `from` rejects; returns the state it
+    /// left. FRESH is cleared: whatever comes next starts from a clean slate.
+    pub(super) fn transition(
+        &self,
+        id: TopicId,
+        to: State,
+        from: impl Fn(State) -> bool,
+    ) -> Option<State> {
+        let word = self.word(id);
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            let st = word::state(w);
+            if !from(st) {
+                return None;
+            }
+            let new = word::with_state(w & !FRESH, to);
+            match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(st),
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// Stop watching a topic until [`resume`](Detector::resume); beats still update its last_seen.
+    pub fn pause(&self, id: TopicId) -> Result<bool, DetectorError> {
+        let mut inner = self.inner.lock();
+        self.check_id(&inner, id)?;
+        let paused = self
+            .transition(id, State::Paused, State::is_watched)
+            .is_some();
+        if paused {
+            inner.wheel.cancel(id);
+        }
+        Ok(paused)
+    }
+
+    /// Watch a paused topic again: it must be heard within one period from `now`.
+    pub fn resume(&self, id: TopicId, now: Option<u64>) -> Result<bool, DetectorError> {
+        let now = self.rel_now(now);
+        let mut inner = self.inner.lock();
+        self.check_id(&inner, id)?;
+        Ok(self.rearm_from(&mut inner, id, State::Paused, now))
+    }
+
+    /// Move a topic out of `from` into ALIVE (heard before) or PENDING and arm it from `now`.
+    pub(super) fn rearm_from(&self, inner: &mut Inner, id: TopicId, from: State, now: u64) -> bool {
+        let heard = self.word(id).load(Ordering::Acquire) & HEARD != 0;
+        let to = if heard { State::Alive } else { State::Pending };
+        if self.transition(id, to, |s| s == from).is_none() {
+            return false;
+        }
+        let first = self.first_offset(inner, id);
+        let slot = &mut inner.slots[id as usize];
+        slot.missed = 0;
+        slot.next_deadline = now.saturating_add(first);
+        self.arm(inner, id, now);
+        true
+    }
+
+    /// Forget a topic: no more events, its name is free for a new topic with a new id.
+    pub fn remove(&self, id: TopicId) -> Result<(), DetectorError> {
+        let mut inner = self.inner.lock();
+        self.check_id(&inner, id)?;
+        self.transition(id, State::Removed, |s| s != State::Removed);
+        inner.wheel.cancel(id);
+        self.phi.lock().remove(&id);
+        self.registry.unindex(id);
+        Ok(())
+    }
+
+    /// Stop watching every topic: all go STOPPED and beats are refused until [`start`].
+    ///
+    /// [`start`]: Detector::start
+    pub fn stop(&self) {
+        let mut inner = self.inner.lock();
+        inner.running = false;
+        for id in 0..inner.slots.len() as TopicId {
+            if self
+                .transition(id, State::Stopped, |s| s.is_watched() || s == State::Paused)
+                .is_some()
+            {
+                inner.wheel.cancel(id);
+            }
+        }
+    }
+
+    /// Watch every stopped topic again from `now`, as if just expected (heard ones count as
+    /// ALIVE, never-heard ones as PENDING).
+    pub fn start(&self, now: Option<u64>) {
+        let now = self.rel_now(now);
+        let mut inner = self.inner.lock();
+        inner.running = true;
+        inner.now = inner.now.max(now);
+        for id in 0..inner.slots.len() as TopicId {
+            self.rearm_from(&mut inner, id, State::Stopped, now);
+        }
+    }
+
+    /// Whether the detector is started.
+    pub fn is_running(&self) -> bool {
+        self.inner.lock().running
+    }
+}
