@@ -33,8 +33,17 @@ def three(rig: Rig) -> Rig:
         lambda names: pa.array(names, pa.string_view()),
         lambda names: pa.chunked_array([names[:1], names[1:]]),
     ],
-    ids=["list", "tuple", "generator", "numpy-U", "numpy-object", "arrow", "arrow-large",
-         "arrow-view", "arrow-chunked"],
+    ids=[
+        "list",
+        "tuple",
+        "generator",
+        "numpy-U",
+        "numpy-object",
+        "arrow",
+        "arrow-large",
+        "arrow-view",
+        "arrow-chunked",
+    ],
 )
 def test_beat_many_accepts_every_name_container(three: Rig, make) -> None:
     three.clock.advance(0.5)

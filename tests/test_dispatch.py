@@ -43,10 +43,15 @@ def test_dispatcher_rejects_bad_arguments(rig: Rig) -> None:
 
 @pytest.mark.parametrize(
     ("overflow", "kept", "counter"),
-    [("drop-newest", 4, "dropped_newest"), ("drop-oldest", 4, "dropped_oldest"),
-     ("coalesce", 4, "coalesced")],
+    [
+        ("drop-newest", 4, "dropped_newest"),
+        ("drop-oldest", 4, "dropped_oldest"),
+        ("coalesce", 4, "coalesced"),
+    ],
 )
-def test_overflow_policies_count_every_loss(rig: Rig, overflow: str, kept: int, counter: str) -> None:
+def test_overflow_policies_count_every_loss(
+    rig: Rig, overflow: str, kept: int, counter: str
+) -> None:
     small = rig.det.subscribe(capacity=4, overflow=overflow)
     rig.det.add_many([f"t{i}" for i in range(4)])
     rig.clock.advance(3.001)  # 4 topics x 3 failed events = 12

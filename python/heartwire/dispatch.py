@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Optional
+from typing import Callable
 
 from heartwire._core import Event, EventQueue
 
@@ -32,7 +32,7 @@ class Dispatcher:
         queue: EventQueue,
         handler: Handler,
         *,
-        on_error: Optional[ErrorHandler] = None,
+        on_error: ErrorHandler | None = None,
         batch_size: int = 1024,
         name: str = "heartwire-dispatch",
     ) -> None:

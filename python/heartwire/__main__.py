@@ -1,0 +1,5 @@
+import sys
+
+from heartwire.cli import main
+
+sys.exit(main())
