@@ -88,3 +88,17 @@ def test_pop_times_out_empty(rig: Rig) -> None:
     assert rig.events.pop(timeout=0.05) == []
     rig.events.close()
     assert rig.events.pop() == []
+
+
+def test_stop_ends_the_thread_even_while_events_keep_coming() -> None:
+    det = hw.Detector(period=0.005, tick=0.001)
+    queue = det.subscribe()
+    det.add_many([f"t{i}" for i in range(50)])  # ~10k failed events a second
+    got: list[int] = []
+    dispatcher = hw.Dispatcher(queue, lambda batch: got.append(len(batch))).start()
+    try:
+        assert queue.pop(timeout=5.0) or got, "no events within 5 s"
+        dispatcher.stop(timeout=5.0)
+        assert not dispatcher.alive, "stop() did not end the thread within 5 s"
+    finally:
+        det.stop()

@@ -1,34 +1,48 @@
 """Type stubs for the native core, ``heartwire._core``."""
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, final
+
+__all__ = [
+    "MAX_NAME_LEN",
+    "MAX_TOPICS",
+    "Detector",
+    "Event",
+    "EventQueue",
+    "ManualClock",
+    "Phi",
+    "TopicStatus",
+    "__version__",
+]
 
 __version__: str
 MAX_TOPICS: int
 MAX_NAME_LEN: int
 
-Topic = str | int
-Overflow = Literal["block", "drop-oldest", "drop-newest", "coalesce"]
+_Topic = str | int
+_Overflow = Literal["block", "drop-oldest", "drop-newest", "coalesce"]
 
+@final
 class ManualClock:
     """A clock that moves only when told to; ``advance`` runs every attached detector."""
 
-    def __init__(self, start: float = 0.0) -> None: ...
+    def __new__(cls, start: float = 0.0) -> ManualClock: ...
     def now(self) -> float: ...
     def now_ns(self) -> int: ...
     def advance(self, seconds: float) -> float: ...
     def set(self, seconds: float) -> float: ...
 
+@final
 class Phi:
     """Phi-accrual settings (Akka's defaults); times in seconds."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         threshold: float = 8.0,
         max_samples: int = 1000,
         min_std_dev: float = 0.1,
         acceptable_pause: float = 3.0,
-    ) -> None: ...
+    ) -> Phi: ...
     @property
     def threshold(self) -> float: ...
     @property
@@ -38,6 +52,7 @@ class Phi:
     @property
     def acceptable_pause(self) -> float: ...
 
+@final
 class Event:
     """One detector event; times are seconds on the detector's clock."""
 
@@ -60,6 +75,7 @@ class Event:
     @property
     def latency(self) -> float | None: ...
 
+@final
 class TopicStatus:
     """A snapshot of one topic."""
 
@@ -84,6 +100,7 @@ class TopicStatus:
     @property
     def phi(self) -> float | None: ...
 
+@final
 class EventQueue:
     """A bounded queue of events for one consumer; ``pop`` waits with the GIL released."""
 
@@ -93,15 +110,16 @@ class EventQueue:
     @property
     def closed(self) -> bool: ...
     @property
-    def overflow(self) -> Overflow: ...
+    def overflow(self) -> _Overflow: ...
     def stats(self) -> dict[str, int]: ...
     def __len__(self) -> int: ...
 
+@final
 class Detector:
     """Watches topics for missed periods (see the module docs for the event semantics)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         period: float = 1.0,
         allowed_misses: int = 1,
@@ -109,7 +127,7 @@ class Detector:
         resolution: float = 0.001,
         tick: float = 0.01,
         auto_add: bool = False,
-    ) -> None: ...
+    ) -> Detector: ...
     def add(
         self,
         name: str,
@@ -131,14 +149,14 @@ class Detector:
     def handle(self, name: str) -> int | None: ...
     def name(self, handle: int) -> str: ...
     def __len__(self) -> int: ...
-    def __contains__(self, name: str) -> bool: ...
-    def remove(self, topic: Topic) -> None: ...
-    def pause(self, topic: Topic) -> bool: ...
-    def resume(self, topic: Topic, *, now: float | None = None) -> bool: ...
-    def set_period(self, topic: Topic, period: float, *, now: float | None = None) -> None: ...
+    def __contains__(self, name: str, /) -> bool: ...
+    def remove(self, topic: _Topic) -> None: ...
+    def pause(self, topic: _Topic) -> bool: ...
+    def resume(self, topic: _Topic, *, now: float | None = None) -> bool: ...
+    def set_period(self, topic: _Topic, period: float, *, now: float | None = None) -> None: ...
     def configure(
         self,
-        topic: Topic,
+        topic: _Topic,
         *,
         period: float | None = None,
         allowed_misses: int | None = None,
@@ -147,7 +165,7 @@ class Detector:
     ) -> None: ...
     def beat(
         self,
-        topic: Topic,
+        topic: _Topic,
         *,
         now: float | None = None,
         seq: int | None = None,
@@ -162,12 +180,12 @@ class Detector:
     def running(self) -> bool: ...
     auto_add: bool
     def now(self) -> float: ...
-    def status(self, topic: Topic) -> TopicStatus: ...
+    def status(self, topic: _Topic) -> TopicStatus: ...
     def statuses(self) -> list[TopicStatus]: ...
     def counts(self) -> dict[str, int]: ...
     def stats(self) -> dict[str, int]: ...
     def heap_bytes(self) -> int: ...
     def subscribe(
-        self, capacity: int = 65536, overflow: Overflow = "block", received: bool = False
+        self, capacity: int = 65536, overflow: _Overflow = "block", received: bool = False
     ) -> EventQueue: ...
     def unsubscribe(self, queue: EventQueue) -> bool: ...

@@ -72,7 +72,9 @@ class Fleet:
             self.beats += self.det.beat_handles(live)
 
 
-def run_demo(topics: int = 300, period: float = 0.2, duration: float = 10.0, seed: int = 7) -> DemoReport:
+def run_demo(
+    topics: int = 300, period: float = 0.2, duration: float = 10.0, seed: int = 7
+) -> DemoReport:
     """Run the demo, printing a live view; returns the report."""
     det = Detector(period=period, allowed_misses=2, tick=0.005)
     recent: collections.deque[str] = collections.deque(maxlen=6)
@@ -92,7 +94,9 @@ def run_demo(topics: int = 300, period: float = 0.2, duration: float = 10.0, see
                 recent.appendleft(f"FAILED  {ev.topic} missed={ev.missed}")
             elif ev.kind == "resumed":
                 failed_topics.discard(ev.topic)
-                recent.appendleft(f"resumed {ev.topic} after {ev.downtime:.2f} s, missed={ev.missed}")
+                recent.appendleft(
+                    f"resumed {ev.topic} after {ev.downtime:.2f} s, missed={ev.missed}"
+                )
 
     fleet = Fleet(det, topics, period, seed)
     dispatcher = Dispatcher(det.subscribe(), on_events).start()

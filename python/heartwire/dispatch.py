@@ -61,25 +61,41 @@ class Dispatcher:
         return self._handled
 
     @property
+    def alive(self) -> bool:
+        """Whether the delivery thread is running."""
+        return self._thread.is_alive()
+
+    @property
     def errors(self) -> int:
         """Batches whose handler raised."""
         return self._errors
 
     def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             batch = self._queue.pop(self._batch_size, timeout=0.1)
+            if batch:
+                self._deliver(batch)
+            elif self._queue.closed:
+                return
+        # Stopping: deliver what was queued when stop() was called, then end, even if the
+        # producers keep going.
+        stats = self._queue.stats()
+        target = stats["popped"] + stats["len"]
+        while self._queue.stats()["popped"] < target:
+            batch = self._queue.try_pop(self._batch_size)
             if not batch:
-                if self._stopping.is_set() or self._queue.closed:
-                    return
-                continue
-            try:
-                self._handler(batch)
-            except Exception as exc:
-                self._errors += 1
-                self._report(exc, batch)
-            with self._progress:
-                self._handled += len(batch)
-                self._progress.notify_all()
+                return
+            self._deliver(batch)
+
+    def _deliver(self, batch: list[Event]) -> None:
+        try:
+            self._handler(batch)
+        except Exception as exc:
+            self._errors += 1
+            self._report(exc, batch)
+        with self._progress:
+            self._handled += len(batch)
+            self._progress.notify_all()
 
     def _report(self, exc: Exception, batch: list[Event]) -> None:
         if self._on_error is None:
