@@ -43,10 +43,14 @@ impl Driver {
         self.shared.ticks.load(Ordering::Relaxed)
     }
 
-    /// Stop the thread and wait for it.
-    pub fn stop(&mut self) {
+    fn signal_stop(&self) {
         *self.shared.stop.lock() = true;
         self.shared.wake.notify_all();
+    }
+
+    /// Stop the thread and wait for it.
+    pub fn stop(&mut self) {
+        self.signal_stop();
         if let Some(handle) = self.handle.take() {
             // A panic in the driver was already reported by the panic hook; nothing to add.
             let _ = handle.join();
@@ -55,8 +59,11 @@ impl Driver {
 }
 
 impl Drop for Driver {
+    /// Tells the thread to end without waiting for it: a drop can happen where waiting is unsafe
+    /// (Python's garbage collector, holding the GIL, while the driver waits on a full `block`
+    /// queue whose consumer needs the GIL). The thread ends at its next wake-up.
     fn drop(&mut self) {
-        self.stop();
+        self.signal_stop();
     }
 }
 
@@ -123,5 +130,14 @@ mod tests {
         drop(det);
         let handle = driver.handle.take().unwrap();
         handle.join().unwrap(); // returns because the weak upgrade fails
+    }
+
+    #[test]
+    fn dropping_the_driver_ends_its_thread_without_waiting() {
+        let det = Detector::new(ClockSource::default(), TopicConfig::default(), 1_000_000).unwrap();
+        let mut driver = Driver::spawn(&det, Duration::from_secs(3600)).unwrap();
+        let handle = driver.handle.take().unwrap();
+        drop(driver); // signals; the thread wakes from its hour-long wait and ends
+        handle.join().unwrap();
     }
 }

@@ -487,7 +487,9 @@ impl PyDetector {
         let driver = self.driver.lock().take();
         py.detach(move || {
             det.stop();
-            drop(driver); // joins the thread
+            if let Some(mut driver) = driver {
+                driver.stop(); // joins the thread
+            }
         });
     }
 
@@ -569,10 +571,11 @@ impl PyDetector {
     }
 
     /// A new event queue receiving every event from now on. ``overflow`` is what happens when
-    /// it is full: ``"block"`` (the producer waits), ``"drop-oldest"``, ``"drop-newest"`` or
-    /// ``"coalesce"`` (keep the newest event per topic); every loss is counted.
-    /// ``received=True`` adds one event per beat.
-    #[pyo3(signature = (capacity = 65536, overflow = "block", received = false))]
+    /// it is full: ``"coalesce"`` (the default: keep the newest event of each topic),
+    /// ``"drop-oldest"``, ``"drop-newest"``, or ``"block"`` (the detector waits for the
+    /// consumer, so a consumer that stalls stalls detection: use it only with a consumer that
+    /// always keeps up). Every loss is counted. ``received=True`` adds one event per beat.
+    #[pyo3(signature = (capacity = 65536, overflow = "coalesce", received = false))]
     fn subscribe(
         &self,
         py: Python<'_>,
