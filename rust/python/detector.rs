@@ -136,6 +136,27 @@ impl PyDetector {
         Ok(config)
     }
 
+    /// The config for settings given to `add`: None when none were given (a known topic then
+    /// keeps its own), else the defaults with the given ones applied.
+    fn given_config(
+        &self,
+        period: Option<f64>,
+        allowed_misses: Option<u32>,
+        phi: Option<PyPhi>,
+    ) -> PyResult<Option<TopicConfig>> {
+        if period.is_none() && allowed_misses.is_none() && phi.is_none() {
+            return Ok(None);
+        }
+        let phi = phi.map(Some);
+        self.config(self.det.defaults(), period, allowed_misses, phi)
+            .map(Some)
+    }
+
+    /// A `now=` argument in ns, or the clock's reading.
+    fn now_or_clock(&self, now: Option<f64>) -> PyResult<u64> {
+        Ok(opt_time("now", now)?.unwrap_or_else(|| self.det.now_ns()))
+    }
+
     fn start_driver(&self) -> PyResult<()> {
         if self.det.clock().is_manual() {
             return Ok(());
@@ -211,10 +232,7 @@ impl PyDetector {
         now: Option<f64>,
     ) -> PyResult<TopicId> {
         let now = opt_time("now", now)?;
-        let given = period.is_some() || allowed_misses.is_some() || phi.is_some();
-        let config = given
-            .then(|| self.config(self.det.defaults(), period, allowed_misses, phi.map(Some)))
-            .transpose()?;
+        let config = self.given_config(period, allowed_misses, phi)?;
         let det = self.det.clone();
         let name = name.to_owned();
         py.detach(move || det.add(&name, config, now))
@@ -233,10 +251,7 @@ impl PyDetector {
         now: Option<f64>,
     ) -> PyResult<Vec<TopicId>> {
         let now = opt_time("now", now)?;
-        let given = period.is_some() || allowed_misses.is_some() || phi.is_some();
-        let config = given
-            .then(|| self.config(self.det.defaults(), period, allowed_misses, phi.map(Some)))
-            .transpose()?;
+        let config = self.given_config(period, allowed_misses, phi)?;
         let det = self.det.clone();
         match batch::names(names)? {
             Names::Arrow(chunks) => py
@@ -372,7 +387,7 @@ impl PyDetector {
         seq: Option<u64>,
         latency: Option<f64>,
     ) -> PyResult<bool> {
-        let now = opt_time("now", now)?.unwrap_or_else(|| self.det.now_ns());
+        let now = self.now_or_clock(now)?;
         let id = if let Ok(name) = topic.cast::<PyString>() {
             let name = name.to_cow()?;
             match self.det.lookup(&name) {
@@ -424,7 +439,7 @@ impl PyDetector {
         names: &Bound<'_, PyAny>,
         now: Option<f64>,
     ) -> PyResult<usize> {
-        let now = Some(opt_time("now", now)?.unwrap_or_else(|| self.det.now_ns()));
+        let now = Some(self.now_or_clock(now)?);
         let det = self.det.clone();
         match batch::names(names)? {
             Names::Arrow(chunks) => Ok(py.detach(move || {
@@ -453,7 +468,7 @@ impl PyDetector {
         handles: &Bound<'_, PyAny>,
         now: Option<f64>,
     ) -> PyResult<usize> {
-        let now = Some(opt_time("now", now)?.unwrap_or_else(|| self.det.now_ns()));
+        let now = Some(self.now_or_clock(now)?);
         let ids = batch::handles(handles)?;
         let det = self.det.clone();
         Ok(py.detach(move || {
