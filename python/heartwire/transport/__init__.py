@@ -1,0 +1,126 @@
+"""Transports: how beats travel between publishers and monitors.
+
+Every transport offers the same small interface (:class:`Transport`): ``publish`` bytes to a topic,
+``subscribe`` a handler to a pattern (topic names and wildcards as in
+:mod:`heartwire.transport.patterns`), ``close``. :func:`connect` picks one from a URL:
+
+- ``None`` or ``"memory://"``: a new embedded in-process broker (:class:`MemoryBroker`);
+- ``"memory://<name>"``: the embedded broker of that name in this process, created on first use
+  (as ActiveMQ's ``vm://`` URLs), so separate parts of one program can meet on it;
+- ``"stomp://host:port"`` and ``"failover:(...)"``: STOMP brokers (not available yet).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Protocol, runtime_checkable
+
+__all__ = [
+    "Message",
+    "MessageHandler",
+    "Subscription",
+    "Transport",
+    "TransportClosed",
+    "connect",
+]
+
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message as a subscriber receives it.
+
+    ``destination`` is the topic it was published to, in the API's syntax (``"svc.a"``), whatever
+    the broker calls it; ``headers`` is read-only.
+    """
+
+    destination: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS, hash=False)
+
+
+MessageHandler = Callable[[Message], None]
+
+
+class TransportClosed(RuntimeError):
+    """Raised when a closed transport is asked to publish or subscribe."""
+
+
+@runtime_checkable
+class Subscription(Protocol):
+    """A handler subscribed to a pattern; ``cancel()`` (idempotent) stops deliveries to it."""
+
+    def cancel(self) -> None: ...
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """What publishers and monitors need from a broker connection."""
+
+    url: str
+
+    def publish(self, topic: str, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+        """Send ``body`` to ``topic`` (a topic name, no wildcards)."""
+        ...
+
+    def subscribe(self, pattern: str, handler: MessageHandler) -> Subscription:
+        """Call ``handler(message)`` for every message published to a topic matching ``pattern``."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection; idempotent. Publishing afterwards raises TransportClosed."""
+        ...
+
+
+_named_lock = threading.Lock()
+_named: dict[str, Any] = {}
+
+
+def _named_broker(name: str, options: dict[str, Any]) -> Transport:
+    from heartwire.transport.memory import MemoryBroker
+
+    with _named_lock:
+        broker = _named.get(name)
+        if broker is None or broker.closed:
+            broker = MemoryBroker(name=name, **options)
+            _named[name] = broker
+        elif options:
+            raise ValueError(
+                f"url 'memory://{name}' names a broker that already exists; "
+                f"options {sorted(options)} apply only when it is created"
+            )
+        return broker
+
+
+def connect(url: str | None = None, **options: Any) -> Transport:
+    """Open a transport for ``url`` (see the module docs for the URL forms).
+
+    Raises :class:`ValueError` naming the url when its scheme is unknown, and
+    :class:`NotImplementedError` for STOMP URLs until the STOMP transport lands (issue 4).
+    """
+    if url is None or url == "memory://":
+        from heartwire.transport.memory import MemoryBroker
+
+        return MemoryBroker(**options)
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str or None, got {type(url).__name__} {url!r}")
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme == "memory":
+        if "/" in rest or "?" in rest:
+            raise ValueError(
+                f"url {url!r}: an embedded broker URL is 'memory://' or 'memory://<name>'"
+            )
+        return _named_broker(rest, options)
+    if (sep and scheme in ("stomp", "stomp+ssl")) or url.startswith("failover:"):
+        raise NotImplementedError(
+            f"url {url!r}: the STOMP transport arrives with issue 4; until then use "
+            "connect() or 'memory://' for the embedded broker"
+        )
+    raise ValueError(
+        f"url {url!r} has an unknown scheme; expected 'memory://', 'memory://<name>', "
+        "'stomp://host:port' or 'failover:(...)'"
+    )
