@@ -1,0 +1,205 @@
+"""Stock dependency checks, against real local things."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import pickle
+import socket
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from heartwire import checks
+from heartwire.checks import CheckFailed
+
+
+def _failure(check: checks.Check) -> str:
+    with pytest.raises(CheckFailed) as info:
+        check()
+    return info.value.reason
+
+
+# -- tcp ------------------------------------------------------------------------------------
+
+
+def test_tcp_listening_socket_is_healthy_closed_port_is_not() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        check = checks.tcp("127.0.0.1", port, timeout=2.0)
+        assert check() is True
+        assert check() is True
+    # The port is closed now: connection refused.
+    reason = _failure(check)
+    assert reason.startswith(f"tcp 127.0.0.1:{port}: ")
+    assert "refused" in reason.lower()
+    assert repr(check) == f"tcp('127.0.0.1', {port}, timeout=2)"
+
+
+def test_tcp_unresolvable_host_fails_with_a_reason() -> None:
+    reason = _failure(checks.tcp("no-such-host.invalid", 80, timeout=1.0))
+    assert reason.startswith("tcp no-such-host.invalid:80: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        (("", 80), ValueError, "host must be a non-empty str"),
+        (("h", 0), ValueError, "port must be an int in 1..65535, got 0"),
+        (("h", 70000), ValueError, "got 70000"),
+        (("h", True), ValueError, "got True"),
+        (("h", 80, 0), ValueError, "timeout must be a positive finite number of seconds, got 0"),
+        (("h", 80, float("nan")), ValueError, "got nan"),
+        (("h", 80, "1"), TypeError, "timeout must be a number of seconds, got str"),
+    ],
+)
+def test_tcp_arguments_are_checked(args: tuple[object, ...], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        checks.tcp(*args)  # type: ignore[arg-type]
+
+
+# -- path -----------------------------------------------------------------------------------
+
+
+def test_path_exists_or_not(tmp_path: Path) -> None:
+    target = tmp_path / "ready"
+    check = checks.path(target)
+    assert _failure(check) == f"path {str(target)!r} does not exist"
+    target.write_text("ok")
+    assert check() is True
+    assert checks.path(str(tmp_path))() is True
+    assert repr(check) == f"path({str(target)!r})"
+    with pytest.raises(ValueError, match="p must be a non-empty path"):
+        checks.path("")
+
+
+# -- sql ------------------------------------------------------------------------------------
+
+
+def test_sql_select_1_through_sqlite(tmp_path: Path) -> None:
+    check = checks.sql(functools.partial(sqlite3.connect, str(tmp_path / "db.sqlite")))
+    assert check() is True
+    assert "SELECT 1" in repr(check)
+
+
+def test_sql_failures_give_reasons(tmp_path: Path) -> None:
+    factory = functools.partial(sqlite3.connect, str(tmp_path / "db.sqlite"))
+    reason = _failure(checks.sql(factory, "SELECT * FROM missing_table"))
+    assert reason.startswith("sql 'SELECT * FROM missing_table': OperationalError")
+    assert "missing_table" in reason
+    missing_dir = tmp_path / "no" / "such" / "dir" / "db.sqlite"
+    reason = _failure(checks.sql(functools.partial(sqlite3.connect, str(missing_dir))))
+    assert reason.startswith("sql connect: OperationalError")
+
+    def refuse() -> sqlite3.Connection:
+        raise ConnectionRefusedError("server down")
+
+    assert _failure(checks.sql(refuse)) == "sql connect: ConnectionRefusedError: server down"
+
+
+def test_sql_closes_its_connection_every_time() -> None:
+    closed: list[bool] = []
+
+    class Conn:
+        def __init__(self) -> None:
+            self.inner = sqlite3.connect(":memory:")
+
+        def cursor(self) -> sqlite3.Cursor:
+            return self.inner.cursor()
+
+        def close(self) -> None:
+            closed.append(True)
+            self.inner.close()
+
+    assert checks.sql(Conn)() is True
+    _failure(checks.sql(Conn, "SELEC 1"))
+    assert closed == [True, True]
+
+
+def test_sql_arguments_are_checked() -> None:
+    with pytest.raises(TypeError, match="connect_factory must be callable, got str"):
+        checks.sql("sqlite:///x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="query must be a non-empty str"):
+        checks.sql(sqlite3.connect, " ")
+
+
+# -- http -----------------------------------------------------------------------------------
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        status = int(self.path.strip("/") or 200)
+        self.send_response(status)
+        if 300 <= status < 400:
+            self.send_header("Location", "/500")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)
+
+
+def test_http_status_in_expected_range(server: str) -> None:
+    assert checks.http(server + "/200")() is True
+    assert checks.http(server + "/204")() is True
+    # Redirects are not followed: the 302 itself is healthy by default.
+    assert checks.http(server + "/302")() is True
+    assert _failure(checks.http(server + "/503")) == (
+        f"http GET {server}/503: status 503, expected 200..399"
+    )
+    assert _failure(checks.http(server + "/404")).endswith("status 404, expected 200..399")
+
+
+def test_http_expect_a_status_or_a_set(server: str) -> None:
+    assert checks.http(server + "/418", expect=418)() is True
+    assert checks.http(server + "/503", expect={200, 503})() is True
+    assert _failure(checks.http(server + "/200", expect=204)).endswith("expected 204")
+
+
+def test_http_unreachable_server_fails_with_a_reason() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reason = _failure(checks.http(f"http://127.0.0.1:{port}/", timeout=1.0))
+    assert reason.startswith(f"http GET http://127.0.0.1:{port}/: ")
+    assert "refused" in reason.lower()
+
+
+def test_http_times_out_on_a_silent_server() -> None:
+    with socket.socket() as listener:  # accepts (backlog) but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        reason = _failure(checks.http(f"http://127.0.0.1:{port}/", timeout=0.2))
+    assert reason == f"http GET http://127.0.0.1:{port}/: timed out"
+
+
+def test_http_arguments_and_repr() -> None:
+    check = checks.http("http://svc:8080/health", timeout=1.5)
+    assert repr(check) == "http('http://svc:8080/health', expect=200..399, timeout=1.5)"
+    with pytest.raises(ValueError, match="url must be an http:// or https:// URL, got 'svc'"):
+        checks.http("svc")
+    with pytest.raises(TypeError, match="expect must be a status"):
+        checks.http("http://svc", expect=True)
+
+
+def test_check_failed_carries_the_reason_and_pickles() -> None:
+    err = CheckFailed("tcp db:5432: timed out")
+    assert str(err) == err.reason == "tcp db:5432: timed out"
+    assert pickle.loads(pickle.dumps(err)).reason == err.reason
