@@ -1,10 +1,10 @@
-//! The driver thread: advances a detector on the real clock every tick. It never touches
-//! Python, so a listener holding the GIL cannot delay detection.
+//! The driver thread: runs a detector or scheduler on the real clock every tick. It never
+//! touches Python, so a listener holding the GIL cannot delay detection.
 
-use crate::detector::{Detector, WeakDetector};
+use crate::clock::{ClockSource, Driven};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -22,16 +22,20 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Start a thread that calls `advance_to(now)` on `detector` every `tick` until stopped or
-    /// until the detector is dropped. Ticks missed because the machine was busy are skipped,
-    /// not replayed: one advance catches up on everything due.
-    pub fn spawn(detector: &Arc<Detector>, tick: Duration) -> std::io::Result<Self> {
+    /// Start a thread that runs `target` up to `clock`'s reading every `tick` until stopped or
+    /// until the target is dropped (the thread holds it weakly). Ticks missed because the
+    /// machine was busy are skipped, not replayed: one run catches up on everything due.
+    pub fn spawn<T: Driven + 'static>(
+        target: &Arc<T>,
+        clock: ClockSource,
+        tick: Duration,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
-        let weak: WeakDetector = Arc::downgrade(detector);
+        let weak: Weak<dyn Driven> = Arc::downgrade(target) as Weak<dyn Driven>;
         let thread_shared = shared.clone();
         let handle = std::thread::Builder::new()
             .name("heartwire-driver".to_owned())
-            .spawn(move || run(weak, thread_shared, tick))?;
+            .spawn(move || run(weak, clock, thread_shared, tick))?;
         Ok(Self {
             shared,
             handle: Some(handle),
@@ -67,7 +71,7 @@ impl Drop for Driver {
     }
 }
 
-fn run(detector: WeakDetector, shared: Arc<Shared>, tick: Duration) {
+fn run(target: Weak<dyn Driven>, clock: ClockSource, shared: Arc<Shared>, tick: Duration) {
     let mut next = Instant::now() + tick;
     loop {
         {
@@ -81,11 +85,11 @@ fn run(detector: WeakDetector, shared: Arc<Shared>, tick: Duration) {
                 return;
             }
         }
-        let Some(detector) = detector.upgrade() else {
+        let Some(target) = target.upgrade() else {
             return;
         };
-        detector.advance_to(None);
-        drop(detector);
+        target.run_until(clock.now_ns());
+        drop(target);
         shared.ticks.fetch_add(1, Ordering::Relaxed);
         next += tick;
         let now = Instant::now();
@@ -98,8 +102,7 @@ fn run(detector: WeakDetector, shared: Arc<Shared>, tick: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ClockSource;
-    use crate::detector::TopicConfig;
+    use crate::detector::{Detector, TopicConfig};
     use crate::queue::Overflow;
 
     #[test]
@@ -112,7 +115,8 @@ mod tests {
         .unwrap();
         let events = det.subscribe(64, Overflow::Block, false).unwrap();
         det.add("quiet", None, None).unwrap();
-        let mut driver = Driver::spawn(&det, Duration::from_millis(2)).unwrap();
+        let mut driver =
+            Driver::spawn(&det, det.clock().clone(), Duration::from_millis(2)).unwrap();
         let mut got = Vec::new();
         // Bounded wait: the first failure is due after 20 ms.
         events.pop_batch(&mut got, 16, Some(Duration::from_secs(5)));
@@ -126,7 +130,8 @@ mod tests {
     #[test]
     fn driver_ends_when_the_detector_is_dropped() {
         let det = Detector::new(ClockSource::default(), TopicConfig::default(), 1_000_000).unwrap();
-        let mut driver = Driver::spawn(&det, Duration::from_millis(1)).unwrap();
+        let mut driver =
+            Driver::spawn(&det, ClockSource::default(), Duration::from_millis(1)).unwrap();
         drop(det);
         let handle = driver.handle.take().unwrap();
         handle.join().unwrap(); // returns because the weak upgrade fails
@@ -135,7 +140,8 @@ mod tests {
     #[test]
     fn dropping_the_driver_ends_its_thread_without_waiting() {
         let det = Detector::new(ClockSource::default(), TopicConfig::default(), 1_000_000).unwrap();
-        let mut driver = Driver::spawn(&det, Duration::from_secs(3600)).unwrap();
+        let mut driver =
+            Driver::spawn(&det, ClockSource::default(), Duration::from_secs(3600)).unwrap();
         let handle = driver.handle.take().unwrap();
         drop(driver); // signals; the thread wakes from its hour-long wait and ends
         handle.join().unwrap();

@@ -1,5 +1,5 @@
-//! heartwire's native core: a hierarchical timer wheel, a missed-period detector on top of it,
-//! and bounded event queues that hand its events to Python.
+//! heartwire's native core: a hierarchical timer wheel, a missed-period detector and a publisher
+//! scheduler on top of it, and bounded event queues that hand the detector's events to Python.
 //!
 //! The pure-Rust API ([`detector::Detector`] and friends) builds and tests without Python; the
 //! `python` feature adds the `heartwire._core` extension module.
@@ -12,6 +12,7 @@ pub mod event;
 pub mod phi;
 pub mod queue;
 pub mod registry;
+pub mod scheduler;
 pub mod wheel;
 pub mod word;
 
@@ -23,4 +24,5 @@ pub use detector::{Beat, Detector, DetectorError, DetectorStats, TopicConfig, To
 pub use event::{Event, EventKind};
 pub use queue::{EventQueue, Overflow, QueueStats};
 pub use registry::TopicId;
+pub use scheduler::Scheduler;
 pub use word::State;

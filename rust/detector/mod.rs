@@ -24,7 +24,7 @@ use crate::word::{self, State, FRESH, HEARD, PHI};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 mod beats;
 mod check;
@@ -326,6 +326,3 @@ impl Driven for Detector {
         self.advance_to(Some(now_ns));
     }
 }
-
-/// A weak handle for driver threads, so a dropped detector stops its driver.
-pub type WeakDetector = Weak<Detector>;

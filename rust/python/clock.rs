@@ -1,10 +1,39 @@
-//! `ManualClock`: deterministic time for tests and simulations.
+//! `ManualClock` (deterministic time for tests and simulations), and the real clock with the
+//! driver thread that runs detectors and schedulers on it.
 
 use super::time::{to_ns, to_seconds};
-use crate::clock::ManualClock;
-use pyo3::exceptions::PyValueError;
+use crate::clock::{ClockSource, Driven, ManualClock, MonotonicClock};
+use crate::driver::Driver;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The clock a detector or scheduler reads: the given manual clock, else the real monotonic
+/// clock lined up with `time.monotonic()`, so `now=` arguments and the times the core reports
+/// are in the same frame as the caller's own readings.
+pub fn clock_source(
+    py: Python<'_>,
+    clock: Option<&Bound<'_, PyManualClock>>,
+) -> PyResult<ClockSource> {
+    Ok(match clock {
+        Some(c) => ClockSource::Manual(c.get().inner.clone()),
+        None => {
+            let base: u64 = py.import("time")?.call_method0("monotonic_ns")?.extract()?;
+            ClockSource::Monotonic(MonotonicClock::with_base(base))
+        }
+    })
+}
+
+/// Start a driver thread running `target` on `clock` every `tick`.
+pub fn spawn_driver<T: Driven + 'static>(
+    target: &Arc<T>,
+    clock: &ClockSource,
+    tick: Duration,
+) -> PyResult<Driver> {
+    Driver::spawn(target, clock.clone(), tick)
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the driver thread: {e}")))
+}
 
 /// A clock that moves only when told to. ``advance(seconds)`` runs the due work of every
 /// detector on this clock before it returns, so every event due by then has been produced.

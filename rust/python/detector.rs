@@ -1,10 +1,9 @@
 //! `Detector`: the core's missed-period detector as a Python object.
 
 use super::batch::{self, Names};
-use super::clock::PyManualClock;
+use super::clock::{clock_source, spawn_driver, PyManualClock};
 use super::events::{PyEventQueue, PyTopicStatus};
 use super::time::{opt_time, to_ns, to_seconds};
-use crate::clock::{ClockSource, MonotonicClock};
 use crate::detector::{Beat, Detector, DetectorError, TopicConfig};
 use crate::driver::Driver;
 use crate::event::NO_LATENCY;
@@ -13,7 +12,7 @@ use crate::queue::Overflow;
 use crate::registry::TopicId;
 use crate::word::State;
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use std::sync::Arc;
@@ -163,9 +162,7 @@ impl PyDetector {
         }
         let mut driver = self.driver.lock();
         if driver.is_none() {
-            *driver = Some(Driver::spawn(&self.det, self.tick).map_err(|e| {
-                PyRuntimeError::new_err(format!("cannot start the driver thread: {e}"))
-            })?);
+            *driver = Some(spawn_driver(&self.det, self.det.clock(), self.tick)?);
         }
         Ok(())
     }
@@ -199,16 +196,7 @@ impl PyDetector {
         let defaults = TopicConfig::fixed(to_ns("period", period, false)?, allowed_misses);
         let resolution = to_ns("resolution", resolution, false)?;
         let tick = Duration::from_nanos(to_ns("tick", tick, false)?);
-        let source = match clock {
-            Some(c) => ClockSource::Manual(c.get().inner.clone()),
-            None => {
-                // Line the core's clock up with time.monotonic(), so `now=` arguments and
-                // `last_seen` values are in the same frame as the caller's own readings.
-                let base: u64 = py.import("time")?.call_method0("monotonic_ns")?.extract()?;
-                ClockSource::Monotonic(MonotonicClock::with_base(base))
-            }
-        };
-        let det = Detector::new(source, defaults, resolution).map_err(to_py)?;
+        let det = Detector::new(clock_source(py, clock)?, defaults, resolution).map_err(to_py)?;
         det.set_auto_add(auto_add);
         let this = Self {
             det,

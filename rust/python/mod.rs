@@ -10,6 +10,7 @@ mod batch;
 mod clock;
 mod detector;
 mod events;
+mod scheduler;
 mod time;
 
 use pyo3::prelude::*;
@@ -23,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<events::PyEvent>()?;
     m.add_class::<events::PyEventQueue>()?;
     m.add_class::<events::PyTopicStatus>()?;
+    m.add_class::<scheduler::PyScheduler>()?;
     m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
     m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
     Ok(())
