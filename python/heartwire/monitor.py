@@ -1,0 +1,787 @@
+"""Monitors: watch topics for missed heartbeats and tell listeners.
+
+A :class:`HeartbeatMonitor` subscribes to a pattern on a broker (``"svc.>"``), decodes each beat
+with :class:`~heartwire.message.BeatCodec` and records it in the native
+:class:`~heartwire._core.Detector`, which counts missed periods on its own thread. The detector's
+events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher` thread, which turns
+them into :class:`~heartwire.events.Failed`, :class:`~heartwire.events.Resumed` and
+:class:`~heartwire.events.Received` and calls the listeners. Detection never waits for Python.
+
+Topics come from two places:
+
+- expected: :meth:`HeartbeatMonitor.expect` (a :class:`HeartbeatSubscriber`'s one topic is
+  expected from the start). An expected topic that is never heard fails one period after start.
+- learned: the first beat for an unknown topic matching the pattern adds it, with the period the
+  beat carries (the publisher's) or the monitor's default period. Once a topic's beats carry a
+  period, a change of it updates the topic, unless the period was given to :meth:`expect`.
+
+Threads: ``on_failed``, ``on_resumed`` and ``on_received`` are called on the monitor's dispatch
+thread, in per-topic order (``resumed`` before the ``received`` of the same beat);
+``on_started`` and ``on_stopped`` in the thread calling :meth:`~HeartbeatMonitor.start` and
+:meth:`~HeartbeatMonitor.stop`; ``on_exception`` for a bad beat in the thread that delivered it
+(the publishing thread, on the embedded broker).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import math
+import threading
+import time
+import weakref
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from numbers import Real
+from typing import Any
+
+from heartwire._core import Detector, Event, EventQueue, ManualClock, Phi
+from heartwire.dispatch import Dispatcher
+from heartwire.events import (
+    ExceptionEvent,
+    Failed,
+    Received,
+    Resumed,
+    Started,
+    Stopped,
+    TopicStatus,
+)
+from heartwire.listeners import ListenerSet, SubscriberListener
+from heartwire.message import Beat, BeatCodec, DecodeError
+from heartwire.transport import Message, Subscription, Transport
+from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
+
+__all__ = ["HeartbeatMonitor", "HeartbeatSubscriber"]
+
+log = logging.getLogger("heartwire.monitor")
+
+_OVERFLOWS = ("coalesce", "drop-oldest", "drop-newest", "block")
+_JOIN = 3600.0  # how long a new dispatch thread waits for the one it replaces (ordering)
+
+
+def _check_period(value: object, field: str = "period") -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(
+            f"{field} must be a number of seconds, got {type(value).__name__} {value!r}"
+        )
+    period = float(value)
+    if not (period > 0 and math.isfinite(period)):
+        raise ValueError(f"{field} must be a finite number of seconds > 0, got {value!r}")
+    return period
+
+
+def _check_int(value: object, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{field} must be >= {minimum}, got {value!r}")
+    return value
+
+
+class _Feed:
+    """One subscription to the detector's events and the dispatch thread that empties it.
+
+    When listeners start (or stop) wanting ``received`` events, the monitor opens a new feed and
+    closes the old one. For a moment both get the detector's events, so the new feed's thread
+    first waits for the old one to finish, then skips the events the old one delivered.
+    """
+
+    __slots__ = (
+        "dispatcher",
+        "popped",
+        "prev",
+        "queue",
+        "received",
+        "record",
+        "skip",
+        "skip_until",
+    )
+
+    def __init__(self, queue: EventQueue, received: bool, prev: _Feed | None) -> None:
+        self.queue = queue
+        self.received = received
+        self.prev = prev
+        self.dispatcher: Dispatcher | None = None
+        # Keys of failed/resumed events delivered once a successor feed exists (set by the switch).
+        self.record: set[tuple[str, str, int, float]] | None = None
+        # Keys to skip (the predecessor delivered them), while popped < skip_until.
+        self.skip: set[tuple[str, str, int, float]] | None = None
+        self.skip_until = 0
+        self.popped = 0
+
+
+_running: weakref.WeakSet[HeartbeatMonitor] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running_monitors() -> None:
+    for monitor in list(_running):
+        try:
+            monitor.stop(timeout=1.0)
+        except Exception:
+            log.exception("stopping %r at exit failed", monitor)
+
+
+class HeartbeatMonitor:
+    """Watch every topic matching ``pattern`` on ``broker`` (see the module docs).
+
+    - ``period``, ``allowed_misses``: defaults for topics (a beat's own period wins for learned
+      topics). A topic goes FAILED after ``allowed_misses`` missed periods in a row.
+    - ``listeners``: :class:`~heartwire.listeners.SubscriberListener` instances (more can be added
+      and removed at run time).
+    - ``clock``: a :class:`~heartwire._core.ManualClock` for tests and simulations; events are then
+      produced by ``clock.advance`` and delivered to listeners by :meth:`drain`.
+    - ``key``: shared HMAC key; beats not signed with it are rejected and counted, never recorded.
+    - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
+      topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
+    - ``tick``: the detector's driver interval (real clock).
+    - ``max_topics``: beats of new topics are rejected (reason ``"too_many_topics"``) once the
+      monitor has this many; :meth:`expect` always adds.
+
+    ``broker`` may be ``None``: beats then come only from :meth:`beat` and its batch forms.
+    """
+
+    def __init__(
+        self,
+        broker: Transport | None,
+        pattern: str,
+        period: float = 1.0,
+        allowed_misses: int = 1,
+        *,
+        listeners: Iterable[SubscriberListener] = (),
+        clock: ManualClock | None = None,
+        key: bytes | str | None = None,
+        overflow: str = "coalesce",
+        capacity: int = 65536,
+        tick: float = 0.01,
+        max_topics: int | None = None,
+    ) -> None:
+        self._pattern = validate_pattern(pattern, "pattern")
+        self._period = _check_period(period)
+        self._allowed_misses = _check_int(allowed_misses, "allowed_misses", 1)
+        if clock is not None and not isinstance(clock, ManualClock):
+            raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
+        if overflow not in _OVERFLOWS:
+            raise ValueError(f"overflow must be one of {', '.join(_OVERFLOWS)}; got {overflow!r}")
+        self._capacity = _check_int(capacity, "capacity", 1)
+        tick = _check_period(tick, "tick")
+        if max_topics is not None:
+            max_topics = _check_int(max_topics, "max_topics", 0)
+        if broker is not None and not callable(getattr(broker, "subscribe", None)):
+            raise TypeError(f"broker must be a Transport or None, got {type(broker).__name__}")
+        self._broker = broker
+        self._overflow = overflow
+        self._max_topics = max_topics
+        self._matches = matcher(self._pattern)
+        self._codec = BeatCodec(key=key)
+        self._listeners: ListenerSet[SubscriberListener] = ListenerSet(
+            SubscriberListener, self._pattern
+        )
+        for listener in listeners:
+            self._listeners.add(listener)
+
+        self._det = Detector(
+            period=self._period, allowed_misses=self._allowed_misses, clock=clock, tick=tick
+        )
+        self._det.stop()  # nothing is watched (and no driver thread runs) until start()
+        self._clock = clock
+
+        self._lock = threading.RLock()  # lifecycle, learning, pausing, feed switches
+        self._running = False
+        self._paused = False
+        self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
+        # Per handle (the core's dense ids): the topic's current period (NaN: not tracked yet)
+        # and whether it was given to expect() (then beats do not change it).
+        self._periods = array("d")
+        self._pinned = bytearray()
+        self._next_handle = 0
+        self._learned = 0
+        self._rejected: Counter[str] = Counter()
+        self._rejected_lock = threading.Lock()
+        self._feed: _Feed | None = None
+        self._subscription: Subscription | None = None
+        self._local = threading.local()
+        self._progress = threading.Condition()  # notified as batches are delivered
+        self._dispatched = 0
+        self._dispatch_errors = 0
+        self._losses = 0  # events lost to the overflow policy on feeds already closed
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def pattern(self) -> str:
+        """The pattern watched (a topic name for a :class:`HeartbeatSubscriber`)."""
+        return self._pattern
+
+    @property
+    def period(self) -> float:
+        """The default period for new topics, in seconds."""
+        return self._period
+
+    @property
+    def allowed_misses(self) -> int:
+        """The default number of missed periods in a row that fails a topic."""
+        return self._allowed_misses
+
+    @property
+    def broker(self) -> Transport | None:
+        return self._broker
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped (paused or not)."""
+        return self._running
+
+    @property
+    def paused(self) -> bool:
+        """The whole monitor is paused."""
+        return self._paused
+
+    @property
+    def detector(self) -> Detector:
+        """The native detector (for advanced use: do not add, remove or stop topics behind the
+        monitor's back)."""
+        return self._det
+
+    @property
+    def listeners(self) -> list[SubscriberListener]:
+        return self._listeners.listeners
+
+    def now(self) -> float:
+        """The monitor's clock, in seconds (the frame of every event time)."""
+        return self._det.now()
+
+    def __len__(self) -> int:
+        return len(self._det)
+
+    def __contains__(self, topic: object) -> bool:
+        return isinstance(topic, str) and topic in self._det
+
+    def __repr__(self) -> str:
+        state = "paused" if self._paused else "running" if self._running else "stopped"
+        return f"<{type(self).__name__} {self._pattern!r} {state}, {len(self._det)} topics>"
+
+    # -- listeners -------------------------------------------------------------------------
+
+    def add_listener(self, listener: SubscriberListener) -> None:
+        """Register a listener (``TypeError`` if it is not a SubscriberListener).
+
+        Its coroutine methods run on the event loop running in the calling thread, if any.
+        """
+        self._listeners.add(listener)
+        self._sync_received()
+
+    def remove_listener(self, listener: SubscriberListener) -> bool:
+        """Unregister a listener; False if it was not registered."""
+        found = self._listeners.remove(listener)
+        if found:
+            self._sync_received()
+        return found
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def expect(
+        self,
+        topic: str,
+        period: float | None = None,
+        allowed_misses: int | None = None,
+        *,
+        phi: Phi | None = None,
+    ) -> int:
+        """Watch ``topic`` from now on (or from :meth:`start`), heard from yet or not; its handle.
+
+        ``period`` (default: the monitor's, or the one learned from beats) is kept: beats with
+        another period do not change it. On a topic already watched, changes the given settings.
+        ``topic`` must match the monitor's pattern.
+        """
+        validate_topic(topic, "topic")
+        if not self._matches(topic):
+            raise ValueError(
+                f"topic {topic!r} does not match the monitor's pattern {self._pattern!r}"
+            )
+        if period is not None:
+            period = _check_period(period)
+        if allowed_misses is not None:
+            allowed_misses = _check_int(allowed_misses, "allowed_misses", 1)
+        with self._lock:
+            handle = self._det.handle(topic)
+            if handle is None:
+                handle = self._add(topic, period, allowed_misses, phi)
+            else:
+                if period is not None or allowed_misses is not None or phi is not None:
+                    self._det.configure(
+                        handle, period=period, allowed_misses=allowed_misses, phi=phi
+                    )
+                if period is not None:
+                    self._periods[handle] = period
+            if period is not None:
+                self._pinned[handle] = 1
+            return handle
+
+    def remove(self, topic: str) -> bool:
+        """Stop watching ``topic`` (a later beat learns it again); False if it was not watched."""
+        with self._lock:
+            handle = self._det.handle(topic)
+            if handle is None:
+                return False
+            self._det.remove(handle)
+            self._paused_topics.discard(topic)
+            return True
+
+    def handle(self, topic: str) -> int | None:
+        """The topic's handle for :meth:`beat_handles` (``None`` if not watched)."""
+        return self._det.handle(topic)
+
+    def _add(
+        self, topic: str, period: float | None, allowed_misses: int | None, phi: Phi | None
+    ) -> int:
+        # Called with the lock held.
+        handle = self._det.add(topic, period=period, allowed_misses=allowed_misses, phi=phi)
+        self._track(handle, period if period is not None else self._period)
+        if (self._paused or topic in self._paused_topics) and self._running:
+            self._det.pause(handle)
+        return handle
+
+    def _track(self, handle: int, period: float) -> None:
+        if handle >= len(self._periods):
+            grow = max(handle + 1 - len(self._periods), len(self._periods) // 2, 1024)
+            self._periods.extend([math.nan] * grow)
+            self._pinned.extend(bytes(grow))
+        self._periods[handle] = period
+        self._pinned[handle] = 0
+        self._next_handle = max(self._next_handle, handle + 1)
+
+    def _learn(self, topic: str, period: float | None) -> int | None:
+        """Add a topic first heard from now; None if refused (counted)."""
+        with self._lock:
+            handle = self._det.handle(topic)
+            if handle is not None:
+                return handle
+            if not self._running:
+                return None
+            if self._max_topics is not None and len(self._det) >= self._max_topics:
+                self._reject(
+                    "too_many_topics",
+                    None,
+                    f"beat for {topic!r} refused: the monitor already has "
+                    f"{len(self._det)} topics (max_topics={self._max_topics})",
+                )
+                return None
+            if not self._matches(topic):
+                self._reject("pattern_mismatch", None, f"{topic!r} is not in {self._pattern!r}")
+                return None
+            self._learned += 1
+            return self._add(topic, period, None, None)
+
+    # -- beats -----------------------------------------------------------------------------
+
+    def beat(self, topic: str, *, seq: int | None = None, latency: float | None = None) -> bool:
+        """Record a beat for ``topic`` from any source; True if recorded.
+
+        An unknown topic matching the pattern is learned with the default period. Not recorded
+        while the monitor is not running.
+        """
+        handle = self._det.handle(topic)
+        if handle is None:
+            validate_topic(topic, "topic")
+            handle = self._learn(topic, None)
+            if handle is None:
+                return False
+        return self._det.beat(handle, seq=seq, latency=latency)
+
+    def beat_many(self, names: Iterable[str] | Any) -> int:
+        """Record one beat for each name (a list of str, or an Arrow/NumPy string array);
+        unknown names matching the pattern are learned. Returns how many were recorded."""
+        if not isinstance(names, (list, tuple)) and not _is_array(names):
+            names = list(names)  # maybe a one-shot iterable: read it once
+        recorded = self._det.beat_many(names)
+        if recorded == len(names) or not self._running:
+            return recorded
+        for name in _as_list(names):
+            if isinstance(name, str) and name not in self._det:
+                try:
+                    recorded += self.beat(name)
+                except ValueError:
+                    self._reject("bad_topic", None, f"{name!r} is not a valid topic name")
+        return recorded
+
+    def beat_handles(self, handles: Iterable[int] | Any) -> int:
+        """Record one beat for each handle (list, NumPy or Arrow integers); how many recorded."""
+        return self._det.beat_handles(handles)
+
+    def handle_message(self, message: Message) -> None:
+        """Decode and record one broker message (the monitor's subscription calls this)."""
+        try:
+            beat = self._codec.decode(message.body, message.destination)
+        except DecodeError as exc:
+            self._reject(exc.reason, exc, f"message to {message.destination!r}: {exc}")
+            return
+        self._record(beat)
+
+    def _record(self, beat: Beat) -> None:
+        topic = beat.topic
+        handle = self._det.handle(topic)
+        period = beat.period
+        if period is not None and not (period > 0 and math.isfinite(period)):
+            period = None
+        if handle is None:
+            handle = self._learn(topic, period)
+            if handle is None:
+                return
+        elif period is not None:
+            periods = self._periods
+            if handle < len(periods) and periods[handle] != period and not self._pinned[handle]:
+                self._retune(handle, period)
+        latency = None if beat.sent_at is None else time.time() - beat.sent_at
+        self._det.beat(handle, seq=beat.seq, latency=latency)
+
+    def _retune(self, handle: int, period: float) -> None:
+        with self._lock:
+            if self._pinned[handle] or self._periods[handle] == period:
+                return
+            try:
+                self._det.configure(handle, period=period)
+            except KeyError:  # removed meanwhile
+                return
+            self._periods[handle] = period
+
+    def _reject(self, reason: str, error: BaseException | None, detail: str) -> None:
+        with self._rejected_lock:
+            self._rejected[reason] += 1
+        self._listeners.emit("on_exception", ExceptionEvent(self._pattern, reason, error, detail))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> HeartbeatMonitor:
+        """Start watching (expected topics are due one period from now); returns self.
+
+        Does nothing if already running. A stopped monitor can be started again.
+        """
+        with self._lock:
+            if self._running:
+                return self
+            self._listeners.emit("on_started", Started(self._pattern))
+            self._open_feed(self._listeners.wants("on_received"))
+            self._det.start()
+            self._running = True
+            self._paused = False
+            for topic in self._paused_topics:
+                if topic in self._det:
+                    self._det.pause(topic)
+            try:
+                if self._broker is not None:
+                    self._subscription = self._broker.subscribe(self._pattern, self.handle_message)
+            except BaseException:
+                self._running = False
+                self._det.stop()
+                self._finish_feeds(self._detach_feeds(), timeout=1.0)
+                raise
+            _running.add(self)
+            return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop watching: cancel the broker subscription, stop the detector, deliver the events
+        produced so far, end the dispatch thread, then ``on_stopped``. Idempotent."""
+        with self._lock:
+            if not self._running:
+                return
+            self._running = False
+            self._paused = False
+            _running.discard(self)
+            subscription, self._subscription = self._subscription, None
+            if subscription is not None:
+                try:
+                    subscription.cancel()
+                except Exception:
+                    log.exception("cancelling the subscription to %r failed", self._pattern)
+            self._det.stop()
+            chain = self._detach_feeds()
+        # Outside the lock: a listener running on the dispatch thread may need it to finish.
+        self._finish_feeds(chain, timeout)
+        self._listeners.emit("on_stopped", Stopped(self._pattern))
+
+    def pause(self, topic: str | None = None) -> bool:
+        """Pause the whole monitor, or one topic: no failures while paused (beats are still
+        recorded). Returns False if already paused; ``KeyError`` for an unknown topic."""
+        with self._lock:
+            if topic is not None:
+                handle = self._handle_or_raise(topic)
+                if topic in self._paused_topics:
+                    return False
+                self._paused_topics.add(topic)
+                if self._running and not self._paused:
+                    self._det.pause(handle)
+                return True
+            if not self._running:
+                raise RuntimeError(f"monitor of {self._pattern!r} is not running")
+            if self._paused:
+                return False
+            self._paused = True
+            for handle in range(self._next_handle):
+                with contextlib.suppress(KeyError):  # a removed topic
+                    self._det.pause(handle)
+            return True
+
+    def resume(self, topic: str | None = None) -> bool:
+        """Resume the whole monitor (topics paused one by one stay paused), or one topic (which
+        stays paused while the whole monitor is). Each resumed topic is due one period from now.
+        Returns False if it was not paused."""
+        with self._lock:
+            if topic is not None:
+                handle = self._handle_or_raise(topic)
+                if topic not in self._paused_topics:
+                    return False
+                self._paused_topics.discard(topic)
+                if self._running and not self._paused:
+                    self._det.resume(handle)
+                return True
+            if not self._running:
+                raise RuntimeError(f"monitor of {self._pattern!r} is not running")
+            if not self._paused:
+                return False
+            self._paused = False
+            paused_topics = {self._det.handle(t) for t in self._paused_topics}
+            for handle in range(self._next_handle):
+                if handle not in paused_topics:
+                    with contextlib.suppress(KeyError):
+                        self._det.resume(handle)
+            return True
+
+    def _handle_or_raise(self, topic: str) -> int:
+        handle = self._det.handle(topic)
+        if handle is None:
+            raise KeyError(f"unknown topic: {topic!r}")
+        return handle
+
+    def __enter__(self) -> HeartbeatMonitor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self, topic: str) -> TopicStatus:
+        """A snapshot of one topic (``KeyError`` if it is not watched)."""
+        return TopicStatus.from_core(self._det.status(topic))
+
+    def statuses(self) -> list[TopicStatus]:
+        """A snapshot of every topic."""
+        return [TopicStatus.from_core(s) for s in self._det.statuses()]
+
+    def counts(self) -> dict[str, int]:
+        """How many topics are in each state."""
+        return self._det.counts()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: the detector's (``beats``, ``unknown``, ``refused``, ``failed``, ``resumed``,
+        ``received``, ``topics``), ``learned`` topics, ``rejected`` beats by reason (a dict),
+        ``dispatched`` events, ``dropped`` events (lost to the overflow policy),
+        ``listener_errors`` and ``dispatch_errors``."""
+        out: dict[str, Any] = dict(self._det.stats())
+        with self._rejected_lock:
+            rejected = dict(self._rejected)
+        dropped = self._losses
+        feed = self._feed
+        while feed is not None:
+            dropped += _losses(feed.queue)
+            feed = feed.prev
+        out.update(
+            learned=self._learned,
+            rejected=rejected,
+            dispatched=self._dispatched,
+            dropped=dropped,
+            listener_errors=self._listeners.errors,
+            dispatch_errors=self._dispatch_errors,
+        )
+        return out
+
+    # -- events ----------------------------------------------------------------------------
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until listeners have been handed every event produced so far; False on timeout.
+
+        Returns False at once when called from a listener on the dispatch thread (it cannot
+        wait for itself).
+        """
+        if getattr(self._local, "dispatching", False):
+            return False
+        deadline = time.monotonic() + timeout
+        feed = self._feed
+        chain: list[_Feed] = []
+        while feed is not None:
+            chain.append(feed)
+            feed = feed.prev
+        # Every event pushed so far is either handed to the handler or lost to the overflow
+        # policy. (Not "popped + len": a pop in progress is in neither for a moment.)
+        targets = [(f, f.queue.stats()["pushed"]) for f in reversed(chain)]  # oldest first
+        with self._progress:
+            for feed, pushed in targets:
+                dispatcher = feed.dispatcher
+                if dispatcher is None:
+                    continue
+                if not self._progress.wait_for(
+                    lambda f=feed, p=pushed, d=dispatcher: _delivered(f, p) or not d.alive,
+                    max(0.0, deadline - time.monotonic()),
+                ):
+                    return False
+        return True
+
+    def _open_feed(self, received: bool) -> None:
+        # Called with the lock held.
+        old = self._feed
+        if old is not None:
+            old.record = set()
+        queue = self._det.subscribe(
+            capacity=self._capacity, overflow=self._overflow, received=received
+        )
+        feed = _Feed(queue, received, old)
+        feed.dispatcher = Dispatcher(
+            queue,
+            lambda batch: self._deliver(feed, batch),
+            on_error=self._dispatch_failed,
+            name=f"heartwire-monitor[{self._pattern}]",
+        )
+        self._feed = feed
+        if old is not None:
+            self._det.unsubscribe(old.queue)  # closed: its thread ends once it is empty
+            feed.skip_until = queue.stats()["pushed"]
+        feed.dispatcher.start()
+
+    def _sync_received(self) -> None:
+        """Open a new feed if listeners' interest in ``received`` events changed."""
+        with self._lock:
+            feed = self._feed
+            if not self._running or feed is None:
+                return
+            wanted = self._listeners.wants("on_received")
+            if wanted != feed.received:
+                self._open_feed(wanted)
+
+    def _detach_feeds(self) -> list[_Feed]:
+        """The current feed and those it replaces, oldest first (called with the lock held)."""
+        feed = self._feed
+        self._feed = None
+        chain: list[_Feed] = []
+        while feed is not None:
+            chain.append(feed)
+            feed = feed.prev
+        chain.reverse()
+        return chain
+
+    def _finish_feeds(self, chain: list[_Feed], timeout: float) -> None:
+        """Deliver what the feeds hold, end their threads, and close their queues."""
+        deadline = time.monotonic() + timeout
+        for feed in chain:
+            if feed.dispatcher is not None:
+                feed.dispatcher.stop(max(0.0, deadline - time.monotonic()))
+            self._det.unsubscribe(feed.queue)
+            losses = _losses(feed.queue)
+            with self._rejected_lock:
+                self._losses += losses
+
+    def _dispatch_failed(self, exc: BaseException, batch: list[Event]) -> None:
+        self._dispatch_errors += 1
+        log.error("dispatching %d events of %r failed", len(batch), self._pattern, exc_info=exc)
+
+    def _deliver(self, feed: _Feed, batch: list[Event]) -> None:
+        """The dispatch thread's handler: core events to listener calls."""
+        local = self._local
+        local.dispatching = True
+        try:
+            prev = feed.prev
+            if prev is not None:
+                # Deliver everything of the feed this one replaces first, then skip what both got.
+                if prev.dispatcher is not None:
+                    prev.dispatcher.stop(_JOIN)
+                feed.skip = prev.record
+                prev.record = None
+                feed.prev = None
+            listeners = self._listeners
+            emit = listeners.emit
+            wants_received = listeners.wants("on_received")
+            for ev in batch:
+                kind = ev.kind
+                if kind == "received":
+                    if wants_received:
+                        emit("on_received", Received(ev.topic, ev.seq, ev.latency, ev.at))
+                    continue
+                key = (kind, ev.topic, ev.missed, ev.at)
+                skip = feed.skip
+                if skip is not None and key in skip:
+                    skip.discard(key)
+                    continue
+                record = feed.record
+                if record is not None:
+                    record.add(key)
+                if kind == "failed":
+                    since = ev.since
+                    emit(
+                        "on_failed",
+                        Failed(ev.topic, ev.missed, ev.at if since is None else since, ev.at),
+                    )
+                elif kind == "resumed":
+                    downtime = ev.downtime
+                    emit("on_resumed", Resumed(ev.topic, ev.missed, downtime or 0.0, ev.at))
+            if feed.skip is not None and feed.popped + len(batch) >= feed.skip_until:
+                feed.skip = None
+        finally:
+            local.dispatching = False
+            with self._progress:
+                self._dispatched += len(batch)
+                feed.popped += len(batch)
+                self._progress.notify_all()
+
+
+class HeartbeatSubscriber(HeartbeatMonitor):
+    """The one-topic form of :class:`HeartbeatMonitor`: ``topic`` is expected from the start.
+
+    Its period is ``period`` until the publisher's beats say otherwise; call
+    ``expect(topic, period=...)`` to fix it. Other keywords as for :class:`HeartbeatMonitor`.
+    """
+
+    def __init__(
+        self,
+        broker: Transport | None,
+        topic: str,
+        period: float = 1.0,
+        allowed_misses: int = 1,
+        **options: Any,
+    ) -> None:
+        validate_topic(topic, "topic")
+        super().__init__(broker, topic, period, allowed_misses, **options)
+        self._topic = topic
+        self.expect(topic)
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def status(self, topic: str | None = None) -> TopicStatus:
+        """A snapshot of the topic."""
+        return super().status(self._topic if topic is None else topic)
+
+
+def _delivered(feed: _Feed, pushed: int) -> bool:
+    """Whether ``feed``'s handler has seen every one of its first ``pushed`` events not lost."""
+    stats = feed.queue.stats()
+    return feed.popped >= pushed - stats["dropped_oldest"] - stats["coalesced"]
+
+
+def _losses(queue: EventQueue) -> int:
+    stats = queue.stats()
+    return stats["dropped_oldest"] + stats["dropped_newest"] + stats["coalesced"]
+
+
+def _as_list(names: Any) -> list[Any]:
+    if hasattr(names, "to_pylist"):
+        return names.to_pylist()  # type: ignore[no-any-return]
+    if hasattr(names, "tolist"):
+        return names.tolist()  # type: ignore[no-any-return]
+    return list(names)
+
+
+def _is_array(names: object) -> bool:
+    return hasattr(names, "__arrow_c_array__") or hasattr(names, "dtype")
