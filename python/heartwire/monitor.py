@@ -35,7 +35,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from numbers import Real
-from typing import Any
+from typing import Any, Literal
 
 from heartwire._core import Detector, Event, EventQueue, ManualClock, Phi
 from heartwire.dispatch import Dispatcher
@@ -57,6 +57,7 @@ __all__ = ["HeartbeatMonitor", "HeartbeatSubscriber"]
 
 log = logging.getLogger("heartwire.monitor")
 
+Overflow = Literal["coalesce", "drop-oldest", "drop-newest", "block"]
 _OVERFLOWS = ("coalesce", "drop-oldest", "drop-newest", "block")
 _JOIN = 3600.0  # how long a new dispatch thread waits for the one it replaces (ordering)
 
@@ -153,7 +154,7 @@ class HeartbeatMonitor:
         listeners: Iterable[SubscriberListener] = (),
         clock: ManualClock | None = None,
         key: bytes | str | None = None,
-        overflow: str = "coalesce",
+        overflow: Overflow = "coalesce",
         capacity: int = 65536,
         tick: float = 0.01,
         max_topics: int | None = None,
@@ -394,12 +395,13 @@ class HeartbeatMonitor:
     def beat_many(self, names: Iterable[str] | Any) -> int:
         """Record one beat for each name (a list of str, or an Arrow/NumPy string array);
         unknown names matching the pattern are learned. Returns how many were recorded."""
-        if not isinstance(names, (list, tuple)) and not _is_array(names):
-            names = list(names)  # maybe a one-shot iterable: read it once
-        recorded = self._det.beat_many(names)
-        if recorded == len(names) or not self._running:
+        batch: Any = names
+        if not isinstance(batch, (list, tuple)) and not _is_array(batch):
+            batch = list(batch)  # maybe a one-shot iterable: read it once
+        recorded = self._det.beat_many(batch)
+        if recorded == len(batch) or not self._running:
             return recorded
-        for name in _as_list(names):
+        for name in _as_list(batch):
             if isinstance(name, str) and name not in self._det:
                 try:
                     recorded += self.beat(name)
@@ -622,11 +624,12 @@ class HeartbeatMonitor:
                 dispatcher = feed.dispatcher
                 if dispatcher is None:
                     continue
-                if not self._progress.wait_for(
-                    lambda f=feed, p=pushed, d=dispatcher: _delivered(f, p) or not d.alive,
-                    max(0.0, deadline - time.monotonic()),
-                ):
-                    return False
+                while not _delivered(feed, pushed) and dispatcher.alive:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    # Woken by each delivered batch; the slice notices a thread that ended.
+                    self._progress.wait(min(remaining, 0.05))
         return True
 
     def _open_feed(self, received: bool) -> None:
