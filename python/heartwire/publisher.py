@@ -1,0 +1,379 @@
+"""Heartbeat publishers: a beat to a topic every period, on a shared scheduler.
+
+::
+
+    pub = HeartbeatPublisher(broker, "prices.feed", period=1.0, dependency=checks.tcp("db", 5432))
+    pub.start()            # first beat at once, then one every period
+    ...
+    pub.stop()
+
+A publisher owns no thread: running publishers are tasks of the shared
+:class:`~heartwire.scheduling.PublisherScheduler` of their clock, so ten thousand of them use a
+handful of threads. Beats are sent, and listeners called, on the scheduler's thread (or, for
+dependent publishers, on one of its check threads): keep listener methods short.
+
+Each beat is a JSON :class:`~heartwire.message.Beat` with the topic, a sequence number (1 for the
+first beat put on the wire, +1 for each one after, failed sends included, so monitors see lost
+beats as gaps), the publisher's boot id (a fresh uuid4 for each publisher object), the wall time
+it was sent, the period and the payload.
+
+Beats keep a fixed rate on the scheduler's clock: the beat due at ``t`` is followed by the one due
+at ``t + period``. A publisher that falls behind by a whole period or more (a stalled process, a
+manual clock moved several periods at once) sends one beat, late, and then goes on at the first
+slot after the present: it skips the beats it missed instead of sending a burst. So on a
+:class:`~heartwire.ManualClock`, advance by at most one period at a time to see every beat.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable
+from typing import Any, Callable
+
+from heartwire import _core
+from heartwire.checks import CheckFailed
+from heartwire.events import ExceptionEvent, Sent, Started, Stopped
+from heartwire.listeners import ListenerSet, PublisherListener
+from heartwire.message import Beat, BeatCodec
+from heartwire.scheduling import PublisherScheduler, shared_scheduler
+from heartwire.transport import Transport
+from heartwire.transport.patterns import validate_topic
+
+__all__ = ["MIN_PERIOD", "HeartbeatPublisher"]
+
+#: The shortest period accepted, seconds (the scheduler's resolution).
+MIN_PERIOD = 0.001
+
+_STOPPED, _RUNNING, _PAUSED = "stopped", "running", "paused"
+
+
+def _seconds(value: object, field: str, *, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = type(value).__name__
+        raise TypeError(f"{field} must be a number of seconds, got {kind} {value!r}")
+    seconds = float(value)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"{field} must be a positive finite number of seconds, got {value!r}")
+    if seconds < minimum:
+        raise ValueError(f"{field} must be at least {minimum} seconds, got {value!r}")
+    return seconds
+
+
+class HeartbeatPublisher:
+    """Publishes a heartbeat for ``topic`` to ``broker`` every ``period`` seconds once started.
+
+    - ``dependency``: a callable run before each beat. ``False`` or an exception means unhealthy:
+      the beat is not sent and listeners get ``on_exception`` with reason ``"check_failed"``.
+      Any other result (``True``, ``None``, ...) means healthy. See :mod:`heartwire.checks`.
+    - ``payload``: a JSON-able value sent with each beat, or a zero-argument callable evaluated
+      for each beat (if it raises, the beat is not sent: reason ``"payload_failed"``).
+    - ``ttl``: seconds the broker may keep an undelivered beat (the ``expires`` header, epoch
+      milliseconds); ``persistent``: ask the broker to persist beats (``persistent: true``).
+    - ``key``: a shared HMAC key; beats are then signed (see :class:`~heartwire.BeatCodec`).
+    - ``clock``: a :class:`~heartwire.ManualClock` to run on (tests, simulations); default the
+      real clock.
+
+    A send that raises is reported as ``on_exception`` with reason ``"send_failed"``; the
+    publisher keeps its schedule. Bad arguments raise :class:`ValueError` (or
+    :class:`TypeError`) naming the argument and its value.
+    """
+
+    def __init__(
+        self,
+        broker: Transport,
+        topic: str,
+        period: float = 1.0,
+        *,
+        dependency: Callable[[], object] | None = None,
+        payload: Any = None,
+        ttl: float | None = None,
+        persistent: bool = False,
+        listeners: Iterable[PublisherListener] = (),
+        key: bytes | str | None = None,
+        clock: _core.ManualClock | None = None,
+    ) -> None:
+        if not callable(getattr(broker, "publish", None)):
+            raise TypeError(
+                f"broker must be a transport with a publish method (see heartwire.connect), "
+                f"got {type(broker).__name__} {broker!r}"
+            )
+        self._topic = validate_topic(topic, "topic")
+        self._period = _seconds(period, "period", minimum=MIN_PERIOD)
+        if dependency is not None and not callable(dependency):
+            raise TypeError(f"dependency must be callable or None, got {type(dependency).__name__}")
+        self._ttl = None if ttl is None else _seconds(ttl, "ttl")
+        if not isinstance(persistent, bool):
+            raise TypeError(f"persistent must be a bool, got {type(persistent).__name__}")
+        if clock is not None and not isinstance(clock, _core.ManualClock):
+            raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
+        self._codec = BeatCodec(key)
+        if payload is not None and not callable(payload):
+            try:
+                self._codec.encode(Beat(self._topic, payload=payload))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"payload must be JSON-serializable, got {payload!r}") from exc
+        self._broker = broker
+        self._dependency = dependency
+        self._payload = payload
+        self._persistent = persistent
+        self._listeners: ListenerSet[PublisherListener] = ListenerSet(
+            PublisherListener, self._topic
+        )
+        for listener in listeners:
+            self._listeners.add(listener)
+        self._clock = clock
+        self._boot_id = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._state = _STOPPED
+        self._scheduler: PublisherScheduler | None = None
+        self._key: int | None = None
+        self._firing = False
+        self._generation = 0
+        self._next_at: float | None = None
+        self._seq = 0
+        self._sent = 0
+        self._send_failures = 0
+        self._check_failures = 0
+        self._other_failures = 0
+
+    # -- properties -------------------------------------------------------------------------
+
+    @property
+    def topic(self) -> str:
+        """The topic beats are published to."""
+        return self._topic
+
+    @property
+    def period(self) -> float:
+        """Seconds between beats."""
+        return self._period
+
+    @property
+    def broker(self) -> Transport:
+        """The transport beats are published through."""
+        return self._broker
+
+    @property
+    def boot_id(self) -> str:
+        """This publisher object's id (uuid4 hex), sent with every beat."""
+        return self._boot_id
+
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last beat put on the wire (0 before the first)."""
+        return self._seq
+
+    @property
+    def sent(self) -> int:
+        """Beats the broker accepted."""
+        return self._sent
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped (also while paused)."""
+        return self._state != _STOPPED
+
+    @property
+    def paused(self) -> bool:
+        """Paused: running, but sending nothing until :meth:`resume`."""
+        return self._state == _PAUSED
+
+    @property
+    def next_beat(self) -> float | None:
+        """When the next beat is due on the scheduler's clock (None unless running, unpaused)."""
+        return self._next_at if self._state == _RUNNING else None
+
+    @property
+    def scheduler(self) -> PublisherScheduler:
+        """The scheduler this publisher runs on (its clock's shared one)."""
+        if self._scheduler is None:
+            self._scheduler = shared_scheduler(self._clock)
+        return self._scheduler
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ``sent``, ``send_failures``, ``check_failures``, ``other_failures``
+        (payload or encoding errors), ``listener_errors``."""
+        return {
+            "sent": self._sent,
+            "send_failures": self._send_failures,
+            "check_failures": self._check_failures,
+            "other_failures": self._other_failures,
+            "listener_errors": self._listeners.errors,
+        }
+
+    # -- listeners --------------------------------------------------------------------------
+
+    def add_listener(self, listener: PublisherListener) -> None:
+        """Register a :class:`~heartwire.PublisherListener` (else :class:`TypeError`)."""
+        self._listeners.add(listener)
+
+    def remove_listener(self, listener: PublisherListener) -> bool:
+        """Unregister ``listener``; False if it was not registered."""
+        return self._listeners.remove(listener)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> HeartbeatPublisher:
+        """Start beating (the first beat at once); returns self. Idempotent."""
+        with self._lock:
+            if self._state != _STOPPED:
+                return self
+            sched = shared_scheduler(self._clock)
+            self._key = sched.add(self._fire, blocking=self._dependency is not None)
+            self._scheduler = sched
+            self._state = _RUNNING
+            self._generation += 1
+            self._next_at = sched.now()
+            sched.schedule(self._key, self._next_at)
+            _running.add(self)
+        self._listeners.emit("on_started", Started(self._topic))
+        return self
+
+    def pause(self) -> None:
+        """Stop sending beats until :meth:`resume`, staying registered. Idempotent."""
+        with self._lock:
+            if self._state != _RUNNING:
+                return
+            self._state = _PAUSED
+            assert self._scheduler is not None and self._key is not None
+            self._scheduler.cancel(self._key)
+
+    def resume(self) -> None:
+        """Send a beat at once and then one every period again. Idempotent."""
+        with self._lock:
+            if self._state != _PAUSED:
+                return
+            self._state = _RUNNING
+            assert self._scheduler is not None and self._key is not None
+            if self._firing:
+                return  # the beat going out now counts; it reschedules when it ends
+            self._next_at = self._scheduler.now()
+            self._scheduler.schedule(self._key, self._next_at)
+
+    def stop(self) -> None:
+        """Stop beating and leave the scheduler. Idempotent; joins no thread.
+
+        A beat already being sent on another thread when this is called may still go out.
+        """
+        with self._lock:
+            if self._state == _STOPPED:
+                return
+            self._state = _STOPPED
+            sched, key = self._scheduler, self._key
+            self._key = None
+            self._next_at = None
+            _running.discard(self)
+        assert sched is not None and key is not None
+        sched.remove(key)
+        self._listeners.emit("on_stopped", Stopped(self._topic))
+
+    def __enter__(self) -> HeartbeatPublisher:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return (
+            f"<HeartbeatPublisher {self._topic!r} every {self._period:g} s, {self._state}, "
+            f"seq={self._seq}, sent={self._sent}>"
+        )
+
+    # -- beating (on the scheduler's thread) ------------------------------------------------
+
+    def _fire(self, deadline: float) -> None:
+        with self._lock:
+            if self._state != _RUNNING or self._firing:
+                return  # a beat in progress reschedules when it ends
+            self._firing = True
+            generation = self._generation
+        try:
+            self._beat()
+        finally:
+            with self._lock:
+                self._firing = False
+                if self._state == _RUNNING:
+                    assert self._scheduler is not None and self._key is not None
+                    if generation == self._generation:
+                        self._next_at = self._next_slot(deadline, self._scheduler.now())
+                    # else: stopped and started again meanwhile; start() set _next_at.
+                    self._scheduler.schedule(self._key, self._next_at)  # type: ignore[arg-type]
+
+    def _next_slot(self, deadline: float, now: float) -> float:
+        """The slot after ``deadline``; if that has passed too, the first slot after ``now``."""
+        period = self._period
+        nxt = deadline + period
+        if nxt <= now:  # behind by a whole period or more: skip the missed slots, no burst
+            nxt = deadline + period * (math.floor((now - deadline) / period) + 1)
+            while nxt <= now:  # float rounding
+                nxt += period
+        return nxt
+
+    def _report(self, reason: str, error: BaseException | None, detail: str) -> None:
+        self._listeners.emit("on_exception", ExceptionEvent(self._topic, reason, error, detail))
+
+    def _beat(self) -> None:
+        dependency = self._dependency
+        if dependency is not None:
+            try:
+                healthy = dependency()
+            except Exception as exc:
+                self._check_failures += 1
+                detail = exc.reason if isinstance(exc, CheckFailed) else repr(exc)
+                self._report("check_failed", exc, detail)
+                return
+            if healthy is False:
+                self._check_failures += 1
+                self._report("check_failed", None, f"{dependency!r} returned {healthy!r}")
+                return
+        payload = self._payload
+        if callable(payload):
+            try:
+                payload = payload()
+            except Exception as exc:
+                self._other_failures += 1
+                self._report("payload_failed", exc, repr(exc))
+                return
+        sent_at = time.time()
+        seq = self._seq + 1
+        beat = Beat(self._topic, seq, self._boot_id, sent_at, self._period, payload)
+        try:
+            body = self._codec.encode(beat)
+        except (TypeError, ValueError) as exc:
+            self._other_failures += 1
+            self._report("encode_failed", exc, str(exc))
+            return
+        headers: dict[str, str] = {}
+        if self._ttl is not None:
+            headers["expires"] = str(int((sent_at + self._ttl) * 1000))
+        if self._persistent:
+            headers["persistent"] = "true"
+        self._seq = seq
+        try:
+            self._broker.publish(self._topic, body, headers)
+        except Exception as exc:
+            self._send_failures += 1
+            self._report("send_failed", exc, repr(exc))
+            return
+        self._sent += 1
+        if self._listeners.wants("on_sent"):
+            self._listeners.emit("on_sent", Sent(self._topic, seq, sent_at))
+
+
+# Running publishers, stopped at interpreter exit (the scheduler holds them while they run).
+_running: weakref.WeakSet[HeartbeatPublisher] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running() -> None:
+    for pub in list(_running):
+        try:
+            pub.stop()
+        except Exception:  # pragma: no cover - exit must go on
+            logging.getLogger("heartwire.publisher").exception("stopping %r at exit", pub)

@@ -1,0 +1,379 @@
+"""The publisher scheduler: every publisher of a process on one thread per clock.
+
+Publishers do not own threads. Each running publisher is a *task* with an integer key on a
+:class:`PublisherScheduler`, which keeps the next deadline of every key on the native core's timer
+wheel (:class:`heartwire._core.Scheduler`) and has one thread pop due keys (waiting with the GIL
+released) and run each task. Ten thousand publishers therefore cost ten thousand wheel entries,
+not ten thousand threads.
+
+There is one shared scheduler per clock (:func:`shared_scheduler`): one for the real clock, one
+for each :class:`~heartwire.ManualClock` in use. Its thread starts when the first task is added and
+ends soon after the last one is removed. On the real clock the core's driver thread (Rust, never
+holding the GIL) moves the wheel every ``tick``; with a manual clock, ``clock.advance()`` does, and
+:meth:`PublisherScheduler.drain` waits until every task due by then has run::
+
+    clock.advance(1.0)
+    shared_scheduler(clock).drain()
+
+Tasks that may block for long (dependent publishers run their dependency check, a network call)
+are *blocking* tasks: the scheduler thread hands them to a small pool of check threads, so a slow
+check delays only its own publisher. Other tasks run on the scheduler thread itself and should
+return quickly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+import time
+import weakref
+from typing import Callable
+
+from heartwire import _core
+
+__all__ = ["PublisherScheduler", "Task", "shared_scheduler"]
+
+log = logging.getLogger("heartwire.scheduling")
+
+#: A task: called with the deadline it was due at (seconds on the scheduler's clock).
+Task = Callable[[float], None]
+
+# Key 0 is never a task: scheduled at time 0 it is due at once, and wakes the thread.
+_WAKE = 0
+# Popped deadlines come back through the core's nanoseconds: compare with this tolerance.
+_SAME_DEADLINE = 1e-6
+# How long the scheduler thread waits for due keys before looking whether it should end.
+_IDLE_WAIT = 1.0
+# Check threads end after this long without work.
+_CHECK_IDLE = 10.0
+
+
+class _CheckPool:
+    """Up to ``size`` daemon threads for blocking tasks, started on demand, ended when idle."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = size
+        self._name = name
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0  # threads waiting for a job
+        self._queued = 0  # jobs not taken yet
+        self._started = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._queued += 1
+            spawn = self._queued > self._idle and self._threads < self._size
+            if spawn:
+                self._threads += 1
+                self._started += 1
+                name = f"{self._name}-check-{self._started}"
+        self._queue.put(job)
+        if spawn:
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            try:
+                job = self._queue.get(timeout=_CHECK_IDLE)
+            except queue.Empty:
+                job = None
+            with self._lock:
+                self._idle -= 1
+                if job is None:
+                    if self._queued == 0:
+                        self._threads -= 1
+                        return
+                    continue
+                self._queued -= 1
+            job()
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    def close(self) -> None:
+        for _ in range(self._threads):
+            self._queue.put(None)
+
+
+class PublisherScheduler:
+    """Runs tasks at their deadlines on one thread (see the module docs).
+
+    Usually obtained with :func:`shared_scheduler`; a private one (for isolation) works the same.
+    ``check_threads`` bounds the pool that runs blocking tasks.
+    """
+
+    def __init__(
+        self,
+        clock: _core.ManualClock | None = None,
+        *,
+        resolution: float = 0.001,
+        tick: float = 0.01,
+        check_threads: int = 4,
+        name: str = "heartwire-publishers",
+    ) -> None:
+        if clock is not None and not isinstance(clock, _core.ManualClock):
+            raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
+        if isinstance(check_threads, bool) or not isinstance(check_threads, int):
+            raise TypeError(f"check_threads must be an int, got {check_threads!r}")
+        if check_threads < 1:
+            raise ValueError(f"check_threads must be >= 1, got {check_threads}")
+        self.clock = clock
+        self.name = name
+        self._core = _core.Scheduler(clock, resolution, tick)
+        self._core.stop()  # the driver runs only while there are tasks
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._tasks: dict[int, tuple[Task, bool]] = {}
+        self._armed: dict[int, float] = {}  # key -> the deadline it is scheduled at
+        self._free: list[int] = []
+        self._next_key = _WAKE + 1
+        self._thread: threading.Thread | None = None
+        # drain() handshake: requests made, the request seen when the thread popped the wake
+        # key, and the one it has since completed (found nothing more due).
+        self._requested = 0
+        self._wake_seen = 0
+        self._completed = 0
+        self._pool = _CheckPool(check_threads, name)
+        self._pool_inflight = 0
+        self._pool_done = 0
+        self._closed = False
+        self._ran = 0
+        self._errors = 0
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def add(self, task: Task, *, blocking: bool = False) -> int:
+        """Register ``task`` and return its key (not scheduled yet: see :meth:`schedule`).
+
+        A ``blocking`` task runs on a check thread instead of the scheduler thread. A key is
+        never run by two threads at once unless the task is rescheduled while it runs.
+        """
+        if not callable(task):
+            raise TypeError(f"task must be callable, got {type(task).__name__}")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.name}: the scheduler is closed")
+            key = self._free.pop() if self._free else self._next_key
+            if key == self._next_key:
+                self._next_key += 1
+            self._tasks[key] = (task, bool(blocking))
+            if self._thread is None:
+                self._core.start()
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+        return key
+
+    def remove(self, key: int) -> None:
+        """Unregister ``key`` (cancelling its deadline); it may be reused. Idempotent."""
+        with self._lock:
+            if self._tasks.pop(key, None) is None:
+                return
+            self._armed.pop(key, None)
+            self._core.cancel(key)
+            self._free.append(key)
+            last = not self._tasks
+        if last:
+            self._wake()  # let the thread see it has nothing left to do
+
+    def schedule(self, key: int, at: float) -> None:
+        """Run ``key``'s task once the clock reaches ``at`` (replacing its pending deadline).
+
+        Does nothing once the scheduler is closed; :class:`KeyError` for a key not registered.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            if key not in self._tasks:
+                raise KeyError(f"key {key} is not a task of this scheduler")
+            self._armed[key] = at
+            self._core.schedule(key, max(at, 0.0))
+
+    def cancel(self, key: int) -> bool:
+        """Drop ``key``'s pending deadline; False if it had none."""
+        with self._lock:
+            had = self._armed.pop(key, None) is not None
+            self._core.cancel(key)
+        return had
+
+    def now(self) -> float:
+        """The scheduler clock's reading, seconds (``time.monotonic()``'s frame, or manual)."""
+        return self._core.now()
+
+    def __len__(self) -> int:
+        """Registered tasks."""
+        return len(self._tasks)
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._core.schedule(_WAKE, 0.0)
+
+    def _run(self) -> None:
+        core = self._core
+        while True:
+            batch = core.try_pop(1024)
+            if not batch:
+                with self._cond:
+                    if self._completed != self._wake_seen:
+                        self._completed = self._wake_seen
+                        self._cond.notify_all()
+                    if self._closed or not self._tasks:
+                        self._core.stop()
+                        self._thread = None
+                        return
+                batch = core.pop(1024, timeout=_IDLE_WAIT)
+                if not batch:
+                    continue
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[tuple[int, float]]) -> None:
+        due: list[tuple[Task, bool, float]] = []
+        with self._lock:
+            for key, deadline in batch:
+                if key == _WAKE:
+                    self._wake_seen = self._requested
+                    continue
+                armed = self._armed.get(key)
+                # A key popped after it was cancelled or rescheduled is stale: skip it.
+                if armed is None or abs(armed - deadline) > _SAME_DEADLINE:
+                    continue
+                del self._armed[key]
+                task, blocking = self._tasks[key]
+                due.append((task, blocking, armed))
+                if blocking:
+                    self._pool_inflight += 1
+        ran = errors = 0
+        for task, blocking, deadline in due:
+            if blocking:
+                self._pool.submit(lambda t=task, d=deadline: self._run_blocking(t, d))
+            else:
+                ran += 1
+                errors += not self._call(task, deadline)
+        if ran:
+            with self._lock:
+                self._ran += ran
+                self._errors += errors
+
+    @staticmethod
+    def _call(task: Task, deadline: float) -> bool:
+        try:
+            task(deadline)
+        except Exception:
+            log.exception("publisher task %r raised", task)
+            return False
+        return True
+
+    def _run_blocking(self, task: Task, deadline: float) -> None:
+        ok = False
+        try:
+            ok = self._call(task, deadline)
+        finally:
+            with self._cond:
+                self._ran += 1
+                self._errors += not ok
+                self._pool_inflight -= 1
+                self._pool_done += 1
+                self._cond.notify_all()
+
+    # -- waiting and closing ----------------------------------------------------------------
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until every task due so far has run (blocking ones included). False on timeout.
+
+        With a manual clock, after ``clock.advance(dt)`` this returns once every beat due by the
+        new time has been sent. Calling it from a task (on the scheduler thread) raises
+        :class:`RuntimeError`.
+        """
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("drain() called from the scheduler thread would wait for itself")
+        until = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                if self._thread is None and self._pool_inflight == 0:
+                    return True
+                self._requested += 1
+                request = self._requested
+                done_before = self._pool_done
+            self._wake()  # the thread pops it after everything due so far, then reports back
+
+            def settled(request: int = request) -> bool:
+                thread_done = self._completed >= request or self._thread is None
+                return thread_done and self._pool_inflight == 0
+
+            with self._cond:
+                if not self._cond.wait_for(settled, max(0.0, until - time.monotonic())):
+                    return False
+                if self._pool_done == done_before:
+                    return True
+            # Blocking tasks finished meanwhile and may have rescheduled: one more pass.
+
+    def stats(self) -> dict[str, int]:
+        """``tasks``, ``scheduled`` (with a pending deadline), ``ran``, ``errors`` (tasks that
+        raised), ``check_threads`` (running now)."""
+        return {
+            "tasks": len(self._tasks),
+            "scheduled": len(self._armed),
+            "ran": self._ran,
+            "errors": self._errors,
+            "check_threads": self._pool.threads,
+        }
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Stop running tasks and end the threads (without joining them); idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._tasks.clear()
+            self._armed.clear()
+        self._core.close()
+        self._pool.close()
+
+    def __repr__(self) -> str:
+        clock = "real clock" if self.clock is None else "manual clock"
+        return f"<PublisherScheduler {self.name!r} on the {clock}, {len(self._tasks)} tasks>"
+
+
+_shared_lock = threading.Lock()
+_real: PublisherScheduler | None = None
+_manual: weakref.WeakValueDictionary[int, PublisherScheduler] = weakref.WeakValueDictionary()
+
+
+def shared_scheduler(clock: _core.ManualClock | None = None) -> PublisherScheduler:
+    """The process's scheduler for ``clock`` (None: the real clock), created on first use.
+
+    A manual clock's scheduler lives as long as something (a publisher, the caller) holds it.
+    """
+    global _real
+    with _shared_lock:
+        if clock is None:
+            if _real is None or _real.closed:
+                _real = PublisherScheduler(name="heartwire-publishers")
+            return _real
+        if not isinstance(clock, _core.ManualClock):
+            raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
+        sched = _manual.get(id(clock))
+        if sched is None or sched.closed or sched.clock is not clock:
+            sched = PublisherScheduler(clock, name="heartwire-publishers-manual")
+            _manual[id(clock)] = sched
+        return sched
+
+
+@atexit.register
+def _close_shared() -> None:
+    with _shared_lock:
+        scheds = [s for s in (_real, *_manual.values()) if s is not None]
+    for sched in scheds:
+        sched.close()

@@ -1,0 +1,678 @@
+"""Heartbeat publishers on the shared scheduler: exact beats under a manual clock, a real-clock
+run with bounded waits, and ten thousand publishers on a handful of threads."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import heartwire as hw
+from heartwire import checks
+from heartwire import publisher as publisher_module
+from heartwire.checks import CheckFailed
+from heartwire.events import ExceptionEvent, Sent, Started, Stopped
+from heartwire.listeners import PublisherListener, SubscriberListener
+from heartwire.message import Beat, BeatCodec, DecodeError
+from heartwire.publisher import HeartbeatPublisher
+from heartwire.scheduling import PublisherScheduler, shared_scheduler
+from heartwire.transport import Message, TransportClosed
+from heartwire.transport.memory import MemoryBroker
+
+
+class Recorder(PublisherListener):
+    """Every event, in order (thread safe)."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self._lock = threading.Lock()
+
+    def _add(self, event: Any) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def on_started(self, event: Started) -> None:
+        self._add(event)
+
+    def on_stopped(self, event: Stopped) -> None:
+        self._add(event)
+
+    def on_sent(self, event: Sent) -> None:
+        self._add(event)
+
+    def on_exception(self, event: ExceptionEvent) -> None:
+        self._add(event)
+
+    def kinds(self) -> list[str]:
+        return [type(e).__name__ for e in self.events]
+
+    def exceptions(self) -> list[ExceptionEvent]:
+        return [e for e in self.events if isinstance(e, ExceptionEvent)]
+
+
+@dataclass
+class Rig:
+    clock: hw.ManualClock
+    broker: MemoryBroker
+    messages: list[Message]
+    pubs: list[HeartbeatPublisher] = field(default_factory=list)
+
+    @property
+    def sched(self) -> PublisherScheduler:
+        return shared_scheduler(self.clock)
+
+    def make(self, topic: str = "svc.a", period: float = 1.0, **kw: Any) -> HeartbeatPublisher:
+        pub = HeartbeatPublisher(self.broker, topic, period, clock=self.clock, **kw)
+        self.pubs.append(pub)
+        return pub
+
+    def step(self, seconds: float = 1.0, times: int = 1) -> None:
+        """Advance the clock, then wait until every beat due has gone out."""
+        for _ in range(times):
+            self.clock.advance(seconds)
+            assert self.sched.drain(timeout=10.0), "publishers did not catch up within 10 s"
+
+    def beats(self, key: bytes | None = None) -> list[Beat]:
+        codec = BeatCodec(key)
+        return [codec.decode(m.body, m.destination) for m in self.messages]
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    broker = MemoryBroker()
+    messages: list[Message] = []
+    broker.subscribe(">", messages.append)
+    r = Rig(hw.ManualClock(), broker, messages)
+    yield r
+    for pub in r.pubs:
+        pub.stop()
+
+
+# -- beats under a manual clock -------------------------------------------------------------
+
+
+def test_first_beat_at_start_then_one_per_period_with_exact_seq(rig: Rig) -> None:
+    pub = rig.make("svc.a", 1.0).start()
+    assert rig.sched.drain()
+    assert (pub.sent, pub.seq) == (1, 1)
+    rig.step(1.0, times=3)
+    assert (pub.sent, pub.seq) == (4, 4)
+    rig.step(0.5)  # half a period: nothing due
+    assert pub.sent == 4
+    assert pub.next_beat == 4.0
+    beats = rig.beats()
+    assert [b.seq for b in beats] == [1, 2, 3, 4]
+    assert {b.topic for b in beats} == {"svc.a"}
+    assert {b.boot_id for b in beats} == {pub.boot_id}
+    assert {b.period for b in beats} == {1.0}
+    assert all(abs(b.sent_at - time.time()) < 60 for b in beats if b.sent_at is not None)
+    assert len(pub.boot_id) == 32 and int(pub.boot_id, 16) >= 0
+
+
+def test_periods_below_one_and_beat_times(rig: Rig) -> None:
+    pub = rig.make("svc.fast", 0.25).start()
+    rig.step(0.0)
+    rig.step(0.25, times=8)
+    assert pub.sent == 9
+    assert pub.next_beat == 2.25
+
+
+def test_falling_behind_skips_missed_beats_instead_of_bursting(rig: Rig) -> None:
+    pub = rig.make("svc.a", 1.0).start()
+    rig.step(0.0)
+    rig.step(10.0)  # ten periods at once: one late beat, then the next slot after now
+    assert pub.sent == 2
+    assert pub.next_beat == 11.0
+    rig.step(1.0)
+    assert pub.sent == 3
+
+
+def test_events_in_order(rig: Rig) -> None:
+    rec = Recorder()
+    pub = rig.make("svc.a", listeners=[rec]).start()
+    rig.step(0.0)
+    rig.step(1.0, times=2)
+    pub.stop()
+    assert rec.kinds() == ["Started", "Sent", "Sent", "Sent", "Stopped"]
+    assert rec.events[0] == Started("svc.a")
+    assert rec.events[-1] == Stopped("svc.a")
+    sent = [e for e in rec.events if isinstance(e, Sent)]
+    assert [e.seq for e in sent] == [1, 2, 3]
+    assert [e.at for e in sent] == [b.sent_at for b in rig.beats()]
+    assert all(e.topic == "svc.a" for e in sent)
+
+
+def test_pause_and_resume(rig: Rig) -> None:
+    pub = rig.make("svc.a").start()
+    rig.step(0.0)
+    pub.pause()
+    pub.pause()  # idempotent
+    assert pub.paused and pub.running and pub.next_beat is None
+    rig.step(1.0, times=3)
+    assert pub.sent == 1
+    pub.resume()  # a beat at once, then every period from now
+    pub.resume()
+    assert not pub.paused
+    rig.step(0.0)
+    assert pub.sent == 2
+    assert pub.next_beat == 4.0
+    rig.step(1.0)
+    assert pub.sent == 3
+    assert [b.seq for b in rig.beats()] == [1, 2, 3]
+    pub.stop()
+    pub.resume()  # nothing to resume once stopped
+    assert not pub.running
+
+
+def test_start_and_stop_are_idempotent_and_restart_works(rig: Rig) -> None:
+    rec = Recorder()
+    pub = rig.make("svc.a", listeners=[rec])
+    pub.stop()  # never started: nothing happens
+    assert pub.start() is pub
+    assert pub.start() is pub
+    rig.step(0.0)
+    pub.stop()
+    pub.stop()
+    assert not pub.running
+    rig.step(1.0, times=2)
+    assert pub.sent == 1
+    pub.start()  # again, same boot id, seq goes on
+    rig.step(0.0)
+    pub.stop()
+    assert [b.seq for b in rig.beats()] == [1, 2]
+    assert len({b.boot_id for b in rig.beats()}) == 1
+    assert rec.kinds() == ["Started", "Sent", "Stopped", "Started", "Sent", "Stopped"]
+
+
+def test_context_manager_and_repr(rig: Rig) -> None:
+    with rig.make("svc.ctx", 2.0) as pub:
+        assert pub.running
+        rig.step(0.0)
+        assert "svc.ctx" in repr(pub) and "running" in repr(pub) and "sent=1" in repr(pub)
+    assert not pub.running
+    assert "stopped" in repr(pub)
+
+
+def test_two_publishers_with_the_same_key_reused(rig: Rig) -> None:
+    a = rig.make("svc.a").start()
+    rig.step(0.0)
+    a.stop()
+    b = rig.make("svc.b").start()  # takes a's scheduler key
+    rig.step(0.0)
+    rig.step(1.0, times=2)
+    assert (a.sent, b.sent) == (1, 3)
+    assert [m.destination for m in rig.messages] == ["svc.a", "svc.b", "svc.b", "svc.b"]
+
+
+def test_many_publishers_stay_in_deadline_order(rig: Rig) -> None:
+    pubs = [rig.make(f"svc.{i}", period=1.0 + i / 10).start() for i in range(5)]
+    rig.step(0.0)
+    rig.step(0.5, times=8)  # t = 4.0
+    expected = [1 + math.floor(4.0 / (1.0 + i / 10)) for i in range(5)]
+    assert [p.sent for p in pubs] == expected
+
+
+# -- payload, headers, signatures -----------------------------------------------------------
+
+
+def test_payload_value_and_callable_evaluated_per_beat(rig: Rig) -> None:
+    calls = iter(range(100))
+    rig.make("svc.v", payload={"region": "eu"}).start()
+    rig.make("svc.c", payload=lambda: {"n": next(calls)}).start()
+    rig.step(0.0)
+    rig.step(1.0, times=2)
+    by_topic: dict[str, list[Any]] = {}
+    for beat in rig.beats():
+        by_topic.setdefault(beat.topic, []).append(beat.payload)
+    assert by_topic == {"svc.v": [{"region": "eu"}] * 3, "svc.c": [{"n": 0}, {"n": 1}, {"n": 2}]}
+
+
+def test_payload_failures_send_nothing_and_are_reported(rig: Rig) -> None:
+    rec = Recorder()
+    bad = iter([ValueError("no stats yet"), {"x": object()}, {"ok": 1}])
+
+    def payload() -> Any:
+        item = next(bad)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    pub = rig.make("svc.p", payload=payload, listeners=[rec]).start()
+    rig.step(0.0)
+    rig.step(1.0, times=2)
+    assert [e.reason for e in rec.exceptions()] == ["payload_failed", "encode_failed"]
+    assert isinstance(rec.exceptions()[0].error, ValueError)
+    assert "not JSON-serializable" in rec.exceptions()[1].detail
+    assert [b.payload for b in rig.beats()] == [{"ok": 1}]
+    assert rig.beats()[0].seq == 1  # nothing went on the wire before
+    assert pub.stats()["other_failures"] == 2
+
+
+def test_ttl_and_persistent_headers_reach_the_broker(rig: Rig) -> None:
+    rig.make("svc.ttl", ttl=30.0, persistent=True).start()
+    rig.make("svc.plain").start()
+    rig.step(0.0)
+    by_topic = {m.destination: m for m in rig.messages}
+    headers = by_topic["svc.ttl"].headers
+    assert headers["persistent"] == "true"
+    sent_at = BeatCodec().decode(by_topic["svc.ttl"].body).sent_at
+    assert sent_at is not None
+    assert int(headers["expires"]) == int((sent_at + 30.0) * 1000)
+    assert abs(int(headers["expires"]) / 1000 - (time.time() + 30.0)) < 60
+    assert dict(by_topic["svc.plain"].headers) == {}
+
+
+def test_signed_beats(rig: Rig) -> None:
+    rig.make("svc.s", key="secret").start()
+    rig.step(0.0)
+    (beat,) = rig.beats(key=b"secret")
+    assert beat.seq == 1
+    with pytest.raises(DecodeError) as info:
+        BeatCodec(b"other").decode(rig.messages[0].body)
+    assert info.value.reason == "bad_signature"
+
+
+# -- dependent publishers -------------------------------------------------------------------
+
+
+def test_dependent_publisher_failing_check_sends_nothing_then_recovers(rig: Rig) -> None:
+    state: dict[str, Any] = {"result": True}
+
+    def dependency() -> Any:
+        result = state["result"]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    rec = Recorder()
+    pub = rig.make("svc.dep", dependency=dependency, listeners=[rec]).start()
+    rig.step(0.0)
+    assert pub.sent == 1
+    state["result"] = CheckFailed("tcp db:5432: Connection refused")
+    rig.step(1.0)
+    state["result"] = False
+    rig.step(1.0)
+    state["result"] = RuntimeError("driver bug")
+    rig.step(1.0)
+    assert pub.sent == 1
+    reports = rec.exceptions()
+    assert [e.reason for e in reports] == ["check_failed"] * 3
+    assert all(e.source == "svc.dep" for e in reports)
+    assert reports[0].detail == "tcp db:5432: Connection refused"
+    assert isinstance(reports[0].error, CheckFailed)
+    assert reports[1].error is None and "returned False" in reports[1].detail
+    assert isinstance(reports[2].error, RuntimeError) and "driver bug" in reports[2].detail
+    state["result"] = None  # None means healthy
+    rig.step(1.0)
+    state["result"] = "ok"
+    rig.step(1.0)
+    assert pub.sent == 3
+    assert [b.seq for b in rig.beats()] == [1, 2, 3]  # no beat went out while unhealthy
+    assert pub.stats()["check_failures"] == 3
+    assert rec.kinds() == ["Started", "Sent", *["ExceptionEvent"] * 3, "Sent", "Sent"]
+
+
+def test_stock_check_as_dependency(rig: Rig, tmp_path: Any) -> None:
+    marker = tmp_path / "ready"
+    rec = Recorder()
+    pub = rig.make("svc.file", dependency=checks.path(marker), listeners=[rec]).start()
+    rig.step(0.0)
+    assert pub.sent == 0
+    assert rec.exceptions()[0].detail == f"path {str(marker)!r} does not exist"
+    marker.write_text("")
+    rig.step(1.0)
+    assert pub.sent == 1
+
+
+def test_a_slow_check_delays_only_its_own_publisher(rig: Rig) -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow() -> bool:
+        entered.set()
+        return release.wait(10)
+
+    slow_pub = rig.make("svc.slow", dependency=slow).start()
+    fast_pub = rig.make("svc.fast").start()
+    rig.clock.advance(0.0)
+    assert entered.wait(5)
+    deadline = time.monotonic() + 5
+    while fast_pub.sent < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert (fast_pub.sent, slow_pub.sent) == (1, 0)  # the slow check is still running
+    assert not rig.sched.drain(timeout=0.05)  # drain waits for blocking tasks too
+    release.set()
+    assert rig.sched.drain(timeout=5)
+    assert (fast_pub.sent, slow_pub.sent) == (1, 1)
+    rig.step(1.0)
+    assert (fast_pub.sent, slow_pub.sent) == (2, 2)
+
+
+def test_slow_checks_run_in_parallel_on_the_check_threads(rig: Rig) -> None:
+    barrier = threading.Barrier(3, timeout=5)
+    pubs = [rig.make(f"svc.b{i}", dependency=barrier.wait).start() for i in range(3)]
+    rig.step(0.0)  # would time out (and fail the checks) if the checks ran one at a time
+    assert [p.sent for p in pubs] == [1, 1, 1]
+    assert rig.sched.stats()["check_threads"] >= 3
+
+
+# -- send failures --------------------------------------------------------------------------
+
+
+class FlakyBroker(MemoryBroker):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    def publish(self, topic: str, body: bytes, headers: Any = None) -> None:
+        if self.failing:
+            raise ConnectionError("broker down")
+        super().publish(topic, body, headers)
+
+
+def test_send_failures_are_reported_and_the_schedule_goes_on() -> None:
+    clock = hw.ManualClock()
+    broker = FlakyBroker()
+    got: list[Message] = []
+    broker.subscribe(">", got.append)
+    rec = Recorder()
+    with HeartbeatPublisher(broker, "svc.f", 1.0, clock=clock, listeners=[rec]) as pub:
+        sched = shared_scheduler(clock)
+        assert sched.drain()
+        broker.failing = True
+        for _ in range(2):
+            clock.advance(1.0)
+            assert sched.drain()
+        broker.failing = False
+        clock.advance(1.0)
+        assert sched.drain()
+        assert pub.next_beat == 4.0
+    assert pub.sent == 2
+    assert pub.stats()["send_failures"] == 2
+    failures = [e for e in rec.exceptions() if e.reason == "send_failed"]
+    assert len(failures) == 2
+    assert isinstance(failures[0].error, ConnectionError)
+    assert "broker down" in failures[0].detail
+    # Failed sends used seq numbers 2 and 3: the monitor sees the gap.
+    assert [BeatCodec().decode(m.body).seq for m in got] == [1, 4]
+
+
+def test_a_closed_broker_is_a_send_failure_not_a_crash() -> None:
+    clock = hw.ManualClock()
+    broker = MemoryBroker()
+    rec = Recorder()
+    with HeartbeatPublisher(broker, "svc.x", 1.0, clock=clock, listeners=[rec]) as pub:
+        broker.close()
+        clock.advance(0.0)
+        assert shared_scheduler(clock).drain()
+        clock.advance(1.0)
+        assert shared_scheduler(clock).drain()
+    assert pub.sent == 0
+    assert [type(e.error) for e in rec.exceptions()] == [TransportClosed, TransportClosed]
+
+
+# -- listeners ------------------------------------------------------------------------------
+
+
+def test_listeners_added_and_removed_at_run_time_and_failing_ones_isolated(rig: Rig) -> None:
+    class Boom(PublisherListener):
+        def on_sent(self, event: Sent) -> None:
+            raise RuntimeError("listener bug")
+
+    rec = Recorder()
+    pub = rig.make("svc.l").start()
+    rig.step(0.0)
+    pub.add_listener(rec)
+    pub.add_listener(Boom())
+    rig.step(1.0)
+    assert pub.remove_listener(rec)
+    assert not pub.remove_listener(rec)
+    rig.step(1.0)
+    assert pub.sent == 3  # the failing listener did not stop the beats
+    kinds = rec.kinds()
+    assert kinds[0] == "Sent"
+    assert rec.exceptions()[0].reason == "listener_error"
+    assert pub.stats()["listener_errors"] == 2
+
+
+def test_non_listeners_are_rejected(rig: Rig) -> None:
+    with pytest.raises(TypeError, match="PublisherListener"):
+        rig.make("svc.a", listeners=[object()])
+    with pytest.raises(TypeError, match="PublisherListener"):
+        rig.make("svc.a", listeners=[SubscriberListener()])
+    pub = rig.make("svc.a")
+    with pytest.raises(TypeError, match="PublisherListener"):
+        pub.add_listener(print)  # type: ignore[arg-type]
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"topic": "svc.*"}, ValueError, r"topic 'svc\.\*'"),
+        ({"topic": "svc.>"}, ValueError, r"topic 'svc\.>'"),
+        ({"topic": ""}, ValueError, "topic must not be empty"),
+        ({"topic": "a b"}, ValueError, "topic 'a b'"),
+        ({"topic": 5}, TypeError, "topic must be a str, got int 5"),
+        ({"period": 0}, ValueError, "period must be a positive finite number of seconds, got 0"),
+        ({"period": -1.0}, ValueError, "period must be a positive finite .* got -1.0"),
+        ({"period": math.nan}, ValueError, "period must be a positive finite .* got nan"),
+        ({"period": math.inf}, ValueError, "period must be a positive finite .* got inf"),
+        ({"period": 0.0001}, ValueError, "period must be at least 0.001 seconds, got 0.0001"),
+        ({"period": "1"}, TypeError, "period must be a number of seconds, got str '1'"),
+        ({"period": True}, TypeError, "period must be a number of seconds, got bool"),
+        ({"ttl": 0}, ValueError, "ttl must be a positive finite number of seconds, got 0"),
+        ({"ttl": math.nan}, ValueError, "ttl must be a positive finite .* got nan"),
+        ({"persistent": "yes"}, TypeError, "persistent must be a bool, got str"),
+        ({"dependency": "db:5432"}, TypeError, "dependency must be callable or None, got str"),
+        ({"payload": {"x": {1, 2}}}, ValueError, "payload must be JSON-serializable"),
+        ({"payload": math.nan}, ValueError, "payload must be JSON-serializable, got nan"),
+        ({"key": b""}, ValueError, "key must not be empty"),
+        ({"clock": 1.0}, TypeError, "clock must be a ManualClock or None, got float"),
+        ({"broker": "memory://"}, TypeError, "broker must be a transport with a publish method"),
+    ],
+)
+def test_bad_arguments_name_the_argument_and_value(
+    kwargs: dict[str, Any], error: type, match: str
+) -> None:
+    args: dict[str, Any] = {"broker": MemoryBroker(), "topic": "svc.a", **kwargs}
+    with pytest.raises(error, match=match):
+        HeartbeatPublisher(**args)
+
+
+# -- the real clock -------------------------------------------------------------------------
+
+
+def _wait_until(condition: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_real_clock_publisher_sends_every_period() -> None:
+    broker = MemoryBroker()
+    got: list[Message] = []
+    broker.subscribe("svc.real", got.append)
+    rec = Recorder()
+    start = time.monotonic()
+    with HeartbeatPublisher(broker, "svc.real", 0.05, listeners=[rec]) as pub:
+        assert _wait_until(lambda: pub.sent >= 3, timeout=5.0), f"only {pub.sent} beats in 5 s"
+        elapsed = time.monotonic() - start
+    assert elapsed >= 0.1 - 0.02  # three beats need two periods
+    seqs = [BeatCodec().decode(m.body).seq for m in got]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert rec.kinds()[0] == "Started" and rec.kinds()[-1] == "Stopped"
+
+
+def test_real_clock_dependent_publisher_runs_its_check_off_the_scheduler_thread() -> None:
+    broker = MemoryBroker()
+    threads: set[str] = set()
+
+    def check() -> bool:
+        threads.add(threading.current_thread().name)
+        return True
+
+    with HeartbeatPublisher(broker, "svc.dep", 0.02, dependency=check) as pub:
+        assert _wait_until(lambda: pub.sent >= 3, timeout=5.0)
+    assert threads and all("-check-" in name for name in threads)
+
+
+# -- scale ----------------------------------------------------------------------------------
+
+
+def test_ten_thousand_publishers_use_a_handful_of_threads() -> None:
+    clock = hw.ManualClock()
+    broker = MemoryBroker()
+    counts = {"n": 0}
+
+    def count(message: Message) -> None:
+        counts["n"] += 1
+
+    broker.subscribe("fleet.>", count)
+    before = threading.active_count()
+    pubs = [HeartbeatPublisher(broker, f"fleet.{i}", 1.0, clock=clock) for i in range(10_000)]
+    sched = shared_scheduler(clock)
+    try:
+        for pub in pubs:
+            pub.start()
+        assert sched.drain(timeout=60)
+        assert counts["n"] == 10_000
+        assert threading.active_count() <= before + 2
+        for _ in range(2):
+            clock.advance(1.0)
+            assert sched.drain(timeout=60)
+        assert counts["n"] == 30_000
+        assert {p.seq for p in pubs} == {3}
+        assert sched.stats()["tasks"] == 10_000
+        assert threading.active_count() <= before + 2
+    finally:
+        for pub in pubs:
+            pub.stop()
+    assert sched.stats()["tasks"] == 0
+
+
+def test_real_clock_thousands_of_publishers_share_one_thread() -> None:
+    broker = MemoryBroker()
+    before = threading.active_count()
+    pubs = [HeartbeatPublisher(broker, f"many.{i}", 0.2) for i in range(3000)]
+    try:
+        for pub in pubs:
+            pub.start()
+        assert _wait_until(lambda: min(p.sent for p in pubs) >= 2, timeout=20.0)
+        assert threading.active_count() <= before + 2
+    finally:
+        for pub in pubs:
+            pub.stop()
+
+
+# -- shutdown -------------------------------------------------------------------------------
+
+
+def test_the_exit_hook_stops_running_publishers(rig: Rig) -> None:
+    rec = Recorder()
+    running = rig.make("svc.run", listeners=[rec]).start()
+    stopped = rig.make("svc.stopped")
+    publisher_module._stop_running()
+    assert not running.running and not stopped.running
+    assert rec.kinds() == ["Started", "Stopped"]
+
+
+def test_at_interpreter_exit_running_publishers_are_stopped() -> None:
+    script = textwrap.dedent(
+        """
+        import time
+        from heartwire.listeners import PublisherListener
+        from heartwire.publisher import HeartbeatPublisher
+        from heartwire.transport import connect
+
+        class L(PublisherListener):
+            def on_stopped(self, event):
+                print("stopped", event.source, flush=True)
+
+        pub = HeartbeatPublisher(connect(), "svc.exit", 0.01, listeners=[L()]).start()
+        while pub.sent < 2:
+            time.sleep(0.01)
+        print("sent", pub.sent >= 2, flush=True)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["sent True", "stopped svc.exit"]
+
+
+def test_scheduler_rejects_drain_from_its_own_thread_and_bad_arguments() -> None:
+    clock = hw.ManualClock()
+    sched = PublisherScheduler(clock)
+    errors: list[BaseException] = []
+
+    def task(deadline: float) -> None:
+        try:
+            sched.drain()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    key = sched.add(task)
+    sched.schedule(key, 0.0)
+    assert sched.drain()
+    assert "wait for itself" in str(errors[0])
+    sched.remove(key)
+    sched.remove(key)  # idempotent
+    with pytest.raises(KeyError):
+        sched.schedule(key, 1.0)
+    with pytest.raises(TypeError, match="clock must be a ManualClock or None"):
+        PublisherScheduler(clock=1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="check_threads must be >= 1, got 0"):
+        PublisherScheduler(check_threads=0)
+    sched.close()
+    sched.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        sched.add(task)
+
+
+def test_a_raising_task_is_logged_and_the_scheduler_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = hw.ManualClock()
+    sched = PublisherScheduler(clock)
+    ran: list[float] = []
+
+    def bad(deadline: float) -> None:
+        raise RuntimeError("task bug")
+
+    bad_key = sched.add(bad)
+    good_key = sched.add(ran.append)
+    sched.schedule(bad_key, 0.0)
+    sched.schedule(good_key, 0.5)
+    clock.advance(1.0)
+    assert sched.drain()
+    assert ran == [0.5]
+    assert sched.stats()["errors"] == 1
+    assert "task bug" in caplog.text
+    sched.close()
+
+
+def test_beats_decode_as_json_with_every_field(rig: Rig) -> None:
+    rig.make("svc.j", 2.5, payload=[1, "two"]).start()
+    rig.step(0.0)
+    obj = json.loads(rig.messages[0].body)
+    assert obj["v"] == 1 and obj["topic"] == "svc.j" and obj["seq"] == 1
+    assert obj["period"] == 2.5 and obj["payload"] == [1, "two"]
+    assert isinstance(obj["boot"], str) and isinstance(obj["sent"], float)
