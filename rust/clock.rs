@@ -3,14 +3,22 @@
 //! everything attached to it, so tests advance time and never sleep.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-/// Something whose due work runs when a [`ManualClock`] moves forward.
+/// Something whose due work runs when a [`ManualClock`] moves forward, or on a driver thread.
 pub trait Driven: Send + Sync {
-    /// Process everything due at or before `now_ns`.
+    /// Process everything due at or before `now_ns`. The time since the previous run counts
+    /// as time the caller was running (a manual clock's ordinary advance).
     fn run_until(&self, now_ns: u64);
+
+    /// Like [`run_until`](Driven::run_until), but the caller was *not* running since the
+    /// previous run (a driver thread waking for its tick, a manual clock after a stall): a
+    /// target that guards against local pauses judges that gap here.
+    fn wake(&self, now_ns: u64) {
+        self.run_until(now_ns);
+    }
 }
 
 /// A monotonic clock on the process's `Instant`, offset so that its readings line up with a base
@@ -47,10 +55,14 @@ impl Default for MonotonicClock {
 
 /// A clock that moves only when told to. `advance` runs the due work of every attached
 /// [`Driven`] before it returns, so after `advance(1s)` every event due in that second has
-/// been produced.
+/// been produced. [`stall`](ManualClock::stall) moves it without running anything, as if the
+/// process were frozen; the next `advance` or `set` first wakes the attached targets at the
+/// reading the stall ended at.
 #[derive(Default)]
 pub struct ManualClock {
     now: AtomicU64,
+    /// Moved by `stall` since attached targets last ran.
+    stalled: AtomicBool,
     // Weak: a detector that is dropped must not be kept alive by its clock.
     attached: Mutex<Vec<Weak<dyn Driven>>>,
     // Serializes advances so two threads cannot interleave the work of overlapping intervals.
@@ -89,9 +101,20 @@ impl ManualClock {
     /// Move forward by `dt_ns` and run everything due; returns the new reading.
     pub fn advance(&self, dt_ns: u64) -> u64 {
         let _one_at_a_time = self.advancing.lock();
+        self.wake_if_stalled();
         let now = self.now_ns().saturating_add(dt_ns);
         self.now.store(now, Ordering::Release);
-        self.run_attached(now);
+        self.each_attached(|d| d.run_until(now));
+        now
+    }
+
+    /// Move forward by `dt_ns` without running anything: the attached targets were not
+    /// running meanwhile. The next `advance` or `set` wakes them first. Returns the new reading.
+    pub fn stall(&self, dt_ns: u64) -> u64 {
+        let _one_at_a_time = self.advancing.lock();
+        let now = self.now_ns().saturating_add(dt_ns);
+        self.now.store(now, Ordering::Release);
+        self.stalled.store(true, Ordering::Release);
         now
     }
 
@@ -104,12 +127,21 @@ impl ManualClock {
                 "a manual clock only moves forward: it reads {now} ns, asked for {t_ns} ns"
             ));
         }
+        self.wake_if_stalled();
         self.now.store(t_ns, Ordering::Release);
-        self.run_attached(t_ns);
+        self.each_attached(|d| d.run_until(t_ns));
         Ok(t_ns)
     }
 
-    fn run_attached(&self, now: u64) {
+    /// After a stall, wake every target at the reading the stall ended at.
+    fn wake_if_stalled(&self) {
+        if self.stalled.swap(false, Ordering::AcqRel) {
+            let woke = self.now_ns();
+            self.each_attached(|d| d.wake(woke));
+        }
+    }
+
+    fn each_attached(&self, f: impl Fn(&dyn Driven)) {
         // Collect strong refs first so the list lock is not held while detectors run.
         let live: Vec<Arc<dyn Driven>> = self
             .attached
@@ -118,7 +150,7 @@ impl ManualClock {
             .filter_map(Weak::upgrade)
             .collect();
         for driven in live {
-            driven.run_until(now);
+            f(driven.as_ref());
         }
     }
 }
@@ -162,12 +194,24 @@ mod tests {
     struct Counter {
         runs: AtomicUsize,
         last: AtomicU64,
+        woke: Mutex<Vec<u64>>,
     }
     impl Driven for Counter {
         fn run_until(&self, now_ns: u64) {
             self.runs.fetch_add(1, Ordering::SeqCst);
             self.last.store(now_ns, Ordering::SeqCst);
         }
+        fn wake(&self, now_ns: u64) {
+            self.woke.lock().push(now_ns);
+        }
+    }
+
+    fn counter() -> Arc<Counter> {
+        Arc::new(Counter {
+            runs: AtomicUsize::new(0),
+            last: AtomicU64::new(0),
+            woke: Mutex::new(Vec::new()),
+        })
     }
 
     #[test]
@@ -182,10 +226,7 @@ mod tests {
     #[test]
     fn manual_advance_drives_attached_until_dropped() {
         let clock = ManualClock::new(100);
-        let counter = Arc::new(Counter {
-            runs: AtomicUsize::new(0),
-            last: AtomicU64::new(0),
-        });
+        let counter = counter();
         let as_driven: Arc<dyn Driven> = counter.clone();
         clock.attach(Arc::downgrade(&as_driven));
         assert_eq!(clock.advance(50), 150);
@@ -197,6 +238,26 @@ mod tests {
         drop(counter);
         clock.advance(1);
         assert_eq!(clock.now_ns(), 1_001);
+    }
+
+    #[test]
+    fn a_stall_runs_nothing_and_the_next_advance_wakes_first() {
+        let clock = ManualClock::new(0);
+        let counter = counter();
+        let as_driven: Arc<dyn Driven> = counter.clone();
+        clock.attach(Arc::downgrade(&as_driven));
+        assert_eq!(clock.stall(10), 10);
+        assert_eq!(clock.stall(5), 15);
+        assert_eq!(counter.runs.load(Ordering::SeqCst), 0);
+        assert!(counter.woke.lock().is_empty());
+        clock.advance(1);
+        assert_eq!(*counter.woke.lock(), vec![15]);
+        assert_eq!(counter.last.load(Ordering::SeqCst), 16);
+        clock.advance(1); // an ordinary advance: no wake
+        clock.stall(4);
+        clock.set(30).unwrap();
+        assert_eq!(*counter.woke.lock(), vec![15, 21]);
+        assert_eq!(counter.last.load(Ordering::SeqCst), 30);
     }
 
     #[test]

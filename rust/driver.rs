@@ -88,7 +88,10 @@ fn run(target: Weak<dyn Driven>, clock: ClockSource, shared: Arc<Shared>, tick: 
         let Some(target) = target.upgrade() else {
             return;
         };
-        target.run_until(clock.now_ns());
+        // `wake`, not `run_until`: the thread did not run since its last tick, so a gap
+        // between ticks (the process stopped or starved) is a local pause for the target to
+        // judge, measured on the monotonic clock.
+        target.wake(clock.now_ns());
         drop(target);
         shared.ticks.fetch_add(1, Ordering::Relaxed);
         next += tick;
@@ -125,6 +128,27 @@ mod tests {
         assert_eq!(got[0].kind, crate::event::EventKind::Failed);
         assert_eq!(got[0].missed, 1);
         assert!(driver.ticks() > 0);
+    }
+
+    #[test]
+    fn the_driver_wakes_its_target_every_tick() {
+        struct Wakes(Mutex<std::sync::mpsc::Sender<u64>>);
+        impl Driven for Wakes {
+            fn run_until(&self, _now_ns: u64) {
+                unreachable!("a driver tick is a wake-up");
+            }
+            fn wake(&self, now_ns: u64) {
+                let _ = self.0.lock().send(now_ns);
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let target = Arc::new(Wakes(Mutex::new(tx)));
+        let clock = ClockSource::default();
+        let mut driver = Driver::spawn(&target, clock.clone(), Duration::from_millis(1)).unwrap();
+        let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let second = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        driver.stop();
+        assert!(first <= second && second <= clock.now_ns());
     }
 
     #[test]

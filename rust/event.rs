@@ -13,15 +13,20 @@ pub enum EventKind {
     Resumed,
     /// A beat, for subscribers that asked for every beat.
     Received,
+    /// The monitor itself was not running for longer than its `max_local_pause`; deadlines
+    /// that fell inside were re-based instead of fired. Not about one topic.
+    LocalPause,
 }
 
 impl EventKind {
-    /// The lower-case name used in Python (`"failed"`, `"resumed"`, `"received"`).
+    /// The lower-case name used in Python (`"failed"`, `"resumed"`, `"received"`,
+    /// `"local_pause"`).
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::Failed => "failed",
             EventKind::Resumed => "resumed",
             EventKind::Received => "received",
+            EventKind::LocalPause => "local_pause",
         }
     }
 }
@@ -29,18 +34,24 @@ impl EventKind {
 /// Latency value meaning "the beat carried no send time".
 pub const NO_LATENCY: i64 = i64::MIN;
 
+/// The `topic` of an event about no topic ([`EventKind::LocalPause`]); never a topic id, since
+/// ids stay below the registry's `MAX_TOPICS`.
+pub const NO_TOPIC: TopicId = TopicId::MAX;
+
 /// One detector event. Times are absolute nanoseconds on the detector's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     /// What happened.
     pub kind: EventKind,
-    /// The topic it happened to.
+    /// The topic it happened to ([`NO_TOPIC`] for a local pause).
     pub topic: TopicId,
     /// Consecutive missed periods: the count reached (failed) or the count before the beat (resumed).
     pub missed: u32,
-    /// When: the deadline that passed (failed) or the beat's time (resumed, received).
+    /// When: the deadline that passed (failed), the beat's time (resumed, received), or the
+    /// wake-up (local pause).
     pub at_ns: u64,
     /// Failed: when the outage began. Resumed: its length. Received: the beat's sequence number.
+    /// Local pause: how long the monitor was not running.
     pub detail: u64,
     /// Received: transit time of the beat in ns, or [`NO_LATENCY`].
     pub latency_ns: i64,
@@ -81,6 +92,23 @@ impl Event {
             detail: seq,
             latency_ns,
         }
+    }
+
+    /// A `local_pause` event: the monitor woke at `at_ns` after `duration_ns` of not running.
+    pub fn local_pause(at_ns: u64, duration_ns: u64) -> Self {
+        Self {
+            kind: EventKind::LocalPause,
+            topic: NO_TOPIC,
+            missed: 0,
+            at_ns,
+            detail: duration_ns,
+            latency_ns: NO_LATENCY,
+        }
+    }
+
+    /// Local pause: how long the monitor was not running.
+    pub fn pause_ns(&self) -> Option<u64> {
+        (self.kind == EventKind::LocalPause).then_some(self.detail)
     }
 
     /// Failed: when the outage began.

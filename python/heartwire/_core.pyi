@@ -25,12 +25,15 @@ _Overflow = Literal["block", "drop-oldest", "drop-newest", "coalesce"]
 
 @final
 class ManualClock:
-    """A clock that moves only when told to; ``advance`` runs every attached detector."""
+    """A clock that moves only when told to; ``advance`` runs every attached detector and
+    scheduler. ``advance(seconds, stalled=True)`` moves it without running them (the process
+    was frozen): the next ordinary advance wakes them at the reading the stall ended at, and a
+    detector sees the gap as a local pause."""
 
     def __new__(cls, start: float = 0.0) -> ManualClock: ...
     def now(self) -> float: ...
     def now_ns(self) -> int: ...
-    def advance(self, seconds: float) -> float: ...
+    def advance(self, seconds: float, stalled: bool = False) -> float: ...
     def set(self, seconds: float) -> float: ...
 
 @final
@@ -55,10 +58,15 @@ class Phi:
 
 @final
 class Event:
-    """One detector event; times are seconds on the detector's clock."""
+    """One detector event; times are seconds on the detector's clock.
+
+    A ``"local_pause"`` event is about no topic (``topic == ""``, ``handle == -1``): the
+    detector itself was not running for ``duration`` seconds, up to ``at`` (the wake-up), and
+    re-based the deadlines that fell inside instead of firing them. Every queue gets it.
+    """
 
     @property
-    def kind(self) -> Literal["failed", "resumed", "received"]: ...
+    def kind(self) -> Literal["failed", "resumed", "received", "local_pause"]: ...
     @property
     def topic(self) -> str: ...
     @property
@@ -75,6 +83,8 @@ class Event:
     def seq(self) -> int | None: ...
     @property
     def latency(self) -> float | None: ...
+    @property
+    def duration(self) -> float | None: ...
 
 @final
 class TopicStatus:
@@ -128,6 +138,7 @@ class Detector:
         resolution: float = 0.001,
         tick: float = 0.01,
         auto_add: bool = False,
+        max_local_pause: float | None = 5.0,
     ) -> Detector: ...
     def add(
         self,
@@ -180,6 +191,7 @@ class Detector:
     @property
     def running(self) -> bool: ...
     auto_add: bool
+    max_local_pause: float | None
     def now(self) -> float: ...
     def status(self, topic: _Topic) -> TopicStatus: ...
     def statuses(self) -> list[TopicStatus]: ...

@@ -4,15 +4,30 @@ use super::*;
 
 impl Detector {
     /// Process every deadline up to `now` (absolute ns; default: the clock's now). Returns the
-    /// number of events produced.
+    /// number of `failed` and `resumed` events produced. The time since the last run counts as
+    /// time the detector was running, however long: never a local pause.
     pub fn advance_to(&self, now: Option<u64>) -> u64 {
+        self.advance(now, false)
+    }
+
+    /// [`advance_to`](Detector::advance_to) for a caller that was not running since the last
+    /// run: a gap longer than `max_local_pause` is a local pause (see `pause.rs`).
+    pub fn wake_at(&self, now: Option<u64>) -> u64 {
+        self.advance(now, true)
+    }
+
+    fn advance(&self, now: Option<u64>, woke: bool) -> u64 {
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
-        inner.now = inner.now.max(now);
         if !inner.running {
+            inner.now = inner.now.max(now);
             return 0;
         }
         let subscribers = self.subscribers.read();
+        if woke {
+            self.guard_pause(&mut inner, &subscribers, now);
+        }
+        inner.now = inner.now.max(now);
         let before = self.counters.failed.load(Ordering::Relaxed)
             + self.counters.resumed.load(Ordering::Relaxed);
         let now_tick = now / self.resolution_ns;
@@ -41,6 +56,10 @@ impl Detector {
             if d >= now {
                 self.arm(inner, id, now);
                 return;
+            }
+            if inner.pause.contains(&d) {
+                self.rebase(inner, id);
+                continue;
             }
             // A period ended at `d` with no beat.
             let missed = slot.missed.saturating_add(1);

@@ -9,7 +9,8 @@
 //!
 //! A period is missed once the clock is *past* its deadline with no beat: a beat exactly at
 //! `last + period` is on time. A `failed` event's `at` is the deadline itself, whenever the
-//! driver got to it.
+//! driver got to it. Deadlines that passed while the monitor itself was not running (a local
+//! pause, see `pause.rs`) are re-based instead of counted.
 //!
 //! Every event is pushed while the detector lock is held, which is what keeps each topic's events
 //! in order across the two paths.
@@ -23,17 +24,22 @@ use crate::wheel::Wheel;
 use crate::word::{self, State, FRESH, HEARD, PHI};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 mod beats;
 mod check;
+mod pause;
+#[cfg(test)]
+mod pause_tests;
 mod status;
 #[cfg(test)]
 mod tests;
 mod topics;
 
 pub use beats::Batch;
+pub use pause::DEFAULT_MAX_LOCAL_PAUSE_NS;
 pub use status::{DetectorStats, TopicStatus};
 
 /// How a topic is watched.
@@ -139,8 +145,11 @@ struct Inner {
     wheel: Wheel,
     slots: Vec<Slot>,
     running: bool,
-    /// The furthest time advanced to (relative ns).
+    /// The furthest time advanced to (relative ns): when the detector last ran.
     now: u64,
+    /// The latest local pause (relative ns, empty if none): a deadline inside it is re-based
+    /// to a full period after its end instead of counted as missed (see `pause.rs`).
+    pause: Range<u64>,
 }
 
 struct Subscriber {
@@ -156,6 +165,8 @@ struct Counters {
     failed: AtomicU64,
     resumed: AtomicU64,
     received: AtomicU64,
+    local_pauses: AtomicU64,
+    local_pause_ns: AtomicU64,
 }
 
 /// Watches any number of topics for missed periods. Share it through `Arc`.
@@ -174,6 +185,8 @@ pub struct Detector {
     subscribers: RwLock<Vec<Subscriber>>,
     /// How many subscribers want `received`; the beat path skips them all when 0.
     received_wanted: AtomicUsize,
+    /// A wake-up later than this after the last run is a local pause (ns; `u64::MAX`: never).
+    max_local_pause_ns: AtomicU64,
     counters: Counters,
 }
 
@@ -208,10 +221,12 @@ impl Detector {
                 slots: Vec::new(),
                 running: true,
                 now: 0,
+                pause: 0..0,
             }),
             phi: Mutex::new(HashMap::new()),
             subscribers: RwLock::new(Vec::new()),
             received_wanted: AtomicUsize::new(0),
+            max_local_pause_ns: AtomicU64::new(DEFAULT_MAX_LOCAL_PAUSE_NS),
             counters: Counters::default(),
         });
         if let Some(manual) = manual {
@@ -324,5 +339,9 @@ impl Detector {
 impl Driven for Detector {
     fn run_until(&self, now_ns: u64) {
         self.advance_to(Some(now_ns));
+    }
+
+    fn wake(&self, now_ns: u64) {
+        self.wake_at(Some(now_ns));
     }
 }

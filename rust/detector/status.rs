@@ -42,6 +42,10 @@ pub struct DetectorStats {
     pub received: u64,
     /// Topic ids handed out (removed ones included).
     pub topics: u64,
+    /// Local pauses: wake-ups more than `max_local_pause` after the detector's last run.
+    pub local_pauses: u64,
+    /// Their total length, ns.
+    pub local_pause_ns: u64,
 }
 
 impl Detector {
@@ -117,6 +121,8 @@ impl Detector {
             resumed: c.resumed.load(Ordering::Relaxed),
             received: c.received.load(Ordering::Relaxed),
             topics: self.registry.len() as u64,
+            local_pauses: c.local_pauses.load(Ordering::Relaxed),
+            local_pause_ns: c.local_pause_ns.load(Ordering::Relaxed),
         }
     }
 

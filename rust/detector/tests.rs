@@ -2,19 +2,20 @@
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::event::EventKind::{Failed, Received, Resumed};
+use crate::event::EventKind::{Failed, LocalPause, Received, Resumed};
 
-const S: u64 = 1_000_000_000;
-const MS: u64 = 1_000_000;
+pub(super) const S: u64 = 1_000_000_000;
+pub(super) const MS: u64 = 1_000_000;
 
-struct Rig {
-    clock: Arc<ManualClock>,
-    det: Arc<Detector>,
-    events: Arc<EventQueue<Event>>,
+/// A detector on a manual clock with one `block` queue (shared with `pause_tests`).
+pub(super) struct Rig {
+    pub(super) clock: Arc<ManualClock>,
+    pub(super) det: Arc<Detector>,
+    pub(super) events: Arc<EventQueue<Event>>,
 }
 
 impl Rig {
-    fn new(period: u64, allowed: u32) -> Self {
+    pub(super) fn new(period: u64, allowed: u32) -> Self {
         let clock = Arc::new(ManualClock::new(0));
         let det = Detector::new(
             ClockSource::Manual(clock.clone()),
@@ -26,21 +27,21 @@ impl Rig {
         Self { clock, det, events }
     }
 
-    fn at(&self, t: u64) {
+    pub(super) fn at(&self, t: u64) {
         self.clock.set(t).unwrap();
     }
 
-    fn take(&self) -> Vec<Event> {
+    pub(super) fn take(&self) -> Vec<Event> {
         let mut out = Vec::new();
         self.events.try_pop_batch(&mut out, usize::MAX);
         out
     }
 
-    fn add(&self, name: &str) -> TopicId {
+    pub(super) fn add(&self, name: &str) -> TopicId {
         self.det.add(name, None, None).unwrap()
     }
 
-    fn beat(&self, id: TopicId) {
+    pub(super) fn beat(&self, id: TopicId) {
         assert!(matches!(self.det.beat(id, None), Beat::Recorded { .. }));
     }
 }
@@ -443,7 +444,7 @@ fn concurrent_beats_and_driver_give_well_formed_sequences() {
                     assert!(expect_next > 1, "resumed without failed for {id}");
                     expect_next = 1;
                 }
-                Received => unreachable!(),
+                Received | LocalPause => unreachable!(),
             }
         }
         let failed_now = r.det.status(id).unwrap().state == State::Failed;

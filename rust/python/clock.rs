@@ -36,7 +36,8 @@ pub fn spawn_driver<T: Driven + 'static>(
 }
 
 /// A clock that moves only when told to. ``advance(seconds)`` runs the due work of every
-/// detector on this clock before it returns, so every event due by then has been produced.
+/// detector and scheduler on this clock before it returns, so every event due by then has been
+/// produced.
 #[pyclass(name = "ManualClock", module = "heartwire._core", frozen)]
 pub struct PyManualClock {
     pub(crate) inner: Arc<ManualClock>,
@@ -62,11 +63,20 @@ impl PyManualClock {
         self.inner.now_ns()
     }
 
-    /// Move forward by ``seconds`` and run everything due; returns the new reading.
-    fn advance(&self, py: Python<'_>, seconds: f64) -> PyResult<f64> {
+    /// Move forward by ``seconds`` and run everything due; returns the new reading. With
+    /// ``stalled=True`` nothing runs: the detectors and schedulers on this clock were not
+    /// running meanwhile (the process was frozen). The next ordinary advance wakes them first,
+    /// at the reading the stall ended at, and a detector sees the gap as a local pause.
+    #[pyo3(signature = (seconds, stalled = false))]
+    fn advance(&self, py: Python<'_>, seconds: f64, stalled: bool) -> PyResult<f64> {
         let dt = to_ns("seconds", seconds, true)?;
         let inner = self.inner.clone();
-        Ok(to_seconds(py.detach(move || inner.advance(dt))))
+        let now = if stalled {
+            inner.stall(dt)
+        } else {
+            py.detach(move || inner.advance(dt))
+        };
+        Ok(to_seconds(now))
     }
 
     /// Move to the absolute reading ``seconds`` (not earlier than now) and run everything due.

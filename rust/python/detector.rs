@@ -18,6 +18,13 @@ use pyo3::types::{PyDict, PyString};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A `max_local_pause` argument (seconds > 0, or None for off) in ns.
+fn max_pause_ns(seconds: Option<f64>) -> PyResult<Option<u64>> {
+    seconds
+        .map(|s| to_ns("max_local_pause", s, false))
+        .transpose()
+}
+
 fn to_py(e: DetectorError) -> PyErr {
     match e {
         DetectorError::Unknown(what) => PyKeyError::new_err(format!("unknown topic: {what}")),
@@ -180,7 +187,11 @@ impl PyDetector {
 #[pymethods]
 impl PyDetector {
     #[new]
-    #[pyo3(signature = (*, period = 1.0, allowed_misses = 1, clock = None, resolution = 0.001, tick = 0.01, auto_add = false))]
+    #[pyo3(
+        signature = (*, period = 1.0, allowed_misses = 1, clock = None, resolution = 0.001, tick = 0.01, auto_add = false, max_local_pause = Some(5.0)),
+        text_signature = "(*, period=1.0, allowed_misses=1, clock=None, resolution=0.001, tick=0.01, auto_add=False, max_local_pause=5.0)"
+    )]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
         py: Python<'_>,
         period: f64,
@@ -189,6 +200,7 @@ impl PyDetector {
         resolution: f64,
         tick: f64,
         auto_add: bool,
+        max_local_pause: Option<f64>,
     ) -> PyResult<Self> {
         if allowed_misses == 0 {
             return Err(PyValueError::new_err("allowed_misses must be >= 1, got 0"));
@@ -198,6 +210,8 @@ impl PyDetector {
         let tick = Duration::from_nanos(to_ns("tick", tick, false)?);
         let det = Detector::new(clock_source(py, clock)?, defaults, resolution).map_err(to_py)?;
         det.set_auto_add(auto_add);
+        det.set_max_local_pause(max_pause_ns(max_local_pause)?)
+            .map_err(to_py)?;
         let this = Self {
             det,
             driver: Mutex::new(None),
@@ -514,6 +528,20 @@ impl PyDetector {
         self.det.set_auto_add(on);
     }
 
+    /// Seconds the detector may go without running before a wake-up counts as a local pause
+    /// (its own stall: deadlines inside are re-based, not fired), or None to never count one.
+    #[getter]
+    fn get_max_local_pause(&self) -> Option<f64> {
+        self.det.max_local_pause().map(to_seconds)
+    }
+
+    #[setter]
+    fn set_max_local_pause(&self, seconds: Option<f64>) -> PyResult<()> {
+        self.det
+            .set_max_local_pause(max_pause_ns(seconds)?)
+            .map_err(to_py)
+    }
+
     /// The clock's reading, seconds.
     fn now(&self) -> f64 {
         to_seconds(self.det.now_ns())
@@ -553,7 +581,8 @@ impl PyDetector {
         Ok(d)
     }
 
-    /// Counters: beats, unknown, refused, failed, resumed, received, topics.
+    /// Counters: beats, unknown, refused, failed, resumed, received, topics, local_pauses and
+    /// local_pause_ns (their total length in nanoseconds).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.det.stats();
         let d = PyDict::new(py);
@@ -564,6 +593,8 @@ impl PyDetector {
         d.set_item("resumed", s.resumed)?;
         d.set_item("received", s.received)?;
         d.set_item("topics", s.topics)?;
+        d.set_item("local_pauses", s.local_pauses)?;
+        d.set_item("local_pause_ns", s.local_pause_ns)?;
         Ok(d)
     }
 

@@ -2,31 +2,32 @@
 
 use super::time::{to_ns, to_seconds};
 use crate::detector::{Detector, TopicStatus};
-use crate::event::Event;
+use crate::event::{Event, NO_TOPIC};
 use crate::queue::{EventQueue, QueueStats};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// One detector event. ``kind`` is ``"failed"``, ``"resumed"`` or ``"received"``; times are
-/// seconds on the detector's clock.
+/// One detector event. ``kind`` is ``"failed"``, ``"resumed"``, ``"received"`` or
+/// ``"local_pause"``; times are seconds on the detector's clock.
 #[pyclass(name = "Event", module = "heartwire._core", frozen, eq)]
 #[derive(PartialEq)]
 pub struct PyEvent {
-    /// ``"failed"``, ``"resumed"`` or ``"received"``.
+    /// ``"failed"``, ``"resumed"``, ``"received"`` or ``"local_pause"``.
     #[pyo3(get)]
     kind: &'static str,
-    /// The topic's name.
+    /// The topic's name (``""`` for a local pause, which is about no topic).
     #[pyo3(get)]
     topic: String,
-    /// The topic's handle.
+    /// The topic's handle (-1 for a local pause).
     #[pyo3(get)]
-    handle: u32,
+    handle: i64,
     /// Consecutive missed periods (failed: reached; resumed: before the beat).
     #[pyo3(get)]
     missed: u32,
-    /// failed: the deadline that passed; resumed/received: the beat's time.
+    /// failed: the deadline that passed; resumed/received: the beat's time; local_pause: when
+    /// the monitor woke up.
     #[pyo3(get)]
     at: f64,
     /// failed: when the outage began.
@@ -41,20 +42,25 @@ pub struct PyEvent {
     /// received: the beat's transit time, when known.
     #[pyo3(get)]
     latency: Option<f64>,
+    /// local_pause: how long the monitor was not running, seconds (it ended at ``at``).
+    #[pyo3(get)]
+    duration: Option<f64>,
 }
 
 impl PyEvent {
     fn new(ev: &Event, topic: &str) -> Self {
+        let about_a_topic = ev.topic != NO_TOPIC;
         Self {
             kind: ev.kind.as_str(),
             topic: topic.to_owned(),
-            handle: ev.topic,
+            handle: if about_a_topic { ev.topic.into() } else { -1 },
             missed: ev.missed,
             at: to_seconds(ev.at_ns),
             since: ev.since_ns().map(to_seconds),
             downtime: ev.downtime_ns().map(to_seconds),
             seq: ev.seq(),
             latency: ev.latency().map(|l| l as f64 / 1e9),
+            duration: ev.pause_ns().map(to_seconds),
         }
     }
 }
@@ -65,6 +71,13 @@ impl PyEvent {
         let detail = match self.kind {
             "failed" => format!("since={}", self.since.unwrap_or(f64::NAN)),
             "resumed" => format!("downtime={}", self.downtime.unwrap_or(f64::NAN)),
+            "local_pause" => {
+                return format!(
+                    "Event(local_pause, at={}, duration={})",
+                    self.at,
+                    self.duration.unwrap_or(f64::NAN)
+                )
+            }
             _ => format!("seq={}", self.seq.unwrap_or(0)),
         };
         format!(
@@ -151,7 +164,14 @@ impl PyEventQueue {
         self.detector.with_names(|names| {
             events
                 .iter()
-                .map(|ev| Py::new(py, PyEvent::new(ev, names.get(ev.topic))))
+                .map(|ev| {
+                    let topic = if ev.topic == NO_TOPIC {
+                        ""
+                    } else {
+                        names.get(ev.topic)
+                    };
+                    Py::new(py, PyEvent::new(ev, topic))
+                })
                 .collect()
         })
     }
