@@ -125,7 +125,7 @@ def test_sql_arguments_are_checked() -> None:
     with pytest.raises(TypeError, match="connect_factory must be callable, got str"):
         checks.sql("sqlite:///x")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="query must be a non-empty str"):
-        checks.sql(sqlite3.connect, " ")
+        checks.sql(lambda: sqlite3.connect(":memory:"), " ")
 
 
 # -- http -----------------------------------------------------------------------------------

@@ -374,7 +374,7 @@ class FlakyBroker(MemoryBroker):
         super().__init__()
         self.failing = False
 
-    def publish(self, topic: str, body: bytes, headers: Any = None) -> None:
+    def publish(self, topic: str, body: Any, headers: Any = None) -> None:
         if self.failing:
             raise ConnectionError("broker down")
         super().publish(topic, body, headers)
@@ -589,7 +589,8 @@ def test_the_exit_hook_stops_running_publishers(rig: Rig) -> None:
     stopped = rig.make("svc.stopped")
     publisher_module._stop_running()
     assert not running.running and not stopped.running
-    assert rec.kinds() == ["Started", "Stopped"]
+    kinds = rec.kinds()  # the first beat is due at once and may have gone out
+    assert kinds in (["Started", "Stopped"], ["Started", "Sent", "Stopped"])
 
 
 def test_at_interpreter_exit_running_publishers_are_stopped() -> None:

@@ -147,6 +147,7 @@ def test_connect_named_memory_brokers_are_shared_until_closed() -> None:
     assert a.url == "memory://test-shared"
     a.close()
     b = connect("memory://test-shared")
+    assert isinstance(b, MemoryBroker)
     assert b is not a and not b.closed
     b.close()
 

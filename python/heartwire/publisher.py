@@ -9,8 +9,9 @@
 
 A publisher owns no thread: running publishers are tasks of the shared
 :class:`~heartwire.scheduling.PublisherScheduler` of their clock, so ten thousand of them use a
-handful of threads. Beats are sent, and listeners called, on the scheduler's thread (or, for
-dependent publishers, on one of its check threads): keep listener methods short.
+handful of threads. Beats are sent, and ``on_sent`` and ``on_exception`` called, on the
+scheduler's thread (or, for dependent publishers, on one of its check threads): keep those
+listener methods short. ``on_started`` and ``on_stopped`` are called by ``start()`` and ``stop()``.
 
 Each beat is a JSON :class:`~heartwire.message.Beat` with the topic, a sequence number (1 for the
 first beat put on the wire, +1 for each one after, failed sends included, so monitors see lost
@@ -75,7 +76,7 @@ class HeartbeatPublisher:
       for each beat (if it raises, the beat is not sent: reason ``"payload_failed"``).
     - ``ttl``: seconds the broker may keep an undelivered beat (the ``expires`` header, epoch
       milliseconds); ``persistent``: ask the broker to persist beats (``persistent: true``).
-    - ``key``: a shared HMAC key; beats are then signed (see :class:`~heartwire.BeatCodec`).
+    - ``key``: a shared HMAC key; beats are then signed (see :class:`~heartwire.message.BeatCodec`).
     - ``clock``: a :class:`~heartwire.ManualClock` to run on (tests, simulations); default the
       real clock.
 

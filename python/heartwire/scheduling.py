@@ -24,6 +24,7 @@ return quickly.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import queue
 import threading
@@ -252,7 +253,7 @@ class PublisherScheduler:
         ran = errors = 0
         for task, blocking, deadline in due:
             if blocking:
-                self._pool.submit(lambda t=task, d=deadline: self._run_blocking(t, d))
+                self._pool.submit(functools.partial(self._run_blocking, task, deadline))
             else:
                 ran += 1
                 errors += not self._call(task, deadline)

@@ -122,7 +122,12 @@ class MemoryBroker:
 
     # -- publishing -------------------------------------------------------------------------
 
-    def publish(self, topic: str, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+    def publish(
+        self,
+        topic: str,
+        body: bytes | bytearray | memoryview,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         """Deliver ``body`` to every subscription matching ``topic``, before returning.
 
         Raises :class:`TransportClosed` after :meth:`close`, :class:`ValueError` (naming the
