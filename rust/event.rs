@@ -34,6 +34,9 @@ impl EventKind {
 /// Latency value meaning "the beat carried no send time".
 pub const NO_LATENCY: i64 = i64::MIN;
 
+/// Sequence number meaning "the beat carried none".
+pub const NO_SEQ: u64 = u64::MAX;
+
 /// The `topic` of an event about no topic ([`EventKind::LocalPause`]); never a topic id, since
 /// ids stay below the registry's `MAX_TOPICS`.
 pub const NO_TOPIC: TopicId = TopicId::MAX;
@@ -82,7 +85,7 @@ impl Event {
         }
     }
 
-    /// A `received` event for one beat.
+    /// A `received` event for one beat (`seq` may be [`NO_SEQ`]).
     pub fn received(topic: TopicId, at_ns: u64, seq: u64, latency_ns: i64) -> Self {
         Self {
             kind: EventKind::Received,
@@ -121,9 +124,9 @@ impl Event {
         (self.kind == EventKind::Resumed).then_some(self.detail)
     }
 
-    /// Received: the beat's sequence number.
+    /// Received: the beat's sequence number, when it carried one.
     pub fn seq(&self) -> Option<u64> {
-        (self.kind == EventKind::Received).then_some(self.detail)
+        (self.kind == EventKind::Received && self.detail != NO_SEQ).then_some(self.detail)
     }
 
     /// Received: the beat's transit time, when known.

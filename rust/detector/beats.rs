@@ -117,7 +117,7 @@ impl Detector {
 
     /// A full beat: record, emit `resumed` if it ends an outage, then `received` if wanted.
     pub fn beat(&self, id: TopicId, now: Option<u64>) -> Beat {
-        self.beat_with(id, now, 0, NO_LATENCY)
+        self.beat_with(id, now, NO_SEQ, NO_LATENCY)
     }
 
     /// [`beat`](Detector::beat) with the sequence number and transit time a `received` event
@@ -162,7 +162,7 @@ impl Detector {
             self.counters.unknown.fetch_add(1, Ordering::Relaxed);
             return Beat::Unknown;
         };
-        self.beat_with(id, Some(now), 0, NO_LATENCY)
+        self.beat_with(id, Some(now), NO_SEQ, NO_LATENCY)
     }
 
     /// Beats for many ids at one time; returns how many were recorded.
@@ -223,7 +223,7 @@ impl Detector {
     /// `(recorded, unknown)`.
     pub fn finish(&self, mut batch: Batch) -> (usize, usize) {
         for &(id, resume) in &batch.follow {
-            self.complete(id, Beat::Recorded { resume }, batch.now, 0, NO_LATENCY);
+            self.complete(id, Beat::Recorded { resume }, batch.now, NO_SEQ, NO_LATENCY);
         }
         for name in std::mem::take(&mut batch.missing) {
             match self.add(&name, None, Some(batch.now)) {
@@ -231,7 +231,7 @@ impl Detector {
                     let result = self.record(id, batch.now);
                     if let Beat::Recorded { .. } = result {
                         batch.recorded += 1;
-                        self.complete(id, result, batch.now, 0, NO_LATENCY);
+                        self.complete(id, result, batch.now, NO_SEQ, NO_LATENCY);
                     }
                 }
                 Err(_) => {

@@ -16,7 +16,7 @@
 //! in order across the two paths.
 
 use crate::clock::{ClockSource, Driven};
-use crate::event::{Event, EventKind, NO_LATENCY};
+use crate::event::{Event, EventKind, NO_LATENCY, NO_SEQ};
 use crate::phi::{PhiConfig, PhiState};
 use crate::queue::{EventQueue, Overflow, QueueStats};
 use crate::registry::{NameView, RegisterError, Registry, TopicId};

@@ -300,9 +300,16 @@ fn received_events_follow_resumed_and_carry_seq_and_latency() {
     assert_eq!(kinds, vec![Failed, Resumed, Received]);
     assert_eq!(got[2].seq(), Some(42));
     assert_eq!(got[2].latency(), Some(3 * MS as i64));
+    r.beat(a); // no sequence number, no send time
+    got.clear();
+    all.try_pop_batch(&mut got, 16);
+    assert_eq!(
+        (got[0].kind, got[0].seq(), got[0].latency()),
+        (Received, None, None)
+    );
     // The subscriber that did not ask for `received` gets none.
     assert!(r.take().iter().all(|e| e.kind != Received));
-    assert_eq!(r.det.stats().received, 1);
+    assert_eq!(r.det.stats().received, 2);
     assert!(r.det.unsubscribe(&all));
     assert!(!r.det.wants_received());
 }

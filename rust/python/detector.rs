@@ -6,7 +6,7 @@ use super::events::{PyEventQueue, PyTopicStatus};
 use super::time::{opt_time, to_ns, to_seconds};
 use crate::detector::{Beat, Detector, DetectorError, TopicConfig};
 use crate::driver::Driver;
-use crate::event::NO_LATENCY;
+use crate::event::{NO_LATENCY, NO_SEQ};
 use crate::phi::PhiConfig;
 use crate::queue::Overflow;
 use crate::registry::TopicId;
@@ -426,7 +426,7 @@ impl PyDetector {
         let result = self.det.record(id, now);
         if self.det.needs_completion(result) {
             let det = self.det.clone();
-            py.detach(move || det.complete(id, result, now, seq.unwrap_or(0), latency));
+            py.detach(move || det.complete(id, result, now, seq.unwrap_or(NO_SEQ), latency));
         }
         Ok(matches!(result, Beat::Recorded { .. }))
     }

@@ -36,7 +36,7 @@ pub struct PyEvent {
     /// resumed: how long the outage lasted.
     #[pyo3(get)]
     downtime: Option<f64>,
-    /// received: the beat's sequence number.
+    /// received: the beat's sequence number, when it carried one.
     #[pyo3(get)]
     seq: Option<u64>,
     /// received: the beat's transit time, when known.
