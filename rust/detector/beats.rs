@@ -11,6 +11,8 @@ pub struct Batch {
     pub recorded: usize,
     /// Names or ids not known (nor added).
     pub unknown: usize,
+    /// Beats refused (stopped or removed topics).
+    refused: usize,
     /// Topics whose beat still owes an event: (id, ends an outage).
     follow: Vec<(TopicId, bool)>,
     /// Unknown names to add (auto-add on).
@@ -23,6 +25,7 @@ impl Batch {
             now,
             recorded: 0,
             unknown: 0,
+            refused: 0,
             follow: Vec::new(),
             missing: Vec::new(),
         }
@@ -38,7 +41,7 @@ impl Batch {
                 }
             }
             Beat::Unknown => self.unknown += 1,
-            Beat::Refused => {}
+            Beat::Refused => self.refused += 1,
         }
     }
 
@@ -52,8 +55,21 @@ impl Detector {
     /// Record a beat lock-free: one CAS. Never blocks and never emits; see [`Beat::Recorded`].
     #[inline]
     pub fn record(&self, id: TopicId, now_abs: u64) -> Beat {
+        let result = self.record_uncounted(id, now_abs);
+        let counter = match result {
+            Beat::Recorded { .. } => &self.counters.beats,
+            Beat::Unknown => &self.counters.unknown,
+            Beat::Refused => &self.counters.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    /// [`record`](Detector::record) without touching the shared counters: batches count locally
+    /// and add once, so a beat costs one locked instruction (the CAS), not two.
+    #[inline]
+    fn record_uncounted(&self, id: TopicId, now_abs: u64) -> Beat {
         let Some(word) = self.registry.word(id) else {
-            self.counters.unknown.fetch_add(1, Ordering::Relaxed);
             return Beat::Unknown;
         };
         let t = self.rel(now_abs);
@@ -61,13 +77,11 @@ impl Detector {
         loop {
             let st = word::state(w);
             if matches!(st, State::Stopped | State::Removed) {
-                self.counters.refused.fetch_add(1, Ordering::Relaxed);
                 return Beat::Refused;
             }
             let new = word::after_beat(w, t);
             match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    self.counters.beats.fetch_add(1, Ordering::Relaxed);
                     if w & PHI != 0 && st == State::Alive && t > word::ts(w) {
                         // Only intervals between beats of a live topic teach the model what
                         // normal looks like (as Akka does): an outage is not a sample.
@@ -187,35 +201,67 @@ impl Detector {
         let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
         let want_received = self.wants_received();
         for id in ids {
-            batch.take(id, self.record(id, batch.now), want_received);
+            batch.take(id, self.record_uncounted(id, batch.now), want_received);
         }
+        self.count_batch(&batch);
         batch
     }
 
     /// The lock-free part of a batch of beats by name: never blocks, never emits. Unknown names
     /// are counted, or kept for [`finish`](Detector::finish) to add when auto-add is on.
+    ///
+    /// Names are resolved a chunk at a time before any of them is recorded: the lookups are
+    /// independent loads the CPU overlaps, where interleaving each with its CAS (a full barrier
+    /// on x86) would make every table miss wait for the one before.
     pub fn record_names<S: AsRef<str>>(
         &self,
         names: impl IntoIterator<Item = S>,
         now: Option<u64>,
     ) -> Batch {
+        const CHUNK: usize = 64;
         let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
         let want_received = self.wants_received();
         let auto_add = self.auto_add();
-        self.registry.with_lookup(|find| {
-            for name in names {
+        let mut names = names.into_iter();
+        let mut ids = [None; CHUNK];
+        self.registry.with_lookup(|find| loop {
+            let mut n = 0;
+            for name in names.by_ref().take(CHUNK) {
                 let name = name.as_ref();
-                match find(name) {
-                    Some(id) => batch.take(id, self.record(id, batch.now), want_received),
-                    None if auto_add => batch.missing.push(name.to_owned()),
-                    None => batch.unknown += 1,
+                ids[n] = find(name);
+                if ids[n].is_none() {
+                    if auto_add {
+                        batch.missing.push(name.to_owned());
+                    } else {
+                        batch.unknown += 1;
+                    }
                 }
+                n += 1;
+            }
+            for id in ids[..n].iter().flatten() {
+                batch.take(*id, self.record_uncounted(*id, batch.now), want_received);
+            }
+            if n < CHUNK {
+                break;
             }
         });
-        self.counters
-            .unknown
-            .fetch_add(batch.unknown as u64, Ordering::Relaxed);
+        self.count_batch(&batch);
         batch
+    }
+
+    /// Add a batch's lock-free outcome to the shared counters, once. Unknown names kept for
+    /// auto-add are counted by [`finish`](Detector::finish) if adding them fails.
+    fn count_batch(&self, batch: &Batch) {
+        let c = &self.counters;
+        for (counter, n) in [
+            (&c.beats, batch.recorded),
+            (&c.unknown, batch.unknown),
+            (&c.refused, batch.refused),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Finish a batch: emit what its beats owe (`resumed`, `received`) and add and beat its
