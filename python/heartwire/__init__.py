@@ -1,10 +1,15 @@
 """heartwire: heartbeat and liveness monitoring for message-driven services.
 
-The native core (:mod:`heartwire._core`) tracks missed periods for one topic or millions on a
-hierarchical timer wheel and hands events to Python through bounded queues; a
-:class:`Dispatcher` delivers them to a handler in batches on its own thread.
+Services publish a heartbeat to a topic every period (:class:`HeartbeatPublisher`); whoever depends
+on them watches one topic or a wildcard of millions (:class:`HeartbeatMonitor`) and is told through
+listener classes when a heartbeat is missed, how many times in a row, and when it comes back.
+
+The native core (:mod:`heartwire._core`) tracks missed periods on a hierarchical timer wheel and
+hands events to Python through bounded queues; :func:`connect` gives the transport (the embedded
+in-process broker by default).
 """
 
+from heartwire import checks
 from heartwire._core import (
     MAX_NAME_LEN,
     MAX_TOPICS,
@@ -13,20 +18,66 @@ from heartwire._core import (
     EventQueue,
     ManualClock,
     Phi,
-    TopicStatus,
+    Scheduler,
     __version__,
 )
+from heartwire.checks import CheckFailed
 from heartwire.dispatch import Dispatcher
+from heartwire.events import (
+    ExceptionEvent,
+    Failed,
+    Received,
+    Resumed,
+    Sent,
+    Started,
+    State,
+    Stopped,
+    TopicStatus,
+)
+from heartwire.listeners import PublisherListener, SubscriberListener
+from heartwire.message import Beat, BeatCodec, DecodeError
+from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
+from heartwire.publisher import HeartbeatPublisher
+from heartwire.scheduling import PublisherScheduler, shared_scheduler
+from heartwire.transport import Message, Subscription, Transport, TransportClosed, connect
+from heartwire.transport.memory import MemoryBroker
 
 __all__ = [
     "MAX_NAME_LEN",
     "MAX_TOPICS",
+    "Beat",
+    "BeatCodec",
+    "CheckFailed",
+    "DecodeError",
     "Detector",
     "Dispatcher",
     "Event",
     "EventQueue",
+    "ExceptionEvent",
+    "Failed",
+    "HeartbeatMonitor",
+    "HeartbeatPublisher",
+    "HeartbeatSubscriber",
     "ManualClock",
+    "MemoryBroker",
+    "Message",
     "Phi",
+    "PublisherListener",
+    "PublisherScheduler",
+    "Received",
+    "Resumed",
+    "Scheduler",
+    "Sent",
+    "Started",
+    "State",
+    "Stopped",
+    "SubscriberListener",
+    "Subscription",
     "TopicStatus",
+    "Transport",
+    "TransportClosed",
     "__version__",
+    "checks",
+    "connect",
+    "shared_scheduler",
 ]

@@ -1,14 +1,27 @@
-"""The ``heartwire`` command."""
+"""The ``heartwire`` command: ``demo``, ``publish`` and ``watch``."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
+import threading
+from dataclasses import asdict
+from typing import Any, Callable
+
+BROKER_HELP = (
+    "broker URL: memory:// (in-process, the default), stomp://host:port, "
+    "or failover:(stomp://a:61613,stomp://b:61614)?..."
+)
 
 
-def _positive(kind: type) -> object:
-    def parse(text: str) -> object:
-        value = kind(text)
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
         if not value > 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
@@ -16,23 +29,140 @@ def _positive(kind: type) -> object:
     return parse
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heartwire", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
     demo = commands.add_parser("demo", help="a simulated fleet with a live status view")
     demo.add_argument("--topics", type=_positive(int), default=300, help="services (default 300)")
     demo.add_argument("--period", type=_positive(float), default=0.2, help="beat period, s")
     demo.add_argument("--duration", type=_positive(float), default=10.0, help="run time, s")
     demo.add_argument("--seed", type=int, default=7, help="chaos seed")
-    args = parser.parse_args(argv)
 
+    publish = commands.add_parser("publish", help="publish heartbeats to a topic")
+    publish.add_argument("topic", help="topic to beat on, e.g. svc.a")
+    publish.add_argument("--broker", default=None, help=BROKER_HELP)
+    publish.add_argument("--period", type=_positive(float), default=1.0, help="beat period, s")
+    publish.add_argument("--count", type=_positive(int), default=None, help="stop after N beats")
+    publish.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
+    publish.add_argument("--key", default=None, help="HMAC key to sign beats with")
+
+    watch = commands.add_parser("watch", help="watch topics and print events as JSON lines")
+    watch.add_argument("pattern", help="topic or wildcard pattern, e.g. svc.> or svc.*")
+    watch.add_argument("--broker", default=None, help=BROKER_HELP)
+    watch.add_argument("--period", type=_positive(float), default=1.0, help="default period, s")
+    watch.add_argument("--allowed-misses", type=_positive(int), default=1)
+    watch.add_argument("--expect", action="append", default=[], help="a topic to expect")
+    watch.add_argument("--received", action="store_true", help="also print every beat")
+    watch.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
+    watch.add_argument("--key", default=None, help="HMAC key beats must be signed with")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "demo":
         from heartwire.demo import run_demo
 
         report = run_demo(args.topics, args.period, args.duration, args.seed)
         print("\n".join(["", "summary:", *("  " + line for line in report.lines())]))
-        return 0 if report.outages_detected > 0 or report.outages_caused == 0 else 1
-    return 2
+        return 0 if report.outages_detected >= report.outages_due else 1
+    try:
+        if args.command == "publish":
+            return _publish(args)
+        return _watch(args)
+    except (ValueError, OSError) as exc:
+        print(f"heartwire {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _until_stopped(duration: float | None, done: threading.Event) -> None:
+    """Wait for ``done``, ``duration`` seconds, or SIGINT/SIGTERM, whichever comes first."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: done.set())
+    done.wait(duration)
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from heartwire.events import ExceptionEvent, Sent
+    from heartwire.listeners import PublisherListener
+    from heartwire.publisher import HeartbeatPublisher
+    from heartwire.transport import connect
+
+    done = threading.Event()
+
+    class Report(PublisherListener):
+        def on_sent(self, event: Sent) -> None:
+            print(json.dumps({"event": "sent", **asdict(event)}), flush=True)
+            if args.count is not None and event.seq >= args.count:
+                done.set()
+
+        def on_exception(self, event: ExceptionEvent) -> None:
+            print(f"heartwire publish: {event.reason}: {event.error}", file=sys.stderr)
+
+    broker = connect(args.broker)
+    pub = HeartbeatPublisher(broker, args.topic, args.period, listeners=[Report()], key=args.key)
+    try:
+        pub.start()
+        _until_stopped(args.duration, done)
+    finally:
+        pub.stop()
+        broker.close()
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from heartwire.events import ExceptionEvent, Failed, Received, Resumed, Started, Stopped
+    from heartwire.listeners import SubscriberListener
+    from heartwire.monitor import HeartbeatMonitor
+    from heartwire.transport import connect
+
+    def emit(kind: str, event: Any) -> None:
+        fields = {k: v for k, v in asdict(event).items() if k != "error"}
+        print(json.dumps({"event": kind, **fields}, default=str), flush=True)
+
+    class Printer(SubscriberListener):
+        def on_started(self, event: Started) -> None:
+            emit("started", event)
+
+        def on_stopped(self, event: Stopped) -> None:
+            emit("stopped", event)
+
+        def on_failed(self, event: Failed) -> None:
+            emit("failed", event)
+
+        def on_resumed(self, event: Resumed) -> None:
+            emit("resumed", event)
+
+        def on_exception(self, event: ExceptionEvent) -> None:
+            emit("exception", event)
+
+    class PrinterWithBeats(Printer):
+        def on_received(self, event: Received) -> None:
+            emit("received", event)
+
+    listener = PrinterWithBeats() if args.received else Printer()
+    broker = connect(args.broker)
+    mon = HeartbeatMonitor(
+        broker,
+        args.pattern,
+        period=args.period,
+        allowed_misses=args.allowed_misses,
+        listeners=[listener],
+        key=args.key,
+    )
+    try:
+        for topic in args.expect:
+            mon.expect(topic)
+        mon.start()
+        _until_stopped(args.duration, threading.Event())
+        if not mon.drain(timeout=5.0):
+            print("heartwire watch: listeners did not drain in 5 s", file=sys.stderr)
+    finally:
+        mon.stop()
+        broker.close()
+    return 0
 
 
 if __name__ == "__main__":
