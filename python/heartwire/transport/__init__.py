@@ -7,7 +7,9 @@ Every transport offers the same small interface (:class:`Transport`): ``publish`
 - ``None`` or ``"memory://"``: a new embedded in-process broker (:class:`MemoryBroker`);
 - ``"memory://<name>"``: the embedded broker of that name in this process, created on first use
   (as ActiveMQ's ``vm://`` URLs), so separate parts of one program can meet on it;
-- ``"stomp://host:port"`` and ``"failover:(...)"``: STOMP brokers (not available yet).
+- ``"stomp://host:port"`` and ``"failover:(stomp://a:61613,stomp://b:61614)?..."``: STOMP
+  brokers (:class:`~heartwire.transport.stomp.StompTransport`; URL and options in
+  :mod:`heartwire.transport.urls`).
 """
 
 from __future__ import annotations
@@ -19,13 +21,21 @@ from types import MappingProxyType
 from typing import Any, Callable, Protocol, runtime_checkable
 
 __all__ = [
+    "ConnectFailed",
+    "ConnectionListener",
+    "KeepAliveMonitor",
     "Message",
     "MessageHandler",
+    "SendTimeout",
+    "StompTransport",
     "Subscription",
     "Transport",
     "TransportClosed",
     "connect",
 ]
+
+from heartwire.transport.errors import ConnectFailed, SendTimeout
+from heartwire.transport.keepalive import KeepAliveMonitor
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
@@ -96,11 +106,26 @@ def _named_broker(name: str, options: dict[str, Any]) -> Transport:
         return broker
 
 
+def __getattr__(name: str) -> Any:
+    # The STOMP classes import stomp.py: only when asked for.
+    if name == "StompTransport":
+        from heartwire.transport.stomp import StompTransport
+
+        return StompTransport
+    if name == "ConnectionListener":
+        from heartwire.transport.failover import ConnectionListener
+
+        return ConnectionListener
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def connect(url: str | None = None, **options: Any) -> Transport:
     """Open a transport for ``url`` (see the module docs for the URL forms).
 
-    Raises :class:`ValueError` naming the url when its scheme is unknown, and
-    :class:`NotImplementedError` for STOMP URLs until the STOMP transport lands (issue 4).
+    STOMP URLs connect before this returns (``options``: :data:`~heartwire.transport.urls.
+    OPTIONS`, e.g. ``login=``, ``passcode=``, ``vhost=``, ``dialect=``) and raise
+    :class:`ConnectFailed` if no broker of the URL accepts. Raises :class:`ValueError` naming
+    the url (never its password) when its scheme is unknown or it or an option is malformed.
     """
     if url is None or url == "memory://":
         from heartwire.transport.memory import MemoryBroker
@@ -115,12 +140,13 @@ def connect(url: str | None = None, **options: Any) -> Transport:
                 f"url {url!r}: an embedded broker URL is 'memory://' or 'memory://<name>'"
             )
         return _named_broker(rest, options)
-    if (sep and scheme in ("stomp", "stomp+ssl")) or url.startswith("failover:"):
-        raise NotImplementedError(
-            f"url {url!r}: the STOMP transport arrives with issue 4; until then use "
-            "connect() or 'memory://' for the embedded broker"
-        )
+    if (sep and scheme.lower() == "stomp") or url.lower().startswith("failover:"):
+        from heartwire.transport.stomp import StompTransport
+
+        return StompTransport(url, **options)
+    from heartwire.transport.urls import redact
+
     raise ValueError(
-        f"url {url!r} has an unknown scheme; expected 'memory://', 'memory://<name>', "
-        "'stomp://host:port' or 'failover:(...)'"
+        f"url {redact(url)!r} has an unknown scheme; expected 'memory://', 'memory://<name>', "
+        "'stomp://host:port' or 'failover:(stomp://host:port,...)'"
     )

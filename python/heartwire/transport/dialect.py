@@ -1,0 +1,100 @@
+"""Broker dialects: how API topic names and patterns map to STOMP destinations and back.
+
+The API's syntax (:mod:`heartwire.transport.patterns`): ``.``-separated segments, ``*`` for one
+segment, a final ``>`` for one or more. Every topic ``t`` is the STOMP destination ``/topic/t``.
+
+- ActiveMQ Classic uses the API's wildcards as they are (``/topic/svc.>``, ``/topic/svc.*``).
+- RabbitMQ routes ``/topic/...`` through the ``amq.topic`` exchange, whose wildcards are ``*``
+  (one word) and ``#`` (zero or more words): ``svc.>`` becomes ``/topic/svc.#``.
+
+Where a broker's wildcard matches more than the API's (RabbitMQ's ``#`` also matches zero words),
+the transport filters the deliveries with the API pattern, so subscribers see the same topics on
+every broker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+__all__ = ["ACTIVEMQ", "RABBITMQ", "Dialect", "detect", "named"]
+
+_TOPIC = "/topic/"
+_AMQ_TOPIC_EXCHANGE = "/exchange/amq.topic/"
+
+
+class Dialect:
+    """One broker family's destination syntax (instances are immutable singletons)."""
+
+    __slots__ = ("_wild_many", "name")
+
+    def __init__(self, name: str, wild_many: str) -> None:
+        self.name = name
+        self._wild_many = wild_many
+
+    def destination(self, topic: str) -> str:
+        """The STOMP destination to send ``topic`` to."""
+        return _TOPIC + topic
+
+    def subscription(self, pattern: str) -> str:
+        """The STOMP destination to subscribe to for the API ``pattern``."""
+        if pattern.endswith(">") and (len(pattern) == 1 or pattern[-2] == "."):
+            pattern = pattern[:-1] + self._wild_many
+        return _TOPIC + pattern
+
+    def topic(self, destination: str) -> str:
+        """The API topic of a received message's ``destination`` header (as is if foreign)."""
+        if destination.startswith(_TOPIC):
+            return destination[len(_TOPIC) :]
+        if destination.startswith(_AMQ_TOPIC_EXCHANGE):
+            return destination[len(_AMQ_TOPIC_EXCHANGE) :]
+        return destination
+
+    def send_headers(self, headers: Mapping[str, str] | None) -> dict[str, str]:
+        """The SEND frame's headers for the API ``headers`` (``expires``, ``persistent``, ...).
+
+        ``expires`` (epoch milliseconds) and ``persistent`` pass through on every broker; for
+        RabbitMQ an ``expires`` also sets ``expiration`` (the per-message TTL it honours, in
+        milliseconds from now).
+        """
+        out = dict(headers) if headers else {}
+        if self is RABBITMQ and "expires" in out and "expiration" not in out:
+            try:
+                ttl = int(out["expires"]) - int(time.time() * 1000)
+            except ValueError:
+                pass
+            else:
+                out["expiration"] = str(max(ttl, 0))
+        return out
+
+    def __repr__(self) -> str:
+        return f"<Dialect {self.name}>"
+
+
+ACTIVEMQ = Dialect("activemq", ">")
+RABBITMQ = Dialect("rabbitmq", "#")
+_BY_NAME = {d.name: d for d in (ACTIVEMQ, RABBITMQ)}
+
+
+def named(name: str) -> Dialect:
+    """The dialect called ``name`` (``"activemq"`` or ``"rabbitmq"``), else ValueError."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"dialect {name!r} is not one of {', '.join(_BY_NAME)}") from None
+
+
+def detect(server: str | None) -> Dialect | None:
+    """The dialect of a broker from its CONNECTED frame's ``server`` header; None if unknown.
+
+    ``"ActiveMQ/5.17.2"`` is ActiveMQ Classic; ``"RabbitMQ/3.10.8"`` RabbitMQ. Anything else
+    (ActiveMQ Artemis included, whose wildcards differ) is unknown.
+    """
+    if not server:
+        return None
+    product = server.split("/", 1)[0].strip().lower()
+    if product == "activemq":
+        return ACTIVEMQ
+    if product == "rabbitmq":
+        return RABBITMQ
+    return None

@@ -1,0 +1,51 @@
+"""Errors raised by transports (besides :class:`~heartwire.transport.TransportClosed`)."""
+
+from __future__ import annotations
+
+__all__ = ["ConnectFailed", "SendTimeout"]
+
+
+class SendTimeout(TimeoutError):
+    """A send waited ``request_blocking_time`` for a broker connection and none came.
+
+    ``message_id`` is the id the message would have carried (the ``hw-message-id`` header),
+    ``topic`` where it was going, ``waited`` the seconds spent, ``url`` the transport's URL
+    (without credentials) and ``last_error`` the last send failure seen meanwhile, if any. The
+    message was not sent (or, if ``last_error`` is set, may have been lost with the connection).
+    """
+
+    def __init__(
+        self,
+        message_id: str,
+        topic: str,
+        waited: float,
+        url: str,
+        last_error: BaseException | None = None,
+    ) -> None:
+        why = f"; last error: {last_error!r}" if last_error is not None else ""
+        super().__init__(
+            f"message {message_id} to {topic!r} not sent: no broker connection on {url} "
+            f"within {waited:.3g} s{why}"
+        )
+        self.message_id = message_id
+        self.topic = topic
+        self.waited = waited
+        self.url = url
+        self.last_error = last_error
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.message_id, self.topic, self.waited, self.url, self.last_error))
+
+
+class ConnectFailed(ConnectionError):
+    """No broker of the URL accepted a connection; ``reasons`` maps each broker
+    (``"stomp://host:port"``) to why. Never contains credentials."""
+
+    def __init__(self, url: str, reasons: dict[str, str]) -> None:
+        detail = "; ".join(f"{b}: {r}" for b, r in reasons.items())
+        super().__init__(f"could not connect to {url}: {detail}")
+        self.url = url
+        self.reasons = reasons
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.url, self.reasons))

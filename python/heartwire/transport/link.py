@@ -1,0 +1,259 @@
+"""One STOMP connection to one broker, over stomp.py.
+
+A :class:`StompLink` is opened once and used until it is lost or closed; reconnecting means a new
+link (see :mod:`heartwire.transport.failover`). It reports, exactly once, the end of a link that
+was open (``on_lost(link, reason)``), whatever ended it: the socket closing, a STOMP heart-beat
+timeout, an ERROR frame, or :meth:`StompLink.abort`. An orderly :meth:`StompLink.close` is not
+reported.
+
+Threads: stomp.py reads each link on its own receiver thread, which calls ``on_message(link,
+frame)``; with heart-beating on, a second stomp.py thread sends and checks heart-beats. Both end
+when the link ends. Sends may come from any thread (stomp.py serialises socket writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+import stomp
+import stomp.exception
+
+from heartwire.transport.dialect import ACTIVEMQ, Dialect, detect, named
+from heartwire.transport.urls import BrokerAddress, StompOptions
+
+__all__ = ["LinkError", "StompLink"]
+
+log = logging.getLogger("heartwire.transport.stomp")
+
+# A silent broker is dropped after this many heart-beat intervals.
+_HEARTBEAT_RECEIVE_SCALE = 2.0
+# How long close() waits for the broker's receipt of DISCONNECT.
+_CLOSE_WAIT = 1.0
+
+
+class LinkError(ConnectionError):
+    """Opening a link failed; ``reason`` says why (never contains credentials)."""
+
+    def __init__(self, broker: BrokerAddress, reason: str) -> None:
+        super().__init__(f"{broker}: {reason}")
+        self.broker = broker
+        self.reason = reason
+
+
+class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
+    """One STOMP 1.2 connection to ``broker`` (see the module docs)."""
+
+    def __init__(
+        self,
+        broker: BrokerAddress,
+        options: StompOptions,
+        on_message: Callable[[StompLink, Any], None],
+        on_lost: Callable[[StompLink, str], None],
+    ) -> None:
+        self.broker = broker
+        self.options = options
+        self.dialect: Dialect = ACTIVEMQ
+        #: The CONNECTED frame's ``server`` header ("ActiveMQ/5.17.2").
+        self.server: str | None = None
+        #: When the link was opened (time.monotonic()).
+        self.opened_at: float | None = None
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._connected = False
+        self._ended = False  # lost, aborted or closed: never reported twice
+        self._closing = False
+        self._error: str | None = None
+        self._conn: Any = None
+
+    def __repr__(self) -> str:
+        state = "open" if self._connected and not self._ended else "ended"
+        return f"<StompLink {self.broker} {self.dialect.name} {state}>"
+
+    @property
+    def open(self) -> bool:
+        """Connected and not ended."""
+        return self._connected and not self._ended
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def connect(self) -> StompLink:
+        """Open the connection (TCP, then CONNECT/CONNECTED) within ``connect_timeout``.
+
+        Raises :class:`LinkError` with the reason on failure; returns self.
+        """
+        opts = self.options
+        hb = round(opts.heartbeat * 1000)
+        conn = stomp.Connection12(
+            [(self.broker.host, self.broker.port)],
+            prefer_localhost=False,
+            try_loopback_connect=False,
+            reconnect_sleep_initial=0.0,
+            reconnect_sleep_increase=0.0,
+            reconnect_sleep_jitter=0.0,
+            reconnect_attempts_max=1,
+            timeout=opts.connect_timeout,
+            heartbeats=(hb, hb),
+            vhost=opts.vhost or None,
+            auto_decode=False,
+            heart_beat_receive_scale=_HEARTBEAT_RECEIVE_SCALE,
+        )
+        conn.set_listener("heartwire", self)
+        self._conn = conn
+        login, passcode = opts.credentials(self.broker)
+        deadline = time.monotonic() + opts.connect_timeout
+        try:
+            conn.connect(login, passcode, wait=False, with_connect_command=True)
+        except stomp.exception.ConnectFailedException:
+            self._end_quietly()
+            raise LinkError(self.broker, "connection refused or unreachable") from None
+        except OSError as exc:
+            self._end_quietly()
+            raise LinkError(self.broker, f"connection failed: {exc.strerror or exc}") from None
+        sock = getattr(conn.transport, "socket", None)
+        if sock is not None:
+            # The connect timeout must not stay on the socket: an idle read would end the link.
+            with contextlib.suppress(OSError):
+                sock.settimeout(None)
+        if not self._ready.wait(max(0.0, deadline - time.monotonic())):
+            self._end_quietly()
+            raise LinkError(self.broker, f"no CONNECTED frame within {opts.connect_timeout:g} s")
+        with self._lock:
+            ok = self._connected and not self._ended
+            error = self._error
+        if not ok:
+            self._end_quietly()
+            if error:
+                raise LinkError(self.broker, f"the broker refused the connection: {error}")
+            raise LinkError(self.broker, "the connection closed before CONNECTED")
+        self.opened_at = time.monotonic()
+        return self
+
+    def _choose_dialect(self) -> None:
+        wanted = self.options.dialect
+        if wanted != "auto":
+            self.dialect = named(wanted)
+            return
+        found = detect(self.server)
+        if found is None:
+            log.warning(
+                "%s: unknown broker %r; using the activemq dialect (pass dialect= to choose)",
+                self.broker,
+                self.server,
+            )
+            found = ACTIVEMQ
+        self.dialect = found
+
+    # -- stomp.py callbacks (on its threads) --------------------------------------------------
+
+    def on_connected(self, frame: Any) -> None:
+        self.server = frame.headers.get("server")
+        self._choose_dialect()
+        with self._lock:
+            self._connected = True
+        self._ready.set()
+
+    def on_error(self, frame: Any) -> None:
+        message = frame.headers.get("message", "")
+        body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else ""
+        detail = f"{message}: {body.strip()}" if body.strip() else message
+        detail = detail.replace("\n", " ")[:300] or "ERROR frame"
+        if not self._connected:
+            with self._lock:
+                self._error = detail
+            self._ready.set()
+            return
+        log.warning("%s: ERROR frame from the broker: %s", self.broker, detail)
+
+    def on_message(self, frame: Any) -> None:
+        self._on_message(self, frame)
+
+    def on_disconnected(self) -> None:
+        name = threading.current_thread().name
+        reason = "STOMP heart-beat timeout" if "Heartbeat" in name else "connection lost"
+        self._lost(reason)
+
+    # -- use ------------------------------------------------------------------------------------
+
+    def send(self, destination: str, body: bytes, headers: dict[str, str]) -> None:
+        """Send one message; raises (OSError, stomp.py's exceptions) if the socket fails."""
+        if self._ended:
+            raise ConnectionError(f"{self.broker}: the connection has ended")
+        self._conn.send(destination, body, headers=headers)
+
+    def subscribe(self, destination: str, sub_id: str) -> None:
+        """SUBSCRIBE (ack auto) with the given id."""
+        if self._ended:
+            raise ConnectionError(f"{self.broker}: the connection has ended")
+        self._conn.subscribe(destination, sub_id, ack="auto")
+
+    def unsubscribe(self, sub_id: str) -> None:
+        """UNSUBSCRIBE the id (errors ignored: the link may be going down)."""
+        if self._ended:
+            return
+        try:
+            self._conn.unsubscribe(sub_id)
+        except Exception as exc:
+            log.debug("%s: unsubscribe %s failed: %r", self.broker, sub_id, exc)
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def _lost(self, reason: str) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            report = self._connected and not self._closing
+        self._ready.set()
+        if report:
+            self._on_lost(self, reason)
+
+    def _end_quietly(self) -> None:
+        with self._lock:
+            self._ended = True
+            self._closing = True
+        self._disconnect_socket()
+
+    def _disconnect_socket(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            conn.transport.disconnect_socket()
+        except Exception as exc:  # already closed, or closing under us
+            log.debug("%s: closing the socket: %r", self.broker, exc)
+
+    def abort(self, reason: str) -> None:
+        """Tear the connection down now (no DISCONNECT); reported through ``on_lost``."""
+        self._disconnect_socket()
+        self._lost(reason)
+
+    def close(self) -> None:
+        """DISCONNECT (waiting briefly for the receipt, so earlier sends are flushed), then
+        close the socket. Not reported as a loss. Idempotent."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            was_open = self._connected and not self._ended
+        conn = self._conn
+        if conn is not None and was_open:
+            receipt = f"close-{uuid.uuid4().hex[:8]}"
+            try:
+                conn.transport.set_receipt(receipt, "DISCONNECT")
+                conn.send_frame("DISCONNECT", {"receipt": receipt})
+            except Exception as exc:
+                log.debug("%s: DISCONNECT failed: %r", self.broker, exc)
+            else:
+                deadline = time.monotonic() + _CLOSE_WAIT
+                while conn.transport.is_connected() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        with self._lock:
+            self._ended = True
+        self._disconnect_socket()

@@ -1,0 +1,517 @@
+"""The STOMP transport: heartwire over ActiveMQ Classic, RabbitMQ and other STOMP 1.2 brokers.
+
+::
+
+    broker = heartwire.connect("stomp://127.0.0.1:61613")
+    broker = heartwire.connect(
+        "failover:(stomp://a:61613,stomp://b:61614)?reconnect_interval=1&request_blocking_time=30",
+        login="guest", passcode="guest",
+    )
+
+URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
+
+- **Topics** are ``/topic/<name>`` destinations; subscription patterns in the API's syntax
+  (``svc.*``, ``svc.>``) are translated to the broker's dialect (:mod:`.dialect`), detected from
+  the CONNECTED frame's ``server`` header unless ``dialect=`` is given. Handlers receive a
+  :class:`~heartwire.transport.Message` whose ``destination`` is the topic in the API's syntax
+  and whose ``headers`` are the MESSAGE frame's (read-only).
+- **Headers** given to :meth:`StompTransport.publish` go on the SEND frame (``expires``,
+  ``persistent`` and any other); each message also gets ``hw-message-id``, the id that
+  :meth:`~StompTransport.publish` returns and :class:`~heartwire.transport.SendTimeout` names.
+- **STOMP heart-beating** runs both ways every ``heartbeat`` seconds; a broker silent for two
+  intervals is dropped and reconnected.
+- **Keep-alive**: while the transport has subscriptions it pings itself through the broker every
+  ``keepalive_interval`` seconds (a private topic, never delivered to your handlers); after
+  ``keepalive_allowed`` pings in a row did not come back, the connection is torn down and
+  reconnected even though its socket looks open (:class:`~.keepalive.KeepAliveMonitor`).
+- **Failover and reconnection** (:mod:`.failover`): a lost connection is re-established, to the
+  same broker or the next of a ``failover:`` list; every subscription is restored before
+  publishing resumes. During an outage :meth:`~StompTransport.publish` blocks up to
+  ``request_blocking_time`` seconds, then raises :class:`~heartwire.transport.SendTimeout`.
+  :meth:`~StompTransport.add_connection_listener` reports ``on_disconnected(broker, reason)``
+  and ``on_reconnected(broker)``.
+
+Thread safety: every method may be called from any thread. Handlers run on the receiving
+thread of the current connection (stomp.py's), one message at a time, in arrival order; a handler
+may publish, subscribe and cancel. A handler that raises is logged and counted
+(``stats()["handler_errors"]``) and the receiving thread goes on. A slow handler delays the
+messages behind it (and the keep-alive pings: keep handlers short, or hand work to a thread).
+Connection listeners run on the failover thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Callable
+
+from heartwire.transport import Message, MessageHandler, TransportClosed
+from heartwire.transport.errors import SendTimeout
+from heartwire.transport.failover import ConnectionListener, Connector
+from heartwire.transport.keepalive import KeepAliveMonitor
+from heartwire.transport.link import StompLink
+from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
+from heartwire.transport.urls import BrokerAddress, StompOptions, parse_url
+
+__all__ = ["MESSAGE_ID_HEADER", "StompSubscription", "StompTransport"]
+
+log = logging.getLogger("heartwire.transport.stomp")
+
+#: The header carrying the id :meth:`StompTransport.publish` gives each message.
+MESSAGE_ID_HEADER = "hw-message-id"
+# The private topic prefix of keep-alive pings (never delivered to subscribers).
+_PING_PREFIX = "_hw.keepalive."
+_PING_SUB_ID = "hw-keepalive"
+_LOG_FIRST_ERRORS = 10
+_LOG_EVERY_ERRORS = 1000
+
+
+class StompSubscription:
+    """One handler subscribed to one pattern on a :class:`StompTransport`.
+
+    It stays subscribed across reconnections until :meth:`cancel` or the transport closes.
+    """
+
+    __slots__ = (
+        "_active",
+        "_matches",
+        "_transport",
+        "delivered",
+        "errors",
+        "handler",
+        "id",
+        "pattern",
+    )
+
+    def __init__(
+        self, transport: StompTransport, sub_id: str, pattern: str, handler: MessageHandler
+    ) -> None:
+        self._transport = transport
+        self.id = sub_id
+        self.pattern = pattern
+        self.handler = handler
+        self._matches: Callable[[str], bool] = matcher(pattern)
+        self._active = True
+        #: Messages handed to the handler (those it raised on included).
+        self.delivered = 0
+        #: Messages the handler raised on.
+        self.errors = 0
+
+    @property
+    def active(self) -> bool:
+        """False once cancelled or once the transport is closed."""
+        return self._active
+
+    def cancel(self) -> None:
+        """Stop deliveries to this handler and unsubscribe at the broker; idempotent."""
+        if self._active:
+            self._active = False
+            self._transport._remove(self)
+
+    def __enter__(self) -> StompSubscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def __repr__(self) -> str:
+        state = "active" if self._active else "cancelled"
+        return f"<StompSubscription {self.pattern!r} {state}, {self.delivered} delivered>"
+
+
+class StompTransport:
+    """A :class:`~heartwire.transport.Transport` over STOMP (see the module docs).
+
+    Connects in the constructor, to the first broker of the URL that accepts; raises
+    :class:`~heartwire.transport.failover.ConnectFailed` (a :class:`ConnectionError`) naming each
+    broker and why if none does, and :class:`ValueError` / :class:`TypeError` naming a bad URL
+    or option (passwords are never shown).
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._options: StompOptions = parse_url(url, **options)
+        self.url = self._options.url
+        self._id = uuid.uuid4().hex[:12]
+        self._ids = itertools.count(1)
+        self._msg_ids = itertools.count(1)
+        self._subs: dict[str, StompSubscription] = {}
+        self._ping_topic = f"{_PING_PREFIX}{self._id}"
+        self._keepalive: KeepAliveMonitor | None = None
+        self._keepalive_link: StompLink | None = None
+        self._stats_lock = threading.Lock()
+        self._published = 0
+        self._send_retries = 0
+        self._send_timeouts = 0
+        self._delivered = 0
+        self._unrouted = 0
+        self._handler_errors = 0
+        self._pings_sent = 0
+        self._pings_received = 0
+        self._keepalive_expirations = 0
+        self._closed = False
+        self._connector = Connector(self._options, self._new_link, self._attach, self._detach)
+        self._connector.start()
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def options(self) -> StompOptions:
+        """The parsed URL and options."""
+        return self._options
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is up right now."""
+        link = self._connector.current
+        return link is not None and link.open
+
+    @property
+    def broker(self) -> str | None:
+        """The broker connected to (``"stomp://host:port"``), None during an outage."""
+        link = self._connector.current
+        return None if link is None else str(link.broker)
+
+    @property
+    def dialect(self) -> str | None:
+        """The current broker's dialect (``"activemq"``, ``"rabbitmq"``), None if offline."""
+        link = self._connector.current
+        return None if link is None else link.dialect.name
+
+    @property
+    def server(self) -> str | None:
+        """The current broker's ``server`` header (``"ActiveMQ/5.17.2"``), None if offline."""
+        link = self._connector.current
+        return None if link is None else link.server
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called or reconnection gave up (see :attr:`failure`)."""
+        return self._closed or self._connector.closed
+
+    @property
+    def failure(self) -> str | None:
+        """Why the transport closed itself (``reconnect_period`` ran out), else None."""
+        return self._connector.failure
+
+    @property
+    def keepalive(self) -> KeepAliveMonitor | None:
+        """The keep-alive monitor of the current connection (None when not pinging)."""
+        return self._keepalive
+
+    @property
+    def connection_listeners(self) -> tuple[Any, ...]:
+        """The registered connection listeners."""
+        return self._connector.listeners
+
+    def add_connection_listener(self, listener: ConnectionListener | Any) -> None:
+        """Register an object with ``on_disconnected(broker, reason)``,
+        ``on_reconnected(broker)`` and/or ``on_reconnect_failed(reason)`` (called on the
+        failover thread; see :class:`~heartwire.transport.failover.ConnectionListener`)."""
+        self._connector.add_listener(listener)
+
+    def remove_connection_listener(self, listener: Any) -> bool:
+        """Unregister a connection listener; False if it was not registered."""
+        return self._connector.remove_listener(listener)
+
+    def subscriptions(self) -> list[StompSubscription]:
+        """The active subscriptions, oldest first."""
+        with self._connector.cond:
+            return list(self._subs.values())
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: ``published``, ``send_retries`` (sends repeated on a new connection),
+        ``send_timeouts``, ``delivered``, ``unrouted`` (messages no subscription took),
+        ``handler_errors``, ``subscriptions``, ``reconnects``, ``connect_attempts``,
+        ``keepalive_pings`` / ``keepalive_returned`` / ``keepalive_expirations``,
+        ``listener_errors``, and ``outages`` (``(broker, seconds)`` of the last ones)."""
+        c = self._connector
+        with self._stats_lock:
+            return {
+                "published": self._published,
+                "send_retries": self._send_retries,
+                "send_timeouts": self._send_timeouts,
+                "delivered": self._delivered,
+                "unrouted": self._unrouted,
+                "handler_errors": self._handler_errors,
+                "subscriptions": len(self._subs),
+                "reconnects": c.reconnects,
+                "connect_attempts": c.attempts,
+                "keepalive_pings": self._pings_sent,
+                "keepalive_returned": self._pings_received,
+                "keepalive_expirations": self._keepalive_expirations,
+                "listener_errors": c.listener_errors,
+                "outages": list(c.outages),
+            }
+
+    def __repr__(self) -> str:
+        if self.closed:
+            state = "closed"
+        else:
+            state = f"on {self.broker}" if self.connected else "reconnecting"
+        return f"<StompTransport {self.url!r} {state}, {len(self._subs)} subscriptions>"
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        body: bytes | bytearray | memoryview,
+        headers: Mapping[str, str] | None = None,
+    ) -> str:
+        """Send ``body`` to ``topic``; returns the message id (the ``hw-message-id`` header).
+
+        During an outage, waits up to ``request_blocking_time`` for a connection (a send that
+        fails on a dying connection is retried on the next one, within the same time), then
+        raises :class:`~heartwire.transport.SendTimeout` naming the message id. Raises
+        :class:`~heartwire.transport.TransportClosed` once closed, :class:`ValueError` for an
+        invalid topic and :class:`TypeError` for a body that is not bytes.
+        """
+        if self._closed or self._connector.closed:
+            raise TransportClosed(self._closed_message(f"publish to {topic!r}"))
+        validate_topic(topic)
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        elif not isinstance(body, bytes):
+            raise TypeError(f"body must be bytes, got {type(body).__name__}")
+        if headers is not None and not isinstance(headers, Mapping):
+            raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
+        message_id = f"{self._id}:{next(self._msg_ids)}"
+        return self._send(topic, body, headers, message_id, self._options.request_blocking_time)
+
+    def _send(
+        self,
+        topic: str,
+        body: bytes,
+        headers: Mapping[str, str] | None,
+        message_id: str,
+        blocking: float,
+    ) -> str:
+        started = time.monotonic()
+        deadline = started + blocking
+        last_error: BaseException | None = None
+        while True:
+            link = self._connector.wait_link(deadline)
+            if link is None:
+                if self._closed or self._connector.closed:
+                    raise TransportClosed(self._closed_message(f"publish to {topic!r}"))
+                with self._stats_lock:
+                    self._send_timeouts += 1
+                raise SendTimeout(
+                    message_id, topic, time.monotonic() - started, self.url, last_error
+                )
+            frame_headers = link.dialect.send_headers(headers)
+            frame_headers[MESSAGE_ID_HEADER] = message_id
+            try:
+                link.send(link.dialect.destination(topic), body, frame_headers)
+            except Exception as exc:
+                last_error = exc
+                with self._stats_lock:
+                    self._send_retries += 1
+                log.debug("send of %s on %s failed (%r); retrying", message_id, link.broker, exc)
+                self._connector.link_lost(link, f"send failed: {exc!r}")
+                continue
+            with self._stats_lock:
+                self._published += 1
+            return message_id
+
+    def _closed_message(self, what: str) -> str:
+        failure = self._connector.failure
+        why = f": {failure}" if failure else ": the transport is closed"
+        return f"{what} on {self.url!r}{why}"
+
+    # -- subscribing --------------------------------------------------------------------------
+
+    def subscribe(self, pattern: str, handler: MessageHandler) -> StompSubscription:
+        """Call ``handler(message)`` for every message to a topic matching ``pattern`` (a
+        topic name, or ``*`` / a final ``>`` wildcards), on the receiving thread.
+
+        The subscription is sent to the broker at once if connected, else when the connection
+        is back; it is restored after every reconnection. Raises :class:`ValueError` naming an
+        invalid pattern, :class:`TypeError` for a handler that is not callable and
+        :class:`~heartwire.transport.TransportClosed` once closed.
+        """
+        validate_pattern(pattern)
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        sub = StompSubscription(self, f"hw-{next(self._ids)}", pattern, handler)
+        cond = self._connector.cond
+        with cond:
+            if self._closed or self._connector.closed:
+                raise TransportClosed(self._closed_message(f"subscribe to {pattern!r}"))
+            self._subs[sub.id] = sub
+            link = self._connector.current
+            if link is not None:
+                try:
+                    link.subscribe(link.dialect.subscription(pattern), sub.id)
+                except Exception as exc:
+                    # Restored on the next connection, like every subscription.
+                    self._connector.link_lost(link, f"subscribe failed: {exc!r}")
+                else:
+                    self._start_keepalive(link)
+        return sub
+
+    def _remove(self, sub: StompSubscription) -> None:
+        with self._connector.cond:
+            if self._subs.pop(sub.id, None) is None:
+                return
+            link = self._connector.current
+            if link is not None:
+                link.unsubscribe(sub.id)
+            if not self._subs:
+                self._stop_keepalive()
+
+    # -- connections (called by the connector) ------------------------------------------------
+
+    def _new_link(self, broker: BrokerAddress) -> StompLink:
+        return StompLink(broker, self._options, self._on_frame, self._connector_lost)
+
+    def _connector_lost(self, link: StompLink, reason: str) -> None:
+        self._connector.link_lost(link, reason)
+
+    def _attach(self, link: StompLink) -> None:
+        """Restore every subscription on a new link (under the connector's lock)."""
+        dialect = link.dialect
+        if self._options.keepalive_interval > 0:
+            link.subscribe(dialect.subscription(self._ping_topic), _PING_SUB_ID)
+        for sub in self._subs.values():
+            link.subscribe(dialect.subscription(sub.pattern), sub.id)
+        if self._subs:
+            self._start_keepalive(link)
+
+    def _detach(self, link: StompLink, reason: str) -> None:
+        with self._connector.cond:
+            if self._keepalive is not None and self._keepalive_link is link:
+                self._stop_keepalive()
+
+    # -- keep-alive ---------------------------------------------------------------------------
+
+    def _start_keepalive(self, link: StompLink) -> None:
+        # Under the connector's lock.
+        opts = self._options
+        if opts.keepalive_interval <= 0 or self._keepalive_link is link:
+            return
+        self._stop_keepalive()
+        destination = link.dialect.destination(self._ping_topic)
+
+        def ping(monitor: KeepAliveMonitor) -> None:
+            if self._keepalive is not monitor or not link.open:
+                return
+            with self._stats_lock:
+                self._pings_sent += 1
+            try:
+                link.send(destination, b"ping", {})
+            except Exception as exc:
+                self._connector.link_lost(link, f"keep-alive ping failed: {exc!r}")
+
+        def expired(monitor: KeepAliveMonitor) -> None:
+            if self._keepalive is not monitor:
+                return
+            with self._stats_lock:
+                self._keepalive_expirations += 1
+            self._connector.link_lost(
+                link,
+                f"keep-alive: {monitor.current} self-pings in a row did not come back "
+                f"within {monitor.interval:g} s each",
+            )
+
+        monitor = KeepAliveMonitor(
+            f"{self._id}@{link.broker.host}:{link.broker.port}",
+            opts.keepalive_allowed,
+            opts.keepalive_interval,
+            on_expired=expired,
+            ping=ping,
+        )
+        self._keepalive = monitor
+        self._keepalive_link = link
+        monitor.start()
+
+    def _stop_keepalive(self) -> None:
+        monitor = self._keepalive
+        self._keepalive = None
+        self._keepalive_link = None
+        if monitor is not None:
+            monitor.stop()
+
+    # -- receiving (on the link's receiver thread) -------------------------------------------
+
+    def _on_frame(self, link: StompLink, frame: Any) -> None:
+        try:
+            headers = frame.headers
+            sub_id = headers.get("subscription")
+            if sub_id == _PING_SUB_ID:
+                with self._stats_lock:
+                    self._pings_received += 1
+                monitor = self._keepalive
+                if monitor is not None:
+                    monitor.alive()
+                return
+            sub = self._subs.get(sub_id) if sub_id is not None else None
+            topic = link.dialect.topic(headers.get("destination", ""))
+            if (
+                sub is None
+                or not sub._active
+                or not sub._matches(topic)
+                or topic.startswith(_PING_PREFIX)  # another transport's ping, under a wildcard
+            ):
+                # Cancelled meanwhile, or a broker wildcard wider than the API's ('#').
+                with self._stats_lock:
+                    self._unrouted += 1
+                return
+            body = frame.body
+            if not isinstance(body, bytes):
+                body = body.encode("utf-8") if isinstance(body, str) else bytes(body or b"")
+            message = Message(topic, body, MappingProxyType(headers))
+        except Exception:  # a malformed frame must not end the receiver
+            log.exception("dropping a malformed MESSAGE frame from %s", link.broker)
+            return
+        sub.delivered += 1
+        try:
+            sub.handler(message)
+        except Exception as exc:
+            self._handler_failed(sub, message, exc)
+        with self._stats_lock:
+            self._delivered += 1
+
+    def _handler_failed(self, sub: StompSubscription, message: Message, exc: Exception) -> None:
+        with self._stats_lock:
+            sub.errors += 1
+            self._handler_errors += 1
+            n = sub.errors
+        if n <= _LOG_FIRST_ERRORS or n % _LOG_EVERY_ERRORS == 0:
+            log.error(
+                "handler %r for %r raised on a message to %r (error %d of this subscription)",
+                sub.handler,
+                sub.pattern,
+                message.destination,
+                n,
+                exc_info=exc,
+            )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel every subscription, stop reconnecting and disconnect; idempotent.
+
+        Blocked publishers wake up and raise :class:`~heartwire.transport.TransportClosed`.
+        """
+        with self._connector.cond:
+            if self._closed:
+                return
+            self._closed = True
+            subs = list(self._subs.values())
+            self._subs.clear()
+            self._stop_keepalive()
+        for sub in subs:
+            sub._active = False
+        self._connector.close()
+
+    def __enter__(self) -> StompTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

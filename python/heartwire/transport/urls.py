@@ -1,0 +1,317 @@
+"""STOMP broker URLs and connection options: parsing and validation.
+
+Two URL forms::
+
+    stomp://host:port[?option=value&...]
+    failover:(stomp://host1:port1,stomp://host2:port2,...)[?option=value&...]
+
+A broker URL may carry credentials (``stomp://user:secret@host:61613``); the port defaults to
+61613; IPv6 hosts go in brackets (``stomp://[::1]:61613``). Options may be given in the query
+string or as keyword arguments to :func:`heartwire.connect`; a keyword wins over the query.
+Times are in seconds (fractions allowed). See :data:`OPTIONS` for every option and its default.
+
+Every error is a :class:`ValueError` (or :class:`TypeError` for a keyword of the wrong type) that
+names the option and the value, except that passwords are never repeated: a URL is shown with
+its password as ``***`` and a bad ``passcode`` is described, not echoed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+from urllib.parse import parse_qsl, unquote
+
+__all__ = [
+    "DEFAULT_PORT",
+    "OPTIONS",
+    "BrokerAddress",
+    "StompOptions",
+    "parse_url",
+    "redact",
+]
+
+#: The port of a ``stomp://`` URL that names none.
+DEFAULT_PORT = 61613
+
+DIALECTS = ("auto", "activemq", "rabbitmq")
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    """One broker of a URL. ``str()`` gives ``stomp://host:port`` (never the credentials)."""
+
+    host: str
+    port: int
+    login: str | None = None
+    passcode: str | None = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"stomp://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class StompOptions:
+    """A parsed URL and its options (defaults as in :data:`OPTIONS`)."""
+
+    brokers: tuple[BrokerAddress, ...]
+    #: Whether the URL was a ``failover:(...)`` list.
+    failover: bool = False
+    login: str | None = None
+    passcode: str | None = field(default=None, repr=False)
+    #: The CONNECT frame's ``host`` header: RabbitMQ's virtual host (ActiveMQ ignores it).
+    vhost: str = "/"
+    #: ``"activemq"``, ``"rabbitmq"``, or ``"auto"``: from the CONNECTED frame's ``server``.
+    dialect: str = "auto"
+    #: STOMP heart-beating, both ways, seconds (0: off). A silent broker is dropped after 2x.
+    heartbeat: float = 4.0
+    #: Bound on opening one connection (TCP connect + CONNECT/CONNECTED), seconds.
+    connect_timeout: float = 5.0
+    #: Wait between reconnection attempts, seconds.
+    reconnect_interval: float = 1.0
+    #: Give up reconnecting after this many seconds without a broker (0: never give up).
+    reconnect_period: float = 0.0
+    #: How long a send waits for a connection during an outage before SendTimeout, seconds.
+    request_blocking_time: float = 10.0
+    #: A lost broker is confirmed dead after this many failed reconnection checks ...
+    failover_check_count: int = 1
+    #: ... this many seconds apart; only then is the next broker of the list tried.
+    failover_check_timeout: float = 1.0
+    #: Self-ping through the broker every this many seconds while subscribed (0: off).
+    keepalive_interval: float = 5.0
+    #: Tear the connection down and reconnect after this many pings in a row did not come back.
+    keepalive_allowed: int = 3
+
+    @property
+    def url(self) -> str:
+        """The URL without credentials or options."""
+        if self.failover:
+            return "failover:(" + ",".join(map(str, self.brokers)) + ")"
+        return str(self.brokers[0])
+
+    def credentials(self, broker: BrokerAddress) -> tuple[str | None, str | None]:
+        """``(login, passcode)`` for ``broker``: its own from the URL, else the options'."""
+        if broker.login is not None:
+            return broker.login, broker.passcode
+        return self.login, self.passcode
+
+
+def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, Any], float]:
+    def check(name: str, value: Any) -> float:
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"option {name}={text!r} is not a number of seconds") from None
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(
+                f"option {name} must be a number of seconds, got {type(value).__name__} {value!r}"
+            )
+        seconds = float(value)
+        if not math.isfinite(seconds) or seconds < minimum or (positive and seconds <= 0):
+            bound = f"> {minimum:g}" if positive else f">= {minimum:g}"
+            raise ValueError(f"option {name}={value!r} must be a finite number of seconds {bound}")
+        return seconds
+
+    return check
+
+
+def _count(minimum: int) -> Callable[[str, Any], int]:
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, str):
+            text = value.strip()
+            if not re.fullmatch(r"[+-]?\d+", text):
+                raise ValueError(f"option {name}={text!r} is not a whole number")
+            value = int(text)
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"option {name} must be an int, got {type(value).__name__} {value!r}")
+        if value < minimum:
+            raise ValueError(f"option {name}={value!r} must be >= {minimum}")
+        return value
+
+    return check
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"option {name} must be a str, got {type(value).__name__} {value!r}")
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise ValueError(f"option {name}={value!r} must not contain line breaks or NUL")
+    return value
+
+
+def _secret(name: str, value: Any) -> str:
+    # Never repeat the value: it is a password.
+    if not isinstance(value, str):
+        raise TypeError(f"option {name} must be a str, got a {type(value).__name__}")
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise ValueError(f"option {name} must not contain line breaks or NUL (value not shown)")
+    return value
+
+
+def _dialect(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"option {name} must be a str, got {type(value).__name__} {value!r}")
+    dialect = value.strip().lower()
+    if dialect not in DIALECTS:
+        raise ValueError(f"option {name}={value!r} is not one of {', '.join(DIALECTS)}")
+    return dialect
+
+
+#: Every option: name -> (checker, description). Defaults are the :class:`StompOptions` fields'.
+OPTIONS: Mapping[str, tuple[Callable[[str, Any], Any], str]] = {
+    "login": (_text, "user name sent in CONNECT"),
+    "passcode": (_secret, "password sent in CONNECT"),
+    "vhost": (_text, "CONNECT host header (RabbitMQ virtual host)"),
+    "dialect": (_dialect, "broker dialect: auto, activemq or rabbitmq"),
+    "heartbeat": (_seconds(), "STOMP heart-beat interval, seconds (0: off)"),
+    "connect_timeout": (_seconds(positive=True), "bound on opening one connection, seconds"),
+    "reconnect_interval": (_seconds(), "wait between reconnection attempts, seconds"),
+    "reconnect_period": (_seconds(), "give up reconnecting after this long, seconds (0: never)"),
+    "request_blocking_time": (_seconds(), "how long a send waits during an outage, seconds"),
+    "failover_check_count": (_count(1), "failed checks that confirm a broker dead"),
+    "failover_check_timeout": (_seconds(), "seconds between those checks"),
+    "keepalive_interval": (_seconds(), "self-ping interval while subscribed, seconds (0: off)"),
+    "keepalive_allowed": (_count(1), "missed self-pings that force a reconnect"),
+}
+
+_DEFAULTS = {f.name: f.default for f in fields(StompOptions)}
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/]*):[^@/]*@")
+
+
+def redact(url: str) -> str:
+    """``url`` with every password replaced by ``***`` (for messages and logs)."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+
+
+def _broker(text: str, whole: str) -> BrokerAddress:
+    shown = redact(text)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        raise ValueError(
+            f"url {redact(whole)!r}: broker {shown!r} is not a URL; expected 'stomp://host:port'"
+        )
+    if scheme.lower() != "stomp":
+        raise ValueError(
+            f"url {redact(whole)!r}: broker {shown!r} has the scheme {scheme!r}; "
+            "only 'stomp' is supported"
+        )
+    if "?" in rest or "#" in rest:
+        raise ValueError(
+            f"url {redact(whole)!r}: broker {shown!r} has its own options; "
+            "put options after the whole URL ('failover:(...)?option=value')"
+        )
+    rest = rest.rstrip("/")
+    if "/" in rest:
+        raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has a path; expected host:port")
+    login = passcode = None
+    userinfo, at, hostport = rest.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        login = unquote(user)
+        passcode = unquote(password) if colon else None
+    if hostport.startswith("["):
+        host, bracket, tail = hostport[1:].partition("]")
+        if not bracket or (tail and not tail.startswith(":")):
+            raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has a malformed IPv6 host")
+        port_text = tail[1:] if tail else ""
+    else:
+        host, colon, port_text = hostport.partition(":")
+        if colon and not port_text:
+            raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has an empty port")
+    if not host:
+        raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has no host")
+    if not re.fullmatch(r"[A-Za-z0-9._:%-]+", host):
+        raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has an invalid host {host!r}")
+    port = DEFAULT_PORT
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(
+                f"url {redact(whole)!r}: broker {shown!r} has the port {port_text!r}; "
+                "expected a number from 1 to 65535"
+            )
+        port = int(port_text)
+    return BrokerAddress(host, port, login, passcode)
+
+
+def _split_failover(url: str) -> tuple[list[str], str]:
+    body = url[len("failover:") :]
+    if body.startswith("//"):
+        body = body[2:]
+    if not body.startswith("("):
+        raise ValueError(
+            f"url {redact(url)!r}: a failover URL lists its brokers in parentheses: "
+            "'failover:(stomp://a:61613,stomp://b:61614)?option=value'"
+        )
+    inner, paren, query = body[1:].partition(")")
+    if not paren:
+        raise ValueError(f"url {redact(url)!r}: the broker list has no closing parenthesis")
+    if query and not query.startswith("?"):
+        raise ValueError(
+            f"url {redact(url)!r}: unexpected {redact(query)!r} after the broker list; "
+            "options follow a '?'"
+        )
+    parts = [p.strip() for p in inner.split(",")]
+    if not inner.strip() or any(not p for p in parts):
+        raise ValueError(f"url {redact(url)!r}: the broker list has an empty entry")
+    return parts, query[1:]
+
+
+def _query(query: str, url: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not query:
+        return out
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise ValueError(
+            f"url {redact(url)!r}: the options {redact(query)!r} are not 'name=value&...'"
+        ) from None
+    for name, value in pairs:
+        if name in out:
+            raise ValueError(f"url {redact(url)!r}: option {name} is given twice")
+        out[name] = value
+    return out
+
+
+def parse_url(url: str, **options: Any) -> StompOptions:
+    """Parse a ``stomp://`` or ``failover:(...)`` URL and options (see the module docs)."""
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__}")
+    text = url.strip()
+    if text.lower().startswith("failover:"):
+        parts, query = _split_failover(text)
+        failover = True
+    else:
+        head, _, query = text.partition("?")
+        parts = [head]
+        failover = False
+    brokers = tuple(_broker(p, text) for p in parts)
+    seen: set[tuple[str, int]] = set()
+    for b in brokers:
+        key = (b.host.lower(), b.port)
+        if key in seen:
+            raise ValueError(f"url {redact(text)!r} lists the broker {b} twice")
+        seen.add(key)
+    given: dict[str, Any] = dict(_query(query, text))
+    given.update(options)
+    values: dict[str, Any] = {}
+    for name, value in given.items():
+        spec = OPTIONS.get(name)
+        if spec is None:
+            known = ", ".join(sorted(OPTIONS))
+            shown = "value not shown" if "pass" in name.lower() else f"{value!r}"
+            raise ValueError(f"unknown option {name} ({shown}); known options: {known}")
+        values[name] = spec[0](name, value)
+    interval = values.get("keepalive_interval", _DEFAULTS["keepalive_interval"])
+    connect_timeout = values.get("connect_timeout", _DEFAULTS["connect_timeout"])
+    if 0 < interval < 0.01:
+        raise ValueError(f"option keepalive_interval={interval!r} must be 0 (off) or >= 0.01")
+    if connect_timeout < 0.01:
+        raise ValueError(f"option connect_timeout={connect_timeout!r} must be >= 0.01")
+    return StompOptions(brokers=brokers, failover=failover, **values)
