@@ -58,6 +58,9 @@ def monitor_threads() -> list[threading.Thread]:
         ({"listeners": [PublisherListener()]}, TypeError, r"PublisherListener"),
         ({"key": b""}, ValueError, r"key must not be empty"),
         ({"broker": "memory://"}, TypeError, r"broker must be a Transport"),
+        ({"grace": -0.1}, ValueError, r"grace must be .*>= 0, got -0\.1"),
+        ({"grace": math.nan}, ValueError, r"grace .*got nan"),
+        ({"grace": "0"}, TypeError, r"grace .*str '0'"),
     ],
 )
 def test_bad_arguments_name_the_argument_and_value(
@@ -74,6 +77,8 @@ def test_bad_expect_arguments(rig: Rig) -> None:
         rig.mon.expect("svc.a", period=math.nan)
     with pytest.raises(ValueError, match=r"allowed_misses must be >= 1, got 0"):
         rig.mon.expect("svc.a", allowed_misses=0)
+    with pytest.raises(ValueError, match=r"grace .*got -1"):
+        rig.mon.expect("svc.a", grace=-1)
     with pytest.raises(ValueError, match=r"topic 'svc\.\*'"):
         rig.mon.expect("svc.*")
     with pytest.raises(ValueError, match=r"topic must not be empty, got ''"):
@@ -350,7 +355,7 @@ def test_received_only_for_listeners_that_want_it_added_and_removed_at_run_time(
 
 def test_switching_feeds_while_events_flow_loses_and_repeats_nothing() -> None:
     clock = hw.ManualClock()
-    mon = HeartbeatMonitor(None, "svc.>", period=0.01, clock=clock, capacity=1 << 20)
+    mon = HeartbeatMonitor(None, "svc.>", period=0.01, clock=clock, capacity=1 << 20, grace=0.0)
     seen: dict[str, list[int]] = {}
 
     class Counter(SubscriberListener):

@@ -105,6 +105,8 @@ class TopicStatus:
     @property
     def allowed_misses(self) -> int: ...
     @property
+    def grace(self) -> float: ...
+    @property
     def failed_since(self) -> float | None: ...
     @property
     def next_deadline(self) -> float | None: ...
@@ -127,13 +129,19 @@ class EventQueue:
 
 @final
 class Detector:
-    """Watches topics for missed periods (see the module docs for the event semantics)."""
+    """Watches topics for missed periods (see the module docs for the event semantics).
+
+    ``grace`` (seconds >= 0, per topic; the constructor's is the default) is slack added to
+    every deadline: with the last beat at ``last``, the n-th period counts as missed once the
+    clock is past ``last + n * period + grace``. Phi-accrual topics ignore it.
+    """
 
     def __new__(
         cls,
         *,
         period: float = 1.0,
         allowed_misses: int = 1,
+        grace: float = 0.0,
         clock: ManualClock | None = None,
         resolution: float = 0.001,
         tick: float = 0.01,
@@ -147,6 +155,7 @@ class Detector:
         allowed_misses: int | None = None,
         phi: Phi | None = None,
         *,
+        grace: float | None = None,
         now: float | None = None,
     ) -> int: ...
     def add_many(
@@ -156,6 +165,7 @@ class Detector:
         allowed_misses: int | None = None,
         phi: Phi | None = None,
         *,
+        grace: float | None = None,
         now: float | None = None,
     ) -> list[int]: ...
     def handle(self, name: str) -> int | None: ...
@@ -173,6 +183,7 @@ class Detector:
         period: float | None = None,
         allowed_misses: int | None = None,
         phi: Phi | Literal[False] | None = None,
+        grace: float | None = None,
         now: float | None = None,
     ) -> None: ...
     def beat(

@@ -129,8 +129,10 @@ class TopicStatus:
 
     ``missed`` counts consecutive missed periods, ``last_seen`` is the last beat's time (``None``
     if never heard), ``failed_since`` the deadline at which the current failure began (``None``
-    unless ``FAILED``), ``next_deadline`` when the next period ends (``None`` when not armed),
-    ``phi`` the phi-accrual suspicion level for topics in phi mode (``None`` otherwise).
+    unless ``FAILED``), ``next_deadline`` when the next missed period would be counted (``None``
+    when not armed), ``phi`` the phi-accrual suspicion level for topics in phi mode (``None``
+    otherwise), ``grace`` the seconds of slack added to every deadline (the n-th after the last
+    beat is ``last_seen + n * period + grace``; not used in phi mode).
     """
 
     topic: str
@@ -142,6 +144,7 @@ class TopicStatus:
     failed_since: float | None
     next_deadline: float | None
     phi: float | None = None
+    grace: float = 0.0
 
     @classmethod
     def from_core(cls, status: _core.TopicStatus) -> TopicStatus:
@@ -156,4 +159,5 @@ class TopicStatus:
             failed_since=status.failed_since,
             next_deadline=status.next_deadline,
             phi=status.phi,
+            grace=status.grace,
         )

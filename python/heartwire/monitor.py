@@ -10,7 +10,8 @@ them into :class:`~heartwire.events.Failed`, :class:`~heartwire.events.Resumed` 
 Topics come from two places:
 
 - expected: :meth:`HeartbeatMonitor.expect` (a :class:`HeartbeatSubscriber`'s one topic is
-  expected from the start). An expected topic that is never heard fails one period after start.
+  expected from the start). An expected topic that is never heard fails one period (plus its
+  grace) after start.
 - learned: the first beat for an unknown topic matching the pattern adds it, with the period the
   beat carries (the publisher's) or the monitor's default period. Once a topic's beats carry a
   period, a change of it updates the topic, unless the period was given to :meth:`expect`.
@@ -73,6 +74,19 @@ def _check_period(value: object, field: str = "period") -> float:
     return period
 
 
+def _check_grace(value: object, field: str = "grace") -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(
+            f"{field} must be a number of seconds or None, got {type(value).__name__} {value!r}"
+        )
+    grace = float(value)
+    if not (grace >= 0 and math.isfinite(grace)):
+        raise ValueError(f"{field} must be a finite number of seconds >= 0, got {value!r}")
+    return grace
+
+
 def _check_int(value: object, field: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{field} must be an int, got {type(value).__name__} {value!r}")
@@ -130,6 +144,14 @@ class HeartbeatMonitor:
 
     - ``period``, ``allowed_misses``: defaults for topics (a beat's own period wins for learned
       topics). A topic goes FAILED after ``allowed_misses`` missed periods in a row.
+    - ``grace``: seconds of slack added to every deadline. With the last beat at ``last``, the
+      n-th period counts as missed only once the clock is past ``last + n * period + grace``
+      (a topic never heard: ``start + period + grace``); the ``failed`` event's ``at`` and
+      ``since`` are those deadlines. ``None`` (the default) means 10% of each topic's own
+      period, following it when the period is learned or changed: a publisher beating at
+      exactly the monitor's period (the normal set-up) arrives a little late now and then
+      (scheduling jitter, transit), and must not fail for it. ``0`` makes deadlines exact.
+      Phi-accrual topics ignore it (``Phi.acceptable_pause`` is theirs).
     - ``listeners``: :class:`~heartwire.listeners.SubscriberListener` instances (more can be added
       and removed at run time).
     - ``clock``: a :class:`~heartwire._core.ManualClock` for tests and simulations; events are then
@@ -158,10 +180,12 @@ class HeartbeatMonitor:
         capacity: int = 65536,
         tick: float = 0.01,
         max_topics: int | None = None,
+        grace: float | None = None,
     ) -> None:
         self._pattern = validate_pattern(pattern, "pattern")
         self._period = _check_period(period)
         self._allowed_misses = _check_int(allowed_misses, "allowed_misses", 1)
+        self._grace = _check_grace(grace)
         if clock is not None and not isinstance(clock, ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
         if overflow not in _OVERFLOWS:
@@ -184,7 +208,11 @@ class HeartbeatMonitor:
             self._listeners.add(listener)
 
         self._det = Detector(
-            period=self._period, allowed_misses=self._allowed_misses, clock=clock, tick=tick
+            period=self._period,
+            allowed_misses=self._allowed_misses,
+            grace=self._grace_for(self._period),
+            clock=clock,
+            tick=tick,
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
         self._clock = clock
@@ -193,10 +221,12 @@ class HeartbeatMonitor:
         self._running = False
         self._paused = False
         self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
-        # Per handle (the core's dense ids): the topic's current period (NaN: not tracked yet)
-        # and whether it was given to expect() (then beats do not change it).
+        # Per handle (the core's dense ids): the topic's current period (NaN: not tracked yet),
+        # whether it was given to expect() (then beats do not change it), and the grace given
+        # to expect() (NaN: the monitor's rule, following the period).
         self._periods = array("d")
         self._pinned = bytearray()
+        self._graces = array("d")
         self._next_handle = 0
         self._learned = 0
         self._rejected: Counter[str] = Counter()
@@ -225,6 +255,15 @@ class HeartbeatMonitor:
     def allowed_misses(self) -> int:
         """The default number of missed periods in a row that fails a topic."""
         return self._allowed_misses
+
+    @property
+    def grace(self) -> float | None:
+        """Seconds of slack on every deadline, or ``None``: 10% of each topic's period."""
+        return self._grace
+
+    def _grace_for(self, period: float) -> float:
+        """The grace a topic with ``period`` gets by the monitor's rule."""
+        return period * 0.1 if self._grace is None else self._grace
 
     @property
     def broker(self) -> Transport | None:
@@ -290,12 +329,14 @@ class HeartbeatMonitor:
         allowed_misses: int | None = None,
         *,
         phi: Phi | None = None,
+        grace: float | None = None,
     ) -> int:
         """Watch ``topic`` from now on (or from :meth:`start`), heard from yet or not; its handle.
 
         ``period`` (default: the monitor's, or the one learned from beats) is kept: beats with
-        another period do not change it. On a topic already watched, changes the given settings.
-        ``topic`` must match the monitor's pattern.
+        another period do not change it. ``grace`` (default: the monitor's rule) is kept too.
+        On a topic already watched, changes the given settings. ``topic`` must match the
+        monitor's pattern.
         """
         validate_topic(topic, "topic")
         if not self._matches(topic):
@@ -306,17 +347,24 @@ class HeartbeatMonitor:
             period = _check_period(period)
         if allowed_misses is not None:
             allowed_misses = _check_int(allowed_misses, "allowed_misses", 1)
+        grace = _check_grace(grace)
         with self._lock:
             handle = self._det.handle(topic)
             if handle is None:
-                handle = self._add(topic, period, allowed_misses, phi)
+                handle = self._add(topic, period, allowed_misses, phi, grace)
             else:
-                if period is not None or allowed_misses is not None or phi is not None:
+                given = grace
+                if given is None and period is not None and math.isnan(self._graces[handle]):
+                    given = self._grace_for(period)  # the rule follows the new period
+                changes = (period, allowed_misses, phi, given)
+                if any(c is not None for c in changes):
                     self._det.configure(
-                        handle, period=period, allowed_misses=allowed_misses, phi=phi
+                        handle, period=period, allowed_misses=allowed_misses, phi=phi, grace=given
                     )
                 if period is not None:
                     self._periods[handle] = period
+                if grace is not None:
+                    self._graces[handle] = grace
             if period is not None:
                 self._pinned[handle] = 1
             return handle
@@ -336,11 +384,25 @@ class HeartbeatMonitor:
         return self._det.handle(topic)
 
     def _add(
-        self, topic: str, period: float | None, allowed_misses: int | None, phi: Phi | None
+        self,
+        topic: str,
+        period: float | None,
+        allowed_misses: int | None,
+        phi: Phi | None,
+        grace: float | None = None,
     ) -> int:
         # Called with the lock held.
-        handle = self._det.add(topic, period=period, allowed_misses=allowed_misses, phi=phi)
-        self._track(handle, period if period is not None else self._period)
+        effective = period if period is not None else self._period
+        handle = self._det.add(
+            topic,
+            period=period,
+            allowed_misses=allowed_misses,
+            phi=phi,
+            grace=self._grace_for(effective) if grace is None else grace,
+        )
+        self._track(handle, effective)
+        if grace is not None:
+            self._graces[handle] = grace
         if (self._paused or topic in self._paused_topics) and self._running:
             self._det.pause(handle)
         return handle
@@ -350,8 +412,10 @@ class HeartbeatMonitor:
             grow = max(handle + 1 - len(self._periods), len(self._periods) // 2, 1024)
             self._periods.extend([math.nan] * grow)
             self._pinned.extend(bytes(grow))
+            self._graces.extend([math.nan] * grow)
         self._periods[handle] = period
         self._pinned[handle] = 0
+        self._graces[handle] = math.nan
         self._next_handle = max(self._next_handle, handle + 1)
 
     def _learn(self, topic: str, period: float | None) -> int | None:
@@ -443,8 +507,11 @@ class HeartbeatMonitor:
         with self._lock:
             if self._pinned[handle] or self._periods[handle] == period:
                 return
+            grace = self._graces[handle]
+            if math.isnan(grace):
+                grace = self._grace_for(period)
             try:
-                self._det.configure(handle, period=period)
+                self._det.configure(handle, period=period, grace=grace)
             except KeyError:  # removed meanwhile
                 return
             self._periods[handle] = period

@@ -143,7 +143,8 @@ impl Detector {
         inner.wheel.schedule(id, tick);
     }
 
-    /// Time from a beat to the first missed period: the period, or the phi suspicion time.
+    /// Time from a beat to the first missed period: the period plus grace, or the phi
+    /// suspicion time (phi topics have no grace: `acceptable_pause` is theirs).
     pub(super) fn first_offset(&self, inner: &Inner, id: TopicId) -> u64 {
         let slot = &inner.slots[id as usize];
         if self.word(id).load(Ordering::Acquire) & PHI != 0 {
@@ -151,10 +152,11 @@ impl Detector {
                 return p.suspicion_after_ns().max(self.resolution_ns);
             }
         }
-        slot.period_ns
+        slot.period_ns.saturating_add(slot.grace_ns)
     }
 
-    /// Time between further missed periods: the period, or the phi mean interval.
+    /// Time between further missed periods: the period (grace is paid once, in the first
+    /// offset, so the n-th deadline is `last + n * period + grace`), or the phi mean interval.
     pub(super) fn step(&self, inner: &Inner, id: TopicId) -> u64 {
         let slot = &inner.slots[id as usize];
         if self.word(id).load(Ordering::Acquire) & PHI != 0 {

@@ -7,9 +7,10 @@
 //!   per topic, either re-arms it from its last beat (lazy re-arm: beats never touch the wheel)
 //!   or counts a missed period and emits `failed`.
 //!
-//! A period is missed once the clock is *past* its deadline with no beat: a beat exactly at
-//! `last + period` is on time. A `failed` event's `at` is the deadline itself, whenever the
-//! driver got to it. Deadlines that passed while the monitor itself was not running (a local
+//! A period is missed once the clock is *past* its deadline with no beat. The n-th deadline
+//! after the last beat (or after the topic was added) is `last + n * period + grace`, so a beat
+//! exactly at `last + period + grace` is on time. A `failed` event's `at` is the deadline
+//! itself, whenever the driver got to it. Deadlines that passed while the monitor itself was not running (a local
 //! pause, see `pause.rs`) are re-based instead of counted.
 //!
 //! Every event is pushed while the detector lock is held, which is what keeps each topic's events
@@ -30,6 +31,8 @@ use std::sync::Arc;
 
 mod beats;
 mod check;
+#[cfg(test)]
+mod grace_tests;
 mod pause;
 #[cfg(test)]
 mod pause_tests;
@@ -49,18 +52,29 @@ pub struct TopicConfig {
     pub period_ns: u64,
     /// Missed periods before the topic is FAILED (>= 1).
     pub allowed_misses: u32,
+    /// Slack added to every deadline, ns: with the last beat at `last`, the n-th period counts
+    /// as missed once the clock is past `last + n * period + grace`. Absorbs a publisher's
+    /// jitter and transit time. Ignored in phi-accrual mode (its `acceptable_pause` plays the
+    /// part).
+    pub grace_ns: u64,
     /// Phi-accrual mode instead of the fixed period, when set.
     pub phi: Option<PhiConfig>,
 }
 
 impl TopicConfig {
-    /// A fixed-period config.
+    /// A fixed-period config without grace.
     pub fn fixed(period_ns: u64, allowed_misses: u32) -> Self {
         Self {
             period_ns,
             allowed_misses,
+            grace_ns: 0,
             phi: None,
         }
+    }
+
+    /// This config with `grace_ns` of grace.
+    pub fn with_grace(self, grace_ns: u64) -> Self {
+        Self { grace_ns, ..self }
     }
 
     /// Check every field; the error names the field and the bad value.
@@ -129,10 +143,11 @@ pub enum Beat {
     Refused,
 }
 
-/// Driver-owned state of one topic (under the detector lock). 32 bytes.
+/// Driver-owned state of one topic (under the detector lock). 40 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     period_ns: u64,
+    grace_ns: u64,
     /// When the next missed period is counted.
     next_deadline: u64,
     /// When the current outage began.

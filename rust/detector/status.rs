@@ -17,6 +17,8 @@ pub struct TopicStatus {
     pub period_ns: u64,
     /// Missed periods allowed before FAILED.
     pub allowed_misses: u32,
+    /// Slack added to every deadline, ns (not used in phi mode).
+    pub grace_ns: u64,
     /// When the current outage began (FAILED only).
     pub failed_since_ns: Option<u64>,
     /// When the next missed period would be counted (watched topics only).
@@ -104,6 +106,7 @@ impl Detector {
             last_seen_ns: heard.then(|| self.abs(word::ts(w))),
             period_ns: slot.period_ns,
             allowed_misses: slot.allowed,
+            grace_ns: slot.grace_ns,
             failed_since_ns: (state == State::Failed).then(|| self.abs(slot.since)),
             next_deadline_ns: state.is_watched().then(|| self.abs(next_deadline)),
             phi,

@@ -3,7 +3,8 @@
 use super::*;
 
 impl Detector {
-    /// Expect `name` from `now` on: it must be heard within its first period. Returns its id; a
+    /// Expect `name` from `now` on: it must be heard within its first period (plus grace, or
+    /// the phi suspicion time). Returns its id; a
     /// name already known keeps its id and gets `config` if one is given.
     pub fn add(
         &self,
@@ -26,6 +27,7 @@ impl Detector {
             let config = config.unwrap_or(self.defaults);
             inner.slots.push(Slot {
                 period_ns: config.period_ns,
+                grace_ns: config.grace_ns,
                 next_deadline: 0,
                 since: 0,
                 missed: 0,
@@ -94,6 +96,7 @@ impl Detector {
         TopicConfig {
             period_ns: slot.period_ns,
             allowed_misses: slot.allowed,
+            grace_ns: slot.grace_ns,
             phi: self.phi.lock().get(&id).map(|p| *p.config()),
         }
     }
@@ -103,6 +106,7 @@ impl Detector {
     pub(super) fn configure(&self, inner: &mut Inner, id: TopicId, config: TopicConfig, now: u64) {
         let slot = &mut inner.slots[id as usize];
         slot.period_ns = config.period_ns;
+        slot.grace_ns = config.grace_ns;
         slot.allowed = config.allowed_misses;
         let word = self.word(id);
         {

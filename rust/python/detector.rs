@@ -92,6 +92,11 @@ impl PyPhi {
 /// With the real clock (the default) a driver thread advances it every ``tick`` seconds; with a
 /// :class:`ManualClock` the clock's ``advance`` does. Topics are named by ``str`` or by the
 /// integer handle :meth:`add` returns.
+///
+/// ``grace`` (seconds >= 0, per topic; this is the default) is slack added to every deadline:
+/// with the last beat at ``last``, the n-th period counts as missed once the clock is past
+/// ``last + n * period + grace``. Phi-accrual topics ignore it (``Phi.acceptable_pause`` is
+/// theirs).
 #[pyclass(name = "Detector", module = "heartwire._core", frozen)]
 pub struct PyDetector {
     det: Arc<Detector>,
@@ -124,11 +129,15 @@ impl PyDetector {
         base: TopicConfig,
         period: Option<f64>,
         allowed_misses: Option<u32>,
+        grace: Option<f64>,
         phi: Option<Option<PyPhi>>,
     ) -> PyResult<TopicConfig> {
         let mut config = base;
         if let Some(p) = period {
             config.period_ns = to_ns("period", p, false)?;
+        }
+        if let Some(g) = grace {
+            config.grace_ns = to_ns("grace", g, true)?;
         }
         if let Some(n) = allowed_misses {
             if n == 0 {
@@ -148,13 +157,14 @@ impl PyDetector {
         &self,
         period: Option<f64>,
         allowed_misses: Option<u32>,
+        grace: Option<f64>,
         phi: Option<PyPhi>,
     ) -> PyResult<Option<TopicConfig>> {
-        if period.is_none() && allowed_misses.is_none() && phi.is_none() {
+        if period.is_none() && allowed_misses.is_none() && grace.is_none() && phi.is_none() {
             return Ok(None);
         }
         let phi = phi.map(Some);
-        self.config(self.det.defaults(), period, allowed_misses, phi)
+        self.config(self.det.defaults(), period, allowed_misses, grace, phi)
             .map(Some)
     }
 
@@ -188,14 +198,15 @@ impl PyDetector {
 impl PyDetector {
     #[new]
     #[pyo3(
-        signature = (*, period = 1.0, allowed_misses = 1, clock = None, resolution = 0.001, tick = 0.01, auto_add = false, max_local_pause = Some(5.0)),
-        text_signature = "(*, period=1.0, allowed_misses=1, clock=None, resolution=0.001, tick=0.01, auto_add=False, max_local_pause=5.0)"
+        signature = (*, period = 1.0, allowed_misses = 1, grace = 0.0, clock = None, resolution = 0.001, tick = 0.01, auto_add = false, max_local_pause = Some(5.0)),
+        text_signature = "(*, period=1.0, allowed_misses=1, grace=0.0, clock=None, resolution=0.001, tick=0.01, auto_add=False, max_local_pause=5.0)"
     )]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
         py: Python<'_>,
         period: f64,
         allowed_misses: u32,
+        grace: f64,
         clock: Option<&Bound<'_, PyManualClock>>,
         resolution: f64,
         tick: f64,
@@ -205,7 +216,8 @@ impl PyDetector {
         if allowed_misses == 0 {
             return Err(PyValueError::new_err("allowed_misses must be >= 1, got 0"));
         }
-        let defaults = TopicConfig::fixed(to_ns("period", period, false)?, allowed_misses);
+        let defaults = TopicConfig::fixed(to_ns("period", period, false)?, allowed_misses)
+            .with_grace(to_ns("grace", grace, true)?);
         let resolution = to_ns("resolution", resolution, false)?;
         let tick = Duration::from_nanos(to_ns("tick", tick, false)?);
         let det = Detector::new(clock_source(py, clock)?, defaults, resolution).map_err(to_py)?;
@@ -221,9 +233,10 @@ impl PyDetector {
         Ok(this)
     }
 
-    /// Expect ``name``: it must be heard within one period from ``now``. Returns its handle.
-    /// A name already known keeps its handle; given settings are applied to it.
-    #[pyo3(signature = (name, period = None, allowed_misses = None, phi = None, *, now = None))]
+    /// Expect ``name``: it must be heard within one period (plus grace) from ``now``. Returns
+    /// its handle. A name already known keeps its handle; given settings are applied to it.
+    #[pyo3(signature = (name, period = None, allowed_misses = None, phi = None, *, grace = None, now = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn add(
         &self,
         py: Python<'_>,
@@ -231,10 +244,11 @@ impl PyDetector {
         period: Option<f64>,
         allowed_misses: Option<u32>,
         phi: Option<PyPhi>,
+        grace: Option<f64>,
         now: Option<f64>,
     ) -> PyResult<TopicId> {
         let now = opt_time("now", now)?;
-        let config = self.given_config(period, allowed_misses, phi)?;
+        let config = self.given_config(period, allowed_misses, grace, phi)?;
         let det = self.det.clone();
         let name = name.to_owned();
         py.detach(move || det.add(&name, config, now))
@@ -242,7 +256,8 @@ impl PyDetector {
     }
 
     /// :meth:`add` for many names with the same settings; returns their handles in order.
-    #[pyo3(signature = (names, period = None, allowed_misses = None, phi = None, *, now = None))]
+    #[pyo3(signature = (names, period = None, allowed_misses = None, phi = None, *, grace = None, now = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn add_many(
         &self,
         py: Python<'_>,
@@ -250,10 +265,11 @@ impl PyDetector {
         period: Option<f64>,
         allowed_misses: Option<u32>,
         phi: Option<PyPhi>,
+        grace: Option<f64>,
         now: Option<f64>,
     ) -> PyResult<Vec<TopicId>> {
         let now = opt_time("now", now)?;
-        let config = self.given_config(period, allowed_misses, phi)?;
+        let config = self.given_config(period, allowed_misses, grace, phi)?;
         let det = self.det.clone();
         match batch::names(names)? {
             Names::Arrow(chunks) => py
@@ -341,9 +357,10 @@ impl PyDetector {
             .map_err(to_py)
     }
 
-    /// Change any of a topic's settings; ``phi=None`` leaves the mode alone, ``phi=False``
-    /// switches back to the fixed period.
-    #[pyo3(signature = (topic, *, period = None, allowed_misses = None, phi = None, now = None))]
+    /// Change any of a topic's settings from ``now`` on; ``phi=None`` leaves the mode alone,
+    /// ``phi=False`` switches back to the fixed period.
+    #[pyo3(signature = (topic, *, period = None, allowed_misses = None, phi = None, grace = None, now = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn configure(
         &self,
         py: Python<'_>,
@@ -351,6 +368,7 @@ impl PyDetector {
         period: Option<f64>,
         allowed_misses: Option<u32>,
         phi: Option<&Bound<'_, PyAny>>,
+        grace: Option<f64>,
         now: Option<f64>,
     ) -> PyResult<()> {
         let id = self.id(topic)?;
@@ -373,7 +391,7 @@ impl PyDetector {
         let now = opt_time("now", now)?;
         let det = self.det.clone();
         let base = py.detach(|| det.config(id)).map_err(to_py)?;
-        let config = self.config(base, period, allowed_misses, phi)?;
+        let config = self.config(base, period, allowed_misses, grace, phi)?;
         py.detach(move || det.set_config(id, config, now))
             .map_err(to_py)
     }

@@ -111,6 +111,9 @@ pub struct PyTopicStatus {
     /// Missed periods allowed before FAILED.
     #[pyo3(get)]
     allowed_misses: u32,
+    /// Slack added to every deadline, seconds (not used in phi mode).
+    #[pyo3(get)]
+    grace: f64,
     /// When the current outage began (FAILED only).
     #[pyo3(get)]
     failed_since: Option<f64>,
@@ -132,6 +135,7 @@ impl PyTopicStatus {
             last_seen: s.last_seen_ns.map(to_seconds),
             period: to_seconds(s.period_ns),
             allowed_misses: s.allowed_misses,
+            grace: to_seconds(s.grace_ns),
             failed_since: s.failed_since_ns.map(to_seconds),
             next_deadline: s.next_deadline_ns.map(to_seconds),
             phi: s.phi,
