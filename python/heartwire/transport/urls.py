@@ -101,6 +101,7 @@ class StompOptions:
 
 def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, Any], float]:
     def check(name: str, value: Any) -> float:
+        raw = value
         if isinstance(value, str):
             text = value.strip()
             try:
@@ -114,7 +115,7 @@ def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, 
         seconds = float(value)
         if not math.isfinite(seconds) or seconds < minimum or (positive and seconds <= 0):
             bound = f"> {minimum:g}" if positive else f">= {minimum:g}"
-            raise ValueError(f"option {name}={value!r} must be a finite number of seconds {bound}")
+            raise ValueError(f"option {name}={raw!r} must be a finite number of seconds {bound}")
         return seconds
 
     return check

@@ -1,0 +1,117 @@
+"""Real brokers for the integration tests, run by the project's own ``scripts/brokers``.
+
+``brokers`` is a session fixture: it starts every broker that does not answer STOMP yet (the
+script is idempotent and waits, bounded, until each accepts a STOMP CONNECT) and fails with the
+script's output if that does not work. Tests that kill or pause a broker use :func:`kill9`,
+:func:`start`, :func:`pause` and :func:`resume`; :func:`ensure` brings a broker back (each test
+calls it for the brokers it needs, so one test's crash does not leak into the next).
+
+Set ``HEARTWIRE_SKIP_BROKERS=1`` to skip these tests on a machine without the brokers (CI never
+does: ``scripts/test`` starts them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "brokers"
+HOST = "127.0.0.1"
+PORTS = {"activemq": 61613, "standby": 61614, "rabbitmq": 61623}
+# Bound on one scripts/brokers call (a first start installs packages and starts three brokers).
+SCRIPT_TIMEOUT = float(os.environ.get("HEARTWIRE_BROKERS_SCRIPT_TIMEOUT", "600"))
+
+T = TypeVar("T")
+
+
+def url(name: str) -> str:
+    """``stomp://127.0.0.1:<port>`` of the broker called ``name``."""
+    return f"stomp://{HOST}:{PORTS[name]}"
+
+
+def stomp_ready(port: int, timeout: float = 2.0) -> bool:
+    """Whether 127.0.0.1:``port`` answers a STOMP CONNECT with CONNECTED within ``timeout``."""
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+            reply = sock.recv(64)
+            with contextlib.suppress(OSError):
+                sock.sendall(b"DISCONNECT\n\n\0")
+            return reply.startswith(b"CONNECTED")
+    except OSError:
+        return False
+
+
+def run(*args: str, timeout: float = SCRIPT_TIMEOUT) -> str:
+    """Run ``scripts/brokers ARGS``; its output, or a test failure quoting it."""
+    try:
+        done = subprocess.run(
+            [str(SCRIPT), *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"scripts/brokers {' '.join(args)} did not finish within {timeout:g} s: {exc}")
+    out = done.stdout + done.stderr
+    if done.returncode != 0:
+        pytest.fail(f"scripts/brokers {' '.join(args)} failed (exit {done.returncode}):\n{out}")
+    return out
+
+
+def ensure(*names: str) -> None:
+    """Make sure the named brokers (default: all) answer STOMP, starting those that do not."""
+    wanted = names or tuple(PORTS)
+    missing = [n for n in wanted if not stomp_ready(PORTS[n], timeout=1.0)]
+    if missing:
+        run("start", *missing)
+
+
+def kill9(name: str) -> None:
+    run("kill9", name)
+
+
+def start(name: str) -> None:
+    run("start", name)
+
+
+def pause(name: str) -> None:
+    run("pause", name)
+
+
+def resume(name: str) -> None:
+    run("resume", name)
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float = 0.02) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned); fail after ``timeout``
+    seconds naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(step)
+
+
+@pytest.fixture(scope="session")
+def brokers() -> Iterator[dict[str, str]]:
+    """Every broker running (started through scripts/brokers if needed): name -> URL."""
+    if os.environ.get("HEARTWIRE_SKIP_BROKERS") == "1":
+        pytest.skip("HEARTWIRE_SKIP_BROKERS=1: tests against real brokers are skipped")
+    ensure()
+    yield {name: url(name) for name in PORTS}
