@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -371,11 +370,16 @@ def test_switching_feeds_while_events_flow_loses_and_repeats_nothing() -> None:
         mon.expect(f"svc.{i}")
     mon.start()
     stop = threading.Event()
+    switched = threading.Event()
+    waits_timed_out = 0
 
-    def tick() -> None:  # 400 periods, in small real-time steps
-        for _ in range(400):
+    def tick() -> None:  # 400 periods; every 40th waits for a feed switch, so they interleave
+        nonlocal waits_timed_out
+        for i in range(400):
             clock.advance(0.01)
-            time.sleep(0.0005)
+            if i % 40 == 0:
+                waits_timed_out += not switched.wait(5.0)
+                switched.clear()
         stop.set()
 
     ticker = threading.Thread(target=tick)
@@ -388,9 +392,11 @@ def test_switching_feeds_while_events_flow_loses_and_repeats_nothing() -> None:
             mon.beat("svc.0")
             mon.remove_listener(extra)
             switches += 2
+            switched.set()
     finally:
         ticker.join()
-    assert switches >= 10
+    assert waits_timed_out == 0, "the switching loop stalled for 5 s"
+    assert switches >= 20
     clock.advance(0.001)
     assert mon.drain(10)
     mon.stop()
