@@ -175,9 +175,22 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         self._on_message(self, frame)
 
     def on_disconnected(self) -> None:
-        name = threading.current_thread().name
-        reason = "STOMP heart-beat timeout" if "Heartbeat" in name else "connection lost"
-        self._lost(reason)
+        self._lost("STOMP heart-beat timeout" if self._heartbeat_expired() else "connection lost")
+
+    def _heartbeat_expired(self) -> bool:
+        # stomp.py's heart-beat thread closes the socket on a timeout; the receiver thread may
+        # report the close first, so look at the heart-beat state rather than at the thread.
+        if "Heartbeat" in threading.current_thread().name:
+            return True
+        conn = self._conn
+        wait = getattr(conn, "receive_sleep", 0) or 0
+        last = getattr(conn, "received_heartbeat", None)
+        return (
+            bool(self.options.heartbeat)
+            and wait > 0
+            and last is not None
+            and (time.monotonic() - last > wait)
+        )
 
     # -- use ------------------------------------------------------------------------------------
 
