@@ -112,6 +112,13 @@ def state(mon: hw.HeartbeatMonitor, topic: str) -> hw.State | None:
     return mon.status(topic).state if topic in mon else None
 
 
+def _stomp_threads() -> int:
+    return sum(
+        "__io_loop" in t.name or "__heartbeat_loop" in t.name or t.name.startswith("heartwire-")
+        for t in threading.enumerate()
+    )
+
+
 def _collector() -> tuple[list[Message], Any]:
     got: list[Message] = []
     return got, got.append
@@ -321,6 +328,7 @@ def test_kill9_and_restart_three_times(closing: list[Any]) -> None:
     pub.start()
     wait_for(lambda: state(mon, topic) == hw.State.ALIVE, 5, f"{topic} alive")
     threads = threading.active_count()
+    stomp_threads = _stomp_threads()
     timings = []
     try:
         for round_ in range(3):
@@ -347,8 +355,10 @@ def test_kill9_and_restart_three_times(closing: list[Any]) -> None:
         B.ensure("activemq")
     assert mon_t.stats()["reconnects"] == 3 and pub_t.stats()["reconnects"] == 3
     assert mon_t.subscriptions() and mon.status(topic).state == hw.State.ALIVE
+    # Threads of earlier tests may end meanwhile: the count must not grow (a leak of the three
+    # reconnections would add two stomp.py threads per transport and round).
     wait_for(
-        lambda: threading.active_count() == threads,
+        lambda: threading.active_count() <= threads and _stomp_threads() <= stomp_threads,
         5,
         f"the thread count to come back to {threads} (now {threading.active_count()}: "
         f"{[t.name for t in threading.enumerate()]})",
@@ -399,20 +409,33 @@ def test_failover_from_active_to_standby(closing: list[Any]) -> None:
         B.ensure("activemq")
 
 
-def test_send_timeout_and_give_up_when_every_broker_is_down(closing: list[Any]) -> None:
-    B.ensure("standby")
+def test_send_timeout_give_up_and_failover_checks(closing: list[Any]) -> None:
+    """Every broker of the list is down: sends raise SendTimeout after request_blocking_time,
+    close() wakes a blocked sender, reconnect_period gives up. And failover_check_count: a
+    lost broker is checked that many times before the next one is tried."""
+    B.ensure("standby", "activemq")
     dead = "stomp://127.0.0.1:61699"  # nothing listens there
     url = f"failover:({B.url('standby')},{dead})?" + FAST
     t = connect(url, request_blocking_time=0.5)
     quitter = connect(url, reconnect_period=0.6)
     blocked = connect(url, request_blocking_time=30)
-    closing.extend([t, quitter, blocked])
+    checker = connect(
+        f"failover:({B.url('standby')},{B.url('activemq')})?" + FAST,
+        failover_check_count=3,
+        failover_check_timeout=0.4,
+    )
+    closing.extend([t, quitter, blocked, checker])
     conns = Connections()
     quitter.add_connection_listener(conns)
+    checks = Connections()
+    checker.add_connection_listener(checks)
     t.publish("sendtimeout.ok", b"while up")
     try:
+        killed = time.monotonic()
         B.kill9("standby")
         wait_for(lambda: not t.connected, 5, "the transport to notice the broker died")
+        with pytest.raises(SendTimeout, match=r"within 0\.1"):
+            t.publish("sendtimeout.w", b"lost", timeout=0.1)
         started = time.monotonic()
         with pytest.raises(SendTimeout) as info:
             t.publish("sendtimeout.x", b"lost")
@@ -420,8 +443,8 @@ def test_send_timeout_and_give_up_when_every_broker_is_down(closing: list[Any]) 
         assert 0.45 <= waited < 2.0, waited
         err = info.value
         assert err.topic == "sendtimeout.x" and err.message_id in str(err)
-        assert err.message_id.split(":")[-1] == "2"  # the second publish of this transport
-        assert t.stats()["send_timeouts"] == 1
+        assert err.message_id.split(":")[-1] == "3"  # the third publish of this transport
+        assert t.stats()["send_timeouts"] == 2
         # close() wakes a publisher blocked in an outage.
         wait_for(lambda: not blocked.connected, 5, "the third transport to notice")
         outcome: list[BaseException] = []
@@ -443,6 +466,13 @@ def test_send_timeout_and_give_up_when_every_broker_is_down(closing: list[Any]) 
         assert quitter.closed and "reconnect_period" in (quitter.failure or "")
         with pytest.raises(TransportClosed, match="reconnect_period"):
             quitter.publish("sendtimeout.z", b"x")
+        # Three checks of the lost standby, 0.4 s apart, before the next broker.
+        (t_back, (broker,)), *_ = wait_for(
+            lambda: checks.of("reconnected", killed), 5, "the checker to fail over"
+        )
+        assert broker == B.url("activemq")
+        assert t_back - killed >= 2 * 0.4, t_back - killed
+        assert checker.stats()["connect_attempts"] == 1 + 3 + 1
     finally:
         B.start("standby")
     wait_for(lambda: t.connected, 5, "the transport to reconnect to the restarted standby")

@@ -262,12 +262,15 @@ class StompTransport:
         topic: str,
         body: bytes | bytearray | memoryview,
         headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> str:
         """Send ``body`` to ``topic``; returns the message id (the ``hw-message-id`` header).
 
-        During an outage, waits up to ``request_blocking_time`` for a connection (a send that
-        fails on a dying connection is retried on the next one, within the same time), then
-        raises :class:`~heartwire.transport.SendTimeout` naming the message id. Raises
+        During an outage, waits up to ``timeout`` seconds (default: the ``request_blocking_time``
+        option) for a connection (a send that fails on a dying connection is retried on the next
+        one, within the same time), then raises :class:`~heartwire.transport.SendTimeout` naming
+        the message id. Raises
         :class:`~heartwire.transport.TransportClosed` once closed, :class:`ValueError` for an
         invalid topic and :class:`TypeError` for a body that is not bytes.
         """
@@ -280,8 +283,14 @@ class StompTransport:
             raise TypeError(f"body must be bytes, got {type(body).__name__}")
         if headers is not None and not isinstance(headers, Mapping):
             raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
+        if timeout is None:
+            timeout = self._options.request_blocking_time
+        elif (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout >= 0)
+        ):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         message_id = f"{self._id}:{next(self._msg_ids)}"
-        return self._send(topic, body, headers, message_id, self._options.request_blocking_time)
+        return self._send(topic, body, headers, message_id, float(timeout))
 
     def _send(
         self,
