@@ -166,11 +166,16 @@ class Connector:
         try:
             link.connect()
         except LinkError as exc:
-            log.info("connecting to %s failed: %s", broker, exc.reason)
-            if reasons is not None:
-                reasons[str(broker)] = exc.reason
-            return None
-        return link
+            reason = exc.reason
+        except Exception as exc:  # never let one attempt end the supervisor
+            log.exception("connecting to %s failed unexpectedly", broker)
+            reason = f"connection failed: {exc!r}"
+        else:
+            return link
+        log.info("connecting to %s failed: %s", broker, reason)
+        if reasons is not None:
+            reasons[str(broker)] = reason
+        return None
 
     def _install(self, link: StompLink) -> bool:
         with self.cond:

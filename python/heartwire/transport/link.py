@@ -116,6 +116,9 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         except OSError as exc:
             self._end_quietly()
             raise LinkError(self.broker, f"connection failed: {exc.strerror or exc}") from None
+        except Exception as exc:  # e.g. the socket closed under stomp.py before CONNECT went out
+            self._end_quietly()
+            raise LinkError(self.broker, f"connection failed: {exc!r}") from None
         sock = getattr(conn.transport, "socket", None)
         if sock is not None:
             # The connect timeout must not stay on the socket: an idle read would end the link.
