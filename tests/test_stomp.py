@@ -144,7 +144,7 @@ def test_round_trip_with_wildcards(name: str, closing: list[Any]) -> None:
     time.sleep(0.2)  # SUBSCRIBE frames are not acknowledged: let the broker register them
     ids = {}
     for topic in (f"{root}.a", f"{root}.b", f"{root}.a.b", root, f"{root}x.a"):
-        ids[topic] = t.publish(topic, topic.encode())
+        ids[topic] = t.send(topic, topic.encode())
     wait_for(lambda: len(many) >= 3 and len(one) >= 2 and exact, 5, "the wildcard deliveries")
     time.sleep(0.2)  # anything extra would show up now
     assert sorted(m.destination for m in one) == [f"{root}.a", f"{root}.b"]

@@ -20,8 +20,8 @@ import time
 import uuid
 from typing import Any, Callable
 
-import stomp
-import stomp.exception
+import stomp  # type: ignore[import-untyped]
+import stomp.exception  # type: ignore[import-untyped]
 
 from heartwire.transport.dialect import ACTIVEMQ, Dialect, detect, named
 from heartwire.transport.urls import BrokerAddress, StompOptions

@@ -17,7 +17,7 @@ URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
   and whose ``headers`` are the MESSAGE frame's (read-only).
 - **Headers** given to :meth:`StompTransport.publish` go on the SEND frame (``expires``,
   ``persistent`` and any other); each message also gets ``hw-message-id``, the id that
-  :meth:`~StompTransport.publish` returns and :class:`~heartwire.transport.SendTimeout` names.
+  :meth:`~StompTransport.send` returns and :class:`~heartwire.transport.SendTimeout` names.
 - **STOMP heart-beating** runs both ways every ``heartbeat`` seconds; a broker silent for two
   intervals is dropped and reconnected.
 - **Keep-alive**: while the transport has subscriptions it pings itself through the broker every
@@ -260,6 +260,17 @@ class StompTransport:
     def publish(
         self,
         topic: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Send ``body`` to ``topic`` (:meth:`send`, without its return value)."""
+        self.send(topic, body, headers, timeout=timeout)
+
+    def send(
+        self,
+        topic: str,
         body: bytes | bytearray | memoryview,
         headers: Mapping[str, str] | None = None,
         *,
@@ -275,7 +286,7 @@ class StompTransport:
         invalid topic and :class:`TypeError` for a body that is not bytes.
         """
         if self._closed or self._connector.closed:
-            raise TransportClosed(self._closed_message(f"publish to {topic!r}"))
+            raise TransportClosed(self._closed_message(f"send to {topic!r}"))
         validate_topic(topic)
         if isinstance(body, (bytearray, memoryview)):
             body = bytes(body)

@@ -132,7 +132,7 @@ def _count(minimum: int) -> Callable[[str, Any], int]:
             raise TypeError(f"option {name} must be an int, got {type(value).__name__} {value!r}")
         if value < minimum:
             raise ValueError(f"option {name}={value!r} must be >= {minimum}")
-        return value
+        return int(value)
 
     return check
 
