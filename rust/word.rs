@@ -25,6 +25,10 @@ pub enum State {
     Stopped = 4,
     /// Gone for good; its id is retired.
     Removed = 5,
+    /// Internal: PAUSED, and FAILED when it was paused, not heard since. Shown as PAUSED
+    /// ([`State::public`]); its first beat takes the detector lock to note the recovery, which
+    /// `resume` then reports.
+    PausedFailed = 6,
 }
 
 impl State {
@@ -34,10 +38,23 @@ impl State {
             State::Pending => "PENDING",
             State::Alive => "ALIVE",
             State::Failed => "FAILED",
-            State::Paused => "PAUSED",
+            State::Paused | State::PausedFailed => "PAUSED",
             State::Stopped => "STOPPED",
             State::Removed => "REMOVED",
         }
+    }
+
+    /// The state as users see it: [`State::PausedFailed`] is [`State::Paused`].
+    pub fn public(self) -> State {
+        match self {
+            State::PausedFailed => State::Paused,
+            s => s,
+        }
+    }
+
+    /// Whether the topic is paused (whatever it was before).
+    pub fn is_paused(self) -> bool {
+        matches!(self, State::Paused | State::PausedFailed)
     }
 
     /// Whether the detector is watching the topic (it is on the timer wheel).
@@ -52,6 +69,7 @@ impl State {
             2 => State::Failed,
             3 => State::Paused,
             4 => State::Stopped,
+            6 => State::PausedFailed,
             _ => State::Removed,
         }
     }
@@ -139,5 +157,9 @@ mod tests {
         let w = after_beat(new(State::Paused), 7);
         assert_eq!(state(w), State::Paused);
         assert_eq!(ts(w), 7);
+        let w = after_beat(new(State::PausedFailed), 9);
+        assert_eq!(state(w), State::PausedFailed);
+        assert_eq!(state(w).public(), State::Paused);
+        assert_eq!(state(w).as_str(), "PAUSED");
     }
 }

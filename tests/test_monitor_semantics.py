@@ -259,13 +259,15 @@ def test_pause_the_whole_monitor(rig: Rig) -> None:
     rig.clock.advance(0.5)  # now 12.0
     assert rig.mon.resume()
     assert not rig.mon.resume()
-    assert rig.take() == []
-    assert {s.state for s in rig.mon.statuses()} <= {State.ALIVE, State.PENDING, State.FAILED}
-    # each topic is due one period after the resume
+    # svc.a failed before the pause and was heard during it: resumed, up to that beat
+    assert rig.take() == [("resumed", "svc.a", 1, 11_500, 10_500)]
+    states = {s.topic: s.state for s in rig.mon.statuses()}
+    assert states == {"svc.a": State.ALIVE, "svc.b": State.FAILED, "svc.c": State.ALIVE}
+    # each topic is due one period after the resume; svc.b, never heard, counts on
     assert rig.advance(1.0) == []
     assert sorted(rig.advance(0.001)) == [
         ("failed", "svc.a", 1, 13_000, 13_000),
-        ("failed", "svc.b", 1, 13_000, 13_000),
+        ("failed", "svc.b", 2, 13_000, 1000),
         ("failed", "svc.c", 1, 13_000, 13_000),
     ]
 
@@ -286,19 +288,54 @@ def test_pause_and_resume_one_topic(rig: Rig) -> None:
     rig.mon.pause()
     rig.mon.resume()
     assert rig.mon.status("svc.a").state is State.PAUSED
-    assert rig.advance(3.0) == [  # due one period after the resume at 2.5
-        ("failed", "svc.b", 1, 3500, 3500),
-        ("failed", "svc.b", 2, 4500, 3500),
+    # svc.b was FAILED when paused and not heard: it counts on, one period after the resume
+    assert rig.advance(3.0) == [
+        ("failed", "svc.b", 3, 3500, 1000),
+        ("failed", "svc.b", 4, 4500, 1000),
     ]
-    assert rig.mon.resume("svc.a")  # at 5.5
+    assert rig.mon.resume("svc.a")  # at 5.5, never heard: due one period later
     assert not rig.mon.resume("svc.a")
     assert sorted(rig.advance(1.001)) == [
         ("failed", "svc.a", 1, 6500, 6500),
-        ("failed", "svc.b", 3, 5500, 3500),
-        ("failed", "svc.b", 4, 6500, 3500),
+        ("failed", "svc.b", 5, 5500, 1000),
+        ("failed", "svc.b", 6, 6500, 1000),
     ]
     with pytest.raises(KeyError, match=r"svc\.nope"):
         rig.mon.pause("svc.nope")
+
+
+def test_a_failed_topic_that_recovers_while_paused_is_resumed_on_resume(rig: Rig) -> None:
+    rig.mon.expect("svc.a")
+    rig.mon.expect("svc.b")
+    rig.mon.start()
+    assert sorted(rig.advance(2.5)) == [
+        ("failed", "svc.a", 1, 1000, 1000),
+        ("failed", "svc.a", 2, 2000, 1000),
+        ("failed", "svc.b", 1, 1000, 1000),
+        ("failed", "svc.b", 2, 2000, 1000),
+        ("started", "svc.>"),
+    ]
+    assert rig.mon.pause("svc.a")
+    rig.mon.pause()  # the whole monitor too: svc.b is paused while FAILED as well
+    rig.clock.advance(1.0)
+    rig.send("svc.a")  # 3.5: back while paused (svc.b stays silent)
+    rig.clock.advance(1.0)
+    rig.send("svc.a")
+    assert rig.take() == []  # nothing while paused
+    assert rig.mon.status("svc.a").state is State.PAUSED
+    rig.clock.advance(0.5)  # 5.0
+    rig.mon.resume()
+    # svc.b was not heard: FAILED again, its count going on one period after the resume.
+    st = rig.mon.status("svc.b")
+    assert (st.state, st.missed, ms(st.failed_since)) == (State.FAILED, 2, 1000)
+    assert rig.mon.resume("svc.a")
+    # svc.a came back at 3.5: resumed, with the downtime up to that first beat.
+    assert rig.take() == [("resumed", "svc.a", 2, 3500, 2500)]
+    assert rig.mon.status("svc.a").state is State.ALIVE
+    assert sorted(rig.advance(1.001)) == [
+        ("failed", "svc.a", 1, 6000, 6000),
+        ("failed", "svc.b", 3, 6000, 1000),
+    ]
 
 
 def test_a_topic_paused_before_start_is_paused_once_started(rig: Rig) -> None:

@@ -573,7 +573,8 @@ class HeartbeatMonitor:
 
     def pause(self, topic: str | None = None) -> bool:
         """Pause the whole monitor, or one topic: no failures while paused (beats are still
-        recorded). Returns False if already paused; ``KeyError`` for an unknown topic."""
+        recorded; a FAILED topic's first beat while paused is noted for :meth:`resume`).
+        Returns False if already paused; ``KeyError`` for an unknown topic."""
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)
@@ -595,8 +596,14 @@ class HeartbeatMonitor:
 
     def resume(self, topic: str | None = None) -> bool:
         """Resume the whole monitor (topics paused one by one stay paused), or one topic (which
-        stays paused while the whole monitor is). Each resumed topic is due one period from now.
-        Returns False if it was not paused."""
+        stays paused while the whole monitor is). Returns False if it was not paused.
+
+        Each resumed topic is due one period (plus grace) from now. A topic that was FAILED
+        when paused and was heard while paused gets ``on_resumed`` now, its ``at`` being the
+        first beat after the failure and ``downtime`` that beat's time minus ``since``. One
+        that was not heard stays FAILED with its count: the next ``on_failed`` (``missed + 1``,
+        same ``since``) comes one period after the resume.
+        """
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)

@@ -90,7 +90,7 @@ impl Detector {
                         }
                     }
                     return Beat::Recorded {
-                        resume: st == State::Failed,
+                        resume: matches!(st, State::Failed | State::PausedFailed),
                     };
                 }
                 Err(actual) => w = actual,
@@ -99,9 +99,13 @@ impl Detector {
     }
 
     /// Emit `resumed` for a FAILED topic that has been beaten ([`Beat::Recorded`] with
-    /// `resume: true`). Takes the detector lock; may block on a full `block`-policy queue.
+    /// `resume: true`); for one paused while FAILED, note the beat for `resume` to report.
+    /// Takes the detector lock; may block on a full `block`-policy queue.
     pub fn settle(&self, id: TopicId) {
         let mut inner = self.inner.lock();
+        if self.note_paused_recovery(&mut inner, id) {
+            return;
+        }
         let subscribers = self.subscribers.read();
         let now = inner.now;
         if self.take_fresh(&mut inner, &subscribers, id) {

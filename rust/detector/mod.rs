@@ -2,7 +2,8 @@
 //!
 //! Two paths touch a topic:
 //! - the **beat path** (any thread, no lock): one CAS on the topic's word ([`crate::word`]).
-//!   Only a beat for a FAILED topic goes on to take the detector lock, to emit `resumed` at once;
+//!   Only a beat for a FAILED topic goes on to take the detector lock, to emit `resumed` at once
+//!   (or, for a topic paused while FAILED, to note when it came back);
 //! - the **driver** (`advance_to`, under the detector lock): pops due topics off the wheel and,
 //!   per topic, either re-arms it from its last beat (lazy re-arm: beats never touch the wheel)
 //!   or counts a missed period and emits `failed`.
@@ -36,6 +37,8 @@ mod grace_tests;
 mod pause;
 #[cfg(test)]
 mod pause_tests;
+#[cfg(test)]
+mod resume_tests;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -148,7 +151,8 @@ pub enum Beat {
 struct Slot {
     period_ns: u64,
     grace_ns: u64,
-    /// When the next missed period is counted.
+    /// Watched: when the next missed period is counted. PAUSED: when the topic was first heard
+    /// after a failure the pause interrupted, or `NOT_HEARD` (see `topics.rs`).
     next_deadline: u64,
     /// When the current outage began.
     since: u64,

@@ -73,7 +73,7 @@ impl Detector {
     pub fn state_counts(&self) -> [u64; 6] {
         let mut counts = [0u64; 6];
         for id in 0..self.registry.len() as TopicId {
-            counts[word::state(self.word(id).load(Ordering::Acquire)) as usize] += 1;
+            counts[word::state(self.word(id).load(Ordering::Acquire)).public() as usize] += 1;
         }
         counts
     }
@@ -101,7 +101,7 @@ impl Detector {
         };
         TopicStatus {
             id,
-            state,
+            state: state.public(),
             missed,
             last_seen_ns: heard.then(|| self.abs(word::ts(w))),
             period_ns: slot.period_ns,

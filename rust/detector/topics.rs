@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// A paused topic's `next_deadline` when it was not FAILED when paused, or was and has not
+/// been heard since.
+pub(super) const NOT_HEARD: u64 = u64::MAX;
+
 impl Detector {
     /// Expect `name` from `now` on: it must be heard within its first period (plus grace, or
     /// the phi suspicion time). Returns its id; a
@@ -213,32 +217,118 @@ impl Detector {
         }
     }
 
-    /// Stop watching a topic until [`resume`](Detector::resume); beats still update its last_seen.
+    /// Stop watching a topic until [`resume`](Detector::resume); beats still update its
+    /// last_seen. A FAILED topic keeps its count and `since` for `resume`, and its first beat
+    /// while paused is noted (see [`resume`](Detector::resume)).
     pub fn pause(&self, id: TopicId) -> Result<bool, DetectorError> {
         let mut inner = self.inner.lock();
         self.check_id(&inner, id)?;
-        let paused = self
-            .transition(id, State::Paused, State::is_watched)
-            .is_some();
-        if paused {
-            inner.wheel.cancel(id);
+        let word = self.word(id);
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            let st = word::state(w);
+            if !st.is_watched() {
+                return Ok(false);
+            }
+            // A FAILED topic keeps FRESH: a beat whose `resumed` was not emitted yet is the
+            // first one after the failure, and `resume` reports it.
+            let new = if st == State::Failed {
+                word::with_state(w, State::PausedFailed)
+            } else {
+                word::with_state(w & !FRESH, State::Paused)
+            };
+            match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(actual) => w = actual,
+            }
         }
-        Ok(paused)
+        inner.wheel.cancel(id);
+        inner.slots[id as usize].next_deadline = NOT_HEARD;
+        Ok(true)
     }
 
-    /// Watch a paused topic again: it must be heard within one period from `now`.
+    /// Watch a paused topic again from `now`. Returns false if it was not paused.
+    ///
+    /// - Not FAILED when paused: ALIVE (or PENDING if never heard), due one period (plus
+    ///   grace) after `now`.
+    /// - FAILED when paused and heard while paused: `resumed(missed, downtime)` is emitted now,
+    ///   with `at` = the first beat the detector took in after the failure and `downtime` = that
+    ///   beat's time minus `since`; then as above.
+    /// - FAILED when paused and not heard: FAILED again, count and `since` kept; it counts on
+    ///   from `now`, the next `failed(missed + 1)` one period after it (as after a local pause).
     pub fn resume(&self, id: TopicId, now: Option<u64>) -> Result<bool, DetectorError> {
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
         self.check_id(&inner, id)?;
-        Ok(self.rearm_from(&mut inner, id, State::Paused, now))
+        let word = self.word(id);
+        let mut w = word.load(Ordering::Acquire);
+        let back_at = loop {
+            match word::state(w) {
+                State::Paused => break inner.slots[id as usize].next_deadline,
+                State::PausedFailed if w & FRESH != 0 => break word::ts(w),
+                State::PausedFailed => {
+                    let failed = word::with_state(w, State::Failed);
+                    match word.compare_exchange(w, failed, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => {}
+                        Err(actual) => {
+                            w = actual; // a beat landed: it recovered after all
+                            continue;
+                        }
+                    }
+                    let step = self.step(&inner, id);
+                    inner.slots[id as usize].next_deadline = now.saturating_add(step);
+                    self.arm(&mut inner, id, now);
+                    return Ok(true);
+                }
+                _ => return Ok(false),
+            }
+        };
+        if back_at != NOT_HEARD {
+            let slot = inner.slots[id as usize];
+            let ev = Event::resumed(
+                id,
+                slot.missed,
+                self.abs(back_at),
+                back_at.saturating_sub(slot.since),
+            );
+            self.counters.resumed.fetch_add(1, Ordering::Relaxed);
+            self.emit(&self.subscribers.read(), ev);
+        }
+        Ok(self.rearm_from(&mut inner, id, State::is_paused, now))
     }
 
-    /// Move a topic out of `from` into ALIVE (heard before) or PENDING and arm it from `now`.
-    pub(super) fn rearm_from(&self, inner: &mut Inner, id: TopicId, from: State, now: u64) -> bool {
+    /// For a topic paused while FAILED whose first beat since just landed: note the beat's time
+    /// for `resume` and make it a plain PAUSED topic (later beats take no lock). Returns false
+    /// if the topic is not in that case.
+    pub(super) fn note_paused_recovery(&self, inner: &mut Inner, id: TopicId) -> bool {
+        let word = self.word(id);
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            if word::state(w) != State::PausedFailed || w & FRESH == 0 {
+                return false;
+            }
+            let new = word::with_state(w & !FRESH, State::Paused);
+            match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        inner.slots[id as usize].next_deadline = word::ts(w);
+        true
+    }
+
+    /// Move a topic out of a state `from` accepts into ALIVE (heard before) or PENDING, with no
+    /// missed periods, and arm it from `now`.
+    pub(super) fn rearm_from(
+        &self,
+        inner: &mut Inner,
+        id: TopicId,
+        from: impl Fn(State) -> bool,
+        now: u64,
+    ) -> bool {
         let heard = self.word(id).load(Ordering::Acquire) & HEARD != 0;
         let to = if heard { State::Alive } else { State::Pending };
-        if self.transition(id, to, |s| s == from).is_none() {
+        if self.transition(id, to, from).is_none() {
             return false;
         }
         let first = self.first_offset(inner, id);
@@ -268,7 +358,7 @@ impl Detector {
         inner.running = false;
         for id in 0..inner.slots.len() as TopicId {
             if self
-                .transition(id, State::Stopped, |s| s.is_watched() || s == State::Paused)
+                .transition(id, State::Stopped, |s| s.is_watched() || s.is_paused())
                 .is_some()
             {
                 inner.wheel.cancel(id);
@@ -284,7 +374,7 @@ impl Detector {
         inner.running = true;
         inner.now = inner.now.max(now);
         for id in 0..inner.slots.len() as TopicId {
-            self.rearm_from(&mut inner, id, State::Stopped, now);
+            self.rearm_from(&mut inner, id, |s| s == State::Stopped, now);
         }
     }
 

@@ -325,13 +325,20 @@ impl PyDetector {
     }
 
     /// Stop watching a topic; its beats still update ``last_seen``. False if it was not watched.
+    /// A FAILED topic keeps its count and ``since``; :meth:`resume` reports what became of it.
     fn pause(&self, py: Python<'_>, topic: &Bound<'_, PyAny>) -> PyResult<bool> {
         let id = self.id(topic)?;
         let det = self.det.clone();
         py.detach(move || det.pause(id)).map_err(to_py)
     }
 
-    /// Watch a paused topic again; it must be heard within one period from ``now``.
+    /// Watch a paused topic again from ``now``; False if it was not paused.
+    ///
+    /// It must then be heard within one period (plus grace) from ``now``. A topic that was
+    /// FAILED when paused and was heard while paused first gets a ``resumed`` event (``at``:
+    /// the first beat after the failure, ``downtime``: that beat's time minus ``since``); one
+    /// that was not heard stays FAILED with its count, the next ``failed`` one period after
+    /// ``now``.
     #[pyo3(signature = (topic, *, now = None))]
     fn resume(&self, py: Python<'_>, topic: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<bool> {
         let id = self.id(topic)?;
