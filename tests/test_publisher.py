@@ -373,8 +373,10 @@ class FlakyBroker(MemoryBroker):
     def __init__(self) -> None:
         super().__init__()
         self.failing = False
+        self.timeouts: list[Any] = []
 
-    def publish(self, topic: str, body: Any, headers: Any = None) -> None:
+    def publish(self, topic: str, body: Any, headers: Any = None, *, timeout: Any = None) -> None:
+        self.timeouts.append(timeout)
         if self.failing:
             raise ConnectionError("broker down")
         super().publish(topic, body, headers)
@@ -405,6 +407,8 @@ def test_send_failures_are_reported_and_the_schedule_goes_on() -> None:
     assert "broker down" in failures[0].detail
     # Failed sends used seq numbers 2 and 3: the monitor sees the gap.
     assert [BeatCodec().decode(m.body).seq for m in got] == [1, 4]
+    # A beat never waits for a reconnect: it would hold the shared scheduler thread.
+    assert broker.timeouts == [0, 0, 0, 0]
 
 
 def test_a_closed_broker_is_a_send_failure_not_a_crash() -> None:

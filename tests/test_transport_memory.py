@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heartwire.transport import Message, Subscription, Transport, TransportClosed, connect
+from heartwire.transport import (
+    ConnectFailed,
+    Message,
+    Subscription,
+    Transport,
+    TransportClosed,
+    connect,
+)
 from heartwire.transport.memory import MemoryBroker
 from heartwire.transport.patterns import (
     MAX_TOPIC_LEN,
@@ -152,10 +159,11 @@ def test_connect_named_memory_brokers_are_shared_until_closed() -> None:
     b.close()
 
 
-@pytest.mark.parametrize("url", ["stomp://127.0.0.1:61613", "failover:(stomp://a:1,stomp://b:2)"])
-def test_connect_stomp_is_not_implemented_yet(url: str) -> None:
-    with pytest.raises(NotImplementedError, match="issue 4"):
+def test_connect_to_stomp_brokers_that_are_not_there_names_each() -> None:
+    url = "failover:(stomp://127.0.0.1:61698,stomp://127.0.0.1:61699)?reconnect_period=0.5"
+    with pytest.raises(ConnectFailed) as failed:
         connect(url)
+    assert set(failed.value.reasons) == {"stomp://127.0.0.1:61698", "stomp://127.0.0.1:61699"}
 
 
 @pytest.mark.parametrize("url", ["amqp://x", "memory", "http://localhost", "memory://a/b", ""])

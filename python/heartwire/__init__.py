@@ -39,7 +39,16 @@ from heartwire.message import Beat, BeatCodec, DecodeError
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.publisher import HeartbeatPublisher
 from heartwire.scheduling import PublisherScheduler, shared_scheduler
-from heartwire.transport import Message, Subscription, Transport, TransportClosed, connect
+from heartwire.transport import (
+    ConnectFailed,
+    KeepAliveMonitor,
+    Message,
+    SendTimeout,
+    Subscription,
+    Transport,
+    TransportClosed,
+    connect,
+)
 from heartwire.transport.memory import MemoryBroker
 
 __all__ = [
@@ -48,6 +57,7 @@ __all__ = [
     "Beat",
     "BeatCodec",
     "CheckFailed",
+    "ConnectFailed",
     "DecodeError",
     "Detector",
     "Dispatcher",
@@ -58,6 +68,7 @@ __all__ = [
     "HeartbeatMonitor",
     "HeartbeatPublisher",
     "HeartbeatSubscriber",
+    "KeepAliveMonitor",
     "ManualClock",
     "MemoryBroker",
     "Message",
@@ -67,6 +78,7 @@ __all__ = [
     "Received",
     "Resumed",
     "Scheduler",
+    "SendTimeout",
     "Sent",
     "Started",
     "State",

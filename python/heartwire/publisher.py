@@ -357,7 +357,9 @@ class HeartbeatPublisher:
             headers["persistent"] = "true"
         self._seq = seq
         try:
-            self._broker.publish(self._topic, body, headers)
+            # A beat that cannot go now is stale by the next one: never wait for a reconnect
+            # (that would hold the scheduler thread every publisher in the process shares).
+            self._broker.publish(self._topic, body, headers, timeout=0)
         except Exception as exc:
             self._send_failures += 1
             self._report("send_failed", exc, repr(exc))

@@ -73,8 +73,19 @@ class Transport(Protocol):
 
     url: str
 
-    def publish(self, topic: str, body: bytes, headers: Mapping[str, str] | None = None) -> None:
-        """Send ``body`` to ``topic`` (a topic name, no wildcards)."""
+    def publish(
+        self,
+        topic: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Send ``body`` to ``topic`` (a topic name, no wildcards).
+
+        ``timeout``: how long to wait for a broker connection during an outage (None: the
+        transport's default); transports that never wait ignore it.
+        """
         ...
 
     def subscribe(self, pattern: str, handler: MessageHandler) -> Subscription:

@@ -127,8 +127,13 @@ class MemoryBroker:
         topic: str,
         body: bytes | bytearray | memoryview,
         headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """Deliver ``body`` to every subscription matching ``topic``, before returning.
+
+        ``timeout`` is accepted for the :class:`Transport` protocol and ignored: an in-process
+        broker never waits for a connection.
 
         Raises :class:`TransportClosed` after :meth:`close`, :class:`ValueError` (naming the
         argument) for an invalid topic and :class:`TypeError` for a body that is not bytes.
