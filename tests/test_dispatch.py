@@ -102,3 +102,77 @@ def test_stop_ends_the_thread_even_while_events_keep_coming() -> None:
         assert not dispatcher.alive, "stop() did not end the thread within 5 s"
     finally:
         det.stop()
+
+
+class WindowQueue:
+    """A stand-in for the core's queue that holds open the moment the core has: a pop takes
+    its events out of ``len`` first and counts them in ``popped`` only after."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = list(events)
+        self.pushed = len(events)
+        self.popped = 0
+        self.closed = False
+        self.taking = threading.Event()  # set while a pop holds events in neither count
+        self.finish = threading.Event()  # lets that pop finish
+
+    def pop(self, max: int = 1024, timeout: float | None = None) -> list[str]:
+        batch, self.events = self.events[:max], self.events[max:]
+        if not batch:
+            self.finish.wait(timeout)
+            return []
+        self.taking.set()
+        self.finish.wait(10.0)
+        self.popped += len(batch)
+        return batch
+
+    def try_pop(self, max: int = 1024) -> list[str]:
+        return self.pop(max, 0)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "pushed": self.pushed,
+            "popped": self.popped,
+            "len": len(self.events),
+            "dropped_oldest": 0,
+            "coalesced": 0,
+        }
+
+
+def test_drain_waits_for_events_being_taken_out() -> None:
+    queue = WindowQueue([f"e{i}" for i in range(10)])
+    seen: list[str] = []
+    disp = hw.Dispatcher(queue, seen.extend, batch_size=16)  # type: ignore[arg-type]
+    with disp:
+        assert queue.taking.wait(10.0)
+        # All ten are in neither `len` nor `popped`: not drained.
+        assert queue.stats()["len"] + queue.stats()["popped"] == 0
+        assert not disp.drain(timeout=0.2)
+        queue.finish.set()
+        assert disp.drain(timeout=10.0)
+        assert seen == [f"e{i}" for i in range(10)]
+
+
+def test_drain_never_returns_before_the_handler_saw_every_event() -> None:
+    # The same window on the real queue: many rounds of produce-then-drain while the dispatch
+    # thread is taking batches out.
+    n_topics, rounds = 3000, 300
+    clock = hw.ManualClock()
+    det = hw.Detector(clock=clock, period=1.0)
+    queue = det.subscribe(capacity=1 << 20)
+    det.add_many([f"t{i}" for i in range(n_topics)])  # never heard: a failed event each period
+    clock.advance(0.001)  # deadlines at whole seconds are due just after them
+    seen = [0]
+
+    def count(batch: list[hw.Event]) -> None:
+        seen[0] += len(batch)
+
+    early: list[tuple[int, int]] = []
+    with hw.Dispatcher(queue, count, batch_size=300) as disp:
+        for n in range(1, rounds + 1):
+            clock.advance(1.0)  # n_topics events, the dispatch thread taking them meanwhile
+            assert disp.drain(timeout=10.0)
+            if seen[0] != n * n_topics:
+                early.append((n, seen[0]))
+    assert early == [], f"drain returned before the handler saw everything: {early[:5]}"
+    assert queue.stats()["pushed"] == seen[0] == n_topics * rounds

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
 
 from heartwire._core import Event, EventQueue
@@ -45,6 +46,7 @@ class Dispatcher:
         self._on_error = on_error
         self._batch_size = batch_size
         self._handled = 0
+        self._popped_before = 0  # events others took from the queue before start()
         self._errors = 0
         self._progress = threading.Condition()
         self._stopping = threading.Event()
@@ -52,6 +54,7 @@ class Dispatcher:
 
     def start(self) -> Dispatcher:
         """Start the delivery thread; returns self."""
+        self._popped_before = self._queue.stats()["popped"]
         self._thread.start()
         return self
 
@@ -79,9 +82,8 @@ class Dispatcher:
                 return
         # Stopping: deliver what was queued when stop() was called, then end, even if the
         # producers keep going.
-        stats = self._queue.stats()
-        target = stats["popped"] + stats["len"]
-        while self._queue.stats()["popped"] < target:
+        pushed = self._queue.stats()["pushed"]
+        while not self._delivered(pushed):
             batch = self._queue.try_pop(self._batch_size)
             if not batch:
                 return
@@ -107,19 +109,32 @@ class Dispatcher:
             log.exception("on_error raised while reporting a handler error")
 
     def drain(self, timeout: float = 5.0) -> bool:
-        """Wait until the handler has seen every event queued so far. False on timeout."""
-        stats = self._queue.stats()
-        target = stats["popped"] + stats["len"]
-        with self._progress:
-            return self._progress.wait_for(lambda: self._drained(target), timeout)
+        """Wait until the handler has seen every event queued so far (or the overflow policy
+        discarded it). False on timeout, or if the thread ended first.
 
-    def _drained(self, target: int) -> bool:
-        if self._handled >= target:
+        Exact as long as the queue does not overflow. Under overflow the events a policy
+        discarded count as done, and under ``coalesce`` an event parked beyond the full ring
+        may still be on its way when this returns.
+        """
+        # Counted from `pushed`, never from `popped + len`: an event the thread is taking out
+        # right now is in neither for a moment, and would be missed.
+        pushed = self._queue.stats()["pushed"]
+        deadline = time.monotonic() + timeout
+        with self._progress:
+            while not self._delivered(pushed):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return self._delivered(pushed)
+                # Woken by every delivered batch; the slice notices a thread that ended.
+                self._progress.wait(min(remaining, 0.05))
             return True
-        # Events displaced by a drop policy are never popped: also done when nothing is queued
-        # and everything popped has been handled.
+
+    def _delivered(self, pushed: int) -> bool:
+        """Whether the handler has seen each of the queue's first ``pushed`` events that the
+        overflow policy did not discard (events are taken out in order)."""
         stats = self._queue.stats()
-        return stats["len"] == 0 and self._handled >= stats["popped"]
+        lost = stats["dropped_oldest"] + stats["coalesced"]
+        return self._popped_before + self._handled >= pushed - lost
 
     def stop(self, timeout: float = 5.0) -> None:
         """Deliver what is queued, then end the thread. Idempotent."""
