@@ -1,7 +1,8 @@
 """The events publishers and monitors hand to their listeners, and a topic's status.
 
 Every event is a small frozen dataclass. Times are seconds: ``Sent.at`` is wall time
-(:func:`time.time`); the monitor's events (``Received``, ``Failed``, ``Resumed``) and the
+(:func:`time.time`); the monitor's events (``Received``, ``Failed``, ``Resumed``,
+``LocalPause``) and the
 :class:`TopicStatus` times are on the monitor's clock (the core's monotonic clock, or a
 :class:`~heartwire._core.ManualClock`).
 """
@@ -19,6 +20,7 @@ __all__ = [
     "ExceptionEvent",
     "Failed",
     "ListenerEvent",
+    "LocalPause",
     "Received",
     "Resumed",
     "Sent",
@@ -92,6 +94,21 @@ class Resumed:
 
 
 @dataclass(frozen=True)
+class LocalPause:
+    """The monitor itself was not running for ``duration`` seconds, up to ``at`` (its clock).
+
+    A stopped process, a suspended machine or a starved host: longer than the monitor's
+    ``max_local_pause``. Deadlines that fell inside the pause were not counted as missed: each
+    topic got a full period (plus grace) from the wake-up, and beats recorded meanwhile with
+    their true times counted as heard. So topics that really stopped are reported one period
+    (plus grace) after ``at``, and no healthy topic is failed for the monitor's own stall.
+    """
+
+    duration: float
+    at: float
+
+
+@dataclass(frozen=True)
 class ExceptionEvent:
     """Something went wrong that the publisher or monitor survived.
 
@@ -105,7 +122,7 @@ class ExceptionEvent:
     detail: str = ""
 
 
-ListenerEvent = Union[Started, Stopped, Sent, Received, Failed, Resumed, ExceptionEvent]
+ListenerEvent = Union[Started, Stopped, Sent, Received, Failed, Resumed, LocalPause, ExceptionEvent]
 
 
 class State(str, Enum):

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from heartwire.events import (
     ExceptionEvent,
     Failed,
+    LocalPause,
     Received,
     Resumed,
     Sent,
@@ -56,6 +57,10 @@ class SubscriberListener:
 
     def on_resumed(self, event: Resumed) -> Any:
         """A failed topic was heard again."""
+
+    def on_local_pause(self, event: LocalPause) -> Any:
+        """The monitor itself was not running for ``event.duration`` seconds (its process was
+        stopped or starved); no topic was failed for it. Once per pause."""
 
     def on_exception(self, event: ExceptionEvent) -> Any:
         """A bad beat, a transport error or another listener's error (``event.reason``)."""

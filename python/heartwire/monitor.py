@@ -16,8 +16,9 @@ Topics come from two places:
   beat carries (the publisher's) or the monitor's default period. Once a topic's beats carry a
   period, a change of it updates the topic, unless the period was given to :meth:`expect`.
 
-Threads: ``on_failed``, ``on_resumed`` and ``on_received`` are called on the monitor's dispatch
-thread, in per-topic order (``resumed`` before the ``received`` of the same beat);
+Threads: ``on_failed``, ``on_resumed``, ``on_received`` and ``on_local_pause`` are called on the
+monitor's dispatch thread, in per-topic order (``resumed`` before the ``received`` of the same
+beat);
 ``on_started`` and ``on_stopped`` in the thread calling :meth:`~HeartbeatMonitor.start` and
 :meth:`~HeartbeatMonitor.stop`; ``on_exception`` for a bad beat in the thread that delivered it
 (the publishing thread, on the embedded broker).
@@ -43,6 +44,7 @@ from heartwire.dispatch import Dispatcher
 from heartwire.events import (
     ExceptionEvent,
     Failed,
+    LocalPause,
     Received,
     Resumed,
     Started,
@@ -152,6 +154,13 @@ class HeartbeatMonitor:
       exactly the monitor's period (the normal set-up) arrives a little late now and then
       (scheduling jitter, transit), and must not fail for it. ``0`` makes deadlines exact.
       Phi-accrual topics ignore it (``Phi.acceptable_pause`` is theirs).
+    - ``max_local_pause``: the self-pause guard, seconds (``None`` turns it off). When the
+      monitor itself was not running for longer than this (its process stopped, the machine
+      suspended, the host starved), it does not fail every topic on waking: deadlines that fell
+      inside the pause are re-based, so a topic is failed only if it stays silent for a full
+      period (plus grace) after the wake-up; beats recorded meanwhile count as heard. Listeners
+      get one :class:`~heartwire.events.LocalPause` per pause (``on_local_pause``), and
+      :meth:`stats` counts them.
     - ``listeners``: :class:`~heartwire.listeners.SubscriberListener` instances (more can be added
       and removed at run time).
     - ``clock``: a :class:`~heartwire._core.ManualClock` for tests and simulations; events are then
@@ -181,11 +190,14 @@ class HeartbeatMonitor:
         tick: float = 0.01,
         max_topics: int | None = None,
         grace: float | None = None,
+        max_local_pause: float | None = 5.0,
     ) -> None:
         self._pattern = validate_pattern(pattern, "pattern")
         self._period = _check_period(period)
         self._allowed_misses = _check_int(allowed_misses, "allowed_misses", 1)
         self._grace = _check_grace(grace)
+        if max_local_pause is not None:
+            max_local_pause = _check_period(max_local_pause, "max_local_pause")
         if clock is not None and not isinstance(clock, ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
         if overflow not in _OVERFLOWS:
@@ -213,6 +225,7 @@ class HeartbeatMonitor:
             grace=self._grace_for(self._period),
             clock=clock,
             tick=tick,
+            max_local_pause=max_local_pause,
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
         self._clock = clock
@@ -260,6 +273,18 @@ class HeartbeatMonitor:
     def grace(self) -> float | None:
         """Seconds of slack on every deadline, or ``None``: 10% of each topic's period."""
         return self._grace
+
+    @property
+    def max_local_pause(self) -> float | None:
+        """Seconds the monitor may go without running before it counts a local pause (``None``:
+        never). Can be changed while it runs."""
+        return self._det.max_local_pause
+
+    @max_local_pause.setter
+    def max_local_pause(self, seconds: float | None) -> None:
+        if seconds is not None:
+            seconds = _check_period(seconds, "max_local_pause")
+        self._det.max_local_pause = seconds
 
     def _grace_for(self, period: float) -> float:
         """The grace a topic with ``period`` gets by the monitor's rule."""
@@ -653,10 +678,12 @@ class HeartbeatMonitor:
 
     def stats(self) -> dict[str, Any]:
         """Counters: the detector's (``beats``, ``unknown``, ``refused``, ``failed``, ``resumed``,
-        ``received``, ``topics``), ``learned`` topics, ``rejected`` beats by reason (a dict),
-        ``dispatched`` events, ``dropped`` events (lost to the overflow policy),
-        ``listener_errors`` and ``dispatch_errors``."""
+        ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``),
+        ``local_pause_seconds`` (the same length in seconds), ``learned`` topics, ``rejected``
+        beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow
+        policy), ``listener_errors`` and ``dispatch_errors``."""
         out: dict[str, Any] = dict(self._det.stats())
+        out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
         with self._rejected_lock:
             rejected = dict(self._rejected)
         dropped = self._losses
@@ -802,6 +829,9 @@ class HeartbeatMonitor:
                 elif kind == "resumed":
                     downtime = ev.downtime
                     emit("on_resumed", Resumed(ev.topic, ev.missed, downtime or 0.0, ev.at))
+                elif kind == "local_pause":
+                    duration = ev.duration
+                    emit("on_local_pause", LocalPause(duration or 0.0, ev.at))
             if feed.skip is not None and feed.popped + len(batch) >= feed.skip_until:
                 feed.skip = None
         finally:
