@@ -66,7 +66,16 @@ class Lines:
 
 def test_a_stopped_monitor_fails_no_live_topic_and_reports_the_dead_one_after_waking() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.local_pause_helper", "--max-local-pause", "1.0"],
+        [
+            sys.executable,
+            "-m",
+            "tests.local_pause_helper",
+            "--max-local-pause",
+            "1.0",
+            # Slack for a loaded CI machine: a live beat late by less than this is no failure.
+            "--grace",
+            "0.3",
+        ],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -104,8 +113,8 @@ def test_a_stopped_monitor_fails_no_live_topic_and_reports_the_dead_one_after_wa
     assert stopped_at < pause["at"] < woke_at + 1.0, (stopped_at, woke_at, pause)
     failed = [e for e in events if e["event"] == "failed"]
     assert failed[0]["topic"] == "svc.dead" and failed[0]["missed"] == 1, events
-    # Failed after the wake-up: a full period plus grace (0.2 + 0.1 s) of silence from it.
-    assert pause["at"] + 0.3 <= failed[0]["at"] < pause["at"] + 1.5, (pause, failed[0])
+    # Failed after the wake-up: a full period plus grace (0.2 + 0.3 s) of silence from it.
+    assert pause["at"] + 0.5 <= failed[0]["at"] < pause["at"] + 1.7, (pause, failed[0])
     [stats] = [e for e in events if e["event"] == "stats"]
     assert stats["local_pauses"] == 1
     assert stats["local_pause_seconds"] == pytest.approx(pause["duration"])

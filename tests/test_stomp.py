@@ -67,6 +67,12 @@ class Recorder(hw.SubscriberListener):
     def on_exception(self, event: hw.ExceptionEvent) -> None:
         self._add("exception", event)
 
+    def on_disconnected(self, event: hw.Disconnected) -> None:
+        self._add("disconnected", event)
+
+    def on_reconnected(self, event: hw.Reconnected) -> None:
+        self._add("reconnected", event)
+
     def of(self, kind: str, after: float = 0.0) -> list[tuple[float, Any]]:
         with self.lock:
             return [(t, e) for k, t, e in self.events if k == kind and t > after]
@@ -351,6 +357,14 @@ def test_kill9_and_restart_three_times(closing: list[Any]) -> None:
                 (round(t_failed - killed, 3), round(t_rec - killed, 3), round(t_res - killed, 3))
             )
             assert conns.of("disconnected", killed)
+            # The same reach the monitor's listeners as events.
+            (_, lost), *_ = wait_for(
+                lambda k=killed: rec.of("disconnected", k), 5, "monitor on_disconnected"
+            )
+            (_, back), *_ = wait_for(
+                lambda k=killed: rec.of("reconnected", k), 5, "monitor on_reconnected"
+            )
+            assert lost.broker == back.broker == B.url("activemq")
     finally:
         B.ensure("activemq")
     assert mon_t.stats()["reconnects"] == 3 and pub_t.stats()["reconnects"] == 3

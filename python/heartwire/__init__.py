@@ -24,9 +24,12 @@ from heartwire._core import (
 from heartwire.checks import CheckFailed
 from heartwire.dispatch import Dispatcher
 from heartwire.events import (
+    Disconnected,
     ExceptionEvent,
     Failed,
+    LocalPause,
     Received,
+    Reconnected,
     Resumed,
     Sent,
     Started,
@@ -60,6 +63,7 @@ __all__ = [
     "ConnectFailed",
     "DecodeError",
     "Detector",
+    "Disconnected",
     "Dispatcher",
     "Event",
     "EventQueue",
@@ -69,6 +73,7 @@ __all__ = [
     "HeartbeatPublisher",
     "HeartbeatSubscriber",
     "KeepAliveMonitor",
+    "LocalPause",
     "ManualClock",
     "MemoryBroker",
     "Message",
@@ -76,6 +81,7 @@ __all__ = [
     "PublisherListener",
     "PublisherScheduler",
     "Received",
+    "Reconnected",
     "Resumed",
     "Scheduler",
     "SendTimeout",

@@ -17,11 +17,13 @@ if TYPE_CHECKING:
     from heartwire import _core
 
 __all__ = [
+    "Disconnected",
     "ExceptionEvent",
     "Failed",
     "ListenerEvent",
     "LocalPause",
     "Received",
+    "Reconnected",
     "Resumed",
     "Sent",
     "Started",
@@ -109,6 +111,25 @@ class LocalPause:
 
 
 @dataclass(frozen=True)
+class Disconnected:
+    """The transport lost its connection to ``broker`` (``reason`` says how); it is reconnecting.
+
+    Only transports with connections (STOMP) send it. A monitor's failed/resumed events keep
+    their meaning through the outage: topics not heard meanwhile fail as usual.
+    """
+
+    broker: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reconnected:
+    """The transport is connected again, to ``broker``, with every subscription restored."""
+
+    broker: str
+
+
+@dataclass(frozen=True)
 class ExceptionEvent:
     """Something went wrong that the publisher or monitor survived.
 
@@ -122,7 +143,18 @@ class ExceptionEvent:
     detail: str = ""
 
 
-ListenerEvent = Union[Started, Stopped, Sent, Received, Failed, Resumed, LocalPause, ExceptionEvent]
+ListenerEvent = Union[
+    Started,
+    Stopped,
+    Sent,
+    Received,
+    Failed,
+    Resumed,
+    LocalPause,
+    Disconnected,
+    Reconnected,
+    ExceptionEvent,
+]
 
 
 class State(str, Enum):

@@ -21,17 +21,19 @@ import threading
 from typing import Any, Generic, TypeVar
 
 from heartwire.events import (
+    Disconnected,
     ExceptionEvent,
     Failed,
     LocalPause,
     Received,
+    Reconnected,
     Resumed,
     Sent,
     Started,
     Stopped,
 )
 
-__all__ = ["ListenerSet", "PublisherListener", "SubscriberListener"]
+__all__ = ["ConnectionEvents", "ListenerSet", "PublisherListener", "SubscriberListener"]
 
 log = logging.getLogger("heartwire.listeners")
 
@@ -62,6 +64,12 @@ class SubscriberListener:
         """The monitor itself was not running for ``event.duration`` seconds (its process was
         stopped or starved); no topic was failed for it. Once per pause."""
 
+    def on_disconnected(self, event: Disconnected) -> Any:
+        """The transport lost its broker connection and is reconnecting (STOMP only)."""
+
+    def on_reconnected(self, event: Reconnected) -> Any:
+        """The transport is connected again, subscriptions restored (STOMP only)."""
+
     def on_exception(self, event: ExceptionEvent) -> Any:
         """A bad beat, a transport error or another listener's error (``event.reason``)."""
 
@@ -77,6 +85,12 @@ class PublisherListener:
 
     def on_sent(self, event: Sent) -> Any:
         """A beat was sent."""
+
+    def on_disconnected(self, event: Disconnected) -> Any:
+        """The transport lost its broker connection and is reconnecting (STOMP only)."""
+
+    def on_reconnected(self, event: Reconnected) -> Any:
+        """The transport is connected again, subscriptions restored (STOMP only)."""
 
     def on_exception(self, event: ExceptionEvent) -> Any:
         """A failed dependency check, a send error or another listener's error."""
@@ -229,3 +243,36 @@ class ListenerSet(Generic[L]):
         for other in self._entries:
             if other is not entry and "on_exception" in other.overrides:
                 self._call(other, "on_exception", report_event, report=False)
+
+
+class ConnectionEvents:
+    """Relays a transport's connection callbacks to a :class:`ListenerSet` as events.
+
+    :meth:`attach` registers it with a transport that has connections (one offering
+    ``add_connection_listener``, as the STOMP transport does); the embedded broker has none, and
+    then nothing happens. ``on_reconnect_failed`` (the transport gave up and closed) becomes
+    ``on_exception`` with reason ``"reconnect_failed"``.
+    """
+
+    def __init__(self, listeners: ListenerSet[Any]) -> None:
+        self._listeners = listeners
+
+    def on_disconnected(self, broker: str, reason: str) -> None:
+        self._listeners.emit("on_disconnected", Disconnected(broker, reason))
+
+    def on_reconnected(self, broker: str) -> None:
+        self._listeners.emit("on_reconnected", Reconnected(broker))
+
+    def on_reconnect_failed(self, reason: str) -> None:
+        event = ExceptionEvent(self._listeners.source, "reconnect_failed", None, reason)
+        self._listeners.emit("on_exception", event)
+
+    def attach(self, transport: object) -> None:
+        add = getattr(transport, "add_connection_listener", None)
+        if add is not None:
+            add(self)
+
+    def detach(self, transport: object) -> None:
+        remove = getattr(transport, "remove_connection_listener", None)
+        if remove is not None:
+            remove(self)

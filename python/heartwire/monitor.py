@@ -51,7 +51,7 @@ from heartwire.events import (
     Stopped,
     TopicStatus,
 )
-from heartwire.listeners import ListenerSet, SubscriberListener
+from heartwire.listeners import ConnectionEvents, ListenerSet, SubscriberListener
 from heartwire.message import Beat, BeatCodec, DecodeError
 from heartwire.transport import Message, Subscription, Transport
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
@@ -218,6 +218,7 @@ class HeartbeatMonitor:
         )
         for listener in listeners:
             self._listeners.add(listener)
+        self._connection_events = ConnectionEvents(self._listeners)
 
         self._det = Detector(
             period=self._period,
@@ -567,6 +568,7 @@ class HeartbeatMonitor:
             try:
                 if self._broker is not None:
                     self._subscription = self._broker.subscribe(self._pattern, self.handle_message)
+                    self._connection_events.attach(self._broker)
             except BaseException:
                 self._running = False
                 self._det.stop()
@@ -585,6 +587,8 @@ class HeartbeatMonitor:
             self._paused = False
             _running.discard(self)
             subscription, self._subscription = self._subscription, None
+            if self._broker is not None:
+                self._connection_events.detach(self._broker)
             if subscription is not None:
                 try:
                     subscription.cancel()

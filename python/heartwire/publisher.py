@@ -40,7 +40,7 @@ from typing import Any, Callable
 from heartwire import _core
 from heartwire.checks import CheckFailed
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
-from heartwire.listeners import ListenerSet, PublisherListener
+from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
 from heartwire.message import Beat, BeatCodec
 from heartwire.scheduling import PublisherScheduler, shared_scheduler
 from heartwire.transport import Transport
@@ -128,6 +128,7 @@ class HeartbeatPublisher:
         )
         for listener in listeners:
             self._listeners.add(listener)
+        self._connection_events = ConnectionEvents(self._listeners)
         self._clock = clock
         self._boot_id = uuid.uuid4().hex
         self._lock = threading.Lock()
@@ -233,6 +234,7 @@ class HeartbeatPublisher:
             self._next_at = sched.now()
             sched.schedule(self._key, self._next_at)
             _running.add(self)
+        self._connection_events.attach(self._broker)
         self._listeners.emit("on_started", Started(self._topic))
         return self
 
@@ -272,6 +274,7 @@ class HeartbeatPublisher:
             _running.discard(self)
         assert sched is not None and key is not None
         sched.remove(key)
+        self._connection_events.detach(self._broker)
         self._listeners.emit("on_stopped", Stopped(self._topic))
 
     def __enter__(self) -> HeartbeatPublisher:
