@@ -9,6 +9,7 @@ pub mod clock;
 pub mod detector;
 pub mod driver;
 pub mod event;
+pub mod kernels;
 pub mod phi;
 pub mod queue;
 pub mod registry;

@@ -14,6 +14,9 @@ __all__ = [
     "Scheduler",
     "TopicStatus",
     "__version__",
+    "availability_kernel",
+    "freshness_kernel",
+    "outages_kernel",
 ]
 
 __version__: str
@@ -237,3 +240,28 @@ class Scheduler:
     def stop(self) -> None: ...
     def close(self) -> None: ...
     def __len__(self) -> int: ...
+
+# -- Spark kernels (heartwire.spark) ----------------------------------------------------------
+# Times: Arrow timestamps (any unit, rounded down to ms) or integers (epoch ms); periods: ms.
+# Arrays come in through the Arrow PyCapsule interface and are computed with the GIL released.
+
+def freshness_kernel(last_seen: Any, period_ms: Any, as_of: Any, allowed_misses: int = 1) -> Any:
+    """Freshness of every row of ``last_seen`` (an Arrow array): a ``pyarrow.StructArray``
+    ``struct<status: string, missed: int64, staleness_ms: int64>``. ``period_ms`` and
+    ``as_of``: Arrow arrays of the same length, or an int or None for every row."""
+
+def outages_kernel(
+    ts: Any, period_ms: Any, allowed_misses: int, end_ms: int, start_ms: int | None = None
+) -> tuple[int, Any] | None:
+    """Outages of one topic from its beat times ``ts`` (an Arrow array, chunked array or list
+    of arrays, any order) over ``[start_ms, end_ms)``: ``(window_start_ms, batch)``, the
+    ``pyarrow.RecordBatch`` with columns ``down_from_ms``, ``down_to_ms``, ``missed``,
+    ``open``, ``began_in_window``; None if no beat is before ``end_ms``. ``period_ms``: an int,
+    or arrays chunked like ``ts`` (each beat's period)."""
+
+def availability_kernel(
+    ts: Any, period_ms: Any, allowed_misses: int, end_ms: int, start_ms: int | None = None
+) -> tuple[int, int, float, int, int, float | None, float | None] | None:
+    """Availability of one topic (arguments as :func:`outages_kernel`): ``(window_start_ms,
+    window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms)``; None if no beat is
+    before ``end_ms``."""

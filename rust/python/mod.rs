@@ -11,6 +11,7 @@ mod clock;
 mod detector;
 mod events;
 mod scheduler;
+mod spark;
 mod time;
 
 use pyo3::prelude::*;
@@ -25,6 +26,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<events::PyEventQueue>()?;
     m.add_class::<events::PyTopicStatus>()?;
     m.add_class::<scheduler::PyScheduler>()?;
+    m.add_function(wrap_pyfunction!(spark::freshness_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::outages_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::availability_kernel, m)?)?;
     m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
     m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
     Ok(())

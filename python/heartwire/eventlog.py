@@ -1,0 +1,238 @@
+"""A Parquet event log of a monitor's beats and state changes, for batch analysis.
+
+Attach an :class:`EventLog` to a monitor like any listener; it records every ``received``,
+``failed`` and ``resumed`` event as a row and writes them as Parquet files (pyarrow) under
+``path``, partitioned by date (``date=YYYY-MM-DD/``, UTC) and rolled every ``roll_seconds``::
+
+    log = EventLog("/data/heartbeats", roll_seconds=300)
+    mon = hw.HeartbeatMonitor(broker, "svc.>", listeners=[log]).start()
+    ...
+    mon.stop()        # the monitor's on_stopped writes what is buffered
+    log.close()
+
+    # later, on Spark (heartwire.spark):
+    events = read_events(spark, "/data/heartbeats")
+    outages(events, period_ms=1000, start=..., end=...)
+
+Rows: ``kind`` (``"received"``, ``"failed"``, ``"resumed"``), ``topic``, ``ts`` (the event's
+time, timestamp µs UTC), ``seq`` and ``latency`` (received), ``missed`` (failed, resumed),
+``since`` (failed: the deadline at which the topic was declared failed), ``downtime`` (resumed,
+seconds).
+
+Event times are on the monitor's clock; ``wall_offset`` (seconds) turns them into Unix time. The
+default suits the real clock (which reads like :func:`time.monotonic`); give it with a
+:class:`~heartwire._core.ManualClock` (e.g. the Unix time its zero stands for).
+
+Files are cut by event time: rows go to the window ``[k * roll_seconds, (k+1) * roll_seconds)``
+of Unix time that the newest event falls in; when an event of a later window arrives, the rows
+buffered so far are written (one file per date they cover). So are they by :meth:`flush`, by
+:meth:`close`, when the monitor stops, and once ``max_rows`` are buffered. Each file is written
+under a hidden name and renamed into place: readers never see part of one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import secrets
+import threading
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from heartwire.events import Failed, Received, Resumed, Stopped
+from heartwire.listeners import SubscriberListener
+
+__all__ = ["SCHEMA", "EventLog"]
+
+_TS = pa.timestamp("us", tz="UTC")
+
+SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("ts", _TS, nullable=False),
+        pa.field("seq", pa.int64()),
+        pa.field("missed", pa.int64()),
+        pa.field("since", _TS),
+        pa.field("downtime", pa.float64()),
+        pa.field("latency", pa.float64()),
+    ]
+)
+"""The columns of every event-log file (the ``date`` partition comes from the directory)."""
+
+_US_PER_DAY = 86_400_000_000
+_EPOCH = _dt.date(1970, 1, 1)
+
+
+class EventLog(SubscriberListener):
+    """Records a monitor's events as Parquet files under ``path`` (see the module docs).
+
+    - ``roll_seconds``: length of the time window a file covers (> 0).
+    - ``wall_offset``: seconds added to the monitor's clock readings to get Unix time; default
+      ``time.time() - time.monotonic()`` (the monitor's real clock).
+    - ``max_rows``: rows buffered before they are written even within a window.
+    - ``compression``: Parquet codec.
+
+    Thread-safe: events may arrive on the monitor's dispatch thread while another thread calls
+    :meth:`flush` or :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        roll_seconds: float = 3600.0,
+        *,
+        wall_offset: float | None = None,
+        max_rows: int = 1_000_000,
+        compression: str = "zstd",
+    ) -> None:
+        if isinstance(roll_seconds, bool) or not isinstance(roll_seconds, (int, float)):
+            raise TypeError(f"roll_seconds must be a number, got {type(roll_seconds).__name__}")
+        if not roll_seconds >= 0.001:
+            raise ValueError(f"roll_seconds must be >= 0.001, got {roll_seconds!r}")
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+            raise ValueError(f"max_rows must be an int >= 1, got {max_rows!r}")
+        if wall_offset is None:
+            wall_offset = time.time() - time.monotonic()
+        self._path = os.fspath(path)
+        self._roll_us = round(roll_seconds * 1_000_000)
+        self._offset_us = round(wall_offset * 1_000_000)
+        self._max_rows = max_rows
+        self._compression = compression
+        self._token = secrets.token_hex(4)  # names of files from this writer
+        self._lock = threading.Lock()
+        self._rows: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+        self._window: int | None = None  # the window of the buffered rows
+        self._closed = False
+        self._files: list[str] = []
+        self._rows_written = 0
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def files(self) -> list[str]:
+        """The files written so far, in order."""
+        with self._lock:
+            return list(self._files)
+
+    @property
+    def rows_written(self) -> int:
+        with self._lock:
+            return self._rows_written
+
+    @property
+    def buffered(self) -> int:
+        """Rows recorded but not written yet."""
+        with self._lock:
+            return len(self._rows["kind"])
+
+    def __repr__(self) -> str:
+        return (
+            f"EventLog({self._path!r}, roll_seconds={self._roll_us / 1e6}, "
+            f"files={len(self._files)}, buffered={self.buffered})"
+        )
+
+    # -- listener --------------------------------------------------------------------------
+
+    def on_received(self, event: Received) -> None:
+        self._add("received", event.topic, event.at, seq=event.seq, latency=event.latency)
+
+    def on_failed(self, event: Failed) -> None:
+        self._add("failed", event.topic, event.at, missed=event.missed, since=self._us(event.since))
+
+    def on_resumed(self, event: Resumed) -> None:
+        self._add("resumed", event.topic, event.at, missed=event.missed, downtime=event.downtime)
+
+    def on_stopped(self, event: Stopped) -> None:
+        self.flush()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _us(self, at: float) -> int:
+        return round(at * 1_000_000) + self._offset_us
+
+    def _add(
+        self,
+        kind: str,
+        topic: str,
+        at: float,
+        *,
+        seq: int | None = None,
+        missed: int | None = None,
+        since: int | None = None,
+        downtime: float | None = None,
+        latency: float | None = None,
+    ) -> None:
+        ts = self._us(at)
+        window = ts // self._roll_us
+        with self._lock:
+            if self._closed:
+                return
+            if self._window is None:
+                self._window = window
+            elif window > self._window:
+                self._write_locked()
+                self._window = window
+            rows = self._rows
+            rows["kind"].append(kind)
+            rows["topic"].append(topic)
+            rows["ts"].append(ts)
+            rows["seq"].append(seq)
+            rows["missed"].append(missed)
+            rows["since"].append(since)
+            rows["downtime"].append(downtime)
+            rows["latency"].append(latency)
+            if len(rows["kind"]) >= self._max_rows:
+                self._write_locked()
+
+    def flush(self) -> list[str]:
+        """Write the buffered rows now; returns the files written."""
+        with self._lock:
+            return self._write_locked()
+
+    def close(self) -> None:
+        """Write what is buffered; later events are ignored. Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._write_locked()
+                self._closed = True
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write_locked(self) -> list[str]:
+        rows = self._rows
+        if not rows["kind"]:
+            return []
+        self._rows = {name: [] for name in SCHEMA.names}
+        table = pa.Table.from_pydict(rows, schema=SCHEMA)
+        days = pa.array([ts // _US_PER_DAY for ts in rows["ts"]], pa.int64())
+        window_start = _dt.datetime.fromtimestamp(
+            (self._window or 0) * self._roll_us / 1e6, tz=_dt.timezone.utc
+        )
+        stamp = window_start.strftime("%Y%m%dT%H%M%S")
+        written = []
+        for day in sorted(set(days.to_pylist())):
+            part = table.filter(pc.equal(days, day))
+            folder = os.path.join(self._path, f"date={_EPOCH + _dt.timedelta(days=day)}")
+            os.makedirs(folder, exist_ok=True)
+            name = f"part-{stamp}-{self._token}-{len(self._files):05d}.parquet"
+            tmp = os.path.join(folder, f".{name}.tmp")
+            pq.write_table(part, tmp, compression=self._compression)
+            final = os.path.join(folder, name)
+            os.replace(tmp, final)
+            self._files.append(final)
+            written.append(final)
+        self._rows_written += table.num_rows
+        return written

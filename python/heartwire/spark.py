@@ -1,0 +1,561 @@
+"""Spark analysis of heartbeats: freshness of last-seen times, outages and availability.
+
+Needs the ``spark`` extra (``pip install heartwire[spark]``: PySpark ≥ 4.1, pyarrow, pandas).
+Each function has two engines that give the same rows:
+
+- ``engine="rust"`` (default): the core's Rust kernels, fed Arrow arrays through the Arrow
+  PyCapsule interface (no copy) and run with the GIL released — an ``arrow_udf`` for
+  :func:`freshness`, ``groupBy(topic).applyInArrow`` over the gap kernel for :func:`outages`
+  and :func:`availability`. Python workers must import :mod:`heartwire` (set
+  ``PYSPARK_PYTHON`` to the interpreter it is installed in).
+- ``engine="native"``: the same logic in Spark expressions (a ``lag()`` window for outages).
+
+Times (``last_seen``, ``as_of``, ``ts``, ``start``, ``end``) may be Spark timestamps or epoch
+milliseconds (integers); Python values may be :class:`datetime.datetime` (naive means UTC) or
+epoch milliseconds. Periods are milliseconds.
+
+Outages follow the live monitor with ``grace=0``: a gap between consecutive beats longer than
+``allowed_misses * period`` is an outage from ``previous + allowed_misses * period`` (the
+moment the monitor fires ``failed``) to the next beat, with ``missed`` = the periods the
+monitor counts (``floor(gap / period)``, a beat exactly on a deadline being on time). See
+:func:`outages` for the window ``[start, end)``.
+
+The monitor's Parquet event log (:class:`heartwire.eventlog.EventLog`) reads back with
+:func:`read_events`; :func:`outages` and :func:`availability` take it as it is (only its
+``received`` rows are beats).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Iterator
+from numbers import Integral
+from typing import Any, Literal, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from heartwire import _core
+
+__all__ = [
+    "FRESHNESS_TYPE",
+    "availability",
+    "freshness",
+    "outages",
+    "read_events",
+]
+
+Engine = Literal["rust", "native"]
+ColumnLike = Union[Column, str]
+TimeLike = Union[_dt.datetime, int]
+
+FRESHNESS_TYPE = StructType(
+    [
+        StructField("status", StringType(), True),
+        StructField("missed", LongType(), True),
+        StructField("staleness_ms", LongType(), True),
+    ]
+)
+"""The type of :func:`freshness` columns."""
+
+_TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz")
+
+
+# -- arguments ---------------------------------------------------------------------------------
+
+
+def _check_engine(engine: object) -> Engine:
+    if engine not in ("rust", "native"):
+        raise ValueError(f"engine must be 'rust' or 'native', got {engine!r}")
+    return engine  # type: ignore[return-value]
+
+
+def _check_allowed(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"allowed_misses must be an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"allowed_misses must be >= 1, got {value!r}")
+    return int(value)
+
+
+def _col(value: ColumnLike, name: str) -> Column:
+    if isinstance(value, Column):
+        return value
+    if isinstance(value, str):
+        return F.col(value)
+    raise TypeError(f"{name} must be a Column or a column name, got {type(value).__name__}")
+
+
+def _epoch_ms(value: object, name: str) -> int:
+    """A Python time (datetime, naive = UTC; or epoch ms) as epoch milliseconds."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(
+        f"{name} must be a datetime or epoch milliseconds (int), got {type(value).__name__} "
+        f"{value!r}"
+    )
+
+
+def _time_col(value: object, name: str) -> Column:
+    """A time argument as a Column: a Column or column name, a datetime, or epoch ms."""
+    if isinstance(value, (Column, str)):
+        return _col(value, name)
+    return F.lit(_epoch_ms(value, name)).cast("long")
+
+
+def _ms(c: Column) -> Column:
+    """Epoch milliseconds of a timestamp (rounded down) or an integer column (as it is).
+
+    ``typeof`` is folded when the plan is analysed, so only one branch is ever evaluated.
+    """
+    return F.when(
+        F.typeof(c).isin(*_TIMESTAMP_TYPES), F.unix_millis(c.cast("timestamp"))
+    ).otherwise(c.cast("long"))
+
+
+def _div(a: Column, b: Column) -> Column:
+    """Exact integral division (truncating; callers keep ``a >= 0``, ``b > 0``)."""
+    return F.call_function("div", a, b)
+
+
+# -- freshness ---------------------------------------------------------------------------------
+
+
+def freshness(
+    last_seen: ColumnLike,
+    period_ms: ColumnLike | int,
+    as_of: ColumnLike | TimeLike | None = None,
+    allowed_misses: int = 1,
+    engine: Engine = "rust",
+) -> Column:
+    """How fresh each row's last beat is: a Column of ``struct<status, missed, staleness_ms>``.
+
+    - ``staleness_ms = as_of - last_seen`` and ``missed = max(0, floor(staleness_ms /
+      period_ms))``;
+    - ``status``: ``"alive"`` (missed = 0), ``"late"`` (0 < missed < allowed_misses),
+      ``"failed"`` (missed ≥ allowed_misses), ``"pending"`` when ``last_seen`` is null
+      (``missed`` and ``staleness_ms`` null then);
+    - a null or non-positive period gives every field null, whatever ``last_seen`` is; so do a
+      null ``as_of`` and a staleness that does not fit in a long.
+
+    ``last_seen`` and ``as_of`` are timestamp or epoch-ms columns (or names); ``as_of`` may
+    also be a Python datetime or epoch ms, and defaults to the query's current timestamp.
+    ``period_ms``: a column of integer milliseconds, or an int.
+    """
+    engine = _check_engine(engine)
+    allowed = _check_allowed(allowed_misses)
+    last = _col(last_seen, "last_seen")
+    if isinstance(period_ms, (Column, str)):
+        period = _col(period_ms, "period_ms").cast("long")
+    elif isinstance(period_ms, Integral) and not isinstance(period_ms, bool):
+        period = F.lit(int(period_ms)).cast("long")
+    else:
+        raise TypeError(
+            f"period_ms must be a Column, a column name or an int, got "
+            f"{type(period_ms).__name__} {period_ms!r}"
+        )
+    now = F.current_timestamp() if as_of is None else _time_col(as_of, "as_of")
+    if engine == "native":
+        return _freshness_native(last, period, now, allowed)
+    return _freshness_udf(allowed)(last, period, now).alias("freshness")
+
+
+def _freshness_native(last: Column, period: Column, as_of: Column, allowed: int) -> Column:
+    last_ms = _ms(last)
+    staleness = F.try_subtract(_ms(as_of), last_ms)
+    bad_period = period.isNull() | (period <= 0)
+    missed = F.when(staleness < 0, F.lit(0).cast("long")).otherwise(_div(staleness, period))
+    unjudged = bad_period | last_ms.isNull() | staleness.isNull()
+    status = (
+        F.when(bad_period, F.lit(None).cast("string"))
+        .when(last_ms.isNull(), F.lit("pending"))
+        .when(staleness.isNull(), F.lit(None).cast("string"))
+        .when(missed == 0, F.lit("alive"))
+        .when(missed < allowed, F.lit("late"))
+        .otherwise(F.lit("failed"))
+    )
+    return F.struct(
+        status.alias("status"),
+        F.when(unjudged, F.lit(None).cast("long")).otherwise(missed).alias("missed"),
+        F.when(unjudged, F.lit(None).cast("long")).otherwise(staleness).alias("staleness_ms"),
+    ).alias("freshness")
+
+
+_UDFS: dict[int, Any] = {}
+
+
+def _freshness_udf(allowed: int) -> Any:
+    """The Rust freshness ``arrow_udf`` for ``allowed`` (built on first use: building one needs
+    an active SparkSession and PySpark ≥ 4.1)."""
+    udf = _UDFS.get(allowed)
+    if udf is not None:
+        return udf
+    try:
+        from pyspark.sql.functions import arrow_udf
+    except ImportError as exc:  # PySpark < 4.1
+        raise RuntimeError(
+            'engine="rust" needs PySpark >= 4.1 (arrow_udf); use engine="native"'
+        ) from exc
+
+    kernel = _core.freshness_kernel
+
+    def fresh(last: pa.Array, period: pa.Array, as_of: pa.Array) -> pa.Array:
+        return kernel(last, period, as_of, allowed)
+
+    udf = arrow_udf(fresh, FRESHNESS_TYPE)
+    _UDFS[allowed] = udf
+    return udf
+
+
+# -- outages and availability ----------------------------------------------------------------
+
+
+def read_events(spark: SparkSession, path: str) -> DataFrame:
+    """The Parquet event log written by :class:`heartwire.eventlog.EventLog` under ``path``.
+
+    Columns: ``kind`` (``received``, ``failed``, ``resumed``), ``topic``, ``ts`` (timestamp),
+    ``seq``, ``missed``, ``since``, ``downtime``, ``latency`` and the ``date`` partition.
+    """
+    return spark.read.parquet(path)
+
+
+def _same(ms: pa.Array) -> pa.Array:
+    return ms
+
+
+class _Plan:
+    """The checked arguments of :func:`outages` / :func:`availability`."""
+
+    def __init__(
+        self,
+        events: DataFrame,
+        topic: str,
+        ts: str,
+        period_ms: str | int,
+        allowed_misses: int,
+        start: TimeLike | None,
+        end: TimeLike | None,
+        engine: object,
+    ) -> None:
+        if not isinstance(events, DataFrame):
+            raise TypeError(f"events must be a DataFrame, got {type(events).__name__}")
+        self.engine = _check_engine(engine)
+        self.allowed = _check_allowed(allowed_misses)
+        for name, value in (("topic", topic), ("ts", ts)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a column name, got {type(value).__name__}")
+        fields = {f.name: f for f in events.schema.fields}
+        for name, value in (("topic", topic), ("ts", ts)):
+            if value not in fields:
+                raise ValueError(f"{name}: no column {value!r} in events ({', '.join(fields)})")
+        self.topic_field = StructField("topic", fields[topic].dataType, True)
+        ts_type = fields[ts].dataType
+        self.ts_type: DataType = (
+            ts_type if isinstance(ts_type, (TimestampType, TimestampNTZType)) else LongType()
+        )
+        if isinstance(period_ms, str):
+            if period_ms not in fields:
+                raise ValueError(f"period_ms: no column {period_ms!r} in events")
+            self.period_col: str | None = period_ms
+            self.period: int | None = None
+        elif isinstance(period_ms, Integral) and not isinstance(period_ms, bool):
+            if period_ms <= 0:
+                raise ValueError(f"period_ms must be > 0, got {period_ms!r}")
+            self.period_col, self.period = None, int(period_ms)
+        else:
+            raise TypeError(
+                f"period_ms must be an int or a column name, got {type(period_ms).__name__} "
+                f"{period_ms!r}"
+            )
+        self.end_ms = int(time.time() * 1000) if end is None else _epoch_ms(end, "end")
+        self.start_ms = None if start is None else _epoch_ms(start, "start")
+        if self.start_ms is not None and self.start_ms >= self.end_ms:
+            raise ValueError(f"start must be before end, got {start!r} >= {end!r}")
+
+        beats = events
+        if "kind" in fields and topic != "kind":
+            beats = beats.where(F.col("kind") == "received")
+        period = (
+            F.col(self.period_col).cast("long")
+            if self.period_col is not None
+            else F.lit(self.period).cast("long")
+        )
+        ts_ms = _ms(F.col(ts))
+        self.beats = beats.select(
+            F.col(topic).alias("topic"), F.col(ts).alias("ts"), period.alias("p")
+        ).where(F.col("topic").isNotNull() & ts_ms.isNotNull() & (ts_ms < self.end_ms))
+
+    def out_time(self) -> Any:
+        """A function turning epoch-ms Arrow results into the type of the input times (it
+        holds no reference to the plan, so it pickles for the workers)."""
+        if isinstance(self.ts_type, LongType):
+            return _same
+        tz = None if isinstance(self.ts_type, TimestampNTZType) else "UTC"
+        return lambda ms: pc.multiply(ms, 1000).cast(pa.timestamp("us", tz=tz))
+
+    def out_time_col(self, ms: Column) -> Column:
+        """Epoch-ms results in the type of the input times (Spark side)."""
+        if isinstance(self.ts_type, LongType):
+            return ms
+        t = F.timestamp_millis(ms)
+        return t.cast("timestamp_ntz") if isinstance(self.ts_type, TimestampNTZType) else t
+
+
+def outages(
+    events: DataFrame,
+    topic: str = "topic",
+    ts: str = "ts",
+    *,
+    period_ms: str | int,
+    allowed_misses: int = 1,
+    start: TimeLike | None = None,
+    end: TimeLike | None = None,
+    engine: Engine = "rust",
+) -> DataFrame:
+    """One row per outage: ``topic, down_from, down_to, missed, open``.
+
+    ``events`` has a topic column and a beat-time column ``ts`` (timestamp or epoch ms); if it
+    has a ``kind`` column (the event log), only ``kind = 'received'`` rows are beats.
+    ``period_ms`` is an int or the name of a column of each beat's period (the period in force
+    after that beat). ``down_from``/``down_to`` have the type of ``ts``.
+
+    The window is ``[start, end)`` (Python datetimes or epoch ms; ``end`` defaults to now, and
+    beats at or after it are ignored):
+
+    - a topic with no beat before ``start`` is expected from ``start`` (as
+      ``HeartbeatMonitor.expect`` at ``start``): it fails ``allowed_misses`` periods after it
+      if it has not beaten by then; without ``start`` a topic's window begins at its first beat;
+    - a topic already down at ``start`` (its last earlier beat older than the allowance) has an
+      outage clipped to begin at ``start``; outages over before ``start`` are left out;
+    - a topic still down at ``end`` has an ``open`` outage with ``down_to = end`` and the
+      periods missed by then.
+    """
+    plan = _Plan(events, topic, ts, period_ms, allowed_misses, start, end, engine)
+    schema = StructType(
+        [
+            plan.topic_field,
+            StructField("down_from", plan.ts_type, False),
+            StructField("down_to", plan.ts_type, False),
+            StructField("missed", LongType(), False),
+            StructField("open", BooleanType(), False),
+        ]
+    )
+    if plan.engine == "native":
+        rows = _outages_native(plan).where(F.col("o").isNotNull())
+        return rows.select(
+            "topic",
+            plan.out_time_col(F.col("o.down_from")).alias("down_from"),
+            plan.out_time_col(F.col("o.down_to")).alias("down_to"),
+            F.col("o.missed").alias("missed"),
+            F.col("o.open").alias("open"),
+        )
+    return plan.beats.groupBy("topic").applyInArrow(_outages_rust(plan, schema), schema)
+
+
+def availability(
+    events: DataFrame,
+    topic: str = "topic",
+    ts: str = "ts",
+    *,
+    period_ms: str | int,
+    allowed_misses: int = 1,
+    start: TimeLike | None = None,
+    end: TimeLike | None = None,
+    engine: Engine = "rust",
+) -> DataFrame:
+    """Availability per topic over ``[start, end)``, from the outages of :func:`outages`.
+
+    Columns: ``topic``, ``window_start``, ``window_end`` (the type of ``ts``; the window starts
+    at the topic's first beat when ``start`` is None), ``uptime_pct``, ``outages`` (count,
+    clipped ones included), ``downtime`` (seconds inside the window), ``mttr`` (mean length in
+    seconds of the outages wholly inside the window; null if none), ``mtbf`` (uptime seconds
+    per failure that began inside the window; null if none). Edges as TimescaleDB's
+    ``heartbeat_agg``: only time inside the window counts, and the outages cut by its edges
+    (down at ``start``, still down at ``end``) count as downtime but not towards MTTR, whose
+    true lengths they do not show, nor (down at ``start``) as failures for MTBF.
+    """
+    plan = _Plan(events, topic, ts, period_ms, allowed_misses, start, end, engine)
+    schema = StructType(
+        [
+            plan.topic_field,
+            StructField("window_start", plan.ts_type, False),
+            StructField("window_end", plan.ts_type, False),
+            StructField("uptime_pct", DoubleType(), False),
+            StructField("outages", LongType(), False),
+            StructField("downtime", DoubleType(), False),
+            StructField("mttr", DoubleType(), True),
+            StructField("mtbf", DoubleType(), True),
+        ]
+    )
+    if plan.engine == "native":
+        return _availability_native(plan)
+    return plan.beats.groupBy("topic").applyInArrow(_availability_rust(plan, schema), schema)
+
+
+def _beat_chunks(batches: Iterator[pa.RecordBatch]) -> tuple[list[pa.Array], list[pa.Array]]:
+    ts: list[pa.Array] = []
+    periods: list[pa.Array] = []
+    for batch in batches:
+        ts.append(batch.column("ts"))
+        periods.append(batch.column("p"))
+    return ts, periods
+
+
+def _outages_rust(plan: _Plan, schema: StructType) -> Any:
+    kernel = _core.outages_kernel
+    period, allowed, start_ms, end_ms = plan.period, plan.allowed, plan.start_ms, plan.end_ms
+    names = schema.fieldNames()
+    out_time = plan.out_time()
+
+    def per_topic(
+        key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[pa.RecordBatch]:
+        ts, periods = _beat_chunks(batches)
+        result = kernel(ts, periods if period is None else period, allowed, end_ms, start_ms)
+        if result is None or result[1].num_rows == 0:
+            return
+        rows = result[1]
+        topic = pa.array([key[0].as_py()] * rows.num_rows, type=key[0].type)
+        yield pa.RecordBatch.from_arrays(
+            [
+                topic,
+                out_time(rows.column(0)),
+                out_time(rows.column(1)),
+                rows.column(2),
+                rows.column(3),
+            ],
+            names=names,
+        )
+
+    return per_topic
+
+
+def _availability_rust(plan: _Plan, schema: StructType) -> Any:
+    kernel = _core.availability_kernel
+    period, allowed, start_ms, end_ms = plan.period, plan.allowed, plan.start_ms, plan.end_ms
+    names = schema.fieldNames()
+    out_time = plan.out_time()
+
+    def per_topic(
+        key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[pa.RecordBatch]:
+        ts, periods = _beat_chunks(batches)
+        row = kernel(ts, periods if period is None else period, allowed, end_ms, start_ms)
+        if row is None:
+            return
+        w_start, w_end, uptime_pct, count, downtime_ms, mttr_ms, mtbf_ms = row
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([key[0].as_py()], type=key[0].type),
+                out_time(pa.array([w_start], pa.int64())),
+                out_time(pa.array([w_end], pa.int64())),
+                pa.array([uptime_pct], pa.float64()),
+                pa.array([count], pa.int64()),
+                pa.array([downtime_ms / 1000.0], pa.float64()),
+                pa.array([None if mttr_ms is None else mttr_ms / 1000.0], pa.float64()),
+                pa.array([None if mtbf_ms is None else mtbf_ms / 1000.0], pa.float64()),
+            ],
+            names=names,
+        )
+
+    return per_topic
+
+
+def _outages_native(plan: _Plan) -> DataFrame:
+    """Every beat row with its candidate outages (``o``: a struct, null when none), exploded:
+    the outage ending at the beat, and for a topic's last beat the one open at ``end``. Rows
+    also carry ``first_ms`` (the topic's first beat) so that topics with no outage remain."""
+    allowed, start_ms, end_ms = plan.allowed, plan.start_ms, plan.end_ms
+    b = plan.beats.select("topic", _ms(F.col("ts")).alias("t"), "p")
+    ordered = Window.partitionBy("topic").orderBy("t", "p")
+    first = F.lag("t").over(ordered).isNull()
+    prev_t = F.lag("t").over(ordered)
+    prev_p = F.lag("p").over(ordered)
+    if start_ms is not None:
+        # the first beat of a topic not heard before start follows a virtual beat at start
+        virtual = first & (F.col("t") >= start_ms)
+        prev_t = F.when(virtual, F.lit(start_ms).cast("long")).otherwise(prev_t)
+        prev_p = F.when(virtual, F.col("p")).otherwise(prev_p)
+    last = F.lead("t").over(ordered).isNull()
+
+    def gap(pt: Column, pp: Column, nt: Column, is_open: bool) -> Column:
+        g = nt - pt
+        threshold = pp * allowed
+        raw_from = pt + threshold
+        ok = pp.isNotNull() & (pp > 0) & (g > threshold)
+        began: Column = F.lit(True)
+        down_from = raw_from
+        if start_ms is not None:
+            ok = ok & (nt > start_ms)
+            began = raw_from >= start_ms
+            down_from = F.greatest(raw_from, F.lit(start_ms).cast("long"))
+        return F.when(
+            ok,
+            F.struct(
+                down_from.alias("down_from"),
+                nt.alias("down_to"),
+                _div(g - 1, pp).alias("missed"),
+                F.lit(is_open).alias("open"),
+                began.alias("began"),
+            ),
+        )
+
+    before = gap(prev_t, prev_p, F.col("t"), False)
+    after = F.when(last, gap(F.col("t"), F.col("p"), F.lit(end_ms).cast("long"), True))
+    rows = b.select(
+        "topic",
+        F.min("t").over(Window.partitionBy("topic")).alias("first_ms"),
+        before.alias("before"),
+        after.alias("after"),
+        last.alias("last"),
+    ).where(F.col("before").isNotNull() | F.col("last"))
+    return rows.select("topic", "first_ms", F.explode(F.array("before", "after")).alias("o"))
+
+
+def _availability_native(plan: _Plan) -> DataFrame:
+    rows = _outages_native(plan)
+    duration = F.col("o.down_to") - F.col("o.down_from")
+    complete = F.col("o.began") & ~F.col("o.open")
+    per_topic = rows.groupBy("topic").agg(
+        F.min("first_ms").alias("first_ms"),
+        F.count("o").alias("outages"),
+        F.coalesce(F.sum(duration), F.lit(0).cast("long")).alias("downtime_ms"),
+        F.sum(F.when(complete, duration)).alias("complete_ms"),
+        F.count(F.when(complete, 1)).alias("complete"),
+        F.count(F.when(F.col("o.began"), 1)).alias("failures"),
+    )
+    w_start = F.col("first_ms") if plan.start_ms is None else F.lit(plan.start_ms).cast("long")
+    w_end = F.lit(plan.end_ms).cast("long")
+    window = w_end - w_start
+    uptime = window - F.col("downtime_ms")
+    return per_topic.select(
+        "topic",
+        plan.out_time_col(w_start).alias("window_start"),
+        plan.out_time_col(w_end).alias("window_end"),
+        (F.lit(100.0) * uptime / window).alias("uptime_pct"),
+        "outages",
+        (F.col("downtime_ms") / 1000.0).alias("downtime"),
+        F.when(F.col("complete") > 0, F.col("complete_ms") / F.col("complete") / 1000.0).alias(
+            "mttr"
+        ),
+        F.when(F.col("failures") > 0, uptime / F.col("failures") / 1000.0).alias("mtbf"),
+    )

@@ -1,0 +1,351 @@
+//! Arrow entry points of the Spark kernels (`heartwire.spark`): freshness over columns and the
+//! per-topic gap kernel. Arrays come in through the Arrow PyCapsule interface without a copy,
+//! are computed with the GIL released, and go back as pyarrow objects.
+//!
+//! Time columns may be Arrow timestamps (any unit; converted to epoch ms, rounding down) or
+//! integers (epoch ms). Periods are integer milliseconds.
+
+use crate::kernels::freshness::{freshness, Status};
+use crate::kernels::gaps::{self, Beat, GapConfig};
+use arrow_array::builder::{BooleanBuilder, Int64Builder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Int16Type, Int32Type, Int64Type, Int8Type, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt8Type,
+};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StructArray};
+use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use pyo3_arrow::{PyArray, PyChunkedArray, PyRecordBatch};
+use std::sync::Arc;
+
+/// An Arrow time or integer array as epoch milliseconds (nulls kept).
+fn to_ms(name: &str, array: &dyn Array) -> PyResult<Int64Array> {
+    Ok(match array.data_type() {
+        DataType::Int64 => array.as_primitive::<Int64Type>().clone(),
+        DataType::Int32 => array.as_primitive::<Int32Type>().unary(i64::from),
+        DataType::Int16 => array.as_primitive::<Int16Type>().unary(i64::from),
+        DataType::Int8 => array.as_primitive::<Int8Type>().unary(i64::from),
+        DataType::UInt32 => array.as_primitive::<UInt32Type>().unary(i64::from),
+        DataType::UInt16 => array.as_primitive::<UInt16Type>().unary(i64::from),
+        DataType::UInt8 => array.as_primitive::<UInt8Type>().unary(i64::from),
+        DataType::Timestamp(TimeUnit::Second, _) => array
+            .as_primitive::<TimestampSecondType>()
+            .unary(|s| s.saturating_mul(1000)),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => array
+            .as_primitive::<TimestampMillisecondType>()
+            .reinterpret_cast::<Int64Type>(),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => array
+            .as_primitive::<TimestampMicrosecondType>()
+            .unary(|us| us.div_euclid(1000)),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => array
+            .as_primitive::<TimestampNanosecondType>()
+            .unary(|ns| ns.div_euclid(1_000_000)),
+        DataType::Null => Int64Array::new_null(array.len()),
+        other => {
+            return Err(PyTypeError::new_err(format!(
+                "{name} must be an Arrow timestamp or integer array (epoch ms), got type {other}"
+            )))
+        }
+    })
+}
+
+/// The Arrow chunks of `obj`: an array (`__arrow_c_array__`), a chunked array
+/// (`__arrow_c_stream__`) or a list of arrays; `None` if it is none of these.
+fn chunks(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<ArrayRef>>> {
+    if obj.hasattr("__arrow_c_array__")? {
+        return Ok(Some(vec![obj.extract::<PyArray>()?.into_inner().0]));
+    }
+    if obj.hasattr("__arrow_c_stream__")? {
+        return Ok(Some(obj.extract::<PyChunkedArray>()?.chunks().to_vec()));
+    }
+    if let Ok(list) = obj.cast::<PyList>() {
+        let mut out = Vec::with_capacity(list.len());
+        for item in list.iter() {
+            match chunks(&item)? {
+                Some(c) => out.extend(c),
+                None => return Ok(None),
+            }
+        }
+        return Ok(Some(out));
+    }
+    Ok(None)
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+}
+
+/// A column argument: an array of the batch's length, or one value (an int or None) for all
+/// rows.
+enum Column {
+    Array(Int64Array),
+    Scalar(Option<i64>),
+}
+
+impl Column {
+    fn extract(name: &str, obj: &Bound<'_, PyAny>, len: usize) -> PyResult<Self> {
+        if obj.is_none() {
+            return Ok(Column::Scalar(None));
+        }
+        if let Ok(v) = obj.extract::<i64>() {
+            return Ok(Column::Scalar(Some(v)));
+        }
+        let Some(parts) = chunks(obj)? else {
+            return Err(PyTypeError::new_err(format!(
+                "{name} must be an Arrow array, an int or None, got {}",
+                type_name(obj)
+            )));
+        };
+        let [array] = parts.as_slice() else {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be one Arrow array, got {} chunks",
+                parts.len()
+            )));
+        };
+        if array.len() != len {
+            return Err(PyValueError::new_err(format!(
+                "{name} has {} rows, last_seen has {len}",
+                array.len()
+            )));
+        }
+        Ok(Column::Array(to_ms(name, array)?))
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<i64> {
+        match self {
+            Column::Array(a) => a.is_valid(i).then(|| a.value(i)),
+            Column::Scalar(v) => *v,
+        }
+    }
+}
+
+fn freshness_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("status", DataType::Utf8, true),
+        Field::new("missed", DataType::Int64, true),
+        Field::new("staleness_ms", DataType::Int64, true),
+    ])
+}
+
+/// Freshness of every row (see `kernels::freshness`): a struct array
+/// `struct<status: string, missed: int64, staleness_ms: int64>`.
+#[pyfunction]
+#[pyo3(signature = (last_seen, period_ms, as_of, allowed_misses = 1))]
+pub fn freshness_kernel<'py>(
+    py: Python<'py>,
+    last_seen: &Bound<'py, PyAny>,
+    period_ms: &Bound<'py, PyAny>,
+    as_of: &Bound<'py, PyAny>,
+    allowed_misses: i64,
+) -> PyResult<Bound<'py, PyAny>> {
+    if allowed_misses < 1 {
+        return Err(PyValueError::new_err(format!(
+            "allowed_misses must be an int >= 1, got {allowed_misses}"
+        )));
+    }
+    let last = match chunks(last_seen)?.as_deref() {
+        Some([array]) => array.clone(),
+        Some(parts) => {
+            return Err(PyValueError::new_err(format!(
+                "last_seen must be one Arrow array, got {} chunks",
+                parts.len()
+            )))
+        }
+        None => {
+            return Err(PyTypeError::new_err(format!(
+                "last_seen must be an Arrow array, got {}",
+                type_name(last_seen)
+            )))
+        }
+    };
+    let n = last.len();
+    let period = Column::extract("period_ms", period_ms, n)?;
+    let as_of = Column::extract("as_of", as_of, n)?;
+    let out = py.detach(move || -> PyResult<StructArray> {
+        let last = to_ms("last_seen", &last)?;
+        let mut status = StringBuilder::with_capacity(n, n * 6);
+        let mut missed = Int64Builder::with_capacity(n);
+        let mut staleness = Int64Builder::with_capacity(n);
+        for (i, last) in last.iter().enumerate() {
+            let f = freshness(last, period.get(i), as_of.get(i), allowed_misses);
+            status.append_option(f.status.map(Status::as_str));
+            missed.append_option(f.missed);
+            staleness.append_option(f.staleness_ms);
+        }
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(status.finish()),
+            Arc::new(missed.finish()),
+            Arc::new(staleness.finish()),
+        ];
+        Ok(StructArray::new(freshness_fields(), arrays, None))
+    })?;
+    let field = Field::new("freshness", out.data_type().clone(), false);
+    let array = PyArray::new(Arc::new(out), Arc::new(field));
+    let exported = array.to_pyarrow(py)?.unbind();
+    Ok(exported.into_bound(py))
+}
+
+/// The beats of one topic from its time chunks and periods (an int, or arrays chunked like
+/// the times).
+fn read_beats(ts: &Bound<'_, PyAny>, period_ms: &Bound<'_, PyAny>) -> PyResult<Vec<Beat>> {
+    let Some(ts_chunks) = chunks(ts)? else {
+        return Err(PyTypeError::new_err(format!(
+            "ts must be an Arrow array, a chunked array or a list of arrays, got {}",
+            type_name(ts)
+        )));
+    };
+    let uniform = if period_ms.is_none() {
+        Some(None)
+    } else {
+        period_ms.extract::<i64>().ok().map(Some)
+    };
+    let period_chunks = match uniform {
+        Some(_) => None,
+        None => {
+            let Some(p) = chunks(period_ms)? else {
+                return Err(PyTypeError::new_err(format!(
+                    "period_ms must be an int or Arrow arrays like ts, got {}",
+                    type_name(period_ms)
+                )));
+            };
+            let same = p.len() == ts_chunks.len()
+                && p.iter().zip(&ts_chunks).all(|(a, b)| a.len() == b.len());
+            if !same {
+                return Err(PyValueError::new_err(
+                    "period_ms arrays must have the chunk lengths of ts",
+                ));
+            }
+            Some(p)
+        }
+    };
+    let mut beats = Vec::with_capacity(ts_chunks.iter().map(|c| c.len()).sum());
+    for (k, chunk) in ts_chunks.iter().enumerate() {
+        let ms = to_ms("ts", chunk)?;
+        match (&period_chunks, uniform) {
+            (Some(p), _) => {
+                let periods = to_ms("period_ms", &p[k])?;
+                beats.extend(ms.iter().zip(periods.iter()).filter_map(|(t, p)| {
+                    t.map(|ts_ms| Beat {
+                        ts_ms,
+                        period_ms: p,
+                    })
+                }));
+            }
+            (None, period) => {
+                let period = period.flatten();
+                beats.extend(ms.iter().flatten().map(|ts_ms| Beat {
+                    ts_ms,
+                    period_ms: period,
+                }));
+            }
+        }
+    }
+    Ok(beats)
+}
+
+fn gap_config(allowed_misses: i64, start_ms: Option<i64>, end_ms: i64) -> PyResult<GapConfig> {
+    if allowed_misses < 1 {
+        return Err(PyValueError::new_err(format!(
+            "allowed_misses must be an int >= 1, got {allowed_misses}"
+        )));
+    }
+    if let Some(start) = start_ms.filter(|&s| s >= end_ms) {
+        return Err(PyValueError::new_err(format!(
+            "start_ms must be before end_ms, got {start} >= {end_ms}"
+        )));
+    }
+    Ok(GapConfig {
+        allowed_misses,
+        start_ms,
+        end_ms,
+    })
+}
+
+/// Outages of one topic (see `kernels::gaps`): `(window_start_ms, batch)` with the batch's
+/// columns `down_from_ms`, `down_to_ms`, `missed` (int64), `open`, `began_in_window` (bool),
+/// or None when the topic has no beat before `end_ms`.
+#[pyfunction]
+#[pyo3(signature = (ts, period_ms, allowed_misses, end_ms, start_ms = None))]
+pub fn outages_kernel<'py>(
+    py: Python<'py>,
+    ts: &Bound<'py, PyAny>,
+    period_ms: &Bound<'py, PyAny>,
+    allowed_misses: i64,
+    end_ms: i64,
+    start_ms: Option<i64>,
+) -> PyResult<Option<(i64, Bound<'py, PyAny>)>> {
+    let cfg = gap_config(allowed_misses, start_ms, end_ms)?;
+    let mut beats = read_beats(ts, period_ms)?;
+    let result = py.detach(move || {
+        let (window_start, rows) = gaps::outages(&mut beats, &cfg)?;
+        let n = rows.len();
+        let mut from = Int64Builder::with_capacity(n);
+        let mut to = Int64Builder::with_capacity(n);
+        let mut missed = Int64Builder::with_capacity(n);
+        let mut open = BooleanBuilder::with_capacity(n);
+        let mut began = BooleanBuilder::with_capacity(n);
+        for o in &rows {
+            from.append_value(o.down_from_ms);
+            to.append_value(o.down_to_ms);
+            missed.append_value(o.missed);
+            open.append_value(o.open);
+            began.append_value(o.began_in_window);
+        }
+        let schema = Schema::new(vec![
+            Field::new("down_from_ms", DataType::Int64, false),
+            Field::new("down_to_ms", DataType::Int64, false),
+            Field::new("missed", DataType::Int64, false),
+            Field::new("open", DataType::Boolean, false),
+            Field::new("began_in_window", DataType::Boolean, false),
+        ]);
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(from.finish()),
+            Arc::new(to.finish()),
+            Arc::new(missed.finish()),
+            Arc::new(open.finish()),
+            Arc::new(began.finish()),
+        ];
+        let batch = RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns");
+        Some((window_start, batch))
+    });
+    result
+        .map(|(start, batch)| Ok((start, PyRecordBatch::new(batch).into_pyarrow(py)?)))
+        .transpose()
+}
+
+/// One topic's availability row (see `kernels::gaps`): `(window_start_ms, window_end_ms,
+/// uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms)`, or None when the topic has no beat
+/// before `end_ms`.
+#[allow(clippy::type_complexity)]
+#[pyfunction]
+#[pyo3(signature = (ts, period_ms, allowed_misses, end_ms, start_ms = None))]
+pub fn availability_kernel(
+    py: Python<'_>,
+    ts: &Bound<'_, PyAny>,
+    period_ms: &Bound<'_, PyAny>,
+    allowed_misses: i64,
+    end_ms: i64,
+    start_ms: Option<i64>,
+) -> PyResult<Option<(i64, i64, f64, i64, i64, Option<f64>, Option<f64>)>> {
+    let cfg = gap_config(allowed_misses, start_ms, end_ms)?;
+    let mut beats = read_beats(ts, period_ms)?;
+    Ok(py.detach(move || {
+        let (window_start, rows) = gaps::outages(&mut beats, &cfg)?;
+        let a = gaps::availability(window_start, cfg.end_ms, &rows);
+        Some((
+            a.window_start_ms,
+            a.window_end_ms,
+            a.uptime_pct,
+            a.outages,
+            a.downtime_ms,
+            a.mttr_ms,
+            a.mtbf_ms,
+        ))
+    }))
+}

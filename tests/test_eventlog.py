@@ -1,0 +1,146 @@
+"""The Parquet event log: rows for received/failed/resumed, date partitions, rolling by time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+import heartwire as hw
+from heartwire.eventlog import SCHEMA, EventLog
+
+# The Unix time the manual clock's zero stands for: 2024-03-01 23:59:00 UTC, one minute before a
+# date boundary.
+T0 = int(dt.datetime(2024, 3, 1, 23, 59, tzinfo=dt.timezone.utc).timestamp())
+
+
+def read(path: Path) -> pa.Table:
+    data = ds.dataset(str(path), format="parquet", partitioning="hive")
+    return data.to_table().sort_by([("ts", "ascending"), ("kind", "ascending")])
+
+
+def us(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(T0 + seconds, tz=dt.timezone.utc)
+
+
+def files_under(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+
+
+def monitor(clock: hw.ManualClock, log: EventLog, **kw: object) -> hw.HeartbeatMonitor:
+    return hw.HeartbeatMonitor(
+        None, "svc.>", period=1.0, grace=0, clock=clock, listeners=[log], **kw
+    )
+
+
+def test_records_received_failed_resumed(tmp_path: Path) -> None:
+    clock = hw.ManualClock()
+    log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0)
+    mon = monitor(clock, log, allowed_misses=2).start()
+    mon.beat("svc.a", seq=7)
+    clock.advance(3.5)  # deadlines 1, 2 (failed, missed 2), 3 (missed 3)
+    mon.beat("svc.a")
+    clock.advance(0.25)
+    mon.drain()
+    mon.stop()  # on_stopped writes the buffer
+    assert log.buffered == 0 and log.rows_written == 5
+    table = read(tmp_path)
+    assert table.schema.names[: len(SCHEMA)] == SCHEMA.names
+    rows = table.to_pylist()
+    assert [(r["kind"], r["topic"], r["ts"], r["missed"]) for r in rows] == [
+        ("received", "svc.a", us(0), None),
+        ("failed", "svc.a", us(2), 2),
+        ("failed", "svc.a", us(3), 3),
+        ("received", "svc.a", us(3.5), None),
+        ("resumed", "svc.a", us(3.5), 3),
+    ]
+    assert rows[0]["seq"] == 7 and rows[3]["seq"] is None
+    assert rows[1]["since"] == us(2) and rows[2]["since"] == us(2)
+    assert rows[4]["downtime"] == pytest.approx(1.5)
+    assert {r["date"] for r in rows} == {"2024-03-01"}
+    log.close()
+
+
+def test_partitioned_by_date_and_rolled_by_window(tmp_path: Path) -> None:
+    clock = hw.ManualClock()
+    log = EventLog(tmp_path, roll_seconds=20, wall_offset=T0)
+    mon = monitor(clock, log).start()
+    for _ in range(90):  # 23:59:00 .. 00:00:29, one beat a second
+        mon.beat("svc.a")
+        clock.advance(1.0)
+    mon.drain()
+    # windows of 20 s from the epoch: [23:59:00, :20), [:20, :40), [:40, 00:00:00), then the
+    # next day's [0, 20) and so on; the window in progress is still buffered
+    written = files_under(tmp_path)
+    assert len(written) == 4
+    assert [f.split("/")[0] for f in written] == ["date=2024-03-01"] * 3 + ["date=2024-03-02"]
+    assert log.buffered == 10
+    assert log.flush() and log.buffered == 0
+    table = read(tmp_path)
+    assert table.num_rows == 90
+    dates = table.column("date").to_pylist()
+    assert dates.count("2024-03-01") == 60 and dates.count("2024-03-02") == 30
+    # no hidden temporary files are left behind
+    assert not [p for p in tmp_path.rglob(".*")]
+    mon.stop()
+    log.close()
+
+
+def test_window_spanning_midnight_is_split_by_date(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, roll_seconds=7 * 60, wall_offset=T0)  # 7 min: not a day divisor
+    for i in range(4):
+        log.on_received(hw.Received("svc.a", i, None, 30.0 * i))  # 23:59:00 .. 00:00:30
+    written = log.flush()
+    assert [Path(p).parent.name for p in written] == ["date=2024-03-01", "date=2024-03-02"]
+    assert read(tmp_path).num_rows == 4
+
+
+def test_max_rows_and_close(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0, max_rows=3)
+    for i in range(7):
+        log.on_received(hw.Received("svc.a", i, 0.001, 0.1 * i))
+    assert len(log.files) == 2 and log.buffered == 1
+    with log:
+        pass  # __exit__ closes: the last row is written
+    assert log.buffered == 0 and len(log.files) == 3
+    log.on_received(hw.Received("svc.a", 8, None, 1.0))  # after close: ignored
+    log.close()
+    assert log.buffered == 0 and log.rows_written == 7
+    table = read(tmp_path)
+    assert table.column("seq").to_pylist() == list(range(7))
+    assert table.column("latency").to_pylist() == [0.001] * 7
+
+
+def test_default_wall_offset_follows_the_real_clock(tmp_path: Path) -> None:
+    import time
+
+    log = EventLog(tmp_path)
+    log.on_received(hw.Received("svc.a", None, None, time.monotonic()))
+    log.close()
+    (row,) = read(tmp_path).to_pylist()
+    assert abs(row["ts"].timestamp() - time.time()) < 5
+
+
+def test_empty_flush_and_bad_arguments(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "nothing")
+    assert log.flush() == [] and log.files == []
+    assert not os.path.exists(tmp_path / "nothing")
+    assert "EventLog(" in repr(log)
+    with pytest.raises(ValueError, match="roll_seconds"):
+        EventLog(tmp_path, roll_seconds=0)
+    with pytest.raises(TypeError, match="roll_seconds"):
+        EventLog(tmp_path, roll_seconds="60")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_rows"):
+        EventLog(tmp_path, max_rows=0)
+
+
+def test_is_a_subscriber_listener(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    assert isinstance(log, hw.SubscriberListener)
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=hw.ManualClock())
+    mon.add_listener(log)
+    assert log in mon.listeners

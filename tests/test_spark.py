@@ -1,0 +1,529 @@
+"""heartwire.spark on a local SparkSession: freshness, outages and availability, both engines.
+
+One session for the whole run (local[2]); skipped only when Java is missing
+(or on Python < 3.10, where PySpark 4.1+ does not install). Each engine is
+checked against the other and against a plain-Python reading of the spec on random data with
+nulls and edge values, on hand-made logs with exact rows, and against a live HeartbeatMonitor
+(under a ManualClock) through the Parquet event log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if sys.version_info < (3, 10):
+    pytest.skip(
+        "heartwire.spark needs PySpark >= 4.1, which needs Python >= 3.10",
+        allow_module_level=True,
+    )
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+
+import heartwire as hw
+from heartwire import spark as hs
+from heartwire.eventlog import EventLog
+
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+UTC = dt.timezone.utc
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java, which is not installed")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers import heartwire from this venv
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("heartwire-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def aware(t: dt.datetime) -> dt.datetime:
+    """Spark hands timestamps back as naive local times: make them aware (UTC)."""
+    return t.astimezone(UTC)
+
+
+def ms_of(t: dt.datetime) -> int:
+    return (aware(t) - dt.datetime(1970, 1, 1, tzinfo=UTC)) // dt.timedelta(milliseconds=1)
+
+
+# -- freshness ----------------------------------------------------------------------------------
+
+
+def freshness_ref(
+    last: int | None, period: int | None, as_of: int | None, allowed: int
+) -> tuple[str | None, int | None, int | None]:
+    """The spec, read plainly (times in epoch ms)."""
+    if period is None or period <= 0:
+        return (None, None, None)
+    if last is None:
+        return ("pending", None, None)
+    if as_of is None or not I64_MIN <= as_of - last <= I64_MAX:
+        return (None, None, None)
+    staleness = as_of - last
+    missed = max(0, staleness // period)
+    status = "alive" if missed == 0 else "late" if missed < allowed else "failed"
+    return (status, missed, staleness)
+
+
+def freshness_rows(n: int, seed: int) -> pa.Table:
+    """Random rows: last-seen times as timestamps (µs, also before 1970) and as epoch ms with
+    extremes; periods with nulls, zero, negatives and extremes; as_of with nulls."""
+    rng = random.Random(seed)
+    base = 1_700_000_000_000_000  # µs
+    ids, last_ts, last_ms, periods, as_of = [], [], [], [], []
+    edge_ms = [I64_MIN, I64_MIN + 1, -1, 0, 1, I64_MAX - 1, I64_MAX]
+    edge_periods = [None, 0, -1, I64_MIN, 1, 999, 1000, 1001, I64_MAX]
+    for i in range(n):
+        ids.append(i)
+        r = rng.random()
+        if r < 0.08:
+            last_ts.append(None)
+        elif r < 0.12:
+            last_ts.append(rng.randint(-(10**15), 10**15))  # around 1970, both signs
+        else:
+            last_ts.append(base + rng.randint(-(10**10), 10**10))
+        if rng.random() < 0.05:
+            last_ms.append(rng.choice(edge_ms))
+        elif rng.random() < 0.08:
+            last_ms.append(None)
+        else:
+            last_ms.append(base // 1000 + rng.randint(-(10**7), 10**7))
+        if rng.random() < 0.15:
+            periods.append(rng.choice(edge_periods))
+        else:
+            periods.append(rng.choice([1, 250, 1000, 60_000]) * rng.randint(1, 5))
+        if rng.random() < 0.05:
+            as_of.append(None)
+        elif rng.random() < 0.05:
+            as_of.append(rng.choice(edge_ms))
+        else:
+            as_of.append(base // 1000 + rng.randint(-(10**6), 10**7))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "last_ts": pa.array(last_ts, pa.timestamp("us", tz="UTC")),
+            "last_ms": pa.array(last_ms, pa.int64()),
+            "period": pa.array(periods, pa.int64()),
+            "as_of": pa.array(as_of, pa.int64()),
+        }
+    )
+
+
+def test_freshness_engines_agree_with_each_other_and_the_spec(spark: Any) -> None:
+    table = freshness_rows(10_000, seed=6)
+    df = spark.createDataFrame(table)
+    as_of_ts = dt.datetime(2023, 11, 14, 22, 20, 0, 123456, tzinfo=UTC)
+
+    def run(engine: str) -> list[tuple[Any, ...]]:
+        out = df.select(
+            "id",
+            hs.freshness("last_ts", "period", "as_of", 3, engine=engine).alias("a"),
+            hs.freshness("last_ms", "period", "as_of", 1, engine=engine).alias("b"),
+            hs.freshness("last_ts", 1000, as_of_ts, 2, engine=engine).alias("c"),
+        ).toArrow()  # Arrow, not Rows: much faster to collect
+        return sorted((r["id"], *(tuple(r[k].values()) for k in "abc")) for r in out.to_pylist())
+
+    rust, native = run("rust"), run("native")
+    assert rust == native
+
+    rows = table.to_pylist()
+    as_of_ms = ms_of(as_of_ts)
+    expected = []
+    for row in rows:
+        ts = row["last_ts"]
+        last = None if ts is None else ms_of(ts)
+        expected.append(
+            (
+                row["id"],
+                freshness_ref(last, row["period"], row["as_of"], 3),
+                freshness_ref(row["last_ms"], row["period"], row["as_of"], 1),
+                freshness_ref(last, 1000, as_of_ms, 2),
+            )
+        )
+    assert rust == sorted(expected)
+    # the data reached every branch
+    statuses = {r[1][0] for r in rust} | {r[2][0] for r in rust} | {r[3][0] for r in rust}
+    assert statuses == {"alive", "late", "failed", "pending", None}
+    assert any(r[2][1] is None and r[2][0] is None for r in rust)
+
+
+def test_freshness_hand_rows(spark: Any) -> None:
+    t = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+    df = spark.createDataFrame(
+        [
+            (t, 1000),  # as_of t + 2.5 s: 2 missed
+            (t + dt.timedelta(seconds=2), 1000),  # 0.5 s: alive
+            (t + dt.timedelta(seconds=1, milliseconds=500), 1000),  # 1 s exactly: late
+            (None, 1000),  # pending
+            (t, None),  # no period
+            (None, 0),  # non-positive period beats pending
+            (t + dt.timedelta(seconds=10), 1000),  # from the future: alive, negative
+        ],
+        "last_seen timestamp, period long",
+    )
+    as_of = t + dt.timedelta(seconds=2, milliseconds=500)
+    expected = [
+        ("failed", 2, 2500),
+        ("alive", 0, 500),
+        ("late", 1, 1000),
+        ("pending", None, None),
+        (None, None, None),
+        (None, None, None),
+        ("alive", 0, -7500),
+    ]
+    for engine in ("rust", "native"):
+        col = hs.freshness("last_seen", "period", as_of=as_of, allowed_misses=2, engine=engine)
+        got = [tuple(r.f) for r in df.select(col.alias("f")).collect()]
+        assert got == expected, engine
+        # epoch ms give the same rows as timestamps
+        ms = df.select(
+            hs.freshness(
+                (F.unix_millis("last_seen")), "period", ms_of(as_of), 2, engine=engine
+            ).alias("f")
+        ).collect()
+        assert [tuple(r.f) for r in ms] == expected, engine
+    assert df.select(hs.freshness("last_seen", 1).alias("f")).schema[0].dataType == (
+        hs.FRESHNESS_TYPE
+    )
+
+
+def test_freshness_as_of_defaults_to_now(spark: Any) -> None:
+    now = dt.datetime.now(UTC)
+    df = spark.createDataFrame([(now - dt.timedelta(hours=1),)], "last_seen timestamp")
+    for engine in ("rust", "native"):
+        (row,) = df.select(hs.freshness("last_seen", 60_000, engine=engine).alias("f")).collect()
+        assert row.f.status == "failed"
+        assert 60 <= row.f.missed <= 62
+        assert 3_600_000 <= row.f.staleness_ms < 3_700_000
+
+
+def test_freshness_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="engine"):
+        hs.freshness("a", 1, engine="python")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="allowed_misses"):
+        hs.freshness("a", 1, allowed_misses=0)
+    with pytest.raises(TypeError, match="allowed_misses"):
+        hs.freshness("a", 1, allowed_misses=True)
+    with pytest.raises(TypeError, match="period_ms"):
+        hs.freshness("a", 1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="as_of"):
+        hs.freshness("a", 1, as_of=1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="last_seen"):
+        hs.freshness(3, 1)  # type: ignore[arg-type]
+
+
+# -- outages and availability: hand-made logs --------------------------------------------------
+
+S = 1_700_000_000_000  # a window start, epoch ms
+
+
+def outage_rows(df: Any) -> list[tuple[Any, ...]]:
+    rows = (tuple(aware(v) if isinstance(v, dt.datetime) else v for v in r) for r in df.collect())
+    return sorted(rows)
+
+
+def both(fn: Any, *args: Any, **kw: Any) -> list[tuple[Any, ...]]:
+    rust = outage_rows(fn(*args, engine="rust", **kw))
+    native = outage_rows(fn(*args, engine="native", **kw))
+    assert rust == native
+    return rust
+
+
+def test_outages_hand_made_log_with_window_edges(spark: Any) -> None:
+    # period 1 s, allowed 2; window [S + 10 s, S + 40 s)
+    beats = {
+        # down at start: last beat before it at S+5 (failed S+7), back at S+12;
+        # then a gap of exactly 2 periods (on time) and one of exactly 4 (missed 3)
+        "a": [0, 3, 5, 12, 14, 18, 19],
+        # expected from start: first beat at S+13.5, failed at S+12, missed 3
+        "b": [13.5, 14, 15],
+        # never heard in the window: down since S+3 + 2 (clipped), open at the end
+        "c": [1, 3],
+        # fine until S+38.5; end S+40 is before its deadline S+40.5: no outage
+        "d": [*range(10, 39), 38.5],
+        # beats after the end and an outage ending exactly at start are ignored
+        "e": [5, 8, 10, 11, 40, 45],
+        # open at the end: last beat S+30, failed at S+32, at S+40 missed 9
+        "f": [10, 11, 30],
+    }
+    rows = [(t, S + round(x * 1000)) for t, xs in beats.items() for x in xs]
+    df = spark.createDataFrame(rows, "topic string, ts long")
+    got = both(hs.outages, df, period_ms=1000, allowed_misses=2, start=S + 10_000, end=S + 40_000)
+    assert got == [
+        ("a", S + 10_000, S + 12_000, 6, False),
+        ("a", S + 16_000, S + 18_000, 3, False),
+        ("a", S + 21_000, S + 40_000, 20, True),
+        ("b", S + 12_000, S + 13_500, 3, False),
+        ("b", S + 17_000, S + 40_000, 24, True),
+        ("c", S + 10_000, S + 40_000, 36, True),
+        ("e", S + 13_000, S + 40_000, 28, True),
+        ("f", S + 13_000, S + 30_000, 18, False),
+        ("f", S + 32_000, S + 40_000, 9, True),
+    ]
+    # without start each topic's window begins at its first beat
+    got = both(hs.outages, df, period_ms=1000, allowed_misses=2, end=S + 40_000)
+    assert ("a", S + 7_000, S + 12_000, 6, False) in got
+    assert [r for r in got if r[0] == "b"] == [("b", S + 17_000, S + 40_000, 24, True)]
+    assert ("c", S + 5_000, S + 40_000, 36, True) in got
+
+
+def test_availability_hand_made_log(spark: Any) -> None:
+    # window [S, S + 100 s), period 1 s, allowed 1
+    beats = {
+        # down at start (last beat S-10: failed S-9) until S+10; an outage S+21..S+30;
+        # open from S+91
+        "a": [-10, *range(10, 21), *range(30, 91)],
+        "b": list(range(0, 100)),  # always up
+    }
+    rows = [
+        (t, dt.datetime.fromtimestamp((S + x * 1000) / 1000, UTC))
+        for t, xs in beats.items()
+        for x in xs
+    ]
+    df = spark.createDataFrame(rows, "topic string, ts timestamp")
+    start = dt.datetime.fromtimestamp(S / 1000, UTC)
+    end = start + dt.timedelta(seconds=100)
+    got = both(hs.availability, df, period_ms=1000, start=start, end=end)
+    down = 10 + 9 + 9  # clipped at start, complete, open at end
+    assert got == [
+        ("a", start, end, 100.0 * (100 - down) / 100, 3, float(down), 9.0, (100 - down) / 2),
+        ("b", start, end, 100.0, 0, 0.0, None, None),
+    ]
+    out = both(hs.outages, df, period_ms=1000, start=start, end=end)
+    assert [r[1:] for r in out] == [
+        (start, start + dt.timedelta(seconds=10), 19, False),
+        (start + dt.timedelta(seconds=21), start + dt.timedelta(seconds=30), 9, False),
+        (start + dt.timedelta(seconds=91), end, 9, True),
+    ]
+
+
+def test_outages_period_column_and_bad_arguments(spark: Any) -> None:
+    df = spark.createDataFrame(
+        [("a", 0, 10_000), ("a", 9_000, 1000), ("a", 12_000, None), ("a", 30_000, 1000)],
+        "topic string, ts long, period long",
+    )
+    got = both(hs.outages, df, period_ms="period", end=31_000)
+    # 0 -> 9 s is within its 10 s period; 9 -> 12 s an outage; after 12 s nothing is judged
+    assert got == [("a", 10_000, 12_000, 2, False)]
+    with pytest.raises(ValueError, match="start must be before end"):
+        hs.outages(df, period_ms=1000, start=5, end=5)
+    with pytest.raises(ValueError, match="no column"):
+        hs.outages(df, ts="time", period_ms=1000)
+    with pytest.raises(ValueError, match="period_ms"):
+        hs.outages(df, period_ms=0)
+    with pytest.raises(TypeError, match="period_ms"):
+        hs.availability(df, period_ms=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="engine"):
+        hs.availability(df, period_ms=1, engine="pandas")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="events"):
+        hs.outages([], period_ms=1)  # type: ignore[arg-type]
+
+
+# -- outages and availability: random logs -----------------------------------------------------
+
+
+def outages_ref(
+    beats: list[tuple[int, int | None]], allowed: int, start: int | None, end: int
+) -> tuple[int, list[tuple[int, int, int, bool, bool]]] | None:
+    """The gap rule read plainly: (window start, [(from, to, missed, open, began)])."""
+    # by time, then period (a null period first, as Spark and the kernel order them)
+    beats = sorted((b for b in beats if b[0] < end), key=lambda b: (b[0], b[1] is not None, b[1]))
+    if not beats:
+        return None
+    w0 = beats[0][0] if start is None else start
+    out = []
+    seq: list[tuple[int, int | None]] = []
+    if start is not None and beats[0][0] >= start:
+        seq.append((start, beats[0][1]))
+    seq += beats
+    pairs = [(a, b[0], False) for a, b in zip(seq, seq[1:])] + [(seq[-1], end, True)]
+    for (t0, p), t1, is_open in pairs:
+        if p is None or p <= 0 or t1 - t0 <= allowed * p or t1 <= w0:
+            continue
+        raw = t0 + allowed * p
+        missed = sum(1 for k in range(1, (t1 - t0) // p + 2) if t0 + k * p < t1)
+        out.append((max(raw, w0), t1, missed, is_open, raw >= w0))
+    return w0, out
+
+
+def random_log(seed: int, topics: int = 12) -> dict[str, list[tuple[int, int | None]]]:
+    rng = random.Random(seed)
+    log: dict[str, list[tuple[int, int | None]]] = {}
+    for i in range(topics):
+        t = S + rng.randint(-20_000, 20_000)
+        beats: list[tuple[int, int | None]] = []
+        for _ in range(rng.randint(1, 40)):
+            p = rng.choice([500, 1000, 1000, 1000, 2000]) if rng.random() > 0.05 else None
+            beats.append((t, p))
+            r = rng.random()
+            base = p or 1000
+            if r < 0.6:
+                t += rng.randint(1, base)
+            elif r < 0.75:
+                t += base * rng.randint(1, 5)  # on a deadline exactly
+            elif r < 0.8:
+                t += 0  # a duplicate
+            else:
+                t += rng.randint(base, 12 * base)
+        log[f"t{i:02d}"] = beats
+    return log
+
+
+def test_outages_and_availability_engines_agree_on_random_logs(spark: Any) -> None:
+    log = random_log(seed=61)
+    rows = [(topic, ts, p) for topic, beats in log.items() for ts, p in beats]
+    df = spark.createDataFrame(rows, "topic string, ts long, period long").cache()
+    cases: list[tuple[int, int | None, int]] = [
+        (1, S, S + 60_000),
+        (2, S + 5_000, S + 30_000),
+        (3, None, S + 80_000),
+    ]
+    for allowed, start, end in cases:
+        got = both(hs.outages, df, period_ms="period", allowed_misses=allowed, start=start, end=end)
+        expected = []
+        for topic, beats in log.items():
+            ref = outages_ref(beats, allowed, start, end)
+            if ref is not None:
+                expected += [(topic, *o[:4]) for o in ref[1]]
+        assert got == sorted(expected), (allowed, start, end)
+        if start == S:
+            first_case = got
+        assert any(r[4] for r in got) and any(not r[4] for r in got)
+
+        avail = both(
+            hs.availability, df, period_ms="period", allowed_misses=allowed, start=start, end=end
+        )
+        by_topic = {r[0]: r for r in avail}
+        assert set(by_topic) == {t for t, b in log.items() if min(x[0] for x in b) < end}
+        for topic, row in by_topic.items():
+            ref = outages_ref(log[topic], allowed, start, end)
+            assert ref is not None
+            w0, outs = ref
+            window = end - w0
+            down = sum(o[1] - o[0] for o in outs)
+            assert row[1:3] == (w0, end)
+            assert row[3] == pytest.approx(100.0 * (window - down) / window)
+            assert row[4] == len(outs) and row[5] == pytest.approx(down / 1000)
+    # timestamps give the same outages as epoch ms (the first case again; the native engine
+    # on timestamps is in the hand-made tests)
+    as_ts = df.select("topic", F.timestamp_millis("ts").alias("ts"), "period")
+    ts_rows = outage_rows(hs.outages(as_ts, period_ms="period", start=S, end=S + 60_000))
+    assert [(r[0], ms_of(r[1]), ms_of(r[2]), *r[3:]) for r in ts_rows] == first_case
+    df.unpersist()
+
+
+# -- consistency with the live monitor, through the event log ------------------------------
+
+
+class Recorder(hw.SubscriberListener):
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def on_failed(self, event: hw.Failed) -> None:
+        self.events.append(event)
+
+    def on_resumed(self, event: hw.Resumed) -> None:
+        self.events.append(event)
+
+
+def test_outages_match_the_monitor_through_the_event_log(spark: Any, tmp_path: Path) -> None:
+    t0 = 1_720_000_000  # Unix time of the manual clock's zero
+    period, allowed, duration = 1.0, 2, 60.0
+    rng = random.Random(7)
+    schedule: list[tuple[float, str]] = []
+    topics = [f"svc.t{i}" for i in range(10)]
+    for topic in topics:
+        t = rng.choice([0.0, 0.5, 1.99, 2.0, 3.0, 4.2])  # the first beat; later than 2 s fails
+        while t < duration:
+            schedule.append((t, topic))
+            r = rng.random()
+            gap = (
+                rng.randint(1, 100) / 100  # on time
+                if r < 0.7
+                else float(rng.randint(1, 6))  # on a deadline exactly
+                if r < 0.8
+                else rng.randint(201, 1200) / 100  # an outage
+            )
+            t = round(t + gap, 2)
+    schedule.sort()
+
+    clock = hw.ManualClock()
+    log = EventLog(tmp_path / "events", roll_seconds=10, wall_offset=t0)
+    recorder = Recorder()
+    mon = hw.HeartbeatMonitor(
+        None,
+        "svc.>",
+        period=period,
+        allowed_misses=allowed,
+        grace=0,
+        clock=clock,
+        listeners=[log, recorder],
+    )
+    for topic in topics:
+        mon.expect(topic)
+    mon.start()
+    for at, topic in schedule:
+        clock.set(at)
+        assert mon.beat(topic)
+    clock.set(duration)
+    mon.drain()
+    statuses = {s.topic: s for s in mon.statuses()}
+    mon.stop()
+    log.close()
+
+    # the monitor's outages: failed ... resumed streaks, and those still failed at the end
+    expected = []
+    since: dict[str, float] = {}
+    for ev in recorder.events:
+        if isinstance(ev, hw.Failed):
+            since.setdefault(ev.topic, ev.since)
+        else:
+            expected.append((ev.topic, since.pop(ev.topic), ev.at, ev.missed, False))
+    for topic, down_from in since.items():
+        expected.append((topic, down_from, duration, statuses[topic].missed, True))
+    expected_ms = sorted(
+        (t, round((t0 + a) * 1000), round((t0 + b) * 1000), m, o) for t, a, b, m, o in expected
+    )
+    assert len(expected_ms) >= 10 and any(r[4] for r in expected_ms)
+
+    events = hs.read_events(spark, str(tmp_path / "events"))
+    start = dt.datetime.fromtimestamp(t0, UTC)
+    end = dt.datetime.fromtimestamp(t0 + duration, UTC)
+    got = both(hs.outages, events, period_ms=1000, allowed_misses=allowed, start=start, end=end)
+    assert [(t, ms_of(a), ms_of(b), m, o) for t, a, b, m, o in got] == expected_ms
+
+    # the log's own failed/resumed rows say the same as the listener's events
+    resumed = events.where("kind = 'resumed'").select("topic", "ts", "missed").collect()
+    assert sorted((r.topic, ms_of(r.ts), r.missed) for r in resumed) == sorted(
+        (t, b, m) for t, _, b, m, o in expected_ms if not o
+    )
+    avail = both(
+        hs.availability, events, period_ms=1000, allowed_misses=allowed, start=start, end=end
+    )
+    assert {r[0] for r in avail} == set(topics)
+    for row in avail:
+        down = sum(b - a for t, a, b, _, _ in expected_ms if t == row[0]) / 1000
+        assert row[5] == pytest.approx(down)
