@@ -17,6 +17,7 @@ __all__ = [
     "availability_kernel",
     "freshness_kernel",
     "outages_kernel",
+    "partition_kernel",
 ]
 
 __version__: str
@@ -265,3 +266,17 @@ def availability_kernel(
     """Availability of one topic (arguments as :func:`outages_kernel`): ``(window_start_ms,
     window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms)``; None if no beat is
     before ``end_ms``."""
+
+def partition_kernel(
+    topics: Any,
+    ts: Any,
+    period_ms: Any,
+    allowed_misses: int,
+    end_ms: int,
+    start_ms: int | None = None,
+    availability: bool = False,
+) -> Any:
+    """Outages (or with ``availability=True`` availability rows) of every topic in beats of
+    many topics in any order: ``topics`` (Arrow string arrays) and ``ts`` chunked alike. A
+    ``pyarrow.RecordBatch``: ``topic, down_from_ms, down_to_ms, missed, open`` or ``topic,
+    window_start_ms, window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms``."""

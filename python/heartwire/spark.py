@@ -1,14 +1,21 @@
 """Spark analysis of heartbeats: freshness of last-seen times, outages and availability.
 
 Needs the ``spark`` extra (``pip install heartwire[spark]``: PySpark ≥ 4.1, pyarrow, pandas).
-Each function has two engines that give the same rows:
+Each function has engines that give the same rows:
 
 - ``engine="rust"`` (default): the core's Rust kernels, fed Arrow arrays through the Arrow
   PyCapsule interface (no copy) and run with the GIL released — an ``arrow_udf`` for
-  :func:`freshness`, ``groupBy(topic).applyInArrow`` over the gap kernel for :func:`outages`
-  and :func:`availability`. Python workers must import :mod:`heartwire` (set
-  ``PYSPARK_PYTHON`` to the interpreter it is installed in).
+  :func:`freshness`; for :func:`outages` and :func:`availability`, the beats hash-partitioned
+  by topic (``repartition(topic)``, no sort) and each partition handed whole to the gap kernel
+  (``mapInArrow``), which groups and sorts them itself. A partition is held in memory: with
+  more data than that, raise ``spark.sql.shuffle.partitions``.
+- ``engine="rust-grouped"`` (outages, availability): the same kernel one topic at a time
+  through ``groupBy(topic).applyInArrow``; Spark then sorts the beats by topic first, which
+  makes it slower than both others.
 - ``engine="native"``: the same logic in Spark expressions (a ``lag()`` window for outages).
+
+The Rust engines need :mod:`heartwire` importable in the Python workers (set
+``PYSPARK_PYTHON`` to the interpreter it is installed in).
 
 Times (``last_seen``, ``as_of``, ``ts``, ``start``, ``end``) may be Spark timestamps or epoch
 milliseconds (integers); Python values may be :class:`datetime.datetime` (naive means UTC) or
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from numbers import Integral
 from typing import Any, Literal, Union
 
@@ -60,6 +67,7 @@ __all__ = [
 ]
 
 Engine = Literal["rust", "native"]
+GapEngine = Literal["rust", "rust-grouped", "native"]
 ColumnLike = Union[Column, str]
 TimeLike = Union[_dt.datetime, int]
 
@@ -78,10 +86,10 @@ _TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz")
 # -- arguments ---------------------------------------------------------------------------------
 
 
-def _check_engine(engine: object) -> Engine:
-    if engine not in ("rust", "native"):
-        raise ValueError(f"engine must be 'rust' or 'native', got {engine!r}")
-    return engine  # type: ignore[return-value]
+def _check_engine(engine: object, choices: tuple[str, ...] = ("rust", "native")) -> Any:
+    if engine not in choices:
+        raise ValueError(f"engine must be one of {', '.join(choices)}; got {engine!r}")
+    return engine
 
 
 def _check_allowed(value: object) -> int:
@@ -108,6 +116,8 @@ def _epoch_ms(value: object, name: str) -> int:
         delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
         return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
     if isinstance(value, Integral) and not isinstance(value, bool):
+        if not -(2**63) <= value < 2**63:
+            raise ValueError(f"{name} must fit in a long (epoch ms), got {value!r}")
         return int(value)
     raise TypeError(
         f"{name} must be a datetime or epoch milliseconds (int), got {type(value).__name__} "
@@ -164,19 +174,34 @@ def freshness(
     engine = _check_engine(engine)
     allowed = _check_allowed(allowed_misses)
     last = _col(last_seen, "last_seen")
+    period_const: int | None = None
     if isinstance(period_ms, (Column, str)):
         period = _col(period_ms, "period_ms").cast("long")
     elif isinstance(period_ms, Integral) and not isinstance(period_ms, bool):
-        period = F.lit(int(period_ms)).cast("long")
+        period_const = int(period_ms)
+        period = F.lit(period_const).cast("long")
     else:
         raise TypeError(
             f"period_ms must be a Column, a column name or an int, got "
             f"{type(period_ms).__name__} {period_ms!r}"
         )
-    now = F.current_timestamp() if as_of is None else _time_col(as_of, "as_of")
+    as_of_const: int | None = None
+    if as_of is None:
+        now = F.current_timestamp()
+    elif isinstance(as_of, (Column, str)):
+        now = _col(as_of, "as_of")
+    else:
+        as_of_const = _epoch_ms(as_of, "as_of")
+        now = F.lit(as_of_const).cast("long")
     if engine == "native":
         return _freshness_native(last, period, now, allowed)
-    return _freshness_udf(allowed)(last, period, now).alias("freshness")
+    # Python values go to the workers inside the UDF, not as Arrow columns of one value
+    columns = [last]
+    if period_const is None:
+        columns.append(period)
+    if as_of_const is None:
+        columns.append(now)
+    return _freshness_udf(allowed, period_const, as_of_const)(*columns).alias("freshness")
 
 
 def _freshness_native(last: Column, period: Column, as_of: Column, allowed: int) -> Column:
@@ -200,15 +225,10 @@ def _freshness_native(last: Column, period: Column, as_of: Column, allowed: int)
     ).alias("freshness")
 
 
-_UDFS: dict[int, Any] = {}
-
-
-def _freshness_udf(allowed: int) -> Any:
-    """The Rust freshness ``arrow_udf`` for ``allowed`` (built on first use: building one needs
-    an active SparkSession and PySpark ≥ 4.1)."""
-    udf = _UDFS.get(allowed)
-    if udf is not None:
-        return udf
+def _freshness_udf(allowed: int, period: int | None, as_of: int | None) -> Any:
+    """The Rust freshness ``arrow_udf``, over ``last_seen`` and those of ``period`` and
+    ``as_of`` that are columns (``None`` here); the others are constants. Built when used:
+    building one needs an active SparkSession and PySpark >= 4.1."""
     try:
         from pyspark.sql.functions import arrow_udf
     except ImportError as exc:  # PySpark < 4.1
@@ -217,13 +237,28 @@ def _freshness_udf(allowed: int) -> Any:
         ) from exc
 
     kernel = _core.freshness_kernel
+    fresh: Callable[..., pa.Array]
+    if period is None and as_of is None:
 
-    def fresh(last: pa.Array, period: pa.Array, as_of: pa.Array) -> pa.Array:
-        return kernel(last, period, as_of, allowed)
+        def fresh(last: pa.Array, period_ms: pa.Array, as_of_ms: pa.Array) -> pa.Array:
+            return kernel(last, period_ms, as_of_ms, allowed)
 
-    udf = arrow_udf(fresh, FRESHNESS_TYPE)
-    _UDFS[allowed] = udf
-    return udf
+    elif period is None:
+
+        def fresh(last: pa.Array, period_ms: pa.Array) -> pa.Array:
+            return kernel(last, period_ms, as_of, allowed)
+
+    elif as_of is None:
+
+        def fresh(last: pa.Array, as_of_ms: pa.Array) -> pa.Array:
+            return kernel(last, period, as_of_ms, allowed)
+
+    else:
+
+        def fresh(last: pa.Array) -> pa.Array:
+            return kernel(last, period, as_of, allowed)
+
+    return arrow_udf(fresh, FRESHNESS_TYPE)
 
 
 # -- outages and availability ----------------------------------------------------------------
@@ -258,7 +293,7 @@ class _Plan:
     ) -> None:
         if not isinstance(events, DataFrame):
             raise TypeError(f"events must be a DataFrame, got {type(events).__name__}")
-        self.engine = _check_engine(engine)
+        self.engine: GapEngine = _check_engine(engine, ("rust", "rust-grouped", "native"))
         self.allowed = _check_allowed(allowed_misses)
         for name, value in (("topic", topic), ("ts", ts)):
             if not isinstance(value, str):
@@ -267,7 +302,7 @@ class _Plan:
         for name, value in (("topic", topic), ("ts", ts)):
             if value not in fields:
                 raise ValueError(f"{name}: no column {value!r} in events ({', '.join(fields)})")
-        self.topic_field = StructField("topic", fields[topic].dataType, True)
+        self.topic_field = StructField("topic", StringType(), True)
         ts_type = fields[ts].dataType
         self.ts_type: DataType = (
             ts_type if isinstance(ts_type, (TimestampType, TimestampNTZType)) else LongType()
@@ -301,7 +336,7 @@ class _Plan:
         )
         ts_ms = _ms(F.col(ts))
         self.beats = beats.select(
-            F.col(topic).alias("topic"), F.col(ts).alias("ts"), period.alias("p")
+            F.col(topic).cast("string").alias("topic"), F.col(ts).alias("ts"), period.alias("p")
         ).where(F.col("topic").isNotNull() & ts_ms.isNotNull() & (ts_ms < self.end_ms))
 
     def out_time(self) -> Any:
@@ -329,9 +364,9 @@ def outages(
     allowed_misses: int = 1,
     start: TimeLike | None = None,
     end: TimeLike | None = None,
-    engine: Engine = "rust",
+    engine: GapEngine = "rust",
 ) -> DataFrame:
-    """One row per outage: ``topic, down_from, down_to, missed, open``.
+    """One row per outage: ``topic`` (as a string), ``down_from, down_to, missed, open``.
 
     ``events`` has a topic column and a beat-time column ``ts`` (timestamp or epoch ms); if it
     has a ``kind`` column (the event log), only ``kind = 'received'`` rows are beats.
@@ -368,7 +403,9 @@ def outages(
             F.col("o.missed").alias("missed"),
             F.col("o.open").alias("open"),
         )
-    return plan.beats.groupBy("topic").applyInArrow(_outages_rust(plan, schema), schema)
+    if plan.engine == "rust-grouped":
+        return plan.beats.groupBy("topic").applyInArrow(_outages_rust(plan, schema), schema)
+    return _partitioned(plan, schema, availability=False)
 
 
 def availability(
@@ -380,7 +417,7 @@ def availability(
     allowed_misses: int = 1,
     start: TimeLike | None = None,
     end: TimeLike | None = None,
-    engine: Engine = "rust",
+    engine: GapEngine = "rust",
 ) -> DataFrame:
     """Availability per topic over ``[start, end)``, from the outages of :func:`outages`.
 
@@ -408,7 +445,69 @@ def availability(
     )
     if plan.engine == "native":
         return _availability_native(plan)
-    return plan.beats.groupBy("topic").applyInArrow(_availability_rust(plan, schema), schema)
+    if plan.engine == "rust-grouped":
+        return plan.beats.groupBy("topic").applyInArrow(_availability_rust(plan, schema), schema)
+    return _partitioned(plan, schema, availability=True)
+
+
+def _partitioned(plan: _Plan, schema: StructType, availability: bool) -> DataFrame:
+    """The ``rust`` engine: each hash partition of the beats through the partition kernel."""
+    kernel = _core.partition_kernel
+    period, allowed, start_ms, end_ms = plan.period, plan.allowed, plan.start_ms, plan.end_ms
+    names = schema.fieldNames()
+    out_time = plan.out_time()
+    beats = plan.beats if period is None else plan.beats.select("topic", "ts")
+    # (kernel column, seconds?) for each output column after the topic
+    columns = (
+        [
+            ("window_start_ms", False, True),
+            ("window_end_ms", False, True),
+            ("uptime_pct", False, False),
+            ("outages", False, False),
+            ("downtime_ms", True, False),
+            ("mttr_ms", True, False),
+            ("mtbf_ms", True, False),
+        ]
+        if availability
+        else [
+            ("down_from_ms", False, True),
+            ("down_to_ms", False, True),
+            ("missed", False, False),
+            ("open", False, False),
+        ]
+    )
+
+    def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        topics, ts, periods = [], [], []
+        for batch in batches:
+            topics.append(batch.column("topic"))
+            ts.append(batch.column("ts"))
+            if period is None:
+                periods.append(batch.column("p"))
+        if not topics:
+            return
+        out = kernel(
+            topics,
+            ts,
+            periods if period is None else period,
+            allowed,
+            end_ms,
+            start_ms,
+            availability,
+        )
+        if out.num_rows == 0:
+            return
+        arrays = [out.column("topic")]
+        for column, seconds, is_time in columns:
+            values = out.column(column)
+            if seconds:
+                values = pc.divide(pc.cast(values, pa.float64()), 1000.0)
+            elif is_time:
+                values = out_time(values)
+            arrays.append(values)
+        yield pa.RecordBatch.from_arrays(arrays, names=names)
+
+    return beats.repartition("topic").mapInArrow(per_partition, schema)
 
 
 def _beat_chunks(batches: Iterator[pa.RecordBatch]) -> tuple[list[pa.Array], list[pa.Array]]:

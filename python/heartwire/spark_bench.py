@@ -4,10 +4,13 @@
 
 - freshness over ``--rows`` rows (timestamp ``last_seen``, a period per row): the Rust
   ``arrow_udf``, native expressions, a ``pandas_udf`` doing the same with NumPy, and a plain
-  ``@udf`` fed the timestamp column (one ``datetime`` per row);
+  ``@udf`` fed the timestamp column (one ``datetime`` per row; as pickled rows and as Spark
+  4's default Arrow-batched Python UDF);
 - outages and availability over ``--events`` beats (1000 topics with a period of 1 s, beating
   every 0.8 s with jitter, about 0.5% of beats missing: each missing beat is an outage): the
-  Rust gap kernel through ``groupBy(topic).applyInArrow`` against the native ``lag()`` window.
+  Rust gap kernel over hash partitions (``mapInArrow``, engine ``rust``) and one topic at a
+  time (``groupBy(topic).applyInArrow``, ``rust-grouped``) against the native ``lag()``
+  window.
 
 Every query is run to completion into Spark's ``noop`` sink; each figure is the best of
 ``--repeat`` runs after one warm-up run. Inputs are generated with ``spark.range`` (freshness)
@@ -152,10 +155,10 @@ def bench_outages(spark: Any, events: int, repeat: int) -> dict[str, float]:
         end = base + (events // topics) * 800 + 1000
         kw: dict[str, Any] = dict(period_ms=1000, allowed_misses=1, start=base, end=end)
         for fn in (hs.outages, hs.availability):
-            for engine in ("rust", "native"):
+            for engine in ("rust", "rust-grouped", "native"):
                 name = f"{fn.__name__} {engine}"
                 out[name] = _best(_noop(fn(df, engine=engine, **kw)), repeat)  # type: ignore[operator]
-                print(f"{fn.__name__} {beats:,} beats  {engine:<8} {out[name]:8.2f} s", flush=True)
+                print(f"{fn.__name__} {beats:,} beats  {engine:<13} {out[name]:8.2f} s", flush=True)
         rust_rows = hs.outages(df, engine="rust", **kw).count()
         print(f"({rust_rows:,} outages)", flush=True)
     return out
@@ -169,10 +172,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="timed runs (best is kept)")
     ap.add_argument("--no-plain", action="store_true", help="skip the slow plain @udf")
     ap.add_argument("--only", choices=["freshness", "outages"], help="run one part")
+    ap.add_argument(
+        "--arrow-batch",
+        type=int,
+        help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default: 10000)",
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
     spark = _session(args.master)
-    results: dict[str, Any] = {"master": args.master, "spark": spark.version}
+    if args.arrow_batch:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch))
+    results: dict[str, Any] = {
+        "master": args.master,
+        "spark": spark.version,
+        "arrow_batch": spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"),
+    }
     if args.only in (None, "freshness"):
         results["freshness"] = bench_freshness(spark, args.rows, args.repeat, not args.no_plain)
     if args.only in (None, "outages"):

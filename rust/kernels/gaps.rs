@@ -149,6 +149,24 @@ pub fn availability(window_start_ms: i64, window_end_ms: i64, outages: &[Outage]
     }
 }
 
+/// The beats of many topics, in any order, grouped by topic: what one Spark partition (hash
+/// partitioned by topic) hands over. Each topic is then analysed by [`outages`].
+pub fn group_by_topic<'a>(
+    rows: impl Iterator<Item = (&'a str, Beat)>,
+) -> hashbrown::HashMap<&'a str, Vec<Beat>, foldhash::fast::FixedState> {
+    let mut groups: hashbrown::HashMap<&str, Vec<Beat>, _> =
+        hashbrown::HashMap::with_hasher(foldhash::fast::FixedState::default());
+    for (topic, beat) in rows {
+        match groups.get_mut(topic) {
+            Some(beats) => beats.push(beat),
+            None => {
+                groups.insert(topic, vec![beat]);
+            }
+        }
+    }
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +369,29 @@ mod tests {
         assert_eq!(a.mttr_ms, Some(4500.0));
         // failures that began in the window: 15, 19, 26 s
         assert_eq!(a.mtbf_ms, Some(5000.0 / 3.0));
+    }
+
+    #[test]
+    fn grouping_by_topic_keeps_every_beat() {
+        let rows = [("a", 3), ("b", 1), ("a", 1), ("c", 7), ("b", 0)].map(|(t, ts_ms)| {
+            (
+                t,
+                Beat {
+                    ts_ms,
+                    period_ms: Some(P),
+                },
+            )
+        });
+        let groups = group_by_topic(rows.into_iter());
+        let mut sizes: Vec<(&str, Vec<i64>)> = groups
+            .iter()
+            .map(|(t, b)| (*t, b.iter().map(|b| b.ts_ms).collect()))
+            .collect();
+        sizes.sort();
+        assert_eq!(
+            sizes,
+            vec![("a", vec![3, 1]), ("b", vec![1, 0]), ("c", vec![7])]
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark::freshness_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(spark::outages_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(spark::availability_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::partition_kernel, m)?)?;
     m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
     m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
     Ok(())

@@ -7,7 +7,7 @@
 
 use crate::kernels::freshness::{freshness, Status};
 use crate::kernels::gaps::{self, Beat, GapConfig};
-use arrow_array::builder::{BooleanBuilder, Int64Builder, StringBuilder};
+use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Int16Type, Int32Type, Int64Type, Int8Type, TimestampMicrosecondType, TimestampMillisecondType,
@@ -348,4 +348,202 @@ pub fn availability_kernel(
             a.mtbf_ms,
         ))
     }))
+}
+
+/// The strings of an Arrow string chunk (nulls as `None`).
+fn strs<'a>(
+    name: &str,
+    array: &'a ArrayRef,
+) -> PyResult<Box<dyn Iterator<Item = Option<&'a str>> + Send + 'a>> {
+    Ok(match array.data_type() {
+        DataType::Utf8 => Box::new(array.as_string::<i32>().iter()),
+        DataType::LargeUtf8 => Box::new(array.as_string::<i64>().iter()),
+        DataType::Utf8View => Box::new(array.as_string_view().iter()),
+        other => {
+            return Err(PyTypeError::new_err(format!(
+                "{name} must be an Arrow string array, got type {other}"
+            )))
+        }
+    })
+}
+
+/// Outages or availability of every topic in a batch of beats of many topics, in any order
+/// (one Spark partition, hash partitioned by topic): a `pyarrow.RecordBatch` with columns
+/// `topic, down_from_ms, down_to_ms, missed, open` (outages) or `topic, window_start_ms,
+/// window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms` (`availability=True`).
+/// `topics` and `ts` are Arrow arrays or lists of them chunked alike; `period_ms` an int or
+/// arrays chunked like them. Rows with a null topic or time are skipped.
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (topics, ts, period_ms, allowed_misses, end_ms, start_ms = None, availability = false))]
+pub fn partition_kernel<'py>(
+    py: Python<'py>,
+    topics: &Bound<'py, PyAny>,
+    ts: &Bound<'py, PyAny>,
+    period_ms: &Bound<'py, PyAny>,
+    allowed_misses: i64,
+    end_ms: i64,
+    start_ms: Option<i64>,
+    availability: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let cfg = gap_config(allowed_misses, start_ms, end_ms)?;
+    let arrays = |name: &str, obj: &Bound<'py, PyAny>| -> PyResult<Vec<ArrayRef>> {
+        chunks(obj)?.ok_or_else(|| {
+            PyTypeError::new_err(format!(
+                "{name} must be an Arrow array or a list of arrays, got {}",
+                type_name(obj)
+            ))
+        })
+    };
+    let topic_chunks = arrays("topics", topics)?;
+    let ts_chunks = arrays("ts", ts)?;
+    let aligned = |other: &[ArrayRef]| {
+        other.len() == topic_chunks.len()
+            && other
+                .iter()
+                .zip(&topic_chunks)
+                .all(|(a, b)| a.len() == b.len())
+    };
+    if !aligned(&ts_chunks) {
+        return Err(PyValueError::new_err(
+            "topics and ts must be arrays of the same lengths",
+        ));
+    }
+    let uniform = if period_ms.is_none() {
+        Some(None)
+    } else {
+        period_ms.extract::<i64>().ok().map(Some)
+    };
+    let period_chunks = match uniform {
+        Some(_) => None,
+        None => {
+            let p = arrays("period_ms", period_ms)?;
+            if !aligned(&p) {
+                return Err(PyValueError::new_err(
+                    "period_ms arrays must have the lengths of topics",
+                ));
+            }
+            Some(p)
+        }
+    };
+    let batch = py.detach(move || -> PyResult<RecordBatch> {
+        let ts_ms = ts_chunks
+            .iter()
+            .map(|c| to_ms("ts", c))
+            .collect::<PyResult<Vec<_>>>()?;
+        let periods: Option<Vec<Int64Array>> = period_chunks
+            .as_ref()
+            .map(|p| p.iter().map(|c| to_ms("period_ms", c)).collect())
+            .transpose()?;
+        let uniform = uniform.flatten();
+        let mut rows = Vec::with_capacity(topic_chunks.len());
+        for (k, topic_chunk) in topic_chunks.iter().enumerate() {
+            let names = strs("topics", topic_chunk)?;
+            let times = ts_ms[k].iter();
+            let per: Box<dyn Iterator<Item = Option<i64>> + Send> = match &periods {
+                Some(p) => Box::new(p[k].iter()),
+                None => Box::new(std::iter::repeat(uniform)),
+            };
+            rows.push(names.zip(times).zip(per));
+        }
+        let beats = rows.into_iter().flatten().filter_map(|((topic, ts), p)| {
+            Some((
+                topic?,
+                Beat {
+                    ts_ms: ts?,
+                    period_ms: p,
+                },
+            ))
+        });
+        let groups = gaps::group_by_topic(beats);
+        if availability {
+            Ok(availability_batch(groups, &cfg))
+        } else {
+            Ok(outages_batch(groups, &cfg))
+        }
+    })?;
+    PyRecordBatch::new(batch).into_pyarrow(py)
+}
+
+type Groups<'a> = hashbrown::HashMap<&'a str, Vec<Beat>, foldhash::fast::FixedState>;
+
+fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
+    let mut topic = StringBuilder::new();
+    let mut from = Int64Builder::new();
+    let mut to = Int64Builder::new();
+    let mut missed = Int64Builder::new();
+    let mut open = BooleanBuilder::new();
+    for (name, mut beats) in groups {
+        let Some((_, rows)) = gaps::outages(&mut beats, cfg) else {
+            continue;
+        };
+        for o in rows {
+            topic.append_value(name);
+            from.append_value(o.down_from_ms);
+            to.append_value(o.down_to_ms);
+            missed.append_value(o.missed);
+            open.append_value(o.open);
+        }
+    }
+    let schema = Schema::new(vec![
+        Field::new("topic", DataType::Utf8, false),
+        Field::new("down_from_ms", DataType::Int64, false),
+        Field::new("down_to_ms", DataType::Int64, false),
+        Field::new("missed", DataType::Int64, false),
+        Field::new("open", DataType::Boolean, false),
+    ]);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(topic.finish()),
+        Arc::new(from.finish()),
+        Arc::new(to.finish()),
+        Arc::new(missed.finish()),
+        Arc::new(open.finish()),
+    ];
+    RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns")
+}
+
+fn availability_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
+    let mut topic = StringBuilder::new();
+    let mut w_start = Int64Builder::new();
+    let mut w_end = Int64Builder::new();
+    let mut uptime = Float64Builder::new();
+    let mut outages = Int64Builder::new();
+    let mut downtime = Int64Builder::new();
+    let mut mttr = Float64Builder::new();
+    let mut mtbf = Float64Builder::new();
+    for (name, mut beats) in groups {
+        let Some((window_start, rows)) = gaps::outages(&mut beats, cfg) else {
+            continue;
+        };
+        let a = gaps::availability(window_start, cfg.end_ms, &rows);
+        topic.append_value(name);
+        w_start.append_value(a.window_start_ms);
+        w_end.append_value(a.window_end_ms);
+        uptime.append_value(a.uptime_pct);
+        outages.append_value(a.outages);
+        downtime.append_value(a.downtime_ms);
+        mttr.append_option(a.mttr_ms);
+        mtbf.append_option(a.mtbf_ms);
+    }
+    let schema = Schema::new(vec![
+        Field::new("topic", DataType::Utf8, false),
+        Field::new("window_start_ms", DataType::Int64, false),
+        Field::new("window_end_ms", DataType::Int64, false),
+        Field::new("uptime_pct", DataType::Float64, false),
+        Field::new("outages", DataType::Int64, false),
+        Field::new("downtime_ms", DataType::Int64, false),
+        Field::new("mttr_ms", DataType::Float64, true),
+        Field::new("mtbf_ms", DataType::Float64, true),
+    ]);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(topic.finish()),
+        Arc::new(w_start.finish()),
+        Arc::new(w_end.finish()),
+        Arc::new(uptime.finish()),
+        Arc::new(outages.finish()),
+        Arc::new(downtime.finish()),
+        Arc::new(mttr.finish()),
+        Arc::new(mtbf.finish()),
+    ];
+    RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns")
 }
