@@ -1664,7 +1664,9 @@ def write_markdown(path: Path, res: dict[str, Any], table: str, threads: str) ->
     if cargo:
         parts += ["", "Cargo benches (context, Rust only):", "", "```text"]
         for label, c in cargo.items():
-            parts += [f"# {label} (exit {c['rc']})", *c["lines"]]
+            # criterion's "change since the last run" lines say nothing about this run
+            lines = [ln for ln in c["lines"] if "%" not in ln]
+            parts += [f"# {label} (exit {c['rc']})", *lines]
         parts += ["```"]
     parts.append(END)
     generated = "\n".join(parts)
@@ -1685,6 +1687,7 @@ def main() -> int:
     ap.add_argument("--no-cargo", action="store_true", help="skip the cargo benches")
     ap.add_argument("--json", help="write the raw results here (full run: benches/results.json)")
     ap.add_argument("--write", help="write the results table here (full run: benches/results.md)")
+    ap.add_argument("--from-json", help="render the table from a saved results.json, run nothing")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--params", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -1699,16 +1702,20 @@ def main() -> int:
         ap.error(f"unknown scenario(s): {sorted(unknown)}; expected some of {ALL}")
     full = not args.quick and set(only) == set(ALL)
     cargo = not args.quick and not args.no_cargo
-    started = datetime.datetime.now(datetime.timezone.utc)
-    t0 = time.monotonic()
-    res = run_all(args.quick, only, cargo)
-    res["meta"] = {
-        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(["benches/suite.py", *sys.argv[1:]]),
-        "quick": args.quick,
-        "wall_s": time.monotonic() - t0,
-        "machine": machine(),
-    }
+    if args.from_json:
+        res = json.loads(Path(args.from_json).read_text())
+        full = False
+    else:
+        started = datetime.datetime.now(datetime.timezone.utc)
+        t0 = time.monotonic()
+        res = run_all(args.quick, only, cargo)
+        res["meta"] = {
+            "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "command": " ".join(["benches/suite.py", *sys.argv[1:]]),
+            "quick": args.quick,
+            "wall_s": time.monotonic() - t0,
+            "machine": machine(),
+        }
     table = figures(res)
     print()
     print(table.markdown())
