@@ -14,6 +14,7 @@ Every transport offers the same small interface (:class:`Transport`): ``publish`
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -99,6 +100,22 @@ class Transport(Protocol):
 
 _named_lock = threading.Lock()
 _named: dict[str, Any] = {}
+
+
+def log_handler_error(
+    log: logging.Logger, handler: object, pattern: str, message: Message, n: int, exc: Exception
+) -> None:
+    """Log a subscriber handler's ``n``-th error: each of the first ten, then one in a thousand,
+    so a handler failing on every message cannot flood the log."""
+    if n <= 10 or n % 1000 == 0:
+        log.error(
+            "handler %r for %r raised on a message to %r (error %d of this subscription)",
+            handler,
+            pattern,
+            message.destination,
+            n,
+            exc_info=exc,
+        )
 
 
 def _named_broker(name: str, options: dict[str, Any]) -> Transport:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Callable
 
-from heartwire.transport import Message, MessageHandler, TransportClosed
+from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.patterns import is_wildcard, matcher, validate_pattern, validate_topic
 
 __all__ = ["MemoryBroker", "MemorySubscription"]
@@ -32,9 +32,6 @@ _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 # Routes (topic -> matching subscriptions) are cached; the cache is emptied whenever the
 # subscriptions change, and when it grows past this many topics.
 _ROUTE_CACHE_MAX = 1 << 17
-# A failing handler is logged on each of its first errors, then once every this many.
-_LOG_FIRST_ERRORS = 10
-_LOG_EVERY_ERRORS = 1000
 
 
 class MemorySubscription:
@@ -191,15 +188,7 @@ class MemoryBroker:
         with self._lock:
             sub.errors += 1
             n = sub.errors
-        if n <= _LOG_FIRST_ERRORS or n % _LOG_EVERY_ERRORS == 0:
-            log.error(
-                "handler %r for %r raised on a message to %r (error %d of this subscription)",
-                sub.handler,
-                sub.pattern,
-                message.destination,
-                n,
-                exc_info=exc,
-            )
+        log_handler_error(log, sub.handler, sub.pattern, message, n, exc)
 
     # -- subscriptions ----------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Callable
 
-from heartwire.transport import Message, MessageHandler, TransportClosed
+from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.errors import SendTimeout
 from heartwire.transport.failover import ConnectionListener, Connector
 from heartwire.transport.keepalive import KeepAliveMonitor
@@ -67,8 +67,6 @@ MESSAGE_ID_HEADER = "hw-message-id"
 # The private topic prefix of keep-alive pings (never delivered to subscribers).
 _PING_PREFIX = "_hw.keepalive."
 _PING_SUB_ID = "hw-keepalive"
-_LOG_FIRST_ERRORS = 10
-_LOG_EVERY_ERRORS = 1000
 
 
 class StompSubscription:
@@ -502,15 +500,7 @@ class StompTransport:
             sub.errors += 1
             self._handler_errors += 1
             n = sub.errors
-        if n <= _LOG_FIRST_ERRORS or n % _LOG_EVERY_ERRORS == 0:
-            log.error(
-                "handler %r for %r raised on a message to %r (error %d of this subscription)",
-                sub.handler,
-                sub.pattern,
-                message.destination,
-                n,
-                exc_info=exc,
-            )
+        log_handler_error(log, sub.handler, sub.pattern, message, n, exc)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
