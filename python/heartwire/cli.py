@@ -1,4 +1,4 @@
-"""The ``heartwire`` command: ``demo``, ``publish`` and ``watch``."""
+"""The ``heartwire`` command: ``demo``, ``publish``, ``watch`` and ``report``."""
 
 from __future__ import annotations
 
@@ -56,6 +56,19 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--received", action="store_true", help="also print every beat")
     watch.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
     watch.add_argument("--key", default=None, help="HMAC key beats must be signed with")
+
+    report = commands.add_parser(
+        "report", help="availability report (HTML + PNG timeline) of an event log, on Spark"
+    )
+    report.add_argument("--events", required=True, help="event log directory (EventLog)")
+    report.add_argument(
+        "--start", required=True, help="window start: ISO date/time, UTC unless an offset is given"
+    )
+    report.add_argument("--end", required=True, help="window end (exclusive), same format")
+    report.add_argument("--out", required=True, help="HTML file to write; the PNG goes beside it")
+    report.add_argument("--period", type=_positive(float), required=True, help="beat period, s")
+    report.add_argument("--allowed-misses", type=_positive(int), default=1)
+    report.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     return parser
 
 
@@ -70,6 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "publish":
             return _publish(args)
+        if args.command == "report":
+            from heartwire.report import run_report
+
+            return run_report(
+                events=args.events,
+                start=args.start,
+                end=args.end,
+                out=args.out,
+                period=args.period,
+                allowed_misses=args.allowed_misses,
+                master=args.master,
+            )
         return _watch(args)
     except (ValueError, OSError) as exc:
         print(f"heartwire {args.command}: {exc}", file=sys.stderr)
