@@ -1,8 +1,13 @@
-"""Shared fixtures: a detector on a manual clock with one event queue."""
+"""Shared fixtures: a detector on a manual clock with one event queue; the SparkSession."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -33,3 +38,28 @@ def rig() -> Rig:
 def ms(t: float) -> int:
     """Seconds as whole milliseconds, for exact comparisons of event times."""
     return round(t * 1000)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for the whole run (test_spark, test_report); skips without
+    Java. PySpark is imported inside, so this module loads without it."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java, which is not installed")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers import heartwire from this venv
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("heartwire-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -10,11 +10,8 @@ nulls and edge values, on hand-made logs with exact rows, and against a live Hea
 from __future__ import annotations
 
 import datetime as dt
-import os
 import random
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,29 +32,6 @@ from heartwire.eventlog import EventLog
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 UTC = dt.timezone.utc
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java, which is not installed")
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers import heartwire from this venv
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("heartwire-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def aware(t: dt.datetime) -> dt.datetime:

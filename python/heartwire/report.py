@@ -1,0 +1,463 @@
+"""``heartwire report``: the availability of the topics in an event log over a window.
+
+Reads the Parquet event log written by :class:`heartwire.eventlog.EventLog`, computes
+:func:`heartwire.spark.availability` and :func:`heartwire.spark.outages` (engine ``rust``) on
+Spark over ``[start, end)``, and writes:
+
+- ``OUT`` (HTML, self-contained: inline CSS, the plot embedded as a ``data:`` URI): the window
+  and settings, the availability table per topic (uptime %, outages, downtime, MTTR, MTBF;
+  worst uptime first) and the longest outages;
+- ``OUT`` with the suffix ``.png`` beside it: a timeline of the outages per topic (at most
+  :data:`MAX_PLOTTED_TOPICS` topics, those with the most downtime).
+
+The event log holds beats and state changes but not the topics' periods, so the period (one
+for every topic) and ``allowed_misses`` are arguments, as for ``heartwire watch``.
+
+Spark: a SparkSession already running in the process is used as it is (and left running);
+otherwise one is started on ``master`` (``local[*]`` by default) and stopped at the end. The
+Rust engine needs :mod:`heartwire` importable in the Python workers: ``PYSPARK_PYTHON``
+defaults to this interpreter, which suits ``local`` masters; on a cluster, install heartwire
+on the workers. Needs the ``spark`` and ``report`` extras (PySpark, pyarrow, matplotlib).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MAX_LISTED_OUTAGES",
+    "MAX_PLOTTED_TOPICS",
+    "Report",
+    "format_duration",
+    "parse_time",
+    "run_report",
+]
+
+MAX_PLOTTED_TOPICS = 40
+"""Topics drawn in the timeline (those with the most downtime; the table lists all)."""
+
+MAX_LISTED_OUTAGES = 50
+"""Outages listed in the HTML (the longest)."""
+
+_UTC = _dt.timezone.utc
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[.+\]|yarn|(spark|k8s|mesos)://.+"
+)
+
+
+# -- arguments ----------------------------------------------------------------------------------
+
+
+def parse_time(text: str, name: str) -> _dt.datetime:
+    """An ISO 8601 date or date-time (``2026-11-23``, ``2026-11-23T15:00``, ``...Z``,
+    ``...+01:00``) as an aware datetime; without an offset it is UTC. ``name`` (e.g.
+    ``--start``) heads the error message."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        parsed = _dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            f"{name}: not an ISO date or date-time (e.g. 2026-11-23 or 2026-11-23T15:00Z): {text!r}"
+        ) from None
+    return parsed.replace(tzinfo=_UTC) if parsed.tzinfo is None else parsed.astimezone(_UTC)
+
+
+def _epoch_ms(t: _dt.datetime) -> int:
+    return (t - _EPOCH) // _dt.timedelta(milliseconds=1)
+
+
+def _parquet_files(root: str) -> int:
+    """Data files under ``root`` (Spark skips names starting with ``.`` or ``_``)."""
+    count = 0
+    for _folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        count += sum(1 for f in files if f.endswith(".parquet") and not f.startswith((".", "_")))
+    return count
+
+
+@dataclass(frozen=True)
+class Report:
+    """The checked arguments of a report."""
+
+    events: str
+    start: _dt.datetime
+    end: _dt.datetime
+    out: Path
+    png: Path
+    period_ms: int
+    allowed_misses: int
+    master: str
+
+    @classmethod
+    def check(
+        cls,
+        events: str,
+        start: str,
+        end: str,
+        out: str,
+        period: float,
+        allowed_misses: int = 1,
+        master: str = "local[*]",
+    ) -> Report:
+        """Every argument checked before Spark starts; a ``ValueError`` names the bad one."""
+        t0 = parse_time(start, "--start")
+        t1 = parse_time(end, "--end")
+        if t0 >= t1:
+            raise ValueError(f"--start must be before --end, got {start!r} >= {end!r}")
+        if not os.path.exists(events):
+            raise ValueError(f"--events: no such directory: {events!r}")
+        if not os.path.isdir(events):
+            raise ValueError(f"--events: not a directory: {events!r}")
+        if _parquet_files(events) == 0:
+            raise ValueError(f"--events: no Parquet files under {events!r} (an empty event log)")
+        if isinstance(period, bool) or not isinstance(period, (int, float)) or not period > 0:
+            raise ValueError(f"--period must be > 0 seconds, got {period!r}")
+        period_ms = round(period * 1000)
+        if period_ms < 1:
+            raise ValueError(f"--period must be at least 0.001 s, got {period!r}")
+        if isinstance(allowed_misses, bool) or not isinstance(allowed_misses, int):
+            raise ValueError(f"--allowed-misses must be an int, got {allowed_misses!r}")
+        if allowed_misses < 1:
+            raise ValueError(f"--allowed-misses must be >= 1, got {allowed_misses!r}")
+        if not _MASTER.fullmatch(master):
+            raise ValueError(
+                f"--master: not a Spark master URL (local[*], local[N], spark://host:port, "
+                f"yarn, k8s://...): {master!r}"
+            )
+        html_path = Path(out)
+        png = html_path.with_suffix(".png")
+        if png == html_path:
+            raise ValueError(f"--out: the HTML file must not end in .png: {out!r}")
+        folder = html_path.parent
+        if not folder.is_dir():
+            raise ValueError(f"--out: no such directory: {str(folder)!r}")
+        if html_path.is_dir():
+            raise ValueError(f"--out: is a directory: {out!r}")
+        return cls(events, t0, t1, html_path, png, period_ms, allowed_misses, master)
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """Progress lines on stderr, with the seconds since the start."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        print(
+            f"heartwire report: [{time.monotonic() - self._t0:6.1f} s] {message}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def run_report(
+    *,
+    events: str,
+    start: str,
+    end: str,
+    out: str,
+    period: float,
+    allowed_misses: int = 1,
+    master: str = "local[*]",
+) -> int:
+    """``heartwire report``: write the HTML report and its PNG; returns the exit status.
+
+    Bad arguments raise ``ValueError`` naming the argument (the command exits 2 on them); a
+    missing extra or a Spark that does not start print a message and return 1.
+    """
+    report = Report.check(events, start, end, out, period, allowed_misses, master)
+    try:
+        import matplotlib  # noqa: F401  (checked before Spark starts; used in _plot)
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        print(
+            f"heartwire report: needs the spark and report extras "
+            f"(pip install 'heartwire[spark,report]'): {exc}",
+            file=sys.stderr,
+        )
+        return 1
+    log = _Progress()
+    spark, owned = _session(report.master, log)
+    if spark is None:
+        return 1
+    try:
+        tables = _compute(spark, report, log)
+    finally:
+        if owned:
+            spark.stop()
+    log("plotting the outage timeline")
+    png = _plot(report, tables)
+    report.png.write_bytes(png)
+    report.out.write_text(_html(report, tables, png), encoding="utf-8")
+    log(f"wrote {report.out} and {report.png}")
+    return 0
+
+
+def _session(master: str, log: _Progress) -> tuple[Any, bool]:
+    """The running SparkSession (not ours to stop), or a new one on ``master``."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        log(f"using the running SparkSession (master {active.sparkContext.master})")
+        return active, False
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    log(f"starting Spark (master {master})")
+    try:
+        spark = (
+            SparkSession.builder.master(master)
+            .appName("heartwire-report")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")  # our own lines say what runs
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate()
+        )
+    except Exception as exc:  # no Java, an unreachable cluster...: say so, no traceback
+        print(f"heartwire report: Spark did not start (master {master}): {exc}", file=sys.stderr)
+        return None, False
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, True
+
+
+@dataclass
+class _Tables:
+    """What the report shows, times in epoch ms."""
+
+    availability: list[dict[str, Any]]  # worst uptime first
+    outages: list[dict[str, Any]]  # by topic, then time
+
+
+def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    from heartwire import spark as hs
+
+    log(f"reading the event log {report.events}")
+    try:
+        events = hs.read_events(spark, report.events)
+    except AnalysisException as exc:
+        raise ValueError(
+            f"--events: not readable as an event log: {report.events!r}: {exc}"
+        ) from None
+    missing = {"topic", "ts"} - set(events.columns)
+    if missing:
+        raise ValueError(
+            f"--events: not an event log (no column {', '.join(sorted(missing))}) under "
+            f"{report.events!r}"
+        )
+    kw: dict[str, Any] = dict(
+        period_ms=report.period_ms,
+        allowed_misses=report.allowed_misses,
+        start=report.start,
+        end=report.end,
+    )
+    log("computing availability per topic")
+    avail = (
+        hs.availability(events, **kw)
+        .select("topic", "uptime_pct", "outages", "downtime", "mttr", "mtbf")
+        .orderBy("uptime_pct", "topic")
+        .collect()
+    )
+    if not avail:
+        raise ValueError(
+            f"--end: the event log {report.events!r} has no beats before {report.end.isoformat()}"
+        )
+    log(f"{len(avail)} topics; computing outages")
+    outs = (
+        hs.outages(events, **kw)
+        .select(
+            "topic",
+            F.unix_millis("down_from").alias("down_from"),
+            F.unix_millis("down_to").alias("down_to"),
+            "missed",
+            "open",
+        )
+        .orderBy("topic", "down_from")
+        .collect()
+    )
+    log(f"{len(outs)} outages")
+    return _Tables([r.asDict() for r in avail], [r.asDict() for r in outs])
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def format_duration(seconds: float | None) -> str:
+    """Seconds for a reader: ``12.345 s``, ``3 min 20.000 s``, ``2 h 03 min 20 s``,
+    ``1 d 02 h 03 min``; ``—`` for None."""
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.3f} s"
+    whole = int(seconds)
+    if seconds < 3600:
+        return f"{whole // 60} min {seconds - whole // 60 * 60:06.3f} s"
+    if seconds < 86_400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min {whole % 60:02d} s"
+    return f"{whole // 86_400} d {whole % 86_400 // 3600:02d} h {whole % 3600 // 60:02d} min"
+
+
+def _iso(ms: int) -> str:
+    t = _EPOCH + _dt.timedelta(milliseconds=ms)
+    return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def _plotted(tables: _Tables) -> list[str]:
+    """The topics drawn, top to bottom: most downtime first, then by name."""
+    ranked = sorted(tables.availability, key=lambda r: (-r["downtime"], r["topic"]))
+    return [r["topic"] for r in ranked[:MAX_PLOTTED_TOPICS]]
+
+
+def _plot(report: Report, tables: _Tables) -> bytes:
+    """The outage timeline as PNG bytes (matplotlib's Agg canvas; no pyplot global state)."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    topics = _plotted(tables)
+    row = {topic: i for i, topic in enumerate(topics)}
+    start_ms, end_ms = _epoch_ms(report.start), _epoch_ms(report.end)
+    span_h = (end_ms - start_ms) / 3_600_000
+    fig = Figure(figsize=(10, 1.2 + 0.3 * len(topics)), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for o in tables.outages:
+        i = row.get(o["topic"])
+        if i is None:
+            continue
+        x0 = (o["down_from"] - start_ms) / 3_600_000
+        width = max((o["down_to"] - o["down_from"]) / 3_600_000, span_h / 2000)
+        ax.broken_barh(
+            [(x0, width)], (i - 0.35, 0.7), facecolors="#f39c12" if o["open"] else "#c0392b"
+        )
+    ax.set_xlim(0, span_h)
+    ax.set_ylim(len(topics) - 0.5, -0.5)
+    ax.set_yticks(range(len(topics)))
+    ax.set_yticklabels(topics, fontsize=8)
+    ax.set_xlabel(f"hours since {_iso(start_ms)}")
+    shown = len(topics)
+    total = len(tables.availability)
+    title = "Outages per topic (red: over; orange: still down at the end)"
+    if shown < total:
+        title += f" — the {shown} of {total} topics with the most downtime"
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.7em; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f4f4f4; }
+tr.down td { background: #fdecea; }
+img { max-width: 100%; }
+"""
+
+
+def _cell(value: Any, text: str) -> str:
+    """A numeric cell; ``data-value`` holds the exact figure (empty when there is none)."""
+    raw = "" if value is None else repr(value)
+    return f'<td class="num" data-value="{raw}">{html.escape(text)}</td>'
+
+
+def _html(report: Report, tables: _Tables, png: bytes) -> str:
+    e = html.escape
+    start_ms, end_ms = _epoch_ms(report.start), _epoch_ms(report.end)
+    rows = []
+    for r in tables.availability:
+        cls = ' class="down"' if r["outages"] else ""
+        rows.append(
+            f'<tr{cls}><td class="topic">{e(r["topic"])}</td>'
+            + _cell(r["uptime_pct"], f"{r['uptime_pct']:.3f}")
+            + _cell(r["outages"], str(r["outages"]))
+            + _cell(r["downtime"], format_duration(r["downtime"]))
+            + _cell(r["mttr"], format_duration(r["mttr"]))
+            + _cell(r["mtbf"], format_duration(r["mtbf"]))
+            + "</tr>"
+        )
+    longest = sorted(
+        tables.outages, key=lambda o: (o["down_from"] - o["down_to"], o["topic"], o["down_from"])
+    )[:MAX_LISTED_OUTAGES]
+    outage_rows = [
+        f'<tr><td class="topic">{e(o["topic"])}</td><td>{_iso(o["down_from"])}</td>'
+        f"<td>{_iso(o['down_to'])}</td>"
+        + _cell(
+            (o["down_to"] - o["down_from"]) / 1000,
+            format_duration((o["down_to"] - o["down_from"]) / 1000),
+        )
+        + _cell(o["missed"], str(o["missed"]))
+        + f"<td>{'still down' if o['open'] else ''}</td></tr>"
+        for o in longest
+    ]
+    image = base64.b64encode(png).decode("ascii")
+    listed = (
+        f"the {len(longest)} longest of {len(tables.outages)}"
+        if len(longest) < len(tables.outages)
+        else f"all {len(tables.outages)}"
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>heartwire availability {e(_iso(start_ms))} to {e(_iso(end_ms))}</title>
+<style>{_CSS}</style>
+</head>
+<body>
+<h1>Availability</h1>
+<ul id="settings">
+<li>Window: <span id="start">{e(_iso(start_ms))}</span> to <span id="end">{e(_iso(end_ms))}</span>
+(end excluded)</li>
+<li>Event log: <code>{e(os.path.abspath(report.events))}</code></li>
+<li>Period: {report.period_ms / 1000:g} s; allowed misses: {report.allowed_misses}
+(a topic is down from its last beat + {report.allowed_misses} &times; period until its next
+beat)</li>
+<li>Topics: {len(tables.availability)}; outages: {len(tables.outages)}</li>
+</ul>
+<h2>Timeline</h2>
+<p><img alt="outages per topic" src="data:image/png;base64,{image}"></p>
+<p>Also in <a href="{e(report.png.name)}">{e(report.png.name)}</a>.</p>
+<h2>Per topic</h2>
+<p>Worst uptime first. Outages cut by the window's edges count as downtime but not towards
+MTTR (their true length is unknown) and, when already down at the start, not as failures for
+MTBF (uptime per failure).</p>
+<table id="availability">
+<thead><tr><th>topic</th><th>uptime %</th><th>outages</th><th>downtime</th><th>MTTR</th>
+<th>MTBF</th></tr></thead>
+<tbody>
+{chr(10).join(rows)}
+</tbody>
+</table>
+<h2>Outages</h2>
+<p>Longest first ({listed}).</p>
+<table id="outages">
+<thead><tr><th>topic</th><th>down from</th><th>down to</th><th>length</th><th>missed</th>
+<th></th></tr></thead>
+<tbody>
+{chr(10).join(outage_rows)}
+</tbody>
+</table>
+</body>
+</html>
+"""
