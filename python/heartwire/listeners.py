@@ -9,6 +9,12 @@ when the listener was added.
 A listener that raises never reaches the publisher or monitor, nor stops the other listeners: the
 error is logged, counted, and reported to the *other* listeners' ``on_exception`` with reason
 ``"listener_error"``.
+
+A :class:`ListenerSet` made with ``queue_size`` (as every monitor's is) gives each listener a
+bounded queue of its own and a thread that empties it in order: a listener that blocks or is slow
+delays only itself. When its queue is full, the overflow policy (``"drop-oldest"`` or
+``"drop-newest"``) discards an event for that listener alone, and counts it
+(:meth:`ListenerSet.stats`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import concurrent.futures
 import inspect
 import logging
 import threading
-from typing import Any, Generic, TypeVar
+import time
+from collections import deque
+from typing import Any, Generic, Literal, TypeVar
 
 from heartwire.events import (
     Disconnected,
@@ -33,9 +41,22 @@ from heartwire.events import (
     Stopped,
 )
 
-__all__ = ["ConnectionEvents", "ListenerSet", "PublisherListener", "SubscriberListener"]
+__all__ = [
+    "LISTENER_OVERFLOWS",
+    "ConnectionEvents",
+    "ListenerOverflow",
+    "ListenerSet",
+    "PublisherListener",
+    "SubscriberListener",
+]
 
 log = logging.getLogger("heartwire.listeners")
+
+ListenerOverflow = Literal["drop-oldest", "drop-newest"]
+#: The overflow policies of a listener's own queue.
+LISTENER_OVERFLOWS = ("drop-oldest", "drop-newest")
+
+_on_worker = threading.local()  # .worker: the _Worker whose thread this is
 
 
 class SubscriberListener:
@@ -100,9 +121,10 @@ L = TypeVar("L")
 
 
 class _Entry:
-    """One registered listener, the loop its coroutines run on, and the methods it overrides."""
+    """One registered listener, the loop its coroutines run on, the methods it overrides, and
+    (in a queued set) its own queue and thread."""
 
-    __slots__ = ("listener", "loop", "overrides")
+    __slots__ = ("errors", "listener", "loop", "overrides", "worker")
 
     def __init__(
         self, listener: Any, loop: asyncio.AbstractEventLoop | None, overrides: frozenset[str]
@@ -110,6 +132,103 @@ class _Entry:
         self.listener = listener
         self.loop = loop
         self.overrides = overrides
+        self.errors = 0
+        self.worker: _Worker | None = None
+
+
+class _Worker:
+    """One listener's bounded FIFO of ``(method, event, report)`` and the daemon thread that
+    calls them in order. The thread starts with the first event and ends on :meth:`close` once
+    the queue is empty (a later event starts a new one)."""
+
+    def __init__(self, owner: ListenerSet[Any], entry: _Entry, size: int, overflow: str) -> None:
+        self._owner = owner
+        self._entry = entry
+        self._size = size
+        self._drop_oldest = overflow == "drop-oldest"
+        self._items: deque[tuple[str, object, bool]] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._idle = False  # the thread waits for an event (put must wake it)
+        self._waiters = 0  # threads in wait() (put must wake nobody else)
+        self.accepted = 0  # events put in the queue
+        self.finished = 0  # accepted events handed to the listener or dropped (drop-oldest)
+        self.handled = 0
+        self.dropped = 0
+        self.high_water = 0
+        self.busy_since: float | None = None  # monotonic start of the call in progress
+
+    def put(self, method: str, event: object, report: bool) -> None:
+        with self._cond:
+            self._closing = False
+            if len(self._items) >= self._size:
+                self.dropped += 1
+                if not self._drop_oldest:
+                    return
+                self._items.popleft()
+                self.finished += 1
+            self._items.append((method, event, report))
+            self.accepted += 1
+            if len(self._items) > self.high_water:
+                self.high_water = len(self._items)
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                name = f"heartwire-listener[{type(self._entry.listener).__qualname__}]"
+                self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+                self._thread.start()
+            elif self._idle or self._waiters:
+                self._cond.notify_all()  # a busy worker needs no wake-up: it looks again
+
+    def _run(self) -> None:
+        _on_worker.worker = self
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._items:
+                    if self._closing:
+                        if self._thread is threading.current_thread():
+                            self._thread = None
+                        return
+                    self._idle = True
+                    cond.wait()
+                    self._idle = False
+                method, event, report = self._items.popleft()
+                self.busy_since = time.monotonic()
+            try:
+                self._owner._call(self._entry, method, event, report=report)
+            finally:
+                with cond:
+                    self.busy_since = None
+                    self.handled += 1
+                    self.finished += 1
+                    if self._waiters:
+                        cond.notify_all()
+
+    @property
+    def depth(self) -> int:
+        return len(self._items)
+
+    def wait(self, accepted: int, deadline: float) -> bool:
+        """Wait until the first ``accepted`` events are handled or dropped; False on timeout."""
+        with self._cond:
+            while self.finished < accepted:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._waiters += 1
+                try:
+                    self._cond.wait(remaining)
+                finally:
+                    self._waiters -= 1
+            return True
+
+    def close(self) -> threading.Thread | None:
+        """Let the thread end once the queue is empty; the thread to join, if any."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            return self._thread
 
 
 def _overridden(listener: object, kind: type) -> frozenset[str]:
@@ -134,14 +253,38 @@ class ListenerSet(Generic[L]):
     :class:`~heartwire.events.ExceptionEvent` reports. Safe to use from several threads; listeners
     may be added or removed while events are being emitted (an emit in progress uses the set as it
     was when it began).
+
+    ``queue_size`` ``None`` (the default): :meth:`emit` calls the listeners in the calling
+    thread, one after the other. An int: each listener gets a queue of that many events and a
+    thread of its own; :meth:`emit` only enqueues, each listener sees its events in emit order,
+    and a full queue drops by ``overflow`` (counted per listener, :meth:`stats`). :meth:`drain`
+    waits for the queues, :meth:`close` ends the threads.
     """
 
-    def __init__(self, kind: type[L], source: str) -> None:
+    def __init__(
+        self,
+        kind: type[L],
+        source: str,
+        *,
+        queue_size: int | None = None,
+        overflow: ListenerOverflow = "drop-oldest",
+    ) -> None:
+        if queue_size is not None and (
+            isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1
+        ):
+            raise ValueError(f"queue_size must be an int >= 1 or None, got {queue_size!r}")
+        if overflow not in LISTENER_OVERFLOWS:
+            raise ValueError(
+                f"overflow must be one of {', '.join(LISTENER_OVERFLOWS)}; got {overflow!r}"
+            )
         self.kind = kind
         self.source = source
+        self.queue_size = queue_size
+        self.overflow = overflow
         self._entries: tuple[_Entry, ...] = ()
         self._lock = threading.Lock()
         self._errors = 0
+        self._retired_dropped = 0  # drops of listeners since removed
 
     def add(self, listener: L, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Register ``listener`` (an instance of ``kind``, else ``TypeError``).
@@ -160,18 +303,25 @@ class ListenerSet(Generic[L]):
             except RuntimeError:
                 loop = None
         entry = _Entry(listener, loop, _overridden(listener, self.kind))
+        if self.queue_size is not None:
+            entry.worker = _Worker(self, entry, self.queue_size, self.overflow)
         with self._lock:
             if any(e.listener is listener for e in self._entries):
                 return
             self._entries = (*self._entries, entry)
 
     def remove(self, listener: L) -> bool:
-        """Unregister ``listener``; False if it was not registered."""
+        """Unregister ``listener``; False if it was not registered. A queued listener still
+        gets the events already in its queue."""
         with self._lock:
             kept = tuple(e for e in self._entries if e.listener is not listener)
-            found = len(kept) != len(self._entries)
+            gone = [e for e in self._entries if e.listener is listener]
             self._entries = kept
-        return found
+            for entry in gone:
+                if entry.worker is not None:
+                    self._retired_dropped += entry.worker.dropped
+                    entry.worker.close()
+        return bool(gone)
 
     def wants(self, method_name: str) -> bool:
         """Whether some registered listener overrides ``method_name`` (e.g. ``"on_received"``)."""
@@ -194,10 +344,83 @@ class ListenerSet(Generic[L]):
         return any(e.listener is listener for e in self._entries)
 
     def emit(self, method_name: str, event: object) -> None:
-        """Call ``method_name(event)`` on every listener that overrides it; never raises."""
+        """Call (or, in a queued set, enqueue) ``method_name(event)`` for every listener that
+        overrides it; never raises, never waits for a queued listener."""
         for entry in self._entries:
             if method_name in entry.overrides:
-                self._call(entry, method_name, event, report=True)
+                if entry.worker is not None:
+                    entry.worker.put(method_name, event, True)
+                else:
+                    self._call(entry, method_name, event, report=True)
+
+    @staticmethod
+    def on_listener_thread() -> bool:
+        """Whether the calling thread is a queued listener's own thread."""
+        return getattr(_on_worker, "worker", None) is not None
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued listener has been handed (or has dropped) every event
+        enqueued so far; False on timeout, and at once on a listener's own thread (it cannot
+        wait for itself). True at once for a set without queues."""
+        if self.on_listener_thread():
+            return False
+        deadline = time.monotonic() + timeout
+        # Twice: the events drained in the first round may have made listeners raise, and the
+        # reports of that went to the other listeners' queues after the first snapshot.
+        for _ in range(2):
+            targets = [(e.worker, e.worker.accepted) for e in self._entries if e.worker is not None]
+            if not all(worker.wait(accepted, deadline) for worker, accepted in targets):
+                return False
+        return True
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """End the queued listeners' threads once their queues are empty (a later emit starts
+        them again). False if some thread was still busy after ``timeout`` seconds; it then
+        ends by itself once its queue is empty."""
+        deadline = time.monotonic() + timeout
+        threads = [e.worker.close() for e in self._entries if e.worker is not None]
+        me = threading.current_thread()
+        for thread in threads:
+            if thread is not None and thread is not me:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t is not None and t is not me and t.is_alive() for t in threads)
+
+    @property
+    def dropped(self) -> int:
+        """Events the listener queues' overflow policy discarded (removed listeners included)."""
+        return self._retired_dropped + sum(
+            e.worker.dropped for e in self._entries if e.worker is not None
+        )
+
+    @property
+    def queue_depth(self) -> int:
+        """Events waiting in the listener queues now."""
+        return sum(e.worker.depth for e in self._entries if e.worker is not None)
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Per listener, in order: ``listener`` (its class), ``errors`` (calls that raised),
+        and for a queued set ``queued`` (waiting now), ``high_water`` (most ever waiting),
+        ``handled``, ``dropped`` (by the overflow policy) and ``busy_for`` (seconds the call in
+        progress has taken so far, ``None`` when idle)."""
+        now = time.monotonic()
+        out: list[dict[str, Any]] = []
+        for e in self._entries:
+            row: dict[str, Any] = {
+                "listener": type(e.listener).__qualname__,
+                "errors": e.errors,
+            }
+            w = e.worker
+            if w is not None:
+                busy = w.busy_since
+                row.update(
+                    queued=w.depth,
+                    high_water=w.high_water,
+                    handled=w.handled,
+                    dropped=w.dropped,
+                    busy_for=None if busy is None else now - busy,
+                )
+            out.append(row)
+        return out
 
     def _call(self, entry: _Entry, method_name: str, event: object, *, report: bool) -> None:
         try:
@@ -235,6 +458,7 @@ class ListenerSet(Generic[L]):
     def _failed(self, entry: _Entry, method_name: str, exc: Exception, *, report: bool) -> None:
         with self._lock:
             self._errors += 1
+            entry.errors += 1
         name = f"{type(entry.listener).__qualname__}.{method_name}"
         log.error("listener %s of %s raised", name, self.source, exc_info=exc)
         if not report:
@@ -242,7 +466,10 @@ class ListenerSet(Generic[L]):
         report_event = ExceptionEvent(self.source, "listener_error", exc, detail=f"{name}: {exc!r}")
         for other in self._entries:
             if other is not entry and "on_exception" in other.overrides:
-                self._call(other, "on_exception", report_event, report=False)
+                if other.worker is not None:
+                    other.worker.put("on_exception", report_event, False)
+                else:
+                    self._call(other, "on_exception", report_event, report=False)
 
 
 class ConnectionEvents:
@@ -256,14 +483,21 @@ class ConnectionEvents:
 
     def __init__(self, listeners: ListenerSet[Any]) -> None:
         self._listeners = listeners
+        #: Connection losses, reconnections and give-ups seen so far.
+        self.disconnects = 0
+        self.reconnects = 0
+        self.reconnect_failures = 0
 
     def on_disconnected(self, broker: str, reason: str) -> None:
+        self.disconnects += 1
         self._listeners.emit("on_disconnected", Disconnected(broker, reason))
 
     def on_reconnected(self, broker: str) -> None:
+        self.reconnects += 1
         self._listeners.emit("on_reconnected", Reconnected(broker))
 
     def on_reconnect_failed(self, reason: str) -> None:
+        self.reconnect_failures += 1
         event = ExceptionEvent(self._listeners.source, "reconnect_failed", None, reason)
         self._listeners.emit("on_exception", event)
 

@@ -16,11 +16,15 @@ Topics come from two places:
   beat carries (the publisher's) or the monitor's default period. Once a topic's beats carry a
   period, a change of it updates the topic, unless the period was given to :meth:`expect`.
 
-Threads: ``on_failed``, ``on_resumed``, ``on_received`` and ``on_local_pause`` are called on the
-monitor's dispatch thread, in per-topic order (``resumed`` before the ``received`` of the same
-beat);
+Threads: by default (``listener_queue``) each listener has a bounded queue and a thread of its
+own, and gets every event, ``on_started`` to ``on_stopped``, on that thread in the order the
+monitor produced them (``resumed`` before the ``received`` of the same beat): a slow or blocked
+listener delays only itself, and what its full queue drops is counted
+(``stats()["listener_dropped"]``, :meth:`~HeartbeatMonitor.metrics`). With
+``listener_queue=None`` listeners are called one after the other: ``on_failed``,
+``on_resumed``, ``on_received`` and ``on_local_pause`` on the monitor's dispatch thread,
 ``on_started`` and ``on_stopped`` in the thread calling :meth:`~HeartbeatMonitor.start` and
-:meth:`~HeartbeatMonitor.stop`; ``on_exception`` for a bad beat in the thread that delivered it
+:meth:`~HeartbeatMonitor.stop`, ``on_exception`` for a bad beat in the thread that delivered it
 (the publishing thread, on the embedded broker).
 """
 
@@ -51,7 +55,12 @@ from heartwire.events import (
     Stopped,
     TopicStatus,
 )
-from heartwire.listeners import ConnectionEvents, ListenerSet, SubscriberListener
+from heartwire.listeners import (
+    ConnectionEvents,
+    ListenerOverflow,
+    ListenerSet,
+    SubscriberListener,
+)
 from heartwire.message import Beat, BeatCodec, DecodeError
 from heartwire.transport import Message, Subscription, Transport
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
@@ -63,6 +72,16 @@ log = logging.getLogger("heartwire.monitor")
 Overflow = Literal["coalesce", "drop-oldest", "drop-newest", "block"]
 _OVERFLOWS = ("coalesce", "drop-oldest", "drop-newest", "block")
 _JOIN = 3600.0  # how long a new dispatch thread waits for the one it replaces (ordering)
+#: The default ``max_topics``: a sender inventing topic names cannot grow a monitor past this.
+DEFAULT_MAX_TOPICS = 1_000_000
+#: The default size of each listener's own queue (``listener_queue``).
+DEFAULT_LISTENER_QUEUE = 10_000
+
+
+def _short(value: object, limit: int = 120) -> str:
+    """``repr(value)``, cut to ``limit`` characters: hostile names stay out of logs and events."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _check_period(value: object, field: str = "period") -> float:
@@ -169,8 +188,12 @@ class HeartbeatMonitor:
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
     - ``tick``: the detector's driver interval (real clock).
-    - ``max_topics``: beats of new topics are rejected (reason ``"too_many_topics"``) once the
-      monitor has this many; :meth:`expect` always adds.
+    - ``max_topics``: beats of new topics are rejected (reason ``"too_many_topics"``, counted
+      in :meth:`stats`) once the monitor watches this many topics, expected ones included;
+      :meth:`expect` always adds. Default :data:`DEFAULT_MAX_TOPICS` (a million); ``None``: no cap.
+    - ``listener_queue``, ``listener_overflow``: each listener's own queue size and what a full
+      one drops (``"drop-oldest"`` or ``"drop-newest"``; counted). ``None``: no queues, listeners
+      are called in turn on the producing thread, and a slow one delays the others.
 
     ``broker`` may be ``None``: beats then come only from :meth:`beat` and its batch forms.
     """
@@ -188,9 +211,11 @@ class HeartbeatMonitor:
         overflow: Overflow = "coalesce",
         capacity: int = 65536,
         tick: float = 0.01,
-        max_topics: int | None = None,
+        max_topics: int | None = DEFAULT_MAX_TOPICS,
         grace: float | None = None,
         max_local_pause: float | None = 5.0,
+        listener_queue: int | None = DEFAULT_LISTENER_QUEUE,
+        listener_overflow: ListenerOverflow = "drop-oldest",
     ) -> None:
         self._pattern = validate_pattern(pattern, "pattern")
         self._period = _check_period(period)
@@ -213,8 +238,13 @@ class HeartbeatMonitor:
         self._max_topics = max_topics
         self._matches = matcher(self._pattern)
         self._codec = BeatCodec(key=key)
+        if listener_queue is not None:
+            listener_queue = _check_int(listener_queue, "listener_queue", 1)
         self._listeners: ListenerSet[SubscriberListener] = ListenerSet(
-            SubscriberListener, self._pattern
+            SubscriberListener,
+            self._pattern,
+            queue_size=listener_queue,
+            overflow=listener_overflow,
         )
         for listener in listeners:
             self._listeners.add(listener)
@@ -452,16 +482,18 @@ class HeartbeatMonitor:
                 return handle
             if not self._running:
                 return None
+            if not self._matches(topic):
+                self._reject(
+                    "pattern_mismatch", None, f"{_short(topic)} is not in {self._pattern!r}"
+                )
+                return None
             if self._max_topics is not None and len(self._det) >= self._max_topics:
                 self._reject(
                     "too_many_topics",
                     None,
-                    f"beat for {topic!r} refused: the monitor already has "
+                    f"beat for {_short(topic)} refused: the monitor already has "
                     f"{len(self._det)} topics (max_topics={self._max_topics})",
                 )
-                return None
-            if not self._matches(topic):
-                self._reject("pattern_mismatch", None, f"{topic!r} is not in {self._pattern!r}")
                 return None
             self._learned += 1
             return self._add(topic, period, None, None)
@@ -496,7 +528,7 @@ class HeartbeatMonitor:
                 try:
                     recorded += self.beat(name)
                 except ValueError:
-                    self._reject("bad_topic", None, f"{name!r} is not a valid topic name")
+                    self._reject("bad_topic", None, f"{_short(name)} is not a valid topic name")
         return recorded
 
     def beat_handles(self, handles: Iterable[int] | Any) -> int:
@@ -508,7 +540,8 @@ class HeartbeatMonitor:
         try:
             beat = self._codec.decode(message.body, message.destination)
         except DecodeError as exc:
-            self._reject(exc.reason, exc, f"message to {message.destination!r}: {exc}")
+            where = _short(message.destination)
+            self._reject(exc.reason, exc, f"message to {where}: {_short(str(exc), 300)}")
             return
         self._record(beat)
 
@@ -597,8 +630,13 @@ class HeartbeatMonitor:
             self._det.stop()
             chain = self._detach_feeds()
         # Outside the lock: a listener running on the dispatch thread may need it to finish.
+        deadline = time.monotonic() + timeout
         self._finish_feeds(chain, timeout)
         self._listeners.emit("on_stopped", Stopped(self._pattern))
+        # Queued listeners get what was produced, then their threads end (a blocked one ends
+        # by itself once it has caught up).
+        if not self._listeners.close(max(0.0, deadline - time.monotonic())):
+            log.warning("listeners of %r still busy when stop() timed out", self._pattern)
 
     def pause(self, topic: str | None = None) -> bool:
         """Pause the whole monitor, or one topic: no failures while paused (beats are still
@@ -685,16 +723,24 @@ class HeartbeatMonitor:
         ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``),
         ``local_pause_seconds`` (the same length in seconds), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow
-        policy), ``listener_errors`` and ``dispatch_errors``."""
+        policy), ``listener_errors``, ``dispatch_errors``, ``listener_dropped`` (events the
+        listener queues' overflow policy discarded), ``listener_queue_depth`` (events waiting in
+        them now), ``listeners`` (per listener, as :meth:`ListenerSet.stats
+        <heartwire.listeners.ListenerSet.stats>`), ``dispatch_queue_depth`` (detector events
+        not yet taken by the dispatch thread), ``disconnects`` and ``reconnects`` (of the
+        broker connection)."""
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
         with self._rejected_lock:
             rejected = dict(self._rejected)
         dropped = self._losses
+        depth = 0
         feed = self._feed
         while feed is not None:
             dropped += _losses(feed.queue)
+            depth += len(feed.queue)
             feed = feed.prev
+        connection = self._connection_events
         out.update(
             learned=self._learned,
             rejected=rejected,
@@ -702,18 +748,62 @@ class HeartbeatMonitor:
             dropped=dropped,
             listener_errors=self._listeners.errors,
             dispatch_errors=self._dispatch_errors,
+            listener_dropped=self._listeners.dropped,
+            listener_queue_depth=self._listeners.queue_depth,
+            listeners=self._listeners.stats(),
+            dispatch_queue_depth=depth,
+            disconnects=connection.disconnects,
+            reconnects=connection.reconnects,
         )
         return out
+
+    def metrics(self) -> dict[str, Any]:
+        """A snapshot for dashboards (what :mod:`heartwire.metrics` exports to Prometheus):
+
+        - ``topics``: topics watched; ``states``: how many in each state (all six keys);
+        - ``beats``: beats recorded; ``learned``: topics learned from beats;
+        - ``failed``, ``resumed``, ``local_pauses``: events produced;
+        - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
+          ``too_many_topics``, ``bad_topic``), ``rejected_total`` their sum;
+        - ``dropped``: events lost, by where: ``dispatch`` (the detector's queue overflow
+          policy) and ``listeners`` (the listener queues');
+        - ``listener_errors``, ``dispatch_errors``: calls that raised;
+        - ``dispatch_queue_depth``, ``listener_queue_depth``: events waiting now;
+        - ``disconnects``, ``reconnects``: of the broker connection;
+        - ``max_topics``: the cap on topics (``None``: none).
+        """
+        stats = self.stats()
+        rejected: dict[str, int] = stats["rejected"]
+        return {
+            "topics": len(self._det),
+            "states": self.counts(),
+            "beats": stats["beats"],
+            "learned": stats["learned"],
+            "failed": stats["failed"],
+            "resumed": stats["resumed"],
+            "local_pauses": stats["local_pauses"],
+            "rejected": rejected,
+            "rejected_total": sum(rejected.values()),
+            "dropped": {"dispatch": stats["dropped"], "listeners": stats["listener_dropped"]},
+            "listener_errors": stats["listener_errors"],
+            "dispatch_errors": stats["dispatch_errors"],
+            "dispatch_queue_depth": stats["dispatch_queue_depth"],
+            "listener_queue_depth": stats["listener_queue_depth"],
+            "disconnects": stats["disconnects"],
+            "reconnects": stats["reconnects"],
+            "max_topics": self._max_topics,
+        }
 
     # -- events ----------------------------------------------------------------------------
 
     def drain(self, timeout: float = 5.0) -> bool:
         """Wait until listeners have been handed every event produced so far; False on timeout.
 
-        Returns False at once when called from a listener on the dispatch thread (it cannot
-        wait for itself).
+        With listener queues (the default), that means each listener has returned from every
+        event produced so far (or its queue dropped it). Returns False at once when called from
+        a listener (it cannot wait for itself).
         """
-        if getattr(self._local, "dispatching", False):
+        if getattr(self._local, "dispatching", False) or self._listeners.on_listener_thread():
             return False
         deadline = time.monotonic() + timeout
         feed = self._feed
@@ -735,7 +825,7 @@ class HeartbeatMonitor:
                         return False
                     # Woken by each delivered batch; the slice notices a thread that ended.
                     self._progress.wait(min(remaining, 0.05))
-        return True
+        return self._listeners.drain(max(0.0, deadline - time.monotonic()))
 
     def _open_feed(self, received: bool) -> None:
         # Called with the lock held.
