@@ -215,7 +215,8 @@ class BeatCodec:
             beat = self._decode_json(stripped)
         if destination is not None and destination != beat.topic:
             raise DecodeError(
-                "topic_mismatch", f"beat for {beat.topic!r} arrived on {destination!r}"
+                "topic_mismatch",
+                f"beat for {beat.topic!r:.100} arrived on {destination!r:.100}",
             )
         return beat
 
@@ -231,7 +232,7 @@ class BeatCodec:
         try:
             topic = validate_topic(match.group(1))
         except ValueError as exc:
-            raise DecodeError("bad_field", str(exc)) from None
+            raise DecodeError("bad_field", str(exc)[:300]) from None
         return Beat(topic, legacy=True)
 
     def _decode_json(self, text: str) -> Beat:

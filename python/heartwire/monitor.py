@@ -76,6 +76,11 @@ _JOIN = 3600.0  # how long a new dispatch thread waits for the one it replaces (
 DEFAULT_MAX_TOPICS = 1_000_000
 #: The default size of each listener's own queue (``listener_queue``).
 DEFAULT_LISTENER_QUEUE = 10_000
+#: The periods a beat may carry, seconds; a beat with another is refused (``"bad_period"``):
+#: the core cannot time less than a nanosecond or more than ~30 years, and a hostile 1 ns
+#: period would fail its topic on every tick.
+MIN_BEAT_PERIOD = 0.001
+MAX_BEAT_PERIOD = 1e9
 
 
 def _short(value: object, limit: int = 120) -> str:
@@ -549,8 +554,14 @@ class HeartbeatMonitor:
         topic = beat.topic
         handle = self._det.handle(topic)
         period = beat.period
-        if period is not None and not (period > 0 and math.isfinite(period)):
-            period = None
+        if period is not None and not MIN_BEAT_PERIOD <= period <= MAX_BEAT_PERIOD:
+            self._reject(
+                "bad_period",
+                None,
+                f"beat for {_short(topic)} carries the period {period!r} s; "
+                f"accepted: {MIN_BEAT_PERIOD} to {MAX_BEAT_PERIOD:.0e} s",
+            )
+            return
         if handle is None:
             handle = self._learn(topic, period)
             if handle is None:

@@ -182,7 +182,9 @@ OPTIONS: Mapping[str, tuple[Callable[[str, Any], Any], str]] = {
 
 _DEFAULTS = {f.name: f.default for f in fields(StompOptions)}
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/]*):[^@/]*@")
+# user:password@ at the start, after '//' or a failover list's '(' or ',' (scheme or not: a
+# malformed URL is echoed in errors too).
+_USERINFO = re.compile(r"(?P<scheme>^|[/(,\s])(?P<user>[^:@/\s(),]*):[^@/\s]*@")
 
 
 def redact(url: str) -> str:
@@ -199,7 +201,7 @@ def _broker(text: str, whole: str) -> BrokerAddress:
         )
     if scheme.lower() != "stomp":
         raise ValueError(
-            f"url {redact(whole)!r}: broker {shown!r} has the scheme {scheme!r}; "
+            f"url {redact(whole)!r}: broker {shown!r} has the scheme {redact(scheme)!r}; "
             "only 'stomp' is supported"
         )
     if "?" in rest or "#" in rest:
