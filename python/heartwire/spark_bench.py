@@ -3,9 +3,11 @@
     python -m heartwire.spark_bench [--rows 5000000] [--events 10000000] [--master local[2]]
 
 - freshness over ``--rows`` rows (timestamp ``last_seen``, a period per row): the Rust
-  ``arrow_udf``, native expressions, a ``pandas_udf`` doing the same with NumPy, and a plain
-  ``@udf`` fed the timestamp column (one ``datetime`` per row; as pickled rows and as Spark
-  4's default Arrow-batched Python UDF);
+  ``arrow_udf``, the floor of any ``arrow_udf`` on that input (an identity returning the
+  period column: the cost of moving the batches to Python and back), native expressions, a
+  ``pandas_udf`` doing the same with NumPy, and a plain ``@udf`` fed the timestamp column
+  (one ``datetime`` per row; as pickled rows and as Spark 4's default Arrow-batched Python
+  UDF);
 - outages and availability over ``--events`` beats (1000 topics with a period of 1 s, beating
   every 0.8 s with jitter, about 0.5% of beats missing: each missing beat is an outage): the
   Rust gap kernel over hash partitions (``mapInArrow``, engine ``rust``) and one topic at a
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 
 def _session(master: str) -> Any:
@@ -42,6 +45,7 @@ def _session(master: str) -> Any:
         .appName("heartwire-bench")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
         .getOrCreate()
@@ -66,7 +70,8 @@ def _noop(df: Any) -> Callable[[], None]:
 
 def bench_freshness(spark: Any, rows: int, repeat: int, plain: bool) -> dict[str, float]:
     from pyspark.sql import functions as F
-    from pyspark.sql.functions import pandas_udf, udf
+    from pyspark.sql.functions import arrow_udf, pandas_udf, udf
+    from pyspark.sql.types import LongType
 
     from heartwire import spark as hs
 
@@ -114,9 +119,17 @@ def bench_freshness(spark: Any, rows: int, repeat: int, plain: bool) -> dict[str
     plain_pickled = udf(fresh_plain, hs.FRESHNESS_TYPE, useArrow=False)
     plain_arrow = udf(fresh_plain, hs.FRESHNESS_TYPE, useArrow=True)
 
+    def identity(last: pa.Array, period: pa.Array) -> pa.Array:
+        return period
+
+    # the floor of any arrow_udf here: the same two columns to Python and one long column back,
+    # no work (the JVM <-> Python Arrow transfer and the row joining around it)
+    floor = arrow_udf(identity, LongType())
+
     out: dict[str, float] = {}
     variants: dict[str, Any] = {
         "rust arrow_udf": hs.freshness("last_seen", "period", as_of, 3, engine="rust"),
+        "arrow_udf floor (identity)": floor("last_seen", "period"),
         "native": hs.freshness("last_seen", "period", as_of, 3, engine="native"),
         "pandas_udf": pandas_fresh("last_seen", "period"),
     }
