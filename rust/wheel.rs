@@ -5,10 +5,17 @@
 //!
 //! # Layout
 //!
-//! * Entries live in a slab (`Vec<Entry>`) indexed by the key itself, so there is no key→slot map
-//!   and schedule/cancel/pop never allocate. Only [`Wheel::reserve_keys`] grows memory.
-//! * Every list (a wheel slot, or the "due" list) is an intrusive doubly linked list threaded
-//!   through the entries with `u32` indices, so unlinking any key is O(1).
+//! * Entries live in a slab (`Vec<Entry>`) indexed by the key itself, so there is no key→slot map.
+//!   An entry holds the deadline, which list the key is on and its position in that list.
+//! * Every list (a wheel slot, or the "due" queue) is an array of keys, so walking a list reads
+//!   keys from consecutive memory and the entries they name can be fetched in parallel (an
+//!   intrusive linked list would make each step wait for the previous entry's cache miss, which
+//!   dominated a 1M-key tick whose keys had been armed in random order). Removing a key from a
+//!   slot swaps the slot's last key into its place (O(1), the moved key's position updated);
+//!   removing one from the due queue leaves a tombstone that the next pop skips (O(1), compacted
+//!   once tombstones outnumber live keys). A list's array is reused when it empties, or freed if
+//!   it grew past [`KEEP_CAPACITY`], so memory follows the keys actually scheduled: schedule and
+//!   cancel are amortized O(1) and allocate only to grow a list.
 //! * There are 11 levels of 64 slots. Level `l` slot `s` holds deadlines whose bits above
 //!   `6 * (l + 1)` equal those of the current time (`elapsed`) and whose level-`l` digit is `s`;
 //!   the level is picked from the highest bit in which `elapsed` and `when` differ (as in tokio).
@@ -18,13 +25,17 @@
 //!   nothing can fire early.
 //! * A `u64` occupancy mask per level finds the next non-empty slot with `trailing_zeros`, so
 //!   advancing over long idle stretches costs O(levels), never O(ticks).
-//! * Keys whose deadline is at or before `elapsed` sit on the "due" list, from which
-//!   [`Wheel::pop_expired`] hands them out before looking at the slots again. The due list is kept
-//!   in deadline order so that keys scheduled in the past (outside a drain) still come out in
-//!   order: appends and prepends keep it sorted in O(1); any other insertion only marks it
-//!   unsorted, and the next pop sorts it in place (linked-list merge sort, no allocation). During
-//!   a drain (after `pop_expired` returned `Some`, until it returns `None`) a key scheduled at or
-//!   before `elapsed` is simply pushed to the front: it comes out next, as documented.
+//! * Keys whose deadline is at or before `elapsed` sit on the "due" queue, from which
+//!   [`Wheel::pop_expired`] hands them out before looking at the slots again. The queue is a
+//!   front stack (popped first, last pushed first) followed by a back array read from a cursor.
+//!   It is kept in deadline order so that keys scheduled in the past (outside a drain) still come
+//!   out in order: a deadline at or below every queued one goes to the front, one at or above
+//!   every queued one to the back, both O(1); any other insertion only marks the queue unsorted,
+//!   and the next pop sorts it. During a drain (after `pop_expired` returned `Some`, until it
+//!   returns `None`) a key scheduled at or before `elapsed` is simply pushed to the front: it
+//!   comes out next, as documented.
+//! * A level-0 slot holds one tick, so when time reaches it every key in it is due at exactly
+//!   `elapsed`: its array becomes the (then empty) due queue as it is, without re-filing keys.
 //!
 //! # Invariants
 //!
@@ -35,8 +46,11 @@
 //! * Hence the lowest non-empty level holds the earliest slot: all entries of levels below `l` lie
 //!   inside the level-`l` slot that contains `elapsed`, while level-`l` entries lie strictly after
 //!   that slot.
-//! * An entry on the due list has `when <= elapsed`; entries get there only by being scheduled at
+//! * An entry on the due queue has `when <= elapsed`; entries get there only by being scheduled at
 //!   or before `elapsed` or by a cascade at exactly their deadline, so a popped key is never early.
+//! * `list(e.list)[e.pos] == key` for every scheduled key, where a list id equal to `due_alias`
+//!   (the level-0 slot whose array became the due queue) names the due queue's back array; the
+//!   due queue's arrays are empty whenever it holds no live key.
 
 /// Bits of the tick consumed by one level.
 const SLOT_BITS: u32 = 6;
@@ -47,65 +61,93 @@ const SLOT_MASK: u64 = (SLOTS as u64) - 1;
 /// Number of levels: `ceil(64 / 6)`, enough for every `u64` tick. The top level only uses its low
 /// sixteen slots (bits 60..64).
 const LEVELS: usize = 64_usize.div_ceil(SLOT_BITS as usize);
-/// Index of the due list in `heads`; lists `0..DUE` are `level * SLOTS + slot`.
-const DUE: usize = LEVELS * SLOTS;
-/// Total number of list heads.
-const LISTS: usize = DUE + 1;
-/// "No entry" in a link or list head.
-const NIL: u32 = u32::MAX;
+/// Number of wheel slots; slot lists are `level * SLOTS + slot`.
+const SLOT_LISTS: usize = LEVELS * SLOTS;
+/// `Entry::list` of a key in the due queue's back array.
+const DUE_BACK: u16 = SLOT_LISTS as u16;
+/// `Entry::list` of a key in the due queue's front stack.
+const DUE_FRONT: u16 = DUE_BACK + 1;
 /// `Entry::list` of a key with no pending deadline.
 const UNSCHEDULED: u16 = u16::MAX;
+/// A removed key's place in the due queue.
+const TOMB: u32 = u32::MAX;
+/// A list array emptied with more room than this many keys is freed rather than kept.
+pub const KEEP_CAPACITY: usize = 1024;
+/// Tombstones tolerated in the due queue before compaction (and at least as many as live keys).
+const MIN_COMPACT: usize = 64;
 
-/// Largest number of keys a wheel can hold: `u32::MAX` itself is the `NIL` link.
-const MAX_KEYS: usize = NIL as usize;
+/// Largest number of keys a wheel can hold: `u32::MAX` itself marks a tombstone.
+const MAX_KEYS: usize = TOMB as usize;
 
-/// One key's slab entry (24 bytes: 8 + 4 + 4 + 2, padded to the `u64` alignment).
+/// One key's slab entry (16 bytes: 8 + 4 + 2, padded to the `u64` alignment).
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     /// The exact deadline given to `schedule` (meaningless while unscheduled).
     when: u64,
-    /// Next key in the same list, or `NIL`.
-    next: u32,
-    /// Previous key in the same list, or `NIL` (then this key is the list head).
-    prev: u32,
-    /// Which list the key is on (`level * SLOTS + slot`, or `DUE`), or `UNSCHEDULED`.
+    /// Index of the key in its list's array.
+    pos: u32,
+    /// Which list the key is on (a slot list, `DUE_BACK` or `DUE_FRONT`), or `UNSCHEDULED`.
     list: u16,
 }
 
 impl Entry {
     const VACANT: Entry = Entry {
         when: 0,
-        next: NIL,
-        prev: NIL,
+        pos: 0,
         list: UNSCHEDULED,
     };
 }
 
-// The list index must fit `Entry::list` with `UNSCHEDULED` left over.
-const _: () = assert!(LISTS < UNSCHEDULED as usize);
+// The list ids must fit `Entry::list` with `UNSCHEDULED` left over.
+const _: () = assert!((DUE_FRONT as usize) < UNSCHEDULED as usize);
 
-/// A hierarchical timer wheel: at most one pending deadline per dense `u32` key, O(1) schedule and
-/// cancel, no allocation outside [`Wheel::reserve_keys`]. See the module docs for the layout.
+/// Empty `list`, keeping its array for reuse unless it grew large.
+#[inline]
+fn recycle(list: &mut Vec<u32>) {
+    if list.capacity() > KEEP_CAPACITY {
+        *list = Vec::new();
+    } else {
+        list.clear();
+    }
+}
+
+/// A hierarchical timer wheel: at most one pending deadline per dense `u32` key, amortized O(1)
+/// schedule and cancel. See the module docs for the layout.
 #[derive(Clone, Debug)]
 pub struct Wheel {
     /// Slab of entries, indexed by key.
     entries: Vec<Entry>,
-    /// Head key of every list (wheel slots, then the due list), or `NIL`.
-    heads: [u32; LISTS],
+    /// Keys of every wheel slot, `level * SLOTS + slot`, in no particular order.
+    slots: Box<[Vec<u32>]>,
     /// Bit `s` of `occupied[l]` is set iff level `l` slot `s` is non-empty.
     occupied: [u64; LEVELS],
     /// Current time in ticks; never decreases.
     elapsed: u64,
     /// Number of keys with a pending deadline.
     len: usize,
-    /// Lower bound of the deadlines on the due list: the minimum `when` pushed since the list was
-    /// last empty (removals do not raise it, which keeps it a valid lower bound). `u64::MAX` when
-    /// the list is empty.
+    /// The due queue's back part: keys from `due_head` on, in order (`TOMB` for removed ones).
+    due: Vec<u32>,
+    /// First unread index of `due`.
+    due_head: usize,
+    /// The due queue's front part, a stack: its last key comes out first.
+    due_front: Vec<u32>,
+    /// Live keys in the due queue.
+    due_live: usize,
+    /// Tombstones in the due queue's unread part.
+    due_dead: usize,
+    /// Lower bound of the deadlines in the due queue: the minimum `when` pushed since it was last
+    /// empty (removals do not raise it, which keeps it a valid lower bound). `u64::MAX` when
+    /// empty.
     due_floor: u64,
-    /// Last key of the due list, or `NIL`.
-    due_tail: u32,
-    /// The due list may be out of deadline order (sorted before the next pop from it).
+    /// Upper bound of the deadlines in the due queue, likewise (0 when empty).
+    due_ceil: u64,
+    /// The due queue may be out of deadline order (sorted before the next pop from it).
     due_unsorted: bool,
+    /// The level-0 slot list whose array became the due queue's back array, or `UNSCHEDULED`:
+    /// its keys' `Entry::list` still names that slot and means `DUE_BACK` until the queue
+    /// empties. No key can enter that slot meanwhile (its tick is `elapsed`'s, and `elapsed`
+    /// does not move while keys are due).
+    due_alias: u16,
     /// The last `pop_expired` returned `Some`: a drain loop is in progress.
     draining: bool,
 }
@@ -139,20 +181,26 @@ impl Wheel {
     pub fn new(now: u64) -> Self {
         Self {
             entries: Vec::new(),
-            heads: [NIL; LISTS],
+            slots: (0..SLOT_LISTS).map(|_| Vec::new()).collect(),
             occupied: [0; LEVELS],
             elapsed: now,
             len: 0,
+            due: Vec::new(),
+            due_head: 0,
+            due_front: Vec::new(),
+            due_live: 0,
+            due_dead: 0,
             due_floor: u64::MAX,
-            due_tail: NIL,
+            due_ceil: 0,
             due_unsorted: false,
+            due_alias: UNSCHEDULED,
             draining: false,
         }
     }
 
     /// Make keys `0..n` valid (grows the slab; existing entries untouched). A smaller `n` than
-    /// the current capacity does nothing. Panics if `n > u32::MAX` (index `u32::MAX` is the
-    /// `NIL` link).
+    /// the current capacity does nothing. Panics if `n > u32::MAX` (key `u32::MAX` would be the
+    /// tombstone).
     pub fn reserve_keys(&mut self, n: usize) {
         assert!(n <= MAX_KEYS, "Wheel supports at most {MAX_KEYS} keys");
         if n > self.entries.len() {
@@ -165,14 +213,18 @@ impl Wheel {
         self.entries.len()
     }
 
-    /// Bytes of heap the wheel holds: its slab, 24 bytes per reserved key. The list heads and
-    /// occupancy masks (about 3 KB, independent of the key count) live inline in the `Wheel`.
+    /// Bytes of heap the wheel holds: its slab (16 bytes per reserved key), the table of slot
+    /// lists (about 17 KB) and the lists' arrays (4 bytes per scheduled key, plus room to grow).
     pub fn heap_bytes(&self) -> usize {
+        let key = std::mem::size_of::<u32>();
         self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.slots.len() * std::mem::size_of::<Vec<u32>>()
+            + self.slots.iter().map(Vec::capacity).sum::<usize>() * key
+            + (self.due.capacity() + self.due_front.capacity()) * key
     }
 
     /// Schedule `key` to expire at tick `when`, moving it if already scheduled (wherever it is,
-    /// including the due list). A `when` at or before the current elapsed tick means "due now":
+    /// including the due queue). A `when` at or before the current elapsed tick means "due now":
     /// it is returned by the next `pop_expired` call (including one already in progress in a
     /// `while let` loop). Panics if `key >= key_capacity()`.
     pub fn schedule(&mut self, key: u32, when: u64) {
@@ -231,14 +283,14 @@ impl Wheel {
     ///
     /// The bound is never later than the true earliest deadline, and it is:
     /// * `<= elapsed()` exactly when some key is already due (then it is the smallest deadline
-    ///   put on the due list since that list was last empty; cancels may leave it lower);
+    ///   put on the due queue since that queue was last empty; cancels may leave it lower);
     /// * otherwise `> elapsed()` and exact when the earliest deadline is within the current
     ///   64-tick block (level 0); for farther deadlines it is the start of the earliest occupied
     ///   higher-level slot, i.e. the tick at which `pop_expired` would next have work to do.
     ///
     /// Sleeping until the returned tick and calling `pop_expired` never misses a deadline.
     pub fn next_expiration(&self) -> Option<u64> {
-        if self.heads[DUE] != NIL {
+        if self.due_live != 0 {
             return Some(self.due_floor);
         }
         self.next_slot().map(|(_, _, start)| start)
@@ -253,7 +305,7 @@ impl Wheel {
     /// never returned before its deadline. "During the loop" means after a call that returned
     /// `Some` and before one that returns `None`; keys scheduled in the past outside a loop are
     /// ordered like any others (if they were scheduled out of deadline order, the first pop that
-    /// reaches them sorts them in place, O(k log k) for k such keys, without allocating).
+    /// reaches them sorts them, O(k log k) for the k keys then due).
     ///
     /// A `now` earlier than `elapsed()` is treated as `elapsed()`. Empty stretches are skipped via
     /// the occupancy masks, so a `now` far in the future costs O(levels) per occupied slot
@@ -265,22 +317,18 @@ impl Wheel {
     pub fn pop_expired(&mut self, now: u64) -> Option<(u32, u64)> {
         let now = now.max(self.elapsed);
         loop {
-            if self.heads[DUE] != NIL {
+            if self.due_live != 0 {
                 if self.due_unsorted {
-                    self.sort_due();
+                    self.rebuild_due(true);
                 }
-                let head = self.heads[DUE];
-                let when = self.entries[head as usize].when;
-                self.unlink(head);
-                self.len -= 1;
                 self.draining = true;
-                return Some((head, when));
+                return Some(self.pop_due());
             }
             match self.next_slot() {
                 Some((level, slot, start)) if start <= now => {
                     // Everything in that slot is at or after `start`, and nothing anywhere is
                     // earlier, so time can move there; the cascade then re-files the slot's
-                    // entries relative to the new time (due ones go to the due list).
+                    // entries relative to the new time (due ones go to the due queue).
                     self.elapsed = start;
                     self.cascade(level, slot);
                 }
@@ -295,7 +343,26 @@ impl Wheel {
         }
     }
 
-    /// The earliest occupied wheel slot (ignoring the due list) as `(level, slot, start tick)`.
+    /// The keys (with their deadlines) that the next `count` calls of
+    /// [`pop_expired`](Wheel::pop_expired) will return first, as far as they are already on the
+    /// due queue (fewer when it is shorter, none before a pop has filled it). Reading them is a
+    /// prefetch: a caller about to do random-access work per popped key can touch its own data
+    /// for these keys in one go, so that the cache misses (the wheel's own included) overlap
+    /// instead of coming one after another. Nothing is removed.
+    pub fn due_ahead(&self, count: usize) -> impl Iterator<Item = (u32, u64)> + '_ {
+        let back = &self.due[self.due_head.min(self.due.len())..];
+        let ahead = if self.due_unsorted { 0 } else { count };
+        self.due_front
+            .iter()
+            .rev()
+            .chain(back)
+            .copied()
+            .filter(|&k| k != TOMB)
+            .take(ahead)
+            .map(|k| (k, self.entries[k as usize].when))
+    }
+
+    /// The earliest occupied wheel slot (ignoring the due queue) as `(level, slot, start tick)`.
     fn next_slot(&self) -> Option<(usize, usize, u64)> {
         for level in 0..LEVELS {
             let occupied = self.occupied[level];
@@ -323,18 +390,32 @@ impl Wheel {
     /// Empty level `level` slot `slot`, re-filing each entry relative to the current `elapsed`.
     fn cascade(&mut self, level: usize, slot: usize) {
         let list = level * SLOTS + slot;
-        let mut cur = self.heads[list];
-        self.heads[list] = NIL;
+        let mut keys = std::mem::take(&mut self.slots[list]);
         self.occupied[level] &= !(1u64 << slot);
-        while cur != NIL {
-            // `insert` rewrites the links, so read the successor first.
-            let next = self.entries[cur as usize].next;
-            self.insert(cur);
-            cur = next;
+        if level == 0 && self.due_live == 0 && slot_for(self.elapsed, 0) == slot {
+            // A level-0 slot is one tick, now reached: every key in it is due at exactly
+            // `elapsed`, so the array becomes the (empty) due queue, positions unchanged, and
+            // the slot's list id stands for the due queue's back array (no pass over the keys).
+            debug_assert!(self.due.is_empty() && self.due_front.is_empty());
+            debug_assert!(keys
+                .iter()
+                .all(|&k| self.entries[k as usize].when == self.elapsed));
+            self.due_alias = list as u16;
+            self.due_live = keys.len();
+            self.due_floor = self.elapsed;
+            self.due_ceil = self.elapsed;
+            std::mem::swap(&mut self.due, &mut keys);
+            self.due_head = 0;
+        } else {
+            for &key in &keys {
+                self.insert(key);
+            }
         }
+        recycle(&mut keys);
+        self.slots[list] = keys;
     }
 
-    /// File `key` (whose `when` is set and which is on no list) on the due list or its slot.
+    /// File `key` (whose `when` is set and which is on no list) on the due queue or its slot.
     #[inline]
     fn insert(&mut self, key: u32) {
         let when = self.entries[key as usize].when;
@@ -344,147 +425,156 @@ impl Wheel {
             let level = level_for(self.elapsed, when);
             let slot = slot_for(when, level);
             self.occupied[level] |= 1u64 << slot;
-            self.push_front(level * SLOTS + slot, key);
+            let list = level * SLOTS + slot;
+            debug_assert_ne!(list as u16, self.due_alias, "slot aliased to the due queue");
+            let keys = &mut self.slots[list];
+            let e = &mut self.entries[key as usize];
+            e.pos = keys.len() as u32;
+            e.list = list as u16;
+            keys.push(key);
         }
     }
 
-    /// Put `key` (deadline `when <= elapsed`) on the due list, keeping it sorted where that is
+    /// Put `key` (deadline `when <= elapsed`) on the due queue, keeping it sorted where that is
     /// O(1) and otherwise leaving the sort to the next pop; see the module docs.
     #[inline]
     fn insert_due(&mut self, key: u32, when: u64) {
-        self.due_floor = self.due_floor.min(when);
-        let head = self.heads[DUE];
-        if head == NIL || self.draining || when <= self.entries[head as usize].when {
-            // Empty list, "as soon as possible" during a drain, or a new minimum.
-            self.push_front(DUE, key);
-        } else if when >= self.entries[self.due_tail as usize].when {
-            // The usual case outside a drain: a new maximum (e.g. `when == elapsed`).
-            let tail = self.due_tail;
-            self.entries[tail as usize].next = key;
-            let e = &mut self.entries[key as usize];
-            e.next = NIL;
-            e.prev = tail;
-            e.list = DUE as u16;
-            self.due_tail = key;
-        } else {
-            self.push_front(DUE, key);
-            self.due_unsorted = true;
-        }
-    }
-
-    /// Link `key` in at the head of `list` (the caller keeps masks/floors in step).
-    #[inline]
-    fn push_front(&mut self, list: usize, key: u32) {
-        let old_head = self.heads[list];
-        if old_head != NIL {
-            self.entries[old_head as usize].prev = key;
-        } else if list == DUE {
-            self.due_tail = key;
-        }
         let e = &mut self.entries[key as usize];
-        e.next = old_head;
-        e.prev = NIL;
-        e.list = list as u16;
-        self.heads[list] = key;
-    }
-
-    /// Sort the due list by deadline in place: bottom-up merge sort on the `next` links (runs of
-    /// length 2^i kept in a fixed array, as in a binary counter), then `prev` links and the tail
-    /// are rebuilt. O(n log n), stable, no allocation.
-    fn sort_due(&mut self) {
-        // 2^32 entries at most, so 33 run sizes.
-        let mut runs = [NIL; 33];
-        let mut cur = self.heads[DUE];
-        while cur != NIL {
-            let next = self.entries[cur as usize].next;
-            self.entries[cur as usize].next = NIL;
-            let mut run = cur;
-            let mut i = 0;
-            while runs[i] != NIL {
-                // `runs[i]` holds earlier elements: merging it first keeps the sort stable.
-                run = self.merge_due(runs[i], run);
-                runs[i] = NIL;
-                i += 1;
-            }
-            runs[i] = run;
-            cur = next;
-        }
-        let mut sorted = NIL;
-        for &run in runs.iter().filter(|&&r| r != NIL) {
-            // Larger runs hold earlier elements.
-            sorted = if sorted == NIL {
-                run
-            } else {
-                self.merge_due(run, sorted)
-            };
-        }
-        self.heads[DUE] = sorted;
-        let mut prev = NIL;
-        let mut cur = sorted;
-        while cur != NIL {
-            self.entries[cur as usize].prev = prev;
-            prev = cur;
-            cur = self.entries[cur as usize].next;
-        }
-        self.due_tail = prev;
-        self.due_unsorted = false;
-    }
-
-    /// Merge two non-empty `next`-linked runs sorted by deadline (ties from `a` first).
-    fn merge_due(&mut self, mut a: u32, mut b: u32) -> u32 {
-        let take_a =
-            |s: &Self, a: u32, b: u32| s.entries[a as usize].when <= s.entries[b as usize].when;
-        let head = if take_a(self, a, b) { a } else { b };
-        let mut tail = head;
-        if head == a {
-            a = self.entries[a as usize].next;
+        if self.due_live == 0 || (!self.draining && when >= self.due_ceil) {
+            // Empty queue, or a new maximum (the usual case outside a drain: `when == elapsed`).
+            e.pos = self.due.len() as u32;
+            e.list = DUE_BACK;
+            self.due.push(key);
         } else {
-            b = self.entries[b as usize].next;
+            // "As soon as possible" during a drain, or a new minimum; anything else unsorts.
+            if !self.draining && when > self.due_floor {
+                self.due_unsorted = true;
+            }
+            e.pos = self.due_front.len() as u32;
+            e.list = DUE_FRONT;
+            self.due_front.push(key);
         }
-        while a != NIL && b != NIL {
-            let pick = if take_a(self, a, b) { &mut a } else { &mut b };
-            let key = *pick;
-            *pick = self.entries[key as usize].next;
-            self.entries[tail as usize].next = key;
-            tail = key;
-        }
-        self.entries[tail as usize].next = if a != NIL { a } else { b };
-        head
+        self.due_live += 1;
+        self.due_floor = self.due_floor.min(when);
+        self.due_ceil = self.due_ceil.max(when);
     }
 
-    /// Take `key` (which must be on a list) off its list, keeping masks and `due_floor` in step.
+    /// Take the first live key off the due queue (which must hold one), with its deadline.
+    #[inline]
+    fn pop_due(&mut self) -> (u32, u64) {
+        loop {
+            let key = match self.due_front.pop() {
+                Some(key) => key,
+                None => {
+                    let key = self.due[self.due_head];
+                    self.due_head += 1;
+                    key
+                }
+            };
+            if key == TOMB {
+                self.due_dead -= 1;
+                continue;
+            }
+            let e = &mut self.entries[key as usize];
+            e.list = UNSCHEDULED;
+            let when = e.when;
+            self.len -= 1;
+            self.due_live -= 1;
+            if self.due_live == 0 {
+                self.reset_due();
+            }
+            return (key, when);
+        }
+    }
+
+    /// Empty the due queue's arrays (it holds no live key).
+    fn reset_due(&mut self) {
+        recycle(&mut self.due);
+        recycle(&mut self.due_front);
+        self.due_head = 0;
+        self.due_dead = 0;
+        self.due_floor = u64::MAX;
+        self.due_ceil = 0;
+        self.due_unsorted = false;
+        self.due_alias = UNSCHEDULED;
+    }
+
+    /// Rewrite the due queue's live keys into the back array, front stack first, dropping
+    /// tombstones; `sort` also orders them by deadline (then key).
+    fn rebuild_due(&mut self, sort: bool) {
+        let mut live: Vec<(u64, u32)> = Vec::with_capacity(self.due_live);
+        let back = &self.due[self.due_head..];
+        for &key in self.due_front.iter().rev().chain(back) {
+            if key != TOMB {
+                live.push((self.entries[key as usize].when, key));
+            }
+        }
+        debug_assert_eq!(live.len(), self.due_live);
+        if sort {
+            live.sort_unstable();
+            self.due_unsorted = false;
+        }
+        self.due.clear();
+        self.due_front.clear();
+        self.due_head = 0;
+        self.due_dead = 0;
+        for (pos, &(_, key)) in live.iter().enumerate() {
+            let e = &mut self.entries[key as usize];
+            e.pos = pos as u32;
+            e.list = DUE_BACK;
+            self.due.push(key);
+        }
+    }
+
+    /// Take `key` (which must be on a list) off its list, keeping masks and the due queue's
+    /// counts in step.
     #[inline]
     fn unlink(&mut self, key: u32) {
-        let Entry {
-            next, prev, list, ..
-        } = self.entries[key as usize];
-        let list = list as usize;
-        debug_assert!(list < LISTS);
-        if prev != NIL {
-            self.entries[prev as usize].next = next;
+        let Entry { pos, list, .. } = self.entries[key as usize];
+        self.entries[key as usize].list = UNSCHEDULED;
+        let pos = pos as usize;
+        let list = if list == self.due_alias {
+            DUE_BACK
         } else {
-            self.heads[list] = next;
-            if next == NIL {
-                // The list just became empty.
-                if list == DUE {
-                    self.due_floor = u64::MAX;
+            list
+        };
+        match list {
+            DUE_BACK | DUE_FRONT => {
+                let keys = if list == DUE_BACK {
+                    &mut self.due
                 } else {
+                    &mut self.due_front
+                };
+                debug_assert_eq!(keys[pos], key);
+                keys[pos] = TOMB;
+                self.due_live -= 1;
+                if self.due_live == 0 {
+                    self.reset_due();
+                } else {
+                    self.due_dead += 1;
+                    if self.due_dead > MIN_COMPACT && self.due_dead > self.due_live {
+                        self.rebuild_due(false);
+                    }
+                }
+            }
+            _ => {
+                let list = list as usize;
+                debug_assert!(list < SLOT_LISTS);
+                let keys = &mut self.slots[list];
+                debug_assert_eq!(keys[pos], key);
+                let last = keys.pop().expect("a scheduled key's list is not empty");
+                if last != key {
+                    keys[pos] = last;
+                    self.entries[last as usize].pos = pos as u32;
+                }
+                if keys.is_empty() {
+                    recycle(keys);
                     self.occupied[list / SLOTS] &= !(1u64 << (list % SLOTS));
                 }
             }
         }
-        if next != NIL {
-            self.entries[next as usize].prev = prev;
-        } else if list == DUE {
-            self.due_tail = prev;
-        }
-        let e = &mut self.entries[key as usize];
-        e.next = NIL;
-        e.prev = NIL;
-        e.list = UNSCHEDULED;
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,12 +599,13 @@ mod tests {
 
     #[test]
     fn entry_is_small() {
-        assert_eq!(std::mem::size_of::<Entry>(), 24);
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
         assert_eq!(LEVELS, 11);
         let mut w = Wheel::new(0);
-        assert_eq!(w.heap_bytes(), 0);
+        let empty = w.heap_bytes();
+        assert!(empty < 32 * 1024);
         w.reserve_keys(1000);
-        assert!(w.heap_bytes() >= 1000 * std::mem::size_of::<Entry>());
+        assert!(w.heap_bytes() >= empty + 1000 * std::mem::size_of::<Entry>());
         assert!(std::mem::size_of::<Wheel>() < 4096);
     }
 
@@ -682,6 +773,65 @@ mod tests {
         assert!(got.windows(2).all(|p| p[0].1 <= p[1].1));
         assert_eq!(got[0], (8, 1));
         assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn due_queue_tombstones_compact_and_keep_order() {
+        // Enough removals from the due queue to compact it several times, with keys moved
+        // between the due queue and the slots, checked against a sorted reference.
+        const N: u32 = 2000;
+        let mut w = wheel(10_000, N as usize);
+        let mut live: Vec<(u64, u32)> = Vec::new();
+        for k in 0..N {
+            w.schedule(k, u64::from(k % 97) * 50); // past, scrambled: the queue is unsorted
+        }
+        for k in (0..N).filter(|k| k % 3 != 0) {
+            assert!(w.cancel(k));
+        }
+        for k in (0..N).filter(|k| k % 3 == 0) {
+            if k % 2 == 0 {
+                w.schedule(k, 20_000 + u64::from(k)); // out to a slot
+                w.schedule(k, u64::from(k) % 500); // and back onto the due queue
+            }
+            live.push((w.deadline(k).unwrap(), k));
+        }
+        assert_eq!(w.len(), live.len());
+        live.sort_unstable();
+        let got = drain(&mut w, 10_000);
+        let whens: Vec<u64> = got.iter().map(|&(_, t)| t).collect();
+        let want: Vec<u64> = live.iter().map(|&(t, _)| t).collect();
+        assert_eq!(whens, want);
+        let mut keys: Vec<u32> = got.iter().map(|&(k, _)| k).collect();
+        keys.sort_unstable();
+        let mut want_keys: Vec<u32> = live.iter().map(|&(_, k)| k).collect();
+        want_keys.sort_unstable();
+        assert_eq!(keys, want_keys);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn emptied_large_lists_give_their_memory_back() {
+        const N: usize = 100_000;
+        let mut w = wheel(0, N);
+        let base = w.heap_bytes();
+        for k in 0..N as u32 {
+            w.schedule(k, 5_000);
+        }
+        assert!(w.heap_bytes() >= base + N * 4);
+        assert_eq!(drain(&mut w, 5_000).len(), N);
+        assert!(
+            w.heap_bytes() <= base + 64 * 1024,
+            "{}",
+            w.heap_bytes() - base
+        );
+        // Removing keys one by one frees a big slot too.
+        for k in 0..N as u32 {
+            w.schedule(k, 9_000);
+        }
+        for k in 0..N as u32 {
+            assert!(w.cancel(k));
+        }
+        assert!(w.heap_bytes() <= base + 64 * 1024);
     }
 
     #[test]
