@@ -83,6 +83,17 @@ MIN_BEAT_PERIOD = 0.001
 MAX_BEAT_PERIOD = 1e9
 
 
+def _replay(last: tuple[str, int, float | None], boot: str, seq: int, sent: float | None) -> str:
+    """Why a signed beat (``boot``, ``seq``, ``sent``) is no newer than the ``last`` one taken
+    for its topic; "" if it is newer."""
+    last_boot, last_seq, last_sent = last
+    if boot == last_boot:
+        return f"seq {seq} <= {last_seq} of the same boot" if seq <= last_seq else ""
+    if sent is not None and last_sent is not None and sent <= last_sent:
+        return "another boot id, sent before the last beat taken"
+    return ""
+
+
 def _short(value: object, limit: int = 120) -> str:
     """``repr(value)``, cut to ``limit`` characters: hostile names stay out of logs and events."""
     text = repr(value)
@@ -190,6 +201,10 @@ class HeartbeatMonitor:
     - ``clock``: a :class:`~heartwire._core.ManualClock` for tests and simulations; events are then
       produced by ``clock.advance`` and delivered to listeners by :meth:`drain`.
     - ``key``: shared HMAC key; beats not signed with it are rejected and counted, never recorded.
+      With a key, a signed beat that is not newer than the last one taken for its topic is
+      refused too (reason ``"replayed"``): same boot id and a sequence number not above the
+      last, or another boot id and a send time not after the last. So a captured beat sent again
+      cannot revive a dead service. Signed beats without ``seq`` and ``boot`` are not checked.
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
     - ``tick``: the detector's driver interval (real clock).
@@ -280,6 +295,9 @@ class HeartbeatMonitor:
         self._learned = 0
         self._rejected: Counter[str] = Counter()
         self._rejected_lock = threading.Lock()
+        # Signed beats only: per handle, (boot id, seq, sent) of the last one taken (replays).
+        self._last_signed: dict[int, tuple[str, int, float | None]] = {}
+        self._replay_lock = threading.Lock()
         self._feed: _Feed | None = None
         self._subscription: Subscription | None = None
         self._local = threading.local()
@@ -477,6 +495,7 @@ class HeartbeatMonitor:
         self._periods[handle] = period
         self._pinned[handle] = 0
         self._graces[handle] = math.nan
+        self._last_signed.pop(handle, None)  # a reused handle: a new topic
         self._next_handle = max(self._next_handle, handle + 1)
 
     def _learn(self, topic: str, period: float | None) -> int | None:
@@ -570,8 +589,28 @@ class HeartbeatMonitor:
             periods = self._periods
             if handle < len(periods) and periods[handle] != period and not self._pinned[handle]:
                 self._retune(handle, period)
+        if self._codec.signed and not self._newer(handle, beat):
+            return
         latency = None if beat.sent_at is None else time.time() - beat.sent_at
         self._det.beat(handle, seq=beat.seq, latency=latency)
+
+    def _newer(self, handle: int, beat: Beat) -> bool:
+        """Whether a signed ``beat`` is newer than the last one taken for its topic (then it is
+        remembered); a replay is counted (``"replayed"``)."""
+        seq, boot, sent = beat.seq, beat.boot_id, beat.sent_at
+        if seq is None or boot is None:
+            return True
+        why = ""
+        with self._replay_lock:
+            last = self._last_signed.get(handle)
+            if last is not None:
+                why = _replay(last, boot, seq, sent)
+            if not why:
+                self._last_signed[handle] = (boot, seq, sent)
+        if why:
+            self._reject("replayed", None, f"beat for {_short(beat.topic)} replayed: {why}")
+            return False
+        return True
 
     def _retune(self, handle: int, period: float) -> None:
         with self._lock:
@@ -775,7 +814,7 @@ class HeartbeatMonitor:
         - ``beats``: beats recorded; ``learned``: topics learned from beats;
         - ``failed``, ``resumed``, ``local_pauses``: events produced;
         - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
-          ``too_many_topics``, ``bad_topic``), ``rejected_total`` their sum;
+          ``too_many_topics``, ``bad_topic``, ``replayed``), ``rejected_total`` their sum;
         - ``dropped``: events lost, by where: ``dispatch`` (the detector's queue overflow
           policy) and ``listeners`` (the listener queues');
         - ``listener_errors``, ``dispatch_errors``: calls that raised;

@@ -1,0 +1,233 @@
+"""HMAC-signed beats end to end over real brokers: spoofed beats cannot revive a dead service.
+
+A signed publisher and a monitor with the same key talk through ActiveMQ and RabbitMQ. Once
+the service has stopped and the monitor has failed it, an attacker on the broker sends beats
+for it: unsigned, legacy text, signed with another key, a captured beat with a field changed,
+a captured beat re-addressed to another topic, and captured beats sent again unchanged (from
+the service's current boot and from an earlier one). Each is refused and counted under its
+reason, the topic stays FAILED, and a genuine new beat still resumes it (the channel works).
+Unit tests on the replay rule run on a ManualClock, without a broker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import heartwire as hw
+from heartwire.message import Beat, BeatCodec
+from heartwire.transport import Message, connect
+from tests import brokers as B
+from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
+
+KEY = b"heartwire-test-key-" + uuid.uuid4().hex.encode()
+PERIOD = 0.2
+FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=3&keepalive_interval=0"
+
+
+def uid() -> str:
+    return "sec" + uuid.uuid4().hex[:10]
+
+
+class Capture:
+    """Raw bodies published to one topic, as an eavesdropper on the broker sees them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.bodies: list[bytes] = []
+
+    def __call__(self, message: Message) -> None:
+        with self.lock:
+            self.bodies.append(message.body)
+
+    def snapshot(self) -> list[bytes]:
+        with self.lock:
+            return list(self.bodies)
+
+
+class Events(hw.SubscriberListener):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.resumed: list[str] = []
+        self.failed: list[str] = []
+
+    def on_failed(self, event: hw.Failed) -> None:
+        with self.lock:
+            self.failed.append(event.topic)
+
+    def on_resumed(self, event: hw.Resumed) -> None:
+        with self.lock:
+            self.resumed.append(event.topic)
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Any]]:
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        stop = getattr(thing, "stop", None) or thing.close
+        with contextlib.suppress(Exception):
+            stop()
+
+
+def rejected(mon: hw.HeartbeatMonitor) -> dict[str, int]:
+    return dict(mon.stats()["rejected"])
+
+
+def _run_publisher(broker_url: str, topic: str, capture: Capture, closing: list[Any]) -> str:
+    """A signed publisher beats until 3 of its beats were seen on the wire, then stops;
+    returns its boot id."""
+    t = connect(broker_url)
+    closing.append(t)
+    pub = hw.HeartbeatPublisher(t, topic, period=PERIOD, key=KEY)
+    closing.append(pub)
+    pub.start()
+    mine = f'"boot":"{pub.boot_id}"'.encode()
+    wait_for(
+        lambda: sum(mine in b for b in capture.snapshot()) >= 3, 10, f"3 beats of {pub.boot_id}"
+    )
+    pub.stop()
+    return pub.boot_id
+
+
+@pytest.mark.usefixtures("brokers")
+@pytest.mark.parametrize("name", ["activemq", "rabbitmq"])
+def test_spoofed_beats_do_not_resume_a_dead_service(name: str, closing: list[Any]) -> None:
+    B.ensure(name)
+    url = B.url(name) + "?" + FAST
+    topic = f"{uid()}.svc"
+    events = Events()
+    mon_t = connect(url)
+    closing.append(mon_t)
+    mon = hw.HeartbeatMonitor(mon_t, topic, period=PERIOD, key=KEY, listeners=[events])
+    closing.append(mon)
+    mon.start()
+    attacker = connect(url)
+    closing.append(attacker)
+    capture = Capture()
+    attacker.subscribe(topic, capture)
+    time.sleep(0.3)  # SUBSCRIBE frames are not acknowledged: let the broker register them
+
+    # An earlier boot of the service, then the current one; both stop: the topic fails.
+    boot_a = _run_publisher(url, topic, capture, closing)
+    old_boot = capture.snapshot()
+    time.sleep(0.05)  # the next boot's beats are sent strictly later
+    boot_b = _run_publisher(url, topic, capture, closing)
+    assert boot_a != boot_b
+    wait_for(
+        lambda: mon.status(topic).state == hw.State.FAILED, 10, f"{topic} failed after its stop"
+    )
+    current = [b for b in capture.snapshot() if json.loads(b)["boot"] == boot_b]
+    assert old_boot and current and json.loads(old_boot[-1])["boot"] == boot_a
+    assert rejected(mon) == {}
+    resumed_before = len(events.resumed)
+    beats_before = mon.stats()["beats"]
+
+    last = json.loads(current[-1])
+    newer_seq = last["seq"] + 100
+    unsigned = BeatCodec().encode(Beat(topic, newer_seq, boot_b, time.time(), PERIOD))
+    other_key = BeatCodec(b"not-the-key").encode(
+        Beat(topic, newer_seq, boot_b, time.time(), PERIOD)
+    )
+    altered = dict(last, seq=newer_seq, sent=time.time())  # signature of the old fields kept
+    elsewhere = f"{uid()}.svc"  # a valid beat of another topic, re-addressed to this one
+    moved = BeatCodec(KEY).encode(Beat(elsewhere, 1, boot_b, time.time(), PERIOD))
+    spoofs = [
+        unsigned,
+        f"{topic} HEARTBEAT".encode(),
+        other_key,
+        json.dumps(altered).encode(),
+        moved,
+        current[-1],  # the last beat of the current boot, sent again
+        current[0],  # an earlier one of the current boot
+        old_boot[-1],  # the last beat of the earlier boot
+    ]
+    for body in spoofs:
+        attacker.publish(topic, body)
+    expected = {"unsigned": 2, "bad_signature": 2, "topic_mismatch": 1, "replayed": 3}
+    wait_for(lambda: rejected(mon) == expected, 10, f"rejections {expected} (have {rejected(mon)})")
+    time.sleep(2 * PERIOD)  # a wrongly taken beat would show as a resume by now
+    assert mon.status(topic).state == hw.State.FAILED
+    assert len(events.resumed) == resumed_before
+    assert mon.stats()["beats"] == beats_before
+
+    # The same channel carries a genuine beat: a new boot of the service resumes the topic.
+    genuine = BeatCodec(KEY).encode(Beat(topic, 1, uuid.uuid4().hex, time.time(), PERIOD))
+    attacker.publish(topic, genuine)
+    wait_for(
+        lambda: mon.status(topic).state == hw.State.ALIVE, 10, f"{topic} resumed by a real beat"
+    )
+    assert rejected(mon) == expected
+
+
+# -- the replay rule, without a broker ----------------------------------------------------------
+
+
+def _monitor(clock: hw.ManualClock, key: bytes | None = KEY) -> hw.HeartbeatMonitor:
+    mon = hw.HeartbeatMonitor(None, "svc.>", period=1.0, clock=clock, key=key)
+    mon.start()
+    return mon
+
+
+def _deliver(mon: hw.HeartbeatMonitor, beat: Beat, key: bytes | None = KEY) -> None:
+    mon.handle_message(Message(beat.topic, BeatCodec(key).encode(beat)))
+
+
+def test_replay_rule_same_boot_and_restarts() -> None:
+    clock = hw.ManualClock()
+    mon = _monitor(clock)
+    _deliver(mon, Beat("svc.a", 5, "boot1", 1000.0, 1.0))
+    _deliver(mon, Beat("svc.a", 5, "boot1", 1000.0, 1.0))  # the same beat again
+    _deliver(mon, Beat("svc.a", 4, "boot1", 1001.0, 1.0))  # an older seq, later time
+    assert rejected(mon) == {"replayed": 2}
+    _deliver(mon, Beat("svc.a", 6, "boot1", 999.0, 1.0))  # a newer seq: taken (clock-agnostic)
+    _deliver(mon, Beat("svc.a", 1, "boot2", 1002.0, 1.0))  # a restart, sent later: taken
+    _deliver(mon, Beat("svc.a", 7, "boot1", 1003.0, 1.0))  # back to boot1, sent later: taken
+    _deliver(mon, Beat("svc.a", 2, "boot2", 1001.5, 1.0))  # boot2 again, sent before: replay
+    assert rejected(mon) == {"replayed": 3}
+    assert mon.stats()["beats"] == 4
+    # Topics are independent; a removed topic starts afresh.
+    _deliver(mon, Beat("svc.b", 1, "boot1", 1.0, 1.0))
+    mon.remove("svc.a")
+    _deliver(mon, Beat("svc.a", 1, "boot1", 1.0, 1.0))
+    assert rejected(mon) == {"replayed": 3} and mon.stats()["beats"] == 6
+    assert mon.metrics()["rejected"] == {"replayed": 3}
+
+
+def test_replayed_beat_does_not_resume_a_failed_topic() -> None:
+    clock = hw.ManualClock()
+    mon = _monitor(clock)
+    captured = Beat("svc.a", 9, "boot1", 1000.0, 1.0)
+    _deliver(mon, captured)
+    clock.advance(3.0)
+    mon.drain()
+    assert mon.status("svc.a").state == hw.State.FAILED
+    _deliver(mon, captured)
+    clock.advance(0.1)
+    mon.drain()
+    assert mon.status("svc.a").state == hw.State.FAILED
+    assert rejected(mon) == {"replayed": 1}
+
+
+def test_without_a_key_beats_are_not_checked_for_replays() -> None:
+    # Unsigned beats can be forged at will: a replay check would only hide broker duplicates.
+    mon = _monitor(hw.ManualClock(), key=None)
+    beat = Beat("svc.a", 5, "boot1", 1000.0, 1.0)
+    _deliver(mon, beat, key=None)
+    _deliver(mon, beat, key=None)
+    assert rejected(mon) == {} and mon.stats()["beats"] == 2
+
+
+def test_signed_beats_without_seq_or_boot_are_taken() -> None:
+    mon = _monitor(hw.ManualClock())
+    for _ in range(2):
+        _deliver(mon, Beat("svc.a", None, "boot1", 1000.0, 1.0))
+        _deliver(mon, Beat("svc.b", 3, None, 1000.0, 1.0))
+    assert rejected(mon) == {} and mon.stats()["beats"] == 4
