@@ -73,6 +73,8 @@ const UNSCHEDULED: u16 = u16::MAX;
 const TOMB: u32 = u32::MAX;
 /// A list array emptied with more room than this many keys is freed rather than kept.
 pub const KEEP_CAPACITY: usize = 1024;
+/// Keys whose deadlines a cascade reads ahead of filing them.
+const CASCADE_CHUNK: usize = 32;
 /// Tombstones tolerated in the due queue before compaction (and at least as many as live keys).
 const MIN_COMPACT: usize = 64;
 
@@ -407,8 +409,16 @@ impl Wheel {
             std::mem::swap(&mut self.due, &mut keys);
             self.due_head = 0;
         } else {
-            for &key in &keys {
-                self.insert(key);
+            // Read a chunk's deadlines first, in a loop of independent loads, so that the
+            // entries' cache misses overlap; then file the chunk.
+            for chunk in keys.chunks(CASCADE_CHUNK) {
+                let mut whens = [0u64; CASCADE_CHUNK];
+                for (when, &key) in whens.iter_mut().zip(chunk) {
+                    *when = self.entries[key as usize].when;
+                }
+                for (&key, &when) in chunk.iter().zip(&whens) {
+                    self.insert_when(key, when);
+                }
             }
         }
         recycle(&mut keys);
@@ -418,7 +428,12 @@ impl Wheel {
     /// File `key` (whose `when` is set and which is on no list) on the due queue or its slot.
     #[inline]
     fn insert(&mut self, key: u32) {
-        let when = self.entries[key as usize].when;
+        self.insert_when(key, self.entries[key as usize].when);
+    }
+
+    /// [`insert`](Wheel::insert) given the key's `when`.
+    #[inline]
+    fn insert_when(&mut self, key: u32, when: u64) {
         if when <= self.elapsed {
             self.insert_due(key, when);
         } else {
