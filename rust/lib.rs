@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod clock;
+pub mod dedup;
 pub mod detector;
 pub mod driver;
 pub mod event;
@@ -21,6 +22,7 @@ pub mod word;
 mod python;
 
 pub use clock::{ClockSource, ManualClock, MonotonicClock};
+pub use dedup::{DedupStats, DedupWindow};
 pub use detector::{Beat, Detector, DetectorError, DetectorStats, TopicConfig, TopicStatus};
 pub use event::{Event, EventKind};
 pub use queue::{EventQueue, Overflow, QueueStats};

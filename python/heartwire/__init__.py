@@ -13,6 +13,7 @@ from heartwire import checks
 from heartwire._core import (
     MAX_NAME_LEN,
     MAX_TOPICS,
+    DedupWindow,
     Detector,
     Event,
     EventQueue,
@@ -41,6 +42,17 @@ from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.message import Beat, BeatCodec, DecodeError
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.publisher import HeartbeatPublisher
+from heartwire.reliable import (
+    AlertPublisher,
+    Consumer,
+    DeliveryError,
+    FlushAck,
+    ReceivedMessage,
+    ReliableSender,
+    SenderListener,
+    Transaction,
+    TransactionFailed,
+)
 from heartwire.scheduling import PublisherScheduler, shared_scheduler
 from heartwire.transport import (
     ConnectFailed,
@@ -57,11 +69,15 @@ from heartwire.transport.memory import MemoryBroker
 __all__ = [
     "MAX_NAME_LEN",
     "MAX_TOPICS",
+    "AlertPublisher",
     "Beat",
     "BeatCodec",
     "CheckFailed",
     "ConnectFailed",
+    "Consumer",
     "DecodeError",
+    "DedupWindow",
+    "DeliveryError",
     "Detector",
     "Disconnected",
     "Dispatcher",
@@ -69,6 +85,7 @@ __all__ = [
     "EventQueue",
     "ExceptionEvent",
     "Failed",
+    "FlushAck",
     "HeartbeatMonitor",
     "HeartbeatPublisher",
     "HeartbeatSubscriber",
@@ -81,10 +98,13 @@ __all__ = [
     "PublisherListener",
     "PublisherScheduler",
     "Received",
+    "ReceivedMessage",
     "Reconnected",
+    "ReliableSender",
     "Resumed",
     "Scheduler",
     "SendTimeout",
+    "SenderListener",
     "Sent",
     "Started",
     "State",
@@ -92,6 +112,8 @@ __all__ = [
     "SubscriberListener",
     "Subscription",
     "TopicStatus",
+    "Transaction",
+    "TransactionFailed",
     "Transport",
     "TransportClosed",
     "__version__",

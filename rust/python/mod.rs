@@ -8,6 +8,7 @@
 
 mod batch;
 mod clock;
+mod dedup;
 mod detector;
 mod events;
 mod scheduler;
@@ -20,6 +21,7 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<clock::PyManualClock>()?;
+    m.add_class::<dedup::PyDedupWindow>()?;
     m.add_class::<detector::PyDetector>()?;
     m.add_class::<detector::PyPhi>()?;
     m.add_class::<events::PyEvent>()?;

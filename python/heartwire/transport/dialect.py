@@ -7,6 +7,12 @@ segment, a final ``>`` for one or more. Every topic ``t`` is the STOMP destinati
 - RabbitMQ routes ``/topic/...`` through the ``amq.topic`` exchange, whose wildcards are ``*``
   (one word) and ``#`` (zero or more words): ``svc.>`` becomes ``/topic/svc.#``.
 
+Durable topic subscriptions (:meth:`Dialect.durable_headers`) differ too: ActiveMQ keys them by
+the connection's ``client-id`` and the SUBSCRIBE header ``activemq.subscriptionName`` and deletes
+one with a second UNSUBSCRIBE naming it; RabbitMQ makes a durable, non-auto-delete queue
+(``durable:true``, ``auto-delete:false``, named by ``x-queue-name``) bound to the topic, deleted by
+an UNSUBSCRIBE that says ``durable:true``.
+
 Where a broker's wildcard matches more than the API's (RabbitMQ's ``#`` also matches zero words),
 the transport filters the deliveries with the API pattern, so subscribers see the same topics on
 every broker.
@@ -66,6 +72,27 @@ class Dialect:
             else:
                 out["expiration"] = str(max(ttl, 0))
         return out
+
+    @property
+    def durable_needs_client_id(self) -> bool:
+        """Whether a durable subscription needs the connection's ``client-id`` (ActiveMQ)."""
+        return self is ACTIVEMQ
+
+    def durable_headers(self, name: str, client_id: str | None) -> dict[str, str]:
+        """The SUBSCRIBE headers of durable subscription ``name`` (of client ``client_id``)."""
+        if self is RABBITMQ:
+            queue = f"{client_id}.{name}" if client_id else name
+            return {"durable": "true", "auto-delete": "false", "x-queue-name": queue}
+        return {"activemq.subscriptionName": name}
+
+    def durable_forget(
+        self, name: str, client_id: str | None
+    ) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+        """Deleting durable subscription ``name``: the headers of the UNSUBSCRIBE that ends the
+        consumer, and of a second UNSUBSCRIBE that deletes the subscription (None: not needed)."""
+        if self is RABBITMQ:
+            return {**self.durable_headers(name, client_id), "persistent": "true"}, None
+        return None, {"activemq.subscriptionName": name}
 
     def __repr__(self) -> str:
         return f"<Dialect {self.name}>"

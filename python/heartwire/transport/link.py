@@ -6,6 +6,10 @@ was open (``on_lost(link, reason)``), whatever ended it: the socket closing, a S
 timeout, an ERROR frame, or :meth:`StompLink.abort`. An orderly :meth:`StompLink.close` is not
 reported.
 
+Reliable delivery uses a few more frames: RECEIPTs (``on_receipt(link, receipt_id)``), ERROR
+frames after CONNECTED (``on_error_frame(link, headers, detail)``), ACK/NACK, BEGIN/COMMIT/ABORT,
+and a ``client-id`` CONNECT header (ActiveMQ's durable subscriptions need one).
+
 Threads: stomp.py reads each link on its own receiver thread, which calls ``on_message(link,
 frame)``; with heart-beating on, a second stomp.py thread sends and checks heart-beats. Both end
 when the link ends. Sends may come from any thread (stomp.py serialises socket writes).
@@ -23,6 +27,7 @@ from typing import Any, Callable
 import stomp  # type: ignore[import-untyped]
 import stomp.exception  # type: ignore[import-untyped]
 
+from heartwire.transport import tls
 from heartwire.transport.dialect import ACTIVEMQ, Dialect, detect, named
 from heartwire.transport.urls import BrokerAddress, StompOptions
 
@@ -32,6 +37,8 @@ log = logging.getLogger("heartwire.transport.stomp")
 
 # A silent broker is dropped after this many heart-beat intervals.
 _HEARTBEAT_RECEIVE_SCALE = 2.0
+# The frames StompLink.frame sends.
+_FRAMES = ("ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "UNSUBSCRIBE")
 # How long close() waits for the broker's receipt of DISCONNECT.
 _CLOSE_WAIT = 1.0
 
@@ -54,8 +61,16 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         options: StompOptions,
         on_message: Callable[[StompLink, Any], None],
         on_lost: Callable[[StompLink, str], None],
+        *,
+        client_id: str | None = None,
+        on_receipt: Callable[[StompLink, str], None] | None = None,
+        on_error_frame: Callable[[StompLink, dict[str, str], str], None] | None = None,
     ) -> None:
         self.broker = broker
+        #: The ``client-id`` CONNECT header, if any.
+        self.client_id = client_id
+        self._on_receipt = on_receipt
+        self._on_error_frame = on_error_frame
         self.options = options
         self.dialect: Dialect = ACTIVEMQ
         #: The CONNECTED frame's ``server`` header ("ActiveMQ/5.17.2").
@@ -105,14 +120,22 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             heart_beat_receive_scale=_HEARTBEAT_RECEIVE_SCALE,
         )
         conn.set_listener("heartwire", self)
+        tls.configure(conn, self.broker, opts)
         self._conn = conn
         login, passcode = opts.credentials(self.broker)
         deadline = time.monotonic() + opts.connect_timeout
         try:
-            conn.connect(login, passcode, wait=False, with_connect_command=True)
+            conn.connect(
+                login,
+                passcode,
+                wait=False,
+                with_connect_command=True,
+                headers={"client-id": self.client_id} if self.client_id else None,
+            )
         except stomp.exception.ConnectFailedException:
             self._end_quietly()
-            raise LinkError(self.broker, "connection refused or unreachable") from None
+            why = tls.explain(self.broker, opts) or "connection refused or unreachable"
+            raise LinkError(self.broker, why) from None
         except OSError as exc:
             self._end_quietly()
             raise LinkError(self.broker, f"connection failed: {exc.strerror or exc}") from None
@@ -120,7 +143,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             self._end_quietly()
             raise LinkError(self.broker, f"connection failed: {exc!r}") from None
         sock = getattr(conn.transport, "socket", None)
-        if sock is not None:
+        if sock is not None and not self.broker.tls:  # stomp.py runs TLS sockets non-blocking
             # The connect timeout must not stay on the socket: an idle read would end the link.
             with contextlib.suppress(OSError):
                 sock.settimeout(None)
@@ -134,7 +157,8 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             self._end_quietly()
             if error:
                 raise LinkError(self.broker, f"the broker refused the connection: {error}")
-            raise LinkError(self.broker, "the connection closed before CONNECTED")
+            why = tls.explain(self.broker, opts) or "the connection closed before CONNECTED"
+            raise LinkError(self.broker, why)
         self.opened_at = time.monotonic()
         return self
 
@@ -173,6 +197,13 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             self._ready.set()
             return
         log.warning("%s: ERROR frame from the broker: %s", self.broker, detail)
+        if self._on_error_frame is not None:
+            self._on_error_frame(self, dict(frame.headers), detail)
+
+    def on_receipt(self, frame: Any) -> None:
+        receipt = frame.headers.get("receipt-id")
+        if receipt is not None and self._on_receipt is not None:
+            self._on_receipt(self, receipt)
 
     def on_message(self, frame: Any) -> None:
         self._on_message(self, frame)
@@ -203,18 +234,33 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             raise ConnectionError(f"{self.broker}: the connection has ended")
         self._conn.send(destination, body, headers=headers)
 
-    def subscribe(self, destination: str, sub_id: str) -> None:
-        """SUBSCRIBE (ack auto) with the given id."""
+    def subscribe(
+        self,
+        destination: str,
+        sub_id: str,
+        ack: str = "auto",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """SUBSCRIBE with the given id, ack mode and extra headers."""
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
-        self._conn.subscribe(destination, sub_id, ack="auto")
+        self._conn.subscribe(destination, sub_id, ack=ack, headers=headers)
 
-    def unsubscribe(self, sub_id: str) -> None:
+    def frame(self, command: str, headers: dict[str, str]) -> None:
+        """Send an ACK, NACK, BEGIN, COMMIT, ABORT or UNSUBSCRIBE frame with ``headers``;
+        raises like :meth:`send` if the socket fails."""
+        if command not in _FRAMES:
+            raise ValueError(f"command must be one of {', '.join(_FRAMES)}, got {command!r}")
+        if self._ended:
+            raise ConnectionError(f"{self.broker}: the connection has ended")
+        self._conn.send_frame(command, headers)
+
+    def unsubscribe(self, sub_id: str, headers: dict[str, str] | None = None) -> None:
         """UNSUBSCRIBE the id (errors ignored: the link may be going down)."""
         if self._ended:
             return
         try:
-            self._conn.unsubscribe(sub_id)
+            self._conn.unsubscribe(sub_id, headers=headers)
         except Exception as exc:
             log.debug("%s: unsubscribe %s failed: %r", self.broker, sub_id, exc)
 

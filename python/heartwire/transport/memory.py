@@ -100,7 +100,7 @@ class MemoryBroker:
     ``memory://<name>`` URL returns the one broker of that name.
     """
 
-    def __init__(self, name: str = "") -> None:
+    def __init__(self, name: str = "", *, client_id: str | None = None) -> None:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__} {name!r}")
         self.name = name
@@ -116,6 +116,18 @@ class MemoryBroker:
         self._unrouted = 0
         self._handler_errors = 0
         self._ids = itertools.count(1)
+        #: Accepted for parity with STOMP (durable subscriptions need none here).
+        self.client_id = client_id
+        #: The queues and durable subscriptions of reliable delivery (made on first use by
+        #: :func:`heartwire.reliable.memory_store.store_of`).
+        self.reliable_store: object | None = None
+
+    def transaction(self, timeout: float | None = None) -> object:
+        """A :class:`heartwire.reliable.Transaction` on this broker: its sends and acks are
+        held and applied on commit, dropped on abort (``timeout`` is accepted and unused)."""
+        from heartwire.reliable.transaction import Transaction
+
+        return Transaction(self, timeout=timeout)
 
     # -- publishing -------------------------------------------------------------------------
 

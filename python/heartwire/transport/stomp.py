@@ -31,6 +31,14 @@ URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
   :meth:`~StompTransport.add_connection_listener` reports ``on_disconnected(broker, reason)``
   and ``on_reconnected(broker)``.
 
+- **Reliable delivery** (:mod:`heartwire.reliable`) builds on a few lower-level hooks:
+  :meth:`~StompTransport.subscribe_destination` (a raw STOMP destination with an ack mode and
+  extra SUBSCRIBE headers, restored after reconnection like the others), link observers
+  (:meth:`~StompTransport.add_link_observer`: told of each new connection, before publishing
+  resumes, and of every RECEIPT and ERROR frame), :meth:`~StompTransport.request` (a frame with
+  a receipt, waited for) and ``client_id=`` (the ``client-id`` CONNECT header that ActiveMQ's
+  durable subscriptions need). :meth:`~StompTransport.transaction` opens a STOMP transaction.
+
 Thread safety: every method may be called from any thread. Handlers run on the receiving
 thread of the current connection (stomp.py's), one message at a time, in arrival order; a handler
 may publish, subscribe and cancel. A handler that raises is logged and counted
@@ -60,6 +68,11 @@ from heartwire.transport.urls import BrokerAddress, StompOptions, parse_url
 
 __all__ = ["MESSAGE_ID_HEADER", "StompSubscription", "StompTransport"]
 
+
+def _never(message: Message) -> None:  # the pattern handler of a raw-destination subscription
+    raise AssertionError("raw-destination subscriptions deliver through link_handler")
+
+
 log = logging.getLogger("heartwire.transport.stomp")
 
 #: The header carrying the id :meth:`StompTransport.publish` gives each message.
@@ -79,11 +92,15 @@ class StompSubscription:
         "_active",
         "_matches",
         "_transport",
+        "ack",
         "delivered",
+        "destination",
         "errors",
         "handler",
         "id",
+        "link_handler",
         "pattern",
+        "sub_headers",
     )
 
     def __init__(
@@ -95,6 +112,12 @@ class StompSubscription:
         self.handler = handler
         self._matches: Callable[[str], bool] = matcher(pattern)
         self._active = True
+        #: For :meth:`StompTransport.subscribe_destination`: the raw STOMP destination, ack
+        #: mode, extra SUBSCRIBE headers and ``link_handler(link, message)``; else None/"auto".
+        self.destination: str | None = None
+        self.ack = "auto"
+        self.sub_headers: dict[str, str] | None = None
+        self.link_handler: Callable[[StompLink, Message], None] | None = None
         #: Messages handed to the handler (those it raised on included).
         self.delivered = 0
         #: Messages the handler raised on.
@@ -105,11 +128,12 @@ class StompSubscription:
         """False once cancelled or once the transport is closed."""
         return self._active
 
-    def cancel(self) -> None:
-        """Stop deliveries to this handler and unsubscribe at the broker; idempotent."""
+    def cancel(self, headers: dict[str, str] | None = None) -> None:
+        """Stop deliveries to this handler and unsubscribe at the broker (with extra
+        UNSUBSCRIBE ``headers``, if given); idempotent."""
         if self._active:
             self._active = False
-            self._transport._remove(self)
+            self._transport._remove(self, headers)
 
     def __enter__(self) -> StompSubscription:
         return self
@@ -131,7 +155,12 @@ class StompTransport:
     or option (passwords are never shown).
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, *, client_id: str | None = None, **options: Any) -> None:
+        if client_id is not None and (not isinstance(client_id, str) or not client_id.strip()):
+            raise ValueError(f"client_id must be a non-empty str or None, got {client_id!r}")
+        self.client_id = client_id
+        self._observers: tuple[Any, ...] = ()
+        self._receipt_waiters: dict[str, threading.Event] = {}
         self._options: StompOptions = parse_url(url, **options)
         self.url = self._options.url
         self._id = uuid.uuid4().hex[:12]
@@ -167,6 +196,11 @@ class StompTransport:
         """Whether a connection is up right now."""
         link = self._connector.current
         return link is not None and link.open
+
+    @property
+    def current_link(self) -> StompLink | None:
+        """The connection in use now (None during an outage); for the reliable layer."""
+        return self._connector.current
 
     @property
     def broker(self) -> str | None:
@@ -373,20 +407,134 @@ class StompTransport:
                     self._start_keepalive(link)
         return sub
 
-    def _remove(self, sub: StompSubscription) -> None:
+    def subscribe_destination(
+        self,
+        destination: str,
+        handler: Callable[[StompLink, Message], None],
+        *,
+        sub_id: str | None = None,
+        ack: str = "auto",
+        headers: Mapping[str, str] | None = None,
+    ) -> StompSubscription:
+        """Subscribe to a raw STOMP ``destination`` (``/queue/x``, ``/topic/x``) with ack mode
+        ``ack`` and extra SUBSCRIBE ``headers``; ``handler(link, message)`` gets every message
+        (``message.destination`` is the raw destination) with the connection it came on, to
+        ACK on. Restored after every reconnection; ``sub_id`` fixes the subscription id (a
+        RabbitMQ durable subscription is known by it). Raises like :meth:`subscribe`."""
+        if not isinstance(destination, str) or not destination.startswith("/"):
+            raise ValueError(
+                f"destination must be a STOMP destination ('/queue/x'), got {destination!r}"
+            )
+        if ack not in ("auto", "client", "client-individual"):
+            raise ValueError(f"ack must be 'auto', 'client' or 'client-individual', got {ack!r}")
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        sub = StompSubscription(self, sub_id or f"hw-{next(self._ids)}", ">", _never)
+        sub.destination = destination
+        sub.ack = ack
+        sub.sub_headers = dict(headers) if headers else None
+        sub.link_handler = handler
+        cond = self._connector.cond
+        with cond:
+            if self._closed or self._connector.closed:
+                raise TransportClosed(self._closed_message(f"subscribe to {destination!r}"))
+            if sub.id in self._subs:
+                raise ValueError(f"subscription id {sub.id!r} is already in use")
+            self._subs[sub.id] = sub
+            link = self._connector.current
+            if link is not None:
+                try:
+                    link.subscribe(destination, sub.id, ack, sub.sub_headers)
+                except Exception as exc:
+                    self._connector.link_lost(link, f"subscribe failed: {exc!r}")
+                else:
+                    self._start_keepalive(link)
+        return sub
+
+    # -- hooks for the reliable layer -------------------------------------------------------------
+
+    def add_link_observer(self, observer: Any) -> None:
+        """Register an object with ``attached(link)`` (a new connection, called under the
+        connector's lock after the subscriptions are restored and before anyone else may
+        publish on it: re-send there), ``receipt(link, receipt_id)`` and ``error_frame(link,
+        headers, detail)`` (on the receiving thread)."""
+        with self._connector.cond:
+            if observer not in self._observers:
+                self._observers = (*self._observers, observer)
+
+    def remove_link_observer(self, observer: Any) -> None:
+        """Unregister a link observer (no-op if it was not registered)."""
+        with self._connector.cond:
+            self._observers = tuple(o for o in self._observers if o is not observer)
+
+    def request(self, command: str, headers: dict[str, str], timeout: float) -> bool:
+        """Send ``command`` (BEGIN/COMMIT/ABORT/ACK/NACK) with ``headers`` and a receipt on the
+        current connection; True once the broker's RECEIPT came within ``timeout`` seconds,
+        False if it did not or there was no connection."""
+        link = self._connector.current
+        if link is None:
+            return False
+        receipt = f"hw-r-{self._id}-{next(self._ids)}"
+        done = threading.Event()
+        self._receipt_waiters[receipt] = done
+        try:
+            try:
+                link.frame(command, {**headers, "receipt": receipt})
+            except Exception as exc:
+                self._connector.link_lost(link, f"{command} failed: {exc!r}")
+                return False
+            return done.wait(timeout)
+        finally:
+            self._receipt_waiters.pop(receipt, None)
+
+    def transaction(self, timeout: float | None = None) -> Any:
+        """A :class:`heartwire.reliable.Transaction` on this transport (``with
+        broker.transaction() as tx:``; see there). ``timeout``: how long COMMIT waits for the
+        broker's receipt (default: ``request_blocking_time``)."""
+        from heartwire.reliable.transaction import Transaction
+
+        return Transaction(self, timeout=timeout)
+
+    def _on_receipt(self, link: StompLink, receipt: str) -> None:
+        waiter = self._receipt_waiters.get(receipt)
+        if waiter is not None:
+            waiter.set()
+            return
+        for observer in self._observers:
+            try:
+                observer.receipt(link, receipt)
+            except Exception:
+                log.exception("link observer %r failed on a receipt", observer)
+
+    def _on_error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
+        for observer in self._observers:
+            try:
+                observer.error_frame(link, headers, detail)
+            except Exception:
+                log.exception("link observer %r failed on an ERROR frame", observer)
+
+    def _remove(self, sub: StompSubscription, headers: dict[str, str] | None = None) -> None:
         with self._connector.cond:
             if self._subs.pop(sub.id, None) is None:
                 return
             link = self._connector.current
             if link is not None:
-                link.unsubscribe(sub.id)
+                link.unsubscribe(sub.id, headers)
             if not self._subs:
                 self._stop_keepalive()
 
     # -- connections (called by the connector) ------------------------------------------------
 
     def _new_link(self, broker: BrokerAddress) -> StompLink:
-        return StompLink(broker, self._options, self._on_frame, self._connector_lost)
+        return StompLink(
+            broker,
+            self._options,
+            self._on_frame,
+            self._connector_lost,
+            client_id=self.client_id,
+            on_receipt=self._on_receipt,
+            on_error_frame=self._on_error_frame,
+        )
 
     def _connector_lost(self, link: StompLink, reason: str) -> None:
         self._connector.link_lost(link, reason)
@@ -397,9 +545,14 @@ class StompTransport:
         if self._options.keepalive_interval > 0:
             link.subscribe(dialect.subscription(self._ping_topic), _PING_SUB_ID)
         for sub in self._subs.values():
-            link.subscribe(dialect.subscription(sub.pattern), sub.id)
+            if sub.destination is not None:
+                link.subscribe(sub.destination, sub.id, sub.ack, sub.sub_headers)
+            else:
+                link.subscribe(dialect.subscription(sub.pattern), sub.id)
         if self._subs:
             self._start_keepalive(link)
+        for observer in self._observers:
+            observer.attached(link)
 
     def _detach(self, link: StompLink, reason: str) -> None:
         with self._connector.cond:
@@ -469,6 +622,9 @@ class StompTransport:
                     monitor.alive()
                 return
             sub = self._subs.get(sub_id) if sub_id is not None else None
+            if sub is not None and sub.link_handler is not None:
+                self._deliver_raw(link, sub, frame)
+                return
             topic = link.dialect.topic(headers.get("destination", ""))
             if (
                 sub is None
@@ -490,6 +646,24 @@ class StompTransport:
         sub.delivered += 1
         try:
             sub.handler(message)
+        except Exception as exc:
+            self._handler_failed(sub, message, exc)
+        with self._stats_lock:
+            self._delivered += 1
+
+    def _deliver_raw(self, link: StompLink, sub: StompSubscription, frame: Any) -> None:
+        body = frame.body
+        if not isinstance(body, bytes):
+            body = body.encode("utf-8") if isinstance(body, str) else bytes(body or b"")
+        headers = frame.headers
+        message = Message(headers.get("destination", ""), body, MappingProxyType(headers))
+        if not sub._active or sub.link_handler is None:
+            with self._stats_lock:
+                self._unrouted += 1
+            return
+        sub.delivered += 1
+        try:
+            sub.link_handler(link, message)
         except Exception as exc:
             self._handler_failed(sub, message, exc)
         with self._stats_lock:

@@ -1,0 +1,338 @@
+"""Consumer: receives from a queue or topic with acks, durable subscriptions and de-duplication.
+
+::
+
+    c = hw.Consumer(broker, "/topic/alerts", ack="client-individual", durable_name="risk",
+                    on_message=handle)
+    c.start()            # with durable_name: messages sent while stopped arrive now
+    ...
+    c.stop()             # the durable subscription stays; stop(forget=True) deletes it
+
+- ``ack="auto"``: the broker counts a message consumed once sent. ``"client"`` /
+  ``"client-individual"``: call ``msg.ack()`` (``client`` also acknowledges every earlier
+  message); a message not acknowledged when the consumer stops or its connection is lost is
+  delivered again, with ``msg.redelivered`` True.
+- ``durable_name`` (``/topic/...`` only): a durable subscription that keeps messages while the
+  consumer is stopped. On ActiveMQ the transport needs a client id
+  (``heartwire.connect(url, client_id="risk-system")``); on RabbitMQ it is a durable queue named
+  ``<client_id>.<durable_name>`` (or ``<durable_name>``). See :mod:`heartwire.transport.dialect`.
+- ``dedup`` (default on): a message whose id (``hw-message-id``, which reliable senders set and
+  keep across re-sends; else the broker's ``message-id``) was handed over within the last
+  ``dedup_window`` ids is dropped and counted (``stats()["duplicates"]``); the window lives in
+  the Rust core (:class:`heartwire._core.DedupWindow`). In ``client-individual`` mode a dropped
+  duplicate is acknowledged for you. Each id reaches ``on_message`` once within the window,
+  even if the handler raised on it.
+
+``on_message(msg)`` (a :class:`~heartwire.reliable.ReceivedMessage`) runs on the transport's
+receiving thread (the sending thread on the embedded broker); an exception it raises goes to
+``on_error(exc, msg)`` (else the log) and is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from heartwire._core import DedupWindow
+from heartwire.reliable import destinations
+from heartwire.reliable.message import ReceivedMessage
+from heartwire.reliable.transaction import Transaction
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger("heartwire.reliable")
+
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+class Consumer:
+    """A consumer of one destination (see the module docs)."""
+
+    def __init__(
+        self,
+        broker: Any,
+        destination: str,
+        ack: str = "auto",
+        durable_name: str | None = None,
+        dedup: bool = True,
+        *,
+        dedup_window: int = 100_000,
+        on_message: Callable[[ReceivedMessage], Any] | None = None,
+        on_error: Callable[[Exception, ReceivedMessage], Any] | None = None,
+    ) -> None:
+        kind, _ = destinations.split(destinations.validate(destination))
+        if ack not in ACK_MODES:
+            raise ValueError(f"ack must be one of {', '.join(map(repr, ACK_MODES))}, got {ack!r}")
+        if durable_name is not None and (
+            not isinstance(durable_name, str) or not durable_name or kind != "topic"
+        ):
+            raise ValueError(
+                f"durable_name={durable_name!r}: a durable subscription needs a non-empty "
+                f"name and a '/topic/...' destination (got {destination!r})"
+            )
+        if on_message is not None and not callable(on_message):
+            raise TypeError(f"on_message must be callable, got {type(on_message).__name__}")
+        if on_error is not None and not callable(on_error):
+            raise TypeError(f"on_error must be callable, got {type(on_error).__name__}")
+        if isinstance(dedup_window, bool) or not isinstance(dedup_window, int) or dedup_window < 1:
+            raise ValueError(f"dedup_window must be an int >= 1, got {dedup_window!r}")
+        self.broker = broker
+        self.destination = destination
+        self.ack = ack
+        self.durable_name = durable_name
+        self.on_message = on_message
+        self.on_error = on_error
+        self._window: DedupWindow | None = DedupWindow(dedup_window) if dedup else None
+        self._stomp = hasattr(broker, "subscribe_destination")
+        self._lock = threading.RLock()  # the embedded broker delivers inside start()
+        self._sub: Any = None
+        self._delivered = 0
+        self._handler_errors = 0
+        self._acked = 0
+        self._nacked = 0
+        self._dialect: Any = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._sub is not None
+
+    def start(self) -> Consumer:
+        """Subscribe (idempotent). On STOMP waits up to ``request_blocking_time`` for a
+        connection; raises :class:`ConnectionError` if none comes, :class:`ValueError` if a
+        durable subscription on ActiveMQ lacks the transport's client id."""
+        with self._lock:
+            if self._sub is not None:
+                return self
+            self._sub = self._start_stomp() if self._stomp else self._start_embedded()
+        return self
+
+    def stop(self, forget: bool = False) -> None:
+        """Unsubscribe (idempotent). Unacknowledged messages go back to the broker;
+        ``forget=True`` also deletes the durable subscription and what it holds."""
+        with self._lock:
+            sub, self._sub = self._sub, None
+        if sub is None:
+            if forget and self.durable_name is not None:
+                self._forget_stopped()
+            return
+        if self._stomp:
+            self._stop_stomp(sub, forget)
+        else:
+            from heartwire.reliable.memory_store import store_of
+
+            store_of(self.broker).unsubscribe(sub, forget=forget)
+
+    def __enter__(self) -> Consumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ``delivered`` (handed to on_message), ``duplicates`` (dropped),
+        ``handler_errors``, ``acked``, ``nacked``, and the window's ``dedup_size`` /
+        ``dedup_evicted``."""
+        w = self._window.stats() if self._window is not None else {}
+        with self._lock:
+            return {
+                "delivered": self._delivered,
+                "duplicates": w.get("duplicates", 0),
+                "handler_errors": self._handler_errors,
+                "acked": self._acked,
+                "nacked": self._nacked,
+                "dedup_size": w.get("size", 0),
+                "dedup_evicted": w.get("evicted", 0),
+            }
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        durable = f" durable {self.durable_name!r}" if self.durable_name else ""
+        return f"<Consumer {self.destination!r}{durable} ack={self.ack} {state}>"
+
+    # -- STOMP ----------------------------------------------------------------------------------
+
+    def _dialect_now(self) -> Any:
+        broker = self.broker
+        deadline = time.monotonic() + broker.options.request_blocking_time
+        link = broker._connector.wait_link(deadline)
+        if link is None:
+            raise ConnectionError(
+                f"consumer of {self.destination!r}: no broker connection on {broker.url}"
+            )
+        return link.dialect
+
+    def _sub_id(self) -> str | None:
+        return f"hw-durable-{self.durable_name}" if self.durable_name else None
+
+    def _start_stomp(self) -> Any:
+        broker = self.broker
+        dialect = self._dialect = self._dialect_now()
+        headers: dict[str, str] = {}
+        if self.durable_name is not None:
+            if dialect.durable_needs_client_id and not broker.client_id:
+                raise ValueError(
+                    f"durable_name={self.durable_name!r} on {dialect.name} needs a client id: "
+                    "connect(url, client_id=...)"
+                )
+            headers = dialect.durable_headers(self.durable_name, broker.client_id)
+        return broker.subscribe_destination(
+            self.destination, self._on_stomp, sub_id=self._sub_id(), ack=self.ack, headers=headers
+        )
+
+    def _stop_stomp(self, sub: Any, forget: bool) -> None:
+        if not (forget and self.durable_name is not None):
+            sub.cancel()
+            return
+        first, second = self._dialect.durable_forget(self.durable_name, self.broker.client_id)
+        sub.cancel(first)
+        if second is not None:
+            self._request_unsubscribe(second)
+
+    def _forget_stopped(self) -> None:
+        if not self._stomp:
+            from heartwire.reliable.memory_store import store_of
+
+            store = store_of(self.broker)
+            sub = store.subscribe(self.destination, "auto", self.durable_name, lambda m, t: None)
+            store.unsubscribe(sub, forget=True)
+            return
+        dialect = self._dialect or self._dialect_now()
+        first, second = dialect.durable_forget(self.durable_name, self.broker.client_id)
+        if dialect.durable_needs_client_id:
+            self._request_unsubscribe(second or {})
+        else:
+            # RabbitMQ deletes the queue on an UNSUBSCRIBE of an active durable subscription.
+            sub = self._start_stomp()
+            sub.cancel(first)
+
+    def _request_unsubscribe(self, headers: dict[str, str]) -> None:
+        sub_id = self._sub_id()
+        assert sub_id is not None
+        timeout = self.broker.options.request_blocking_time
+        if not self.broker.request("UNSUBSCRIBE", {"id": sub_id, **headers}, timeout):
+            log.warning("no receipt for deleting durable subscription %r", self.durable_name)
+
+    def _on_stomp(self, link: Any, message: Any) -> None:
+        headers = message.headers
+        message_id = headers.get("hw-message-id") or headers.get("message-id", "")
+        ack_id = headers.get("ack") or headers.get("message-id", "")
+        settle = None
+        if self.ack != "auto":
+
+            def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
+                command = "ACK" if ok else "NACK"
+                if tx is not None:
+                    tx._settle_stomp(link, command, {"id": ack_id})
+                else:
+                    try:
+                        link.frame(command, {"id": ack_id})
+                    except ConnectionError:
+                        return  # the connection is gone: the broker redelivers it
+                self._count_settled(ok)
+
+        msg = ReceivedMessage(
+            message_id,
+            message.destination,
+            message.body,
+            headers,
+            headers.get("redelivered") == "true",
+            settle,
+        )
+        self._handle(msg)
+
+    # -- embedded broker ------------------------------------------------------------------------
+
+    def _start_embedded(self) -> Any:
+        from heartwire.reliable.memory_store import store_of
+
+        store = store_of(self.broker)
+        holder: list[Any] = []
+
+        def deliver(stored: Any, tag: int | None) -> None:
+            settle = None
+            if tag is not None:
+
+                def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
+                    def apply() -> None:
+                        store.settle(holder[0], tag, ok)
+                        self._count_settled(ok)
+
+                    if tx is not None:
+                        tx._defer(apply)
+                    else:
+                        apply()
+
+            headers = stored.headers
+            msg = ReceivedMessage(
+                headers.get("hw-message-id", ""),
+                stored.destination,
+                stored.body,
+                headers,
+                stored.redelivered,
+                settle,
+            )
+            self._handle(msg)
+
+        # The store may deliver buffered messages before subscribe returns: give it the
+        # subscription through ``holder`` first.
+        sub = store.subscribe(self.destination, self.ack, self.durable_name, _Deferred(deliver))
+        holder.append(sub)
+        deferred: _Deferred = sub.deliver
+        deferred.release()
+        return sub
+
+    # -- both -----------------------------------------------------------------------------------
+
+    def _count_settled(self, ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self._acked += 1
+            else:
+                self._nacked += 1
+
+    def _handle(self, msg: ReceivedMessage) -> None:
+        window = self._window
+        if window is not None and msg.id and window.seen(msg.id):
+            if self.ack == "client-individual":
+                msg.ack()
+            return
+        with self._lock:
+            self._delivered += 1
+        if self.on_message is None:
+            return
+        try:
+            self.on_message(msg)
+        except Exception as exc:
+            with self._lock:
+                self._handler_errors += 1
+            if self.on_error is not None:
+                try:
+                    self.on_error(exc, msg)
+                except Exception:
+                    log.exception("on_error of %r raised", self)
+            else:
+                log.exception("on_message of %r raised on %r", self, msg)
+
+
+class _Deferred:
+    """A delivery callback that holds messages until :meth:`release` (the embedded store may
+    deliver while ``subscribe`` runs, before the consumer has its subscription object)."""
+
+    def __init__(self, fn: Callable[[Any, int | None], None]) -> None:
+        self._fn = fn
+        self._held: list[tuple[Any, int | None]] | None = []
+
+    def __call__(self, stored: Any, tag: int | None) -> None:
+        if self._held is not None:
+            self._held.append((stored, tag))
+        else:
+            self._fn(stored, tag)
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        for stored, tag in held or ():
+            self._fn(stored, tag)

@@ -1,0 +1,377 @@
+"""ReliableSender: messages kept until the broker holds them, and flush acknowledgements.
+
+::
+
+    sender = hw.ReliableSender(broker, "/queue/alerts", on_flushed=print, on_error=print)
+    mid = sender.send(b"...")          # kept as outstanding until the broker's receipt
+    rid = sender.request_flush()       # on_flushed(FlushAck(rid, n)) once all before it are held
+
+On STOMP every SEND asks for a receipt (``receipt`` = the message id) and carries
+``hw-message-id`` and, with ``persistent=True``, ``persistent:true``. A message stays in
+:attr:`~ReliableSender.outstanding` until its receipt comes (or the broker refuses it). When the
+connection is lost, the transport reconnects and, before anything else is published on the new
+connection, every outstanding message is sent again, in order, with the same id (receivers drop
+the duplicates this can make, see :class:`~heartwire.reliable.Consumer`). :meth:`send` never
+waits for a connection: during an outage messages are held and go out on reconnection.
+
+A flush request covers every message sent before it and completes once each of them was
+receipted or refused; several may be in flight and complete in order. A refused message fires
+``on_error(DeliveryError(message_id, destination, reason))`` and counts as processed.
+
+On the embedded broker (``memory://``) a send is delivered before :meth:`send` returns, so
+receipts are immediate: ``outstanding`` is 0 and a flush is acknowledged at once (an invalid
+destination there is refused the same way).
+
+Callbacks (``on_flushed``, ``on_error``, and listener objects with ``on_flushed(ack)`` /
+``on_error(error)``) run on the thread that completed them: the receiving thread on STOMP, the
+caller's thread on the embedded broker. Errors they raise are logged and counted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from heartwire.reliable import destinations
+from heartwire.reliable.events import DeliveryError, FlushAck
+from heartwire.reliable.tracker import ReceiptTracker
+from heartwire.transport import TransportClosed
+
+__all__ = ["ReliableSender", "SenderListener"]
+
+log = logging.getLogger("heartwire.reliable")
+
+MESSAGE_ID_HEADER = "hw-message-id"
+
+
+class SenderListener:
+    """Base class for reliable-sender listeners (override what you need)."""
+
+    def on_flushed(self, ack: FlushAck) -> None:
+        """Flush request ``ack.request_id`` is done."""
+
+    def on_error(self, error: DeliveryError) -> None:
+        """The broker refused a message."""
+
+
+@dataclass
+class _Pending:
+    seq: int
+    body: bytes
+    headers: dict[str, str]
+    link: Any  # the connection it was last sent on (None: not sent yet)
+
+
+def _is_stomp(broker: Any) -> bool:
+    return hasattr(broker, "add_link_observer") and hasattr(broker, "current_link")
+
+
+class ReliableSender:
+    """Sends to one destination with receipts, re-sending across reconnections (module docs).
+
+    ``broker``: a transport from :func:`heartwire.connect` (STOMP or embedded);
+    ``destination``: ``/queue/<name>`` or ``/topic/<name>``; ``persistent``: ask the broker to
+    store the messages (``persistent:true``).
+    """
+
+    def __init__(
+        self,
+        broker: Any,
+        destination: str,
+        persistent: bool = True,
+        *,
+        on_flushed: Callable[[FlushAck], Any] | None = None,
+        on_error: Callable[[DeliveryError], Any] | None = None,
+        listeners: Iterable[Any] = (),
+    ) -> None:
+        self.destination = destinations.validate(destination)
+        self._name = destinations.split(destination)[1]
+        if not isinstance(persistent, bool):
+            raise TypeError(f"persistent must be a bool, got {persistent!r}")
+        for name, fn in (("on_flushed", on_flushed), ("on_error", on_error)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
+        self.broker = broker
+        self.persistent = persistent
+        self._on_flushed = on_flushed
+        self._on_error = on_error
+        self._listeners: tuple[Any, ...] = ()
+        for listener in listeners:
+            self.add_listener(listener)
+        self._id = uuid.uuid4().hex[:12]
+        self._seq = itertools.count(1)
+        self._flush_ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._outstanding: OrderedDict[str, _Pending] = OrderedDict()
+        # (request id, covers messages with seq <= this, count), oldest first.
+        self._flushes: deque[tuple[int, int, int]] = deque()
+        self._last_seq = 0
+        self._last_flushed_seq = 0
+        self._acked_flushes: set[int] = set()
+        self._closed = False
+        self._sent = 0
+        self._resent = 0
+        self._receipted_count = 0
+        self._refused_count = 0
+        self._flushes_acked = 0
+        self._callback_errors = 0
+        self._stomp = _is_stomp(broker)
+        self._tracker = ReceiptTracker.of(broker) if self._stomp else None
+        if self._tracker is not None:
+            self._tracker.add(self)
+
+    # -- listeners ------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Any) -> None:
+        """Add an object with ``on_flushed(ack)`` and/or ``on_error(error)``."""
+        if not any(callable(getattr(listener, n, None)) for n in ("on_flushed", "on_error")):
+            raise TypeError(
+                f"a sender listener needs on_flushed or on_error; got {type(listener).__name__}"
+            )
+        if listener not in self._listeners:
+            self._listeners = (*self._listeners, listener)
+
+    def remove_listener(self, listener: Any) -> bool:
+        """Remove a listener; False if it was not added."""
+        if listener not in self._listeners:
+            return False
+        self._listeners = tuple(x for x in self._listeners if x is not listener)
+        return True
+
+    # -- sending --------------------------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        """Messages sent but not yet receipted (nor refused) by the broker."""
+        with self._lock:
+            return len(self._outstanding)
+
+    def send(
+        self, body: bytes | bytearray | memoryview | str, headers: Mapping[str, str] | None = None
+    ) -> str:
+        """Send ``body`` (str is sent UTF-8 encoded) with extra ``headers``; returns the message
+        id (also the ``hw-message-id`` header). Never waits for a connection.
+
+        Raises :class:`TypeError` for a body or headers of the wrong type, :class:`ValueError`
+        for a header name or value that is not a str and :class:`~heartwire.transport.
+        TransportClosed` once the sender or its broker is closed.
+        """
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        elif not isinstance(body, bytes):
+            raise TypeError(f"body must be bytes or str, got {type(body).__name__}")
+        frame_headers: dict[str, str] = {}
+        if headers is not None:
+            if not isinstance(headers, Mapping):
+                raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
+            for k, v in headers.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise ValueError(f"header {k!r}: names and values must be str, got {v!r}")
+            frame_headers.update(headers)
+        if self.persistent:
+            frame_headers["persistent"] = "true"
+        if self._closed or getattr(self.broker, "closed", False):
+            raise TransportClosed(f"send to {self.destination!r}: the sender or broker is closed")
+        if not self._stomp:
+            return self._send_embedded(body, frame_headers)
+        return self._send_stomp(body, frame_headers)
+
+    def _send_embedded(self, body: bytes, headers: dict[str, str]) -> str:
+        from heartwire.reliable.memory_store import store_of
+
+        with self._lock:
+            seq = next(self._seq)
+            self._last_seq = seq
+            message_id = f"{self._id}:{seq}"
+            self._sent += 1
+        headers[MESSAGE_ID_HEADER] = message_id
+        try:
+            store_of(self.broker).send(self.destination, body, headers)
+        except ValueError as exc:
+            self._refused(message_id, str(exc), seq=seq)
+        else:
+            with self._lock:
+                self._receipted_count += 1
+        return message_id
+
+    def _send_stomp(self, body: bytes, headers: dict[str, str]) -> str:
+        broker = self.broker
+        tracker = self._tracker
+        assert tracker is not None
+        # Never send while holding the lock: the receiving thread needs it for receipts, and a
+        # broker blocked writing receipts to us stops reading our sends.
+        with self._lock:
+            seq = next(self._seq)
+            self._last_seq = seq
+            message_id = f"{self._id}:{seq}"
+            headers[MESSAGE_ID_HEADER] = message_id
+            headers["receipt"] = message_id
+            pending = _Pending(seq, body, headers, None)
+            self._outstanding[message_id] = pending
+            self._sent += 1
+            link = broker.current_link
+            if link is not None:
+                tracker.expect(link, message_id, self)
+                pending.link = link
+        if link is not None:
+            try:
+                link.send(self.destination, body, headers)
+            except Exception as exc:  # re-sent on the next connection
+                broker._connector.link_lost(link, f"send failed: {exc!r}")
+        else:
+            # Offline when we looked; a connection attached since then may have missed it.
+            link = broker.current_link
+            if link is not None:
+                try:
+                    self._pump(link)
+                except Exception as exc:
+                    broker._connector.link_lost(link, f"send failed: {exc!r}")
+        return message_id
+
+    def _resend(self, link: Any) -> None:
+        """Send every outstanding message again on the new connection ``link`` (the tracker
+        calls this under the transport's connector lock, before the link is published)."""
+        self._pump(link)
+
+    def _pump(self, link: Any) -> None:
+        # Send, in order, every outstanding message not yet sent on ``link``.
+        tracker = self._tracker
+        assert tracker is not None
+        while True:
+            batch: list[_Pending] = []
+            with self._lock:
+                for message_id, pending in self._outstanding.items():
+                    if pending.link is link:
+                        continue
+                    tracker.expect(link, message_id, self)
+                    if pending.link is not None:
+                        self._resent += 1
+                    pending.link = link
+                    batch.append(pending)
+                    if len(batch) >= 512:
+                        break
+            if not batch:
+                return
+            for pending in batch:
+                link.send(self.destination, pending.body, pending.headers)
+
+    # -- receipts -------------------------------------------------------------------------------
+
+    def _destination_name(self) -> str:
+        return self._name
+
+    def _receipted(self, message_id: str) -> None:
+        with self._lock:
+            if self._outstanding.pop(message_id, None) is None:
+                return
+            self._receipted_count += 1
+            done = self._completed_flushes()
+        self._fire_flushes(done)
+
+    def _refused(self, message_id: str, reason: str, seq: int | None = None) -> None:
+        with self._lock:
+            self._outstanding.pop(message_id, None)
+            self._refused_count += 1
+            done = self._completed_flushes()
+        log.warning("message %s to %s refused: %s", message_id, self.destination, reason)
+        error = DeliveryError(message_id, self.destination, reason)
+        self._call("on_error", self._on_error, error)
+        self._fire_flushes(done)
+
+    def _completed_flushes(self) -> list[FlushAck]:
+        # Under the lock: flushes whose every earlier message is processed.
+        first = next(iter(self._outstanding.values())).seq if self._outstanding else None
+        done = []
+        while self._flushes and (first is None or first > self._flushes[0][1]):
+            rid, _, count = self._flushes.popleft()
+            self._flushes_acked += 1
+            self._acked_flushes.add(rid)
+            done.append(FlushAck(rid, count))
+        if done:
+            self._done.notify_all()
+        return done
+
+    def _fire_flushes(self, done: list[FlushAck]) -> None:
+        for ack in done:
+            self._call("on_flushed", self._on_flushed, ack)
+
+    def _call(self, method: str, fn: Callable[[Any], Any] | None, arg: Any) -> None:
+        targets = [fn] if fn is not None else []
+        targets += [
+            getattr(x, method) for x in self._listeners if callable(getattr(x, method, None))
+        ]
+        for target in targets:
+            try:
+                target(arg)
+            except Exception:
+                with self._lock:
+                    self._callback_errors += 1
+                log.exception("%s callback %r raised", method, target)
+
+    # -- flushes --------------------------------------------------------------------------------
+
+    def request_flush(self) -> int:
+        """Ask to be told (``on_flushed(FlushAck(id, count))``) once every message sent so far
+        is held by the broker; returns the request id (1, 2, ...)."""
+        with self._lock:
+            rid = next(self._flush_ids)
+            count = self._last_seq - self._last_flushed_seq
+            self._last_flushed_seq = self._last_seq
+            self._flushes.append((rid, self._last_seq, count))
+            done = self._completed_flushes()
+        self._fire_flushes(done)
+        return rid
+
+    def wait_flushed(self, request_id: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for flush ``request_id``; whether it completed."""
+        with self._done:
+            return self._done.wait_for(lambda: request_id in self._acked_flushes, timeout)
+
+    def flush(self, timeout: float) -> bool:
+        """:meth:`request_flush` and :meth:`wait_flushed`."""
+        return self.wait_flushed(self.request_flush(), timeout)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop sending (outstanding messages are no longer re-sent); idempotent."""
+        self._closed = True
+        if self._tracker is not None:
+            self._tracker.remove(self)
+
+    def __enter__(self) -> ReliableSender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ``sent``, ``resent`` (sends repeated on a new connection), ``receipted``,
+        ``refused``, ``outstanding``, ``flushes_requested``, ``flushes_acked``,
+        ``callback_errors``."""
+        with self._lock:
+            return {
+                "sent": self._sent,
+                "resent": self._resent,
+                "receipted": self._receipted_count,
+                "refused": self._refused_count,
+                "outstanding": len(self._outstanding),
+                "flushes_requested": self._last_flush_id(),
+                "flushes_acked": self._flushes_acked,
+                "callback_errors": self._callback_errors,
+            }
+
+    def _last_flush_id(self) -> int:
+        return self._flushes_acked + len(self._flushes)
+
+    def __repr__(self) -> str:
+        return f"<ReliableSender {self.destination!r} {self.outstanding} outstanding>"

@@ -1,0 +1,116 @@
+"""Routing a STOMP transport's RECEIPT and ERROR frames to the reliable senders that wait.
+
+One :class:`ReceiptTracker` per :class:`~heartwire.transport.stomp.StompTransport` (made by
+:meth:`ReceiptTracker.of`) is its link observer: it remembers, per connection and in send order,
+which sender is waiting for which receipt; routes each RECEIPT to it; and on a new connection
+asks every sender to re-send what it still holds (before anything else may be published on it).
+
+An ERROR frame that names a ``receipt-id`` (ActiveMQ does) refuses that message. One that does
+not (RabbitMQ) is taken as the refusal of the oldest message still waiting on that connection
+whose destination name the error quotes (brokers answer a connection's frames in order); an
+error that quotes none (e.g. about a subscription) refuses nothing, so it can never drop a
+message.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from heartwire.transport.link import StompLink
+
+__all__ = ["ReceiptTracker", "Waiter"]
+
+_ATTR = "_hw_receipt_tracker"
+_LOCK = threading.Lock()
+
+
+class Waiter(Protocol):
+    """What the tracker calls back (a reliable sender)."""
+
+    def _receipted(self, message_id: str) -> None: ...
+    def _refused(self, message_id: str, reason: str) -> None: ...
+    def _resend(self, link: StompLink) -> None: ...
+    def _destination_name(self) -> str: ...
+
+
+class ReceiptTracker:
+    """See the module docs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._senders: tuple[Waiter, ...] = ()
+        self._pending: dict[StompLink, OrderedDict[str, Waiter]] = {}
+
+    @classmethod
+    def of(cls, transport: Any) -> ReceiptTracker:
+        """The tracker of ``transport``, registered as its link observer on first use."""
+        with _LOCK:
+            tracker = getattr(transport, _ATTR, None)
+            if tracker is None:
+                tracker = cls()
+                setattr(transport, _ATTR, tracker)
+                transport.add_link_observer(tracker)
+            return tracker
+
+    def add(self, sender: Waiter) -> None:
+        with self._lock:
+            self._senders = (*self._senders, sender)
+
+    def remove(self, sender: Waiter) -> None:
+        with self._lock:
+            self._senders = tuple(s for s in self._senders if s is not sender)
+            for queue in self._pending.values():
+                for rid in [r for r, s in queue.items() if s is sender]:
+                    del queue[rid]
+
+    def expect(self, link: StompLink, receipt: str, sender: Waiter) -> None:
+        """``sender`` waits for ``receipt`` on ``link`` (call before sending)."""
+        with self._lock:
+            queue = self._pending.get(link)
+            if queue is None:
+                queue = self._pending[link] = OrderedDict()
+            queue[receipt] = sender
+
+    def waiting(self) -> int:
+        """Receipts waited for on every connection."""
+        with self._lock:
+            return sum(len(q) for q in self._pending.values())
+
+    # -- link observer (StompTransport.add_link_observer) ---------------------------------------
+
+    def attached(self, link: StompLink) -> None:
+        with self._lock:
+            # Receipts of earlier connections will never come: their senders re-send below.
+            self._pending = {link: OrderedDict()}
+            senders = self._senders
+        for sender in senders:
+            sender._resend(link)
+
+    def receipt(self, link: StompLink, receipt: str) -> None:
+        with self._lock:
+            queue = self._pending.get(link)
+            sender = queue.pop(receipt, None) if queue is not None else None
+        if sender is not None:
+            sender._receipted(receipt)
+
+    def error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
+        rid = headers.get("receipt-id")
+        with self._lock:
+            queue = self._pending.get(link)
+            if not queue:
+                return
+            sender: Waiter | None = None
+            if rid is not None:
+                sender = queue.pop(rid, None)
+            else:
+                for candidate, waiter in queue.items():
+                    if waiter._destination_name() in detail:
+                        rid, sender = candidate, waiter
+                        break
+                if sender is not None and rid is not None:
+                    del queue[rid]
+        if sender is not None and rid is not None:
+            sender._refused(rid, detail)
