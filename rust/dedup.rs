@@ -166,7 +166,10 @@ mod tests {
     #[test]
     fn batch_repeats_are_duplicates() {
         let mut w = DedupWindow::new(8).unwrap();
-        assert_eq!(w.seen_many(["x", "x", "y", "x"]), vec![false, true, false, true]);
+        assert_eq!(
+            w.seen_many(["x", "x", "y", "x"]),
+            vec![false, true, false, true]
+        );
         assert_eq!(w.stats().duplicates, 2);
     }
 
@@ -188,7 +191,9 @@ mod tests {
         let mut model: Vec<String> = Vec::new();
         let mut x: u64 = 12345;
         for _ in 0..5000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let id = format!("m{}", (x >> 33) % 12);
             let expected = model.contains(&id);
             if !expected {
