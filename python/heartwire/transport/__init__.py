@@ -7,9 +7,10 @@ Every transport offers the same small interface (:class:`Transport`): ``publish`
 - ``None`` or ``"memory://"``: a new embedded in-process broker (:class:`MemoryBroker`);
 - ``"memory://<name>"``: the embedded broker of that name in this process, created on first use
   (as ActiveMQ's ``vm://`` URLs), so separate parts of one program can meet on it;
-- ``"stomp://host:port"`` and ``"failover:(stomp://a:61613,stomp://b:61614)?..."``: STOMP
-  brokers (:class:`~heartwire.transport.stomp.StompTransport`; URL and options in
-  :mod:`heartwire.transport.urls`).
+- ``"stomp://host:port"``, ``"stomp+ssl://host:port"`` (TLS) and
+  ``"failover:(stomp://a:61613,stomp+ssl://b:61612)?..."``: STOMP brokers
+  (:class:`~heartwire.transport.stomp.StompTransport`; URL and options in
+  :mod:`heartwire.transport.urls`, TLS in :mod:`heartwire.transport.tls`).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def connect(url: str | None = None, **options: Any) -> Transport:
                 f"url {url!r}: an embedded broker URL is 'memory://' or 'memory://<name>'"
             )
         return _named_broker(rest, options)
-    if (sep and scheme.lower() == "stomp") or url.lower().startswith("failover:"):
+    if (sep and scheme.lower() in ("stomp", "stomp+ssl")) or url.lower().startswith("failover:"):
         from heartwire.transport.stomp import StompTransport
 
         return StompTransport(url, **options)
@@ -176,5 +177,5 @@ def connect(url: str | None = None, **options: Any) -> Transport:
 
     raise ValueError(
         f"url {redact(url)!r} has an unknown scheme; expected 'memory://', 'memory://<name>', "
-        "'stomp://host:port' or 'failover:(stomp://host:port,...)'"
+        "'stomp://host:port', 'stomp+ssl://host:port' or 'failover:(stomp://host:port,...)'"
     )

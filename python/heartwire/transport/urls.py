@@ -5,10 +5,20 @@ Two URL forms::
     stomp://host:port[?option=value&...]
     failover:(stomp://host1:port1,stomp://host2:port2,...)[?option=value&...]
 
-A broker URL may carry credentials (``stomp://user:secret@host:61613``); the port defaults to
-61613; IPv6 hosts go in brackets (``stomp://[::1]:61613``). Options may be given in the query
-string or as keyword arguments to :func:`heartwire.connect`; a keyword wins over the query.
-Times are in seconds (fractions allowed). See :data:`OPTIONS` for every option and its default.
+``stomp+ssl://host:port`` is a broker reached over TLS (alone or inside ``failover:(...)``, where
+plain and TLS brokers may be mixed); the ``ssl_*`` options configure it (see
+:mod:`heartwire.transport.tls`) and are refused for a URL without a TLS broker. A broker URL
+may carry credentials (``stomp://user:secret@host:61613``); the port defaults to 61613 (61612,
+ActiveMQ's ``stomp+ssl`` port, for ``stomp+ssl``); IPv6 hosts go in brackets
+(``stomp://[::1]:61613``). Options may be given in the query string or as keyword arguments to
+:func:`heartwire.connect`; a keyword wins over the query. Times are in seconds (fractions
+allowed). See :data:`OPTIONS` for every option and its default.
+
+Credentials: a broker's own ``user:secret@`` wins, then ``login=`` / ``passcode=`` (keyword,
+then query), then the environment variables :data:`LOGIN_ENV` (``HEARTWIRE_BROKER_LOGIN``) and
+:data:`PASSCODE_ENV` (``HEARTWIRE_BROKER_PASSCODE``), which keep the password out of URLs,
+command lines and config files. Importing this module also installs a filter on stomp.py's
+logger that cuts the ``passcode`` header out of the frames it logs at DEBUG level.
 
 Every error is a :class:`ValueError` (or :class:`TypeError` for a keyword of the wrong type) that
 names the option and the value, except that passwords are never repeated: a URL is shown with
@@ -17,7 +27,9 @@ its password as ``***`` and a bad ``passcode`` is described, not echoed.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -26,8 +38,13 @@ from urllib.parse import parse_qsl, unquote
 
 __all__ = [
     "DEFAULT_PORT",
+    "DEFAULT_TLS_PORT",
+    "LOGIN_ENV",
     "OPTIONS",
+    "PASSCODE_ENV",
+    "PASSCODE_FILTER",
     "BrokerAddress",
+    "PasscodeFilter",
     "StompOptions",
     "parse_url",
     "redact",
@@ -35,22 +52,30 @@ __all__ = [
 
 #: The port of a ``stomp://`` URL that names none.
 DEFAULT_PORT = 61613
+#: The port of a ``stomp+ssl://`` URL that names none (ActiveMQ's STOMP+SSL connector's).
+DEFAULT_TLS_PORT = 61612
+#: Environment variables read for the login and passcode when the URL and options give none.
+LOGIN_ENV = "HEARTWIRE_BROKER_LOGIN"
+PASSCODE_ENV = "HEARTWIRE_BROKER_PASSCODE"
 
 DIALECTS = ("auto", "activemq", "rabbitmq")
 
 
 @dataclass(frozen=True)
 class BrokerAddress:
-    """One broker of a URL. ``str()`` gives ``stomp://host:port`` (never the credentials)."""
+    """One broker of a URL. ``str()`` gives ``stomp://host:port`` or ``stomp+ssl://host:port``
+    (never the credentials); ``tls``: reached over TLS."""
 
     host: str
     port: int
     login: str | None = None
     passcode: str | None = field(default=None, repr=False)
+    tls: bool = False
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"stomp://{host}:{self.port}"
+        scheme = "stomp+ssl" if self.tls else "stomp"
+        return f"{scheme}://{host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +109,16 @@ class StompOptions:
     keepalive_interval: float = 5.0
     #: Tear the connection down and reconnect after this many pings in a row did not come back.
     keepalive_allowed: int = 3
+    #: TLS (``stomp+ssl://`` brokers): PEM file of the CAs to trust (None: the system's).
+    ssl_ca_file: str | None = None
+    #: Verify the broker's certificate and host name (False: encrypt without authenticating).
+    ssl_verify: bool = True
+    #: PEM client certificate (for brokers that require one); its key too unless ssl_key_file.
+    ssl_cert_file: str | None = None
+    #: PEM private key of the client certificate.
+    ssl_key_file: str | None = None
+    #: Password of an encrypted client key.
+    ssl_key_password: str | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -154,6 +189,30 @@ def _secret(name: str, value: Any) -> str:
     return value
 
 
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"option {name} must be a bool, got {type(value).__name__} {value!r}")
+    text = value.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"option {name}={value!r} is not a boolean (true/false, 1/0, yes/no)")
+
+
+def _file(name: str, value: Any) -> str:
+    path = _text(name, value)
+    if not path:
+        raise ValueError(f"option {name} is empty; expected the path of a PEM file")
+    if not os.path.isfile(path):
+        raise ValueError(f"option {name}={path!r}: no such file")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"option {name}={path!r}: the file is not readable")
+    return path
+
+
 def _dialect(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"option {name} must be a str, got {type(value).__name__} {value!r}")
@@ -178,6 +237,11 @@ OPTIONS: Mapping[str, tuple[Callable[[str, Any], Any], str]] = {
     "failover_check_timeout": (_seconds(), "seconds between those checks"),
     "keepalive_interval": (_seconds(), "self-ping interval while subscribed, seconds (0: off)"),
     "keepalive_allowed": (_count(1), "missed self-pings that force a reconnect"),
+    "ssl_ca_file": (_file, "TLS: PEM file of the CAs to trust (default: the system's)"),
+    "ssl_verify": (_flag, "TLS: verify the broker's certificate and host name (default true)"),
+    "ssl_cert_file": (_file, "TLS: PEM client certificate (and key, unless ssl_key_file)"),
+    "ssl_key_file": (_file, "TLS: PEM private key of the client certificate"),
+    "ssl_key_password": (_secret, "TLS: password of an encrypted client key"),
 }
 
 _DEFAULTS = {f.name: f.default for f in fields(StompOptions)}
@@ -192,6 +256,31 @@ def redact(url: str) -> str:
     return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
 
 
+class PasscodeFilter(logging.Filter):
+    """Cuts everything after ``passcode:`` out of a log record's message.
+
+    stomp.py logs every frame it sends at DEBUG level, the CONNECT frame's ``passcode`` header
+    included: its own masking pattern wants blanks after the colon, which frames never have. The
+    rest of such a message is replaced, not parsed, so no quoting in a password can defeat it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record: leave it to logging's own error handling
+            return True
+        cut = text.find("passcode:")
+        if cut >= 0:
+            record.msg = text[: cut + len("passcode:")] + "*** (rest of the message not shown)"
+            record.args = ()
+        return True
+
+
+#: The filter on stomp.py's logger (installed once, when this module is imported).
+PASSCODE_FILTER = PasscodeFilter()
+logging.getLogger("stomp.py").addFilter(PASSCODE_FILTER)
+
+
 def _broker(text: str, whole: str) -> BrokerAddress:
     shown = redact(text)
     scheme, sep, rest = text.partition("://")
@@ -199,11 +288,12 @@ def _broker(text: str, whole: str) -> BrokerAddress:
         raise ValueError(
             f"url {redact(whole)!r}: broker {shown!r} is not a URL; expected 'stomp://host:port'"
         )
-    if scheme.lower() != "stomp":
+    if scheme.lower() not in ("stomp", "stomp+ssl"):
         raise ValueError(
             f"url {redact(whole)!r}: broker {shown!r} has the scheme {redact(scheme)!r}; "
-            "only 'stomp' is supported"
+            "only 'stomp' and 'stomp+ssl' are supported"
         )
+    tls = scheme.lower() == "stomp+ssl"
     if "?" in rest or "#" in rest:
         raise ValueError(
             f"url {redact(whole)!r}: broker {shown!r} has its own options; "
@@ -231,7 +321,7 @@ def _broker(text: str, whole: str) -> BrokerAddress:
         raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has no host")
     if not re.fullmatch(r"[A-Za-z0-9._:%-]+", host):
         raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has an invalid host {host!r}")
-    port = DEFAULT_PORT
+    port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
     if port_text:
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
             raise ValueError(
@@ -239,7 +329,7 @@ def _broker(text: str, whole: str) -> BrokerAddress:
                 "expected a number from 1 to 65535"
             )
         port = int(port_text)
-    return BrokerAddress(host, port, login, passcode)
+    return BrokerAddress(host, port, login, passcode, tls)
 
 
 def _split_failover(url: str) -> tuple[list[str], str]:
@@ -311,6 +401,18 @@ def parse_url(url: str, **options: Any) -> StompOptions:
             shown = "value not shown" if "pass" in name.lower() else f"{value!r}"
             raise ValueError(f"unknown option {name} ({shown}); known options: {known}")
         values[name] = spec[0](name, value)
+    for name, env in (("login", LOGIN_ENV), ("passcode", PASSCODE_ENV)):
+        if name not in values and os.environ.get(env):
+            # The checker names the variable; a passcode is never echoed.
+            values[name] = OPTIONS[name][0](
+                f"{name} (from the environment variable {env})", os.environ[env]
+            )
+    tls_given = sorted(n for n in values if n.startswith("ssl_"))
+    if tls_given and not any(b.tls for b in brokers):
+        raise ValueError(
+            f"url {redact(text)!r} has no stomp+ssl:// broker; the options {', '.join(tls_given)} "
+            "apply only to brokers reached over TLS"
+        )
     interval = values.get("keepalive_interval", _DEFAULTS["keepalive_interval"])
     connect_timeout = values.get("connect_timeout", _DEFAULTS["connect_timeout"])
     if 0 < interval < 0.01:
