@@ -6,6 +6,9 @@ script's output if that does not work. Tests that kill or pause a broker use :fu
 :func:`start`, :func:`pause` and :func:`resume`; :func:`ensure` brings a broker back (each test
 calls it for the brokers it needs, so one test's crash does not leak into the next).
 
+The ``tls`` broker (STOMP over TLS only, with test keys made at its start) is not in
+:data:`PORTS`: tests that need it use the :func:`tls_broker` fixture, which starts it if needed.
+
 Set ``HEARTWIRE_SKIP_BROKERS=1`` to skip these tests on a machine without the brokers (CI never
 does: ``scripts/test`` starts them).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,6 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "brokers"
 HOST = "127.0.0.1"
 PORTS = {"activemq": 61613, "standby": 61614, "rabbitmq": 61623}
+#: The tls broker: STOMP over TLS (server certificate only), and with client certificates required.
+TLS_PORT = 61612
+TLS_CLIENT_AUTH_PORT = 61619
+#: Where scripts/brokers writes the tls broker's test CA (ca.pem), client key (client.pem) and an
+#: unrelated CA (other-ca.pem).
+TLS_CERTS = (
+    Path(os.environ.get("HEARTWIRE_BROKERS_DIR", "/tmp/heartwire-brokers")) / "tls" / "certs"
+)
 # Bound on one scripts/brokers call (a first start installs packages and starts three brokers).
 SCRIPT_TIMEOUT = float(os.environ.get("HEARTWIRE_BROKERS_SCRIPT_TIMEOUT", "600"))
 
@@ -49,6 +61,27 @@ def stomp_ready(port: int, timeout: float = 2.0) -> bool:
                 sock.sendall(b"DISCONNECT\n\n\0")
             return reply.startswith(b"CONNECTED")
     except OSError:
+        return False
+
+
+def tls_ready(timeout: float = 3.0) -> bool:
+    """Whether the tls broker completes a verified TLS handshake and answers a STOMP CONNECT."""
+    ca = TLS_CERTS / "ca.pem"
+    if not ca.is_file():
+        return False
+    try:
+        ctx = ssl.create_default_context(cafile=str(ca))
+        with (
+            socket.create_connection((HOST, TLS_PORT), timeout=timeout) as raw,
+            ctx.wrap_socket(raw, server_hostname=HOST) as sock,
+        ):
+            sock.settimeout(timeout)
+            sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
+            reply = sock.recv(64)
+            with contextlib.suppress(OSError):
+                sock.sendall(b"DISCONNECT\n\n\0")
+            return reply.startswith(b"CONNECTED")
+    except (OSError, ssl.SSLError):
         return False
 
 
@@ -106,6 +139,16 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float 
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(step)
+
+
+@pytest.fixture(scope="session")
+def tls_broker() -> Iterator[Path]:
+    """The tls broker running (started through scripts/brokers if needed): its certs dir."""
+    if os.environ.get("HEARTWIRE_SKIP_BROKERS") == "1":
+        pytest.skip("HEARTWIRE_SKIP_BROKERS=1: tests against real brokers are skipped")
+    if not tls_ready():
+        run("start", "tls")
+    yield TLS_CERTS
 
 
 @pytest.fixture(scope="session")

@@ -149,7 +149,8 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
                 sock.settimeout(None)
         if not self._ready.wait(max(0.0, deadline - time.monotonic())):
             self._end_quietly()
-            raise LinkError(self.broker, f"no CONNECTED frame within {opts.connect_timeout:g} s")
+            late = f"no CONNECTED frame within {opts.connect_timeout:g} s"
+            raise LinkError(self.broker, tls.explain(self.broker, opts) or late)
         with self._lock:
             ok = self._connected and not self._ended
             error = self._error
