@@ -187,18 +187,27 @@ def test_replay_rule_same_boot_and_restarts() -> None:
     _deliver(mon, Beat("svc.a", 5, "boot1", 1000.0, 1.0))  # the same beat again
     _deliver(mon, Beat("svc.a", 4, "boot1", 1001.0, 1.0))  # an older seq, later time
     assert rejected(mon) == {"replayed": 2}
-    _deliver(mon, Beat("svc.a", 6, "boot1", 999.0, 1.0))  # a newer seq: taken (clock-agnostic)
-    _deliver(mon, Beat("svc.a", 1, "boot2", 1002.0, 1.0))  # a restart, sent later: taken
-    _deliver(mon, Beat("svc.a", 7, "boot1", 1003.0, 1.0))  # back to boot1, sent later: taken
-    _deliver(mon, Beat("svc.a", 2, "boot2", 1001.5, 1.0))  # boot2 again, sent before: replay
-    assert rejected(mon) == {"replayed": 3}
-    assert mon.stats()["beats"] == 4
+    _deliver(mon, Beat("svc.a", 6, "boot1", 999.0, 1.0))  # a newer seq: taken, whatever the time
+    _deliver(mon, Beat("svc.a", 1, "boot2", 1002.0, 1.0))  # a restart: taken
+    _deliver(mon, Beat("svc.a", 6, "boot1", 1003.0, 1.0))  # boot1 is still remembered
+    _deliver(mon, Beat("svc.a", 1, "boot2", 1002.0, 1.0))  # and so is boot2
+    assert rejected(mon) == {"replayed": 4}
+    # A restart after the publisher's clock stepped back an hour is not taken for a replay.
+    _deliver(mon, Beat("svc.a", 1, "boot3", 1002.0 - 3600, 1.0))
+    _deliver(mon, Beat("svc.a", 1, "boot4", 1002.0 - 3500, 1.0))
+    assert rejected(mon) == {"replayed": 4} and mon.stats()["beats"] == 5
+    # Four boots remembered (boot1, boot2, boot3, boot4, least recently heard first): an unknown
+    # boot sent before boot1's last beat (999) is a replay from a forgotten boot.
+    _deliver(mon, Beat("svc.a", 9, "boot0", 998.0, 1.0))
+    _deliver(mon, Beat("svc.a", 1, "boot5", 2000.0, 1.0))  # taken; boot1 is forgotten
+    _deliver(mon, Beat("svc.a", 7, "boot1", 1000.0, 1.0))  # before boot2's last (1002): replay
+    assert rejected(mon) == {"replayed": 6} and mon.stats()["beats"] == 6
     # Topics are independent; a removed topic starts afresh.
     _deliver(mon, Beat("svc.b", 1, "boot1", 1.0, 1.0))
     mon.remove("svc.a")
     _deliver(mon, Beat("svc.a", 1, "boot1", 1.0, 1.0))
-    assert rejected(mon) == {"replayed": 3} and mon.stats()["beats"] == 6
-    assert mon.metrics()["rejected"] == {"replayed": 3}
+    assert rejected(mon) == {"replayed": 6} and mon.stats()["beats"] == 8
+    assert mon.metrics()["rejected"] == {"replayed": 6}
 
 
 def test_replayed_beat_does_not_resume_a_failed_topic() -> None:

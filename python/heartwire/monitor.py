@@ -41,7 +41,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from numbers import Real
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from heartwire._core import Detector, Event, EventQueue, ManualClock, Phi
 from heartwire.dispatch import Dispatcher
@@ -83,14 +83,23 @@ MIN_BEAT_PERIOD = 0.001
 MAX_BEAT_PERIOD = 1e9
 
 
-def _replay(last: tuple[str, int, float | None], boot: str, seq: int, sent: float | None) -> str:
-    """Why a signed beat (``boot``, ``seq``, ``sent``) is no newer than the ``last`` one taken
-    for its topic; "" if it is newer."""
-    last_boot, last_seq, last_sent = last
-    if boot == last_boot:
-        return f"seq {seq} <= {last_seq} of the same boot" if seq <= last_seq else ""
-    if sent is not None and last_sent is not None and sent <= last_sent:
-        return "another boot id, sent before the last beat taken"
+#: How many boot ids of a topic a monitor with a key remembers (with each one's last seq).
+REPLAY_BOOTS = 4
+
+# One remembered boot of a topic: (boot id, last seq taken, its send time).
+_Boot = tuple[str, int, Optional[float]]
+
+
+def _replay(history: tuple[_Boot, ...], boot: str, seq: int, sent: float | None) -> str:
+    """Why a signed beat (``boot``, ``seq``, ``sent``) is a replay given the topic's remembered
+    boots (least recently heard first); "" if it is not."""
+    for known, last_seq, _ in history:
+        if known == boot:
+            return f"seq {seq} <= {last_seq} of the same boot" if seq <= last_seq else ""
+    if len(history) >= REPLAY_BOOTS and sent is not None:
+        oldest = history[0][2]
+        if oldest is not None and sent <= oldest:
+            return f"an unknown boot id, sent before the last {REPLAY_BOOTS} boots' beats"
     return ""
 
 
@@ -201,10 +210,14 @@ class HeartbeatMonitor:
     - ``clock``: a :class:`~heartwire._core.ManualClock` for tests and simulations; events are then
       produced by ``clock.advance`` and delivered to listeners by :meth:`drain`.
     - ``key``: shared HMAC key; beats not signed with it are rejected and counted, never recorded.
-      With a key, a signed beat that is not newer than the last one taken for its topic is
-      refused too (reason ``"replayed"``): same boot id and a sequence number not above the
-      last, or another boot id and a send time not after the last. So a captured beat sent again
-      cannot revive a dead service. Signed beats without ``seq`` and ``boot`` are not checked.
+      With a key, replayed signed beats are refused too (reason ``"replayed"``), so a captured
+      beat sent again cannot revive a dead service: the monitor remembers the last
+      :data:`REPLAY_BOOTS` boot ids of each topic with the highest ``seq`` taken from each, and
+      takes a beat of a remembered boot only with a higher ``seq``. A beat of a new boot id is
+      taken (a restart), unless all those boots are remembered already and it was sent before
+      the least recently heard one's last beat (a replay from a long-gone boot). Wall clocks
+      matter only in that last case, so a publisher restarting after a clock step back is not
+      refused. Signed beats without ``seq`` and ``boot`` are not checked.
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
     - ``tick``: the detector's driver interval (real clock).
@@ -295,8 +308,8 @@ class HeartbeatMonitor:
         self._learned = 0
         self._rejected: Counter[str] = Counter()
         self._rejected_lock = threading.Lock()
-        # Signed beats only: per handle, (boot id, seq, sent) of the last one taken (replays).
-        self._last_signed: dict[int, tuple[str, int, float | None]] = {}
+        # Signed beats only: per handle, the topic's last REPLAY_BOOTS boots (replays).
+        self._boots: dict[int, tuple[_Boot, ...]] = {}
         self._replay_lock = threading.Lock()
         self._feed: _Feed | None = None
         self._subscription: Subscription | None = None
@@ -495,7 +508,7 @@ class HeartbeatMonitor:
         self._periods[handle] = period
         self._pinned[handle] = 0
         self._graces[handle] = math.nan
-        self._last_signed.pop(handle, None)  # a reused handle: a new topic
+        self._boots.pop(handle, None)  # a reused handle: a new topic
         self._next_handle = max(self._next_handle, handle + 1)
 
     def _learn(self, topic: str, period: float | None) -> int | None:
@@ -602,11 +615,11 @@ class HeartbeatMonitor:
             return True
         why = ""
         with self._replay_lock:
-            last = self._last_signed.get(handle)
-            if last is not None:
-                why = _replay(last, boot, seq, sent)
+            history = self._boots.get(handle, ())
+            why = _replay(history, boot, seq, sent)
             if not why:
-                self._last_signed[handle] = (boot, seq, sent)
+                kept = tuple(b for b in history if b[0] != boot)
+                self._boots[handle] = (*kept, (boot, seq, sent))[-REPLAY_BOOTS:]
         if why:
             self._reject("replayed", None, f"beat for {_short(beat.topic)} replayed: {why}")
             return False
