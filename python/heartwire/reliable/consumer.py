@@ -102,8 +102,10 @@ class Consumer:
 
     def start(self) -> Consumer:
         """Subscribe (idempotent). On STOMP waits up to ``request_blocking_time`` for a
-        connection; raises :class:`ConnectionError` if none comes, :class:`ValueError` if a
-        durable subscription on ActiveMQ lacks the transport's client id."""
+        connection and for the broker to confirm the subscription (so that whatever is sent
+        after this returns reaches it); raises :class:`ConnectionError` if none comes,
+        :class:`ValueError` if a durable subscription on ActiveMQ lacks the transport's client
+        id."""
         with self._lock:
             if self._sub is not None:
                 return self
@@ -179,9 +181,20 @@ class Consumer:
                     "connect(url, client_id=...)"
                 )
             headers = dialect.durable_headers(self.durable_name, broker.client_id)
-        return broker.subscribe_destination(
-            self.destination, self._on_stomp, sub_id=self._sub_id(), ack=self.ack, headers=headers
+        timeout = broker.options.request_blocking_time
+        sub = broker.subscribe_destination(
+            self.destination,
+            self._on_stomp,
+            sub_id=self._sub_id(),
+            ack=self.ack,
+            headers=headers,
+            confirm=timeout,
         )
+        if not sub.confirmed:
+            log.warning(
+                "%r: the broker did not confirm the subscription within %g s", self, timeout
+            )
+        return sub
 
     def _stop_stomp(self, sub: Any, forget: bool) -> None:
         if not (forget and self.durable_name is not None):

@@ -93,6 +93,7 @@ class StompSubscription:
         "_matches",
         "_transport",
         "ack",
+        "confirmed",
         "delivered",
         "destination",
         "errors",
@@ -118,6 +119,8 @@ class StompSubscription:
         self.ack = "auto"
         self.sub_headers: dict[str, str] | None = None
         self.link_handler: Callable[[StompLink, Message], None] | None = None
+        #: Whether the broker confirmed the SUBSCRIBE (``subscribe_destination(confirm=)``).
+        self.confirmed = False
         #: Messages handed to the handler (those it raised on included).
         self.delivered = 0
         #: Messages the handler raised on.
@@ -415,12 +418,16 @@ class StompTransport:
         sub_id: str | None = None,
         ack: str = "auto",
         headers: Mapping[str, str] | None = None,
+        confirm: float = 0.0,
     ) -> StompSubscription:
         """Subscribe to a raw STOMP ``destination`` (``/queue/x``, ``/topic/x``) with ack mode
         ``ack`` and extra SUBSCRIBE ``headers``; ``handler(link, message)`` gets every message
         (``message.destination`` is the raw destination) with the connection it came on, to
         ACK on. Restored after every reconnection; ``sub_id`` fixes the subscription id (a
-        RabbitMQ durable subscription is known by it). Raises like :meth:`subscribe`."""
+        RabbitMQ durable subscription is known by it). ``confirm`` > 0: when connected, wait
+        up to that many seconds for the broker's receipt of the SUBSCRIBE (so that messages
+        sent after this returns reach it); False in ``confirmed`` if it did not come. Raises
+        like :meth:`subscribe`."""
         if not isinstance(destination, str) or not destination.startswith("/"):
             raise ValueError(
                 f"destination must be a STOMP destination ('/queue/x'), got {destination!r}"
@@ -435,6 +442,8 @@ class StompTransport:
         sub.sub_headers = dict(headers) if headers else None
         sub.link_handler = handler
         cond = self._connector.cond
+        waiter: threading.Event | None = None
+        receipt = f"hw-r-{self._id}-{next(self._ids)}"
         with cond:
             if self._closed or self._connector.closed:
                 raise TransportClosed(self._closed_message(f"subscribe to {destination!r}"))
@@ -443,12 +452,21 @@ class StompTransport:
             self._subs[sub.id] = sub
             link = self._connector.current
             if link is not None:
+                frame_headers = dict(sub.sub_headers or {})
+                if confirm > 0:
+                    waiter = self._receipt_waiters[receipt] = threading.Event()
+                    frame_headers["receipt"] = receipt
                 try:
-                    link.subscribe(destination, sub.id, ack, sub.sub_headers)
+                    link.subscribe(destination, sub.id, ack, frame_headers)
                 except Exception as exc:
                     self._connector.link_lost(link, f"subscribe failed: {exc!r}")
                 else:
                     self._start_keepalive(link)
+        if waiter is not None:
+            try:
+                sub.confirmed = waiter.wait(confirm)
+            finally:
+                self._receipt_waiters.pop(receipt, None)
         return sub
 
     # -- hooks for the reliable layer -------------------------------------------------------------

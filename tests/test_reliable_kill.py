@@ -1,0 +1,146 @@
+"""Reliable delivery through broker crashes (issue 5): 100 000 messages through a
+ReliableSender, a flush every 1 000, ActiveMQ kill -9-ed and restarted three times during the run.
+
+The durable consumer must receive every id at least once (each handed over once: duplicates
+from re-sends and redeliveries are dropped and counted), and every flush must be acknowledged.
+ActiveMQ keeps persistent messages and durable subscriptions in a KahaDB store that outlives
+kill -9 (scripts/brokers). RabbitMQ is not killed here: scripts/brokers starts it on a fresh
+Mnesia directory, so its durable queues do not survive a restart through the script.
+
+The run's figures (loss, duplicates, resends, time) are printed (``pytest -s``) for the notes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+import heartwire as hw
+from tests import brokers as B
+from tests.brokers import brokers  # noqa: F401  (the session fixture)
+
+pytestmark = pytest.mark.usefixtures("brokers")
+
+FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=2&keepalive_interval=0"
+TOTAL = 100_000
+FLUSH_EVERY = 1_000
+KILLS_AT = (25_000, 50_000, 75_000)
+# At most this many flushes unacknowledged before the producer waits (bounded in-flight data).
+FLUSH_WINDOW = 5
+# Bounds on the waits (generous: the machine is shared; a broker restart takes a few seconds).
+FLUSH_WAIT = 90.0
+DRAIN_WAIT = 60.0
+
+
+def test_100k_messages_through_three_broker_kills() -> None:
+    B.ensure("activemq")
+    tag = uuid.uuid4().hex[:8]
+    destination = f"/topic/hw.kill.{tag}"
+    url = B.url("activemq") + "?" + FAST
+    lock = threading.Lock()
+    received: set[str] = set()
+    handed_twice: list[str] = []
+    redelivered = 0
+
+    def on_message(msg: hw.ReceivedMessage) -> None:
+        nonlocal redelivered
+        with lock:
+            if msg.id in received:
+                handed_twice.append(msg.id)
+            received.add(msg.id)
+            redelivered += msg.redelivered
+        msg.ack()
+
+    consumer_broker = hw.connect(url, client_id=f"hw-kill-{tag}")
+    sender_broker = hw.connect(url)
+    consumer = hw.Consumer(
+        consumer_broker,
+        destination,
+        ack="client-individual",
+        durable_name="kill-test",
+        on_message=on_message,
+    )
+    acks: list[hw.FlushAck] = []
+    errors: list[hw.DeliveryError] = []
+    sender = hw.ReliableSender(
+        sender_broker, destination, on_flushed=acks.append, on_error=errors.append
+    )
+    killer: threading.Thread | None = None
+    kill_errors: list[BaseException] = []
+
+    def kill_and_restart() -> None:
+        try:
+            B.kill9("activemq")
+            B.start("activemq")
+        except BaseException as exc:  # reported by the test thread
+            kill_errors.append(exc)
+
+    started = time.monotonic()
+    try:
+        consumer.start()
+        sent: list[str] = []
+        requests: list[int] = []
+        for i in range(TOTAL):
+            sent.append(sender.send(b"m%d" % i))
+            if (i + 1) % FLUSH_EVERY == 0:
+                requests.append(sender.request_flush())
+                if len(requests) > FLUSH_WINDOW:
+                    back = requests[-FLUSH_WINDOW - 1]
+                    assert sender.wait_flushed(back, FLUSH_WAIT), (
+                        f"flush {back} not acknowledged within {FLUSH_WAIT:g} s "
+                        f"({sender.stats()}, broker up: {B.stomp_ready(61613)})"
+                    )
+            if i + 1 in KILLS_AT:
+                if killer is not None:
+                    killer.join(60)
+                    assert not killer.is_alive(), "the previous broker restart did not finish"
+                killer = threading.Thread(target=kill_and_restart, name="kill9")
+                killer.start()
+        if killer is not None:
+            killer.join(120)
+            assert not killer.is_alive(), "the last broker restart did not finish in 120 s"
+        assert not kill_errors, f"scripts/brokers failed: {kill_errors}"
+        for rid in requests:
+            assert sender.wait_flushed(rid, FLUSH_WAIT), (
+                f"flush {rid} not acknowledged within {FLUSH_WAIT:g} s: {sender.stats()}"
+            )
+        flushed_at = time.monotonic()
+        deadline = time.monotonic() + DRAIN_WAIT
+        while time.monotonic() < deadline:
+            with lock:
+                if len(received) >= TOTAL:
+                    break
+            time.sleep(0.05)
+        with lock:
+            missing = set(sent) - received
+        stats = consumer.stats()
+        sstats = sender.stats()
+        print(
+            f"\nkill test: {TOTAL} sent, {len(received)} distinct received, {len(missing)} "
+            f"lost, {stats['duplicates']} duplicates dropped, {redelivered} flagged "
+            f"redelivered, {sstats['resent']} re-sent by the sender, flushes "
+            f"{sstats['flushes_acked']}/{len(requests)} acked, "
+            f"reconnects sender={sender_broker.stats()['reconnects']} "
+            f"consumer={consumer_broker.stats()['reconnects']}, "
+            f"{flushed_at - started:.1f} s to the last flush ack, "
+            f"{time.monotonic() - started:.1f} s in all"
+        )
+        assert not missing, f"{len(missing)} ids never delivered, e.g. {sorted(missing)[:5]}"
+        assert not handed_twice, f"ids handed over twice: {handed_twice[:5]}"
+        assert not errors, f"the broker refused messages: {errors[:3]}"
+        assert [a.request_id for a in acks] == requests, "a flush was not acknowledged in order"
+        assert sum(a.count for a in acks) == TOTAL
+        assert sender.outstanding == 0
+        assert sender_broker.stats()["reconnects"] >= len(KILLS_AT)
+        assert stats["delivered"] == TOTAL, "every id handed over exactly once"
+    finally:
+        if killer is not None:
+            killer.join(120)
+        B.ensure("activemq")
+        sender.close()
+        consumer.stop(forget=True)
+        sender_broker.close()
+        consumer_broker.close()
