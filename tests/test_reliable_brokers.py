@@ -1,0 +1,268 @@
+"""Reliable delivery against real brokers (ActiveMQ and RabbitMQ, scripts/brokers).
+
+Offline durable consumers receive the monitor's alerts on return; unacknowledged client-ack
+messages come back with ``redelivered``; transactions deliver all or nothing; flushes complete
+across a lost connection; a refused message is named and still counts for its flush. Every wait
+is bounded and names what it waited for. (The broker-crash run is tests/test_reliable_kill.py.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import heartwire as hw
+from tests import brokers as B
+from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
+
+pytestmark = pytest.mark.usefixtures("brokers")
+
+FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=2&keepalive_interval=0"
+BOTH = ["activemq", "rabbitmq"]
+PERIOD = 0.2
+
+
+def uid() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Any]]:
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        with contextlib.suppress(Exception):
+            if isinstance(thing, hw.Consumer):
+                thing.stop(forget=thing.durable_name is not None)
+            elif isinstance(thing, (hw.HeartbeatMonitor, hw.HeartbeatPublisher)):
+                thing.stop()
+            else:
+                thing.close()
+
+
+def state(mon: hw.HeartbeatMonitor, topic: str) -> hw.State | None:
+    try:
+        return mon.status(topic).state
+    except KeyError:
+        return None
+
+
+def open_broker(name: str, closing: list[Any], **options: Any) -> Any:
+    B.ensure(name)
+    broker = hw.connect(B.url(name) + "?" + FAST, **options)
+    closing.append(broker)
+    return broker
+
+
+class Inbox:
+    """Messages a consumer got, thread-safe."""
+
+    def __init__(self, ack: bool = True) -> None:
+        self.lock = threading.Lock()
+        self.messages: list[hw.ReceivedMessage] = []
+        self.ack = ack
+
+    def __call__(self, msg: hw.ReceivedMessage) -> None:
+        with self.lock:
+            self.messages.append(msg)
+        if self.ack:
+            msg.ack()
+
+    def bodies(self) -> list[bytes]:
+        with self.lock:
+            return [m.body for m in self.messages]
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_offline_durable_consumer_gets_the_alerts_on_return(name: str, closing: list[Any]) -> None:
+    root = uid()
+    destination = f"/topic/{root}.alerts"
+    client = f"risk-{root}"
+    risk_t = open_broker(name, closing, client_id=client)
+    inbox = Inbox()
+    risk = hw.Consumer(
+        risk_t, destination, ack="client-individual", durable_name="risk", on_message=inbox
+    )
+    closing.append(risk)
+    risk.start()
+    risk.stop()  # the durable subscription exists; the risk system is now offline
+
+    mon_t = open_broker(name, closing)
+    pub_t = open_broker(name, closing)
+    sender = hw.ReliableSender(mon_t, destination)
+    closing.append(sender)
+    alerts = hw.AlertPublisher(sender, source="test-monitor")
+    mon = hw.HeartbeatMonitor(mon_t, f"{root}.svc.>", period=PERIOD, listeners=[alerts])
+    closing.append(mon)
+    mon.start()
+    topic = f"{root}.svc.a"
+    pub = hw.HeartbeatPublisher(pub_t, topic, period=PERIOD)
+    closing.append(pub)
+    pub.start()
+    wait_for(lambda: state(mon, topic) == hw.State.ALIVE, 5, f"{topic} alive")
+    pub.pause()
+    wait_for(lambda: alerts.published >= 1, 5, "a failed alert")
+    pub.resume()
+    wait_for(
+        lambda: state(mon, topic) == hw.State.ALIVE and alerts.published >= 2,
+        5,
+        "a resumed alert",
+    )
+    mon.stop()
+    assert sender.flush(10), f"alerts not acknowledged by {name}: {sender.stats()}"
+    assert inbox.bodies() == [], "the consumer was offline"
+
+    risk.start()  # back online: the alerts raised meanwhile arrive
+    wait_for(lambda: len(inbox.bodies()) >= alerts.published, 10, "the alerts on return")
+    got = [json.loads(b) for b in inbox.bodies()]
+    kinds = [a["alert"] for a in got]
+    assert kinds[0] == "failed" and "resumed" in kinds, kinds
+    assert {a["topic"] for a in got} == {topic}
+    assert all(a["source"] == "test-monitor" for a in got)
+    assert [m.id for m in inbox.messages] == alerts.message_ids[: len(inbox.messages)]
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_unacked_message_is_redelivered_after_the_consumer_dies(
+    name: str, closing: list[Any]
+) -> None:
+    destination = f"/queue/{uid()}"
+    first_t = open_broker(name, closing)
+    first = Inbox(ack=False)  # takes the message and dies before acknowledging it
+    c1 = hw.Consumer(first_t, destination, ack="client", on_message=first)
+    c1.start()
+    sender_t = open_broker(name, closing)
+    sender = hw.ReliableSender(sender_t, destination)
+    closing.append(sender)
+    mid = sender.send(b"work item")
+    assert sender.flush(10)
+    wait_for(lambda: first.bodies(), 5, "the first delivery")
+    assert first.messages[0].id == mid and not first.messages[0].redelivered
+    link = first_t.current_link
+    first_t.close() if link is None else link.abort("the consumer died")
+    first_t.close()
+
+    second_t = open_broker(name, closing)
+    second = Inbox()
+    c2 = hw.Consumer(second_t, destination, ack="client", on_message=second)
+    closing.append(c2)
+    c2.start()
+    wait_for(lambda: second.bodies(), 10, f"the redelivery through {name}")
+    msg = second.messages[0]
+    assert (msg.id, msg.body, msg.redelivered) == (mid, b"work item", True)
+    assert c2.stats()["acked"] == 1
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_transaction_delivers_all_or_nothing(name: str, closing: list[Any]) -> None:
+    destination = f"/queue/{uid()}"
+    broker = open_broker(name, closing)
+    inbox = Inbox()
+    consumer = hw.Consumer(broker, destination, on_message=inbox)
+    closing.append(consumer)
+    consumer.start()
+    with pytest.raises(KeyError), broker.transaction() as tx:
+        tx.send(destination, b"aborted 1")
+        tx.send(destination, b"aborted 2")
+        raise KeyError("something went wrong")
+    assert tx.state == "aborted"
+    with broker.transaction() as tx:
+        for i in range(3):
+            tx.send(destination, b"committed %d" % i)
+    assert tx.state == "committed"
+    wait_for(lambda: len(inbox.bodies()) >= 3, 5, "the committed messages")
+    # A marker sent after both: once it is in, anything of the aborted one would be too.
+    sender = hw.ReliableSender(broker, destination)
+    closing.append(sender)
+    sender.send(b"marker")
+    wait_for(lambda: b"marker" in inbox.bodies(), 5, "the marker")
+    assert inbox.bodies() == [b"committed 0", b"committed 1", b"committed 2", b"marker"]
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_acks_in_an_aborted_transaction_are_undone(name: str, closing: list[Any]) -> None:
+    destination = f"/queue/{uid()}"
+    broker = open_broker(name, closing)
+    held: list[hw.ReceivedMessage] = []
+    c1 = hw.Consumer(broker, destination, ack="client-individual", on_message=held.append)
+    c1.start()
+    sender = hw.ReliableSender(broker, destination)
+    closing.append(sender)
+    mid = sender.send(b"job")
+    wait_for(lambda: held, 5, "the job")
+    with pytest.raises(RuntimeError), broker.transaction() as tx:
+        held[0].ack(tx)
+        raise RuntimeError("processing failed")
+    # The ack was rolled back: once this consumer's connection is gone (RabbitMQ keeps a
+    # cancelled consumer's unacked messages until then), the broker delivers the job again.
+    c1.stop()
+    sender.close()
+    broker.close()
+    again = Inbox()
+    c2 = hw.Consumer(
+        open_broker(name, closing), destination, ack="client-individual", on_message=again
+    )
+    closing.append(c2)
+    c2.start()
+    wait_for(lambda: again.bodies(), 10, "the job again after the aborted ack")
+    assert (again.messages[0].id, again.messages[0].redelivered) == (mid, True)
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_flushes_complete_across_a_lost_connection(name: str, closing: list[Any]) -> None:
+    destination = f"/queue/{uid()}"
+    sender_t = open_broker(name, closing)
+    consumer_t = open_broker(name, closing)
+    inbox = Inbox()
+    consumer = hw.Consumer(consumer_t, destination, on_message=inbox)
+    closing.append(consumer)
+    consumer.start()
+    acks: list[hw.FlushAck] = []
+    sender = hw.ReliableSender(sender_t, destination, on_flushed=acks.append)
+    closing.append(sender)
+    ids = [sender.send(b"a%d" % i) for i in range(200)]
+    first = sender.request_flush()
+    link = sender_t.current_link
+    assert link is not None
+    link.abort("test: connection lost")  # receipts of this link never come
+    ids += [sender.send(b"b%d" % i) for i in range(200)]
+    second = sender.request_flush()
+    assert sender.wait_flushed(second, 10), f"flush not acknowledged: {sender.stats()}"
+    assert [(a.request_id, a.count) for a in acks] == [(first, 200), (second, 200)]
+    assert sender.outstanding == 0
+    wait_for(lambda: len(inbox.messages) >= 400, 10, "all 400 messages")
+    assert sorted(m.id for m in inbox.messages) == sorted(ids)
+    assert sender_t.stats()["reconnects"] >= 1
+
+
+def test_refused_message_is_named_and_counted_in_its_flush(closing: list[Any]) -> None:
+    # RabbitMQ refuses queue names with the reserved 'amq.' prefix (an ERROR frame).
+    broker = open_broker("rabbitmq", closing)
+    errors: list[hw.DeliveryError] = []
+    acks: list[hw.FlushAck] = []
+    bad = hw.ReliableSender(broker, f"/queue/amq.{uid()}", on_error=errors.append)
+    good_dest = f"/queue/{uid()}"
+    good = hw.ReliableSender(broker, good_dest, on_flushed=acks.append)
+    closing.extend([bad, good])
+    refused = bad.send(b"nowhere")
+    assert bad.flush(10), f"the flush after a refused message did not complete: {bad.stats()}"
+    assert [e.message_id for e in errors] == [refused]
+    assert "amq." in errors[0].reason
+    assert bad.stats()["refused"] == 1 and bad.outstanding == 0
+    # The connection may have been closed by the refusal; the other sender is unaffected.
+    good.send(b"fine")
+    assert good.flush(10) and acks[-1].count == 1
+
+
+def test_durable_subscription_on_activemq_needs_a_client_id(closing: list[Any]) -> None:
+    broker = open_broker("activemq", closing)
+    consumer = hw.Consumer(broker, f"/topic/{uid()}", durable_name="x")
+    with pytest.raises(ValueError, match="client_id"):
+        consumer.start()
+    assert not consumer.running
