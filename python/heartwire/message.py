@@ -74,6 +74,32 @@ class Beat:
     legacy: bool = False
 
 
+_new = object.__new__
+
+
+def _beat(
+    topic: str,
+    seq: int | None,
+    boot_id: str | None,
+    sent_at: float | None,
+    period: float | None,
+    payload: Any,
+) -> Beat:
+    """``Beat(...)`` for checked fields, without the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` call per field): the decoder builds one per message."""
+    beat: Beat = _new(Beat)
+    beat.__dict__.update(
+        topic=topic,
+        seq=seq,
+        boot_id=boot_id,
+        sent_at=sent_at,
+        period=period,
+        payload=payload,
+        legacy=False,
+    )
+    return beat
+
+
 class DecodeError(ValueError):
     """A message body that is not an acceptable beat.
 
@@ -105,6 +131,11 @@ def _finite_float(text: str) -> float:
     if math.isinf(value):
         raise ValueError(f"number {text[:40]} is out of range")
     return value
+
+
+# One decoder for every message: ``json.loads`` with keyword arguments would build a new
+# ``JSONDecoder`` (and its scanner) per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def _is_number(value: object) -> bool:
@@ -205,7 +236,7 @@ class BeatCodec:
             if size > self.max_size:
                 raise DecodeError("too_large", f"{size} bytes, limit {self.max_size}")
             try:
-                text = bytes(body).decode("utf-8")
+                text = (body if isinstance(body, bytes) else bytes(body)).decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise DecodeError("not_utf8", str(exc)) from None
         stripped = text.strip()
@@ -237,7 +268,7 @@ class BeatCodec:
 
     def _decode_json(self, text: str) -> Beat:
         try:
-            obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+            obj = _DECODER.decode(text)
         except (ValueError, RecursionError) as exc:
             raise DecodeError("bad_json", str(exc)[:200]) from None
         if not isinstance(obj, dict):
@@ -264,13 +295,13 @@ class BeatCodec:
             boot = obj.get("boot")
             sent = obj.get("sent")
             period = obj.get("period")
-            return Beat(
-                topic=topic,  # type: ignore[arg-type]
-                seq=None if seq is None else _check_seq(seq, "seq", DecodeError),
-                boot_id=None if boot is None else _check_boot(boot, "boot", DecodeError),
-                sent_at=None if sent is None else _check_sent(sent, "sent", DecodeError),
-                period=None if period is None else _check_period(period, "period", DecodeError),
-                payload=obj.get("payload"),
+            return _beat(
+                topic,  # type: ignore[arg-type]
+                None if seq is None else _check_seq(seq, "seq", DecodeError),
+                None if boot is None else _check_boot(boot, "boot", DecodeError),
+                None if sent is None else _check_sent(sent, "sent", DecodeError),
+                None if period is None else _check_period(period, "period", DecodeError),
+                obj.get("payload"),
             )
         except DecodeError:
             raise
