@@ -1,0 +1,246 @@
+"""Reliable delivery on the embedded broker (memory://): receipts are immediate, queues and
+durable subscriptions are kept in the process, transactions are buffered until commit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import heartwire as hw
+from heartwire.reliable.memory_store import store_of
+
+
+@pytest.fixture
+def broker() -> hw.MemoryBroker:
+    return hw.MemoryBroker()
+
+
+def collect(into: list[hw.ReceivedMessage], ack: bool = True) -> object:
+    def handler(msg: hw.ReceivedMessage) -> None:
+        into.append(msg)
+        if ack:
+            msg.ack()
+
+    return handler
+
+
+def test_flush_is_acknowledged_at_once_and_counts_messages(broker: hw.MemoryBroker) -> None:
+    acks: list[hw.FlushAck] = []
+    sender = hw.ReliableSender(broker, "/queue/q", on_flushed=acks.append)
+    ids = [sender.send(b"x%d" % i) for i in range(3)]
+    assert len(set(ids)) == 3 and sender.outstanding == 0
+    first = sender.request_flush()
+    sender.send("text body")
+    second = sender.request_flush()
+    third = sender.request_flush()
+    assert acks == [hw.FlushAck(first, 3), hw.FlushAck(second, 1), hw.FlushAck(third, 0)]
+    assert sender.wait_flushed(first, 0)
+    assert store_of(broker).pending("/queue/q") == 4  # nobody consumed yet
+
+
+def test_listener_objects_get_flushes_and_errors(broker: hw.MemoryBroker) -> None:
+    class Rec(hw.SenderListener):
+        def __init__(self) -> None:
+            self.flushed: list[hw.FlushAck] = []
+
+        def on_flushed(self, ack: hw.FlushAck) -> None:
+            self.flushed.append(ack)
+
+    rec = Rec()
+    sender = hw.ReliableSender(broker, "/topic/t", listeners=[rec])
+    sender.send(b"a")
+    sender.request_flush()
+    assert rec.flushed == [hw.FlushAck(1, 1)]
+    with pytest.raises(TypeError, match="on_flushed or on_error"):
+        sender.add_listener(object())
+
+
+@pytest.mark.parametrize(
+    "destination", ["queue/x", "/queue/", "/exchange/x", "/topic/a b", "/topic/a:b", ""]
+)
+def test_bad_destinations_are_refused_by_name(broker: hw.MemoryBroker, destination: str) -> None:
+    with pytest.raises(ValueError, match="destination"):
+        hw.ReliableSender(broker, destination)
+    with pytest.raises(ValueError, match="destination"):
+        hw.Consumer(broker, destination)
+
+
+def test_bad_arguments_name_the_argument(broker: hw.MemoryBroker) -> None:
+    with pytest.raises(ValueError, match="ack"):
+        hw.Consumer(broker, "/queue/q", ack="manual")
+    with pytest.raises(ValueError, match="durable_name"):
+        hw.Consumer(broker, "/queue/q", durable_name="d")  # durable needs a topic
+    with pytest.raises(ValueError, match="dedup_window"):
+        hw.Consumer(broker, "/queue/q", dedup_window=0)
+    sender = hw.ReliableSender(broker, "/queue/q")
+    with pytest.raises(TypeError, match="body"):
+        sender.send(123)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="header"):
+        sender.send(b"x", {"n": 1})  # type: ignore[dict-item]
+    assert sender.stats()["sent"] == 0
+
+
+def test_queue_round_robin_and_waiting_messages(broker: hw.MemoryBroker) -> None:
+    sender = hw.ReliableSender(broker, "/queue/jobs")
+    sender.send(b"early")  # no consumer yet: kept
+    a: list[hw.ReceivedMessage] = []
+    b: list[hw.ReceivedMessage] = []
+    ca = hw.Consumer(broker, "/queue/jobs", on_message=collect(a)).start()
+    assert [m.body for m in a] == [b"early"]
+    hw.Consumer(broker, "/queue/jobs", on_message=collect(b)).start()
+    for i in range(4):
+        sender.send(b"%d" % i)
+    assert len(a) + len(b) == 5 and len(b) == 2
+    ca.stop()
+    sender.send(b"late")
+    assert b[-1].body == b"late"
+
+
+def test_durable_topic_subscription_keeps_messages_while_stopped(broker: hw.MemoryBroker) -> None:
+    got: list[hw.ReceivedMessage] = []
+    c = hw.Consumer(broker, "/topic/alerts", durable_name="risk", on_message=collect(got))
+    c.start()
+    c.stop()
+    plain: list[hw.ReceivedMessage] = []
+    hw.Consumer(broker, "/topic/alerts", on_message=collect(plain)).start()
+    sender = hw.ReliableSender(broker, "/topic/alerts")
+    ids = [sender.send(b"a1"), sender.send(b"a2")]
+    assert got == [] and [m.id for m in plain] == ids
+    assert store_of(broker).pending("/topic/alerts", "risk") == 2
+    c.start()
+    assert [m.id for m in got] == ids
+    c.stop(forget=True)
+    sender.send(b"a3")
+    c.start()
+    assert len(got) == 2, "a forgotten subscription kept nothing"
+
+
+def test_topic_messages_also_reach_plain_subscribers(broker: hw.MemoryBroker) -> None:
+    seen: list[hw.Message] = []
+    broker.subscribe("svc.alerts", seen.append)
+    hw.ReliableSender(broker, "/topic/svc.alerts").send(b"x")
+    assert [m.body for m in seen] == [b"x"] and seen[0].headers["persistent"] == "true"
+
+
+def test_unacked_messages_are_redelivered_flagged(broker: hw.MemoryBroker) -> None:
+    first: list[hw.ReceivedMessage] = []
+    c1 = hw.Consumer(broker, "/queue/w", ack="client-individual", on_message=first.append)
+    c1.start()
+    sender = hw.ReliableSender(broker, "/queue/w")
+    ids = [sender.send(b"1"), sender.send(b"2")]
+    first[0].ack()
+    c1.stop()  # dies with the second unacknowledged
+    second: list[hw.ReceivedMessage] = []
+    hw.Consumer(broker, "/queue/w", ack="client-individual", on_message=collect(second)).start()
+    assert [(m.id, m.redelivered) for m in second] == [(ids[1], True)]
+
+
+def test_client_ack_is_cumulative_and_nack_dead_letters(broker: hw.MemoryBroker) -> None:
+    got: list[hw.ReceivedMessage] = []
+    c = hw.Consumer(broker, "/queue/c", ack="client", on_message=got.append)
+    c.start()
+    sender = hw.ReliableSender(broker, "/queue/c")
+    for i in range(4):
+        sender.send(b"%d" % i)
+    got[2].ack()  # acknowledges 0, 1 and 2
+    got[3].nack()
+    c.stop()
+    store = store_of(broker)
+    assert store.pending("/queue/c") == 0
+    assert [m.body for m in store.dead_letters] == [b"3"]
+    assert c.stats()["acked"] == 1 and c.stats()["nacked"] == 1
+
+
+def test_duplicates_are_dropped_and_counted(broker: hw.MemoryBroker) -> None:
+    got: list[hw.ReceivedMessage] = []
+    c = hw.Consumer(broker, "/queue/d", on_message=got.append, dedup_window=2)
+    c.start()
+    store = store_of(broker)
+    for mid in ("a", "b", "a", "c", "a"):  # the last "a" is older than the window of 2
+        store.send("/queue/d", mid.encode(), {"hw-message-id": mid})
+    assert [m.id for m in got] == ["a", "b", "c", "a"]
+    assert c.stats()["duplicates"] == 1 and c.stats()["dedup_evicted"] >= 1
+
+
+def test_dedup_off_hands_everything_over(broker: hw.MemoryBroker) -> None:
+    got: list[hw.ReceivedMessage] = []
+    hw.Consumer(broker, "/queue/d", on_message=got.append, dedup=False).start()
+    for _ in range(2):
+        store_of(broker).send("/queue/d", b"x", {"hw-message-id": "same"})
+    assert len(got) == 2
+
+
+def test_handler_errors_go_to_on_error_and_are_counted(broker: hw.MemoryBroker) -> None:
+    errors: list[tuple[Exception, hw.ReceivedMessage]] = []
+
+    def boom(msg: hw.ReceivedMessage) -> None:
+        raise RuntimeError("bad")
+
+    c = hw.Consumer(
+        broker, "/queue/e", on_message=boom, on_error=lambda e, m: errors.append((e, m))
+    )
+    c.start()
+    mid = hw.ReliableSender(broker, "/queue/e").send(b"x")
+    assert [m.id for _, m in errors] == [mid] and c.stats()["handler_errors"] == 1
+
+
+def test_transaction_commit_delivers_all_abort_nothing(broker: hw.MemoryBroker) -> None:
+    got: list[hw.ReceivedMessage] = []
+    hw.Consumer(broker, "/queue/t", on_message=got.append).start()
+    with pytest.raises(KeyError), broker.transaction() as tx:
+        tx.send("/queue/t", b"no 1")
+        tx.send("/queue/t", b"no 2")
+        raise KeyError("abort")
+    assert got == [] and tx.state == "aborted"
+    with broker.transaction() as tx:
+        tx.send("/queue/t", b"yes 1")
+        assert got == [], "nothing is delivered before commit"
+        tx.send("/queue/t", b"yes 2")
+    assert [m.body for m in got] == [b"yes 1", b"yes 2"] and tx.state == "committed"
+    with pytest.raises(hw.TransactionFailed, match="committed"):
+        tx.send("/queue/t", b"late")
+
+
+def test_acks_in_a_transaction_apply_on_commit_only(broker: hw.MemoryBroker) -> None:
+    got: list[hw.ReceivedMessage] = []
+    c = hw.Consumer(broker, "/queue/a", ack="client-individual", on_message=got.append)
+    c.start()
+    sender = hw.ReliableSender(broker, "/queue/a")
+    sender.send(b"1")
+    sender.send(b"2")
+    with pytest.raises(RuntimeError), broker.transaction() as tx:
+        got[0].ack(tx)
+        raise RuntimeError("abort")
+    with broker.transaction() as tx:
+        got[1].ack(tx)
+    c.stop()  # message 1's ack was aborted: it is redelivered; 2 is gone
+    again: list[hw.ReceivedMessage] = []
+    hw.Consumer(broker, "/queue/a", on_message=again.append, dedup=False).start()
+    assert [(m.body, m.redelivered) for m in again] == [(b"1", True)]
+
+
+def test_alert_publisher_turns_monitor_events_into_json_alerts(broker: hw.MemoryBroker) -> None:
+    clock = hw.ManualClock()
+    got: list[hw.ReceivedMessage] = []
+    risk = hw.Consumer(broker, "/topic/alerts", durable_name="risk", on_message=got.append)
+    risk.start()
+    risk.stop()  # offline while the failure happens
+    sender = hw.ReliableSender(broker, "/topic/alerts")
+    alerts = hw.AlertPublisher(sender, source="mon-1")
+    mon = hw.HeartbeatMonitor(broker, "svc.>", clock=clock, listeners=[alerts])
+    mon.expect("svc.a")
+    mon.start()
+    clock.advance(3.0)  # missed periods past any grace
+    mon.stop()
+    assert alerts.published >= 1
+    risk.start()
+    first = json.loads(got[0].body)
+    assert first["alert"] == "failed" and first["topic"] == "svc.a" and first["source"] == "mon-1"
+    assert got[0].headers["hw-alert"] == "failed"
+    assert [m.id for m in got] == alerts.message_ids
+
+
+def test_alert_publisher_needs_a_sender() -> None:
+    with pytest.raises(TypeError, match="sender"):
+        hw.AlertPublisher(object())
