@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import heartwire as hw
 from heartwire.transport import ConnectFailed, connect
@@ -107,6 +109,21 @@ def test_passcode_filter_cuts_the_header() -> None:
     assert PasscodeFilter().filter(record)
     assert SECRET not in record.getMessage()
     assert record.getMessage().startswith("sending frame: [b'CONNECT', b'login:u\\n', b'passcode:")
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret=st.text(min_size=1, max_size=40).filter(lambda x: "\n" not in x and "\0" not in x))
+def test_passcode_filter_hides_any_password(secret: str) -> None:
+    # What stomp.py logs: the repr of the frame's encoded lines.
+    lines = [b"CONNECT", b"\n", b"login:u\n", b"passcode:" + secret.encode() + b"\n", b"\n"]
+    record = logging.LogRecord(
+        "stomp.py", logging.DEBUG, __file__, 1, "sending frame: %s", (str(lines),), None
+    )
+    original = record.getMessage()
+    PasscodeFilter().filter(record)
+    cut = original.index("passcode:") + len("passcode:")  # the header's: nothing before it
+    assert record.getMessage() == original[:cut] + "*** (rest of the message not shown)"
+    assert "login:u" in record.getMessage()
 
 
 # -- against brokers ----------------------------------------------------------------------------

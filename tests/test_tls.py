@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import subprocess
 import threading
 import time
 import uuid
@@ -204,3 +205,29 @@ def test_client_certificate(closing: list[Any]) -> None:
     t.publish(topic, b"hello")
     wait_for(lambda: got, 5, "the message over mutual TLS")
     assert got[0].body == b"hello"
+
+
+@pytest.mark.usefixtures("tls_broker")
+def test_encrypted_client_key(tmp_path: Path, closing: list[Any]) -> None:
+    # The client key alone, encrypted with a password, and the certificate in its own file.
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    client = str(CERTS / "client.pem")
+    for args in (
+        ["x509", "-in", client, "-out", str(cert)],
+        ["pkey", "-in", client, "-aes256", "-passout", "pass:kp-s3cr3t", "-out", str(key)],
+    ):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=30)
+    assert "ENCRYPTED" in key.read_text()
+    files = {"ssl_ca_file": str(CERTS / "ca.pem"), "ssl_cert_file": str(cert)}
+    with pytest.raises(ConnectFailed) as info:
+        connect(
+            f"{MUTUAL}?connect_timeout=3",
+            ssl_key_file=str(key),
+            ssl_key_password="wrong-pw",
+            **files,
+        )
+    reason = info.value.reasons[MUTUAL]
+    assert "TLS set-up failed" in reason and "wrong-pw" not in str(info.value)
+    t = connect(f"{MUTUAL}?{FAST}", ssl_key_file=str(key), ssl_key_password="kp-s3cr3t", **files)
+    closing.append(t)
+    assert t.connected and "kp-s3cr3t" not in repr(t.options)
