@@ -56,6 +56,16 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--received", action="store_true", help="also print every beat")
     watch.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
     watch.add_argument("--key", default=None, help="HMAC key beats must be signed with")
+    watch.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics (0: any free port; "
+        "needs heartwire[metrics])",
+    )
+    watch.add_argument(
+        "--metrics-addr", default="0.0.0.0", help="address for --metrics-port (default 0.0.0.0)"
+    )
 
     report = commands.add_parser(
         "report", help="availability report (HTML + PNG timeline) of an event log, on Spark"
@@ -168,6 +178,15 @@ def _watch(args: argparse.Namespace) -> int:
             emit("received", event)
 
     listener = PrinterWithBeats() if args.received else Printer()
+    serve: Any = None
+    if args.metrics_port is not None:
+        from heartwire.metrics import MetricsUnavailable, require, serve
+
+        try:
+            require()  # before connecting: a missing prometheus_client is a usage error
+        except MetricsUnavailable as exc:
+            print(f"heartwire watch: {exc}", file=sys.stderr)
+            return 2
     broker = connect(args.broker)
     mon = HeartbeatMonitor(
         broker,
@@ -177,14 +196,21 @@ def _watch(args: argparse.Namespace) -> int:
         listeners=[listener],
         key=args.key,
     )
+    server = None
     try:
         for topic in args.expect:
             mon.expect(topic)
         mon.start()
+        if serve is not None:
+            server = serve(mon, args.metrics_port, args.metrics_addr)
+            where = f"http://{args.metrics_addr}:{server.port}/metrics"
+            print(f"heartwire watch: metrics at {where}", file=sys.stderr, flush=True)
         _until_stopped(args.duration, threading.Event())
         if not mon.drain(timeout=5.0):
             print("heartwire watch: listeners did not drain in 5 s", file=sys.stderr)
     finally:
+        if server is not None:
+            server.close()
         mon.stop()
         broker.close()
     return 0
