@@ -54,6 +54,17 @@ def measure(url: str, n: int, **options: object) -> list[float]:
         t.close()
 
 
+def connect_times(url: str, n: int, **options: object) -> list[float]:
+    """``n`` times to open a transport (TCP, TLS handshake, CONNECT/CONNECTED), seconds."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        t = connect(f"{url}?{OPTS}", **options)
+        out.append(time.perf_counter() - t0)
+        t.close()
+    return out
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -72,12 +83,18 @@ def main() -> None:
         ),
     }
     samples: dict[str, list[float]] = {name: [] for name in runs}
+    opening: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.rounds):
         for name, (url, options) in runs.items():
             samples[name] += measure(url, args.n, **options)
+            opening[name] += connect_times(url, 10, **options)
     print(f"publish -> receive, {args.rounds} x {args.n} messages each, ms")
     print(f"{'':34} {'p50':>7} {'p90':>7} {'p99':>7} {'mean':>7}")
     for name, xs in samples.items():
+        row = [pct(xs, 0.5), pct(xs, 0.9), pct(xs, 0.99), statistics.fmean(xs)]
+        print(f"{name:34} " + " ".join(f"{x * 1e3:7.3f}" for x in row))
+    print(f"connect (TCP + TLS + CONNECTED), {args.rounds} x 10 each, ms")
+    for name, xs in opening.items():
         row = [pct(xs, 0.5), pct(xs, 0.9), pct(xs, 0.99), statistics.fmean(xs)]
         print(f"{name:34} " + " ".join(f"{x * 1e3:7.3f}" for x in row))
 
