@@ -126,6 +126,17 @@ def test_passcode_filter_hides_any_password(secret: str) -> None:
     assert "login:u" in record.getMessage()
 
 
+def test_cli_key_from_the_environment(clean_env: pytest.MonkeyPatch) -> None:
+    from heartwire import cli
+
+    clean_env.delenv(cli.KEY_ENV, raising=False)
+    assert cli._parser().parse_args(["watch", "svc.>"]).key is None
+    clean_env.setenv(cli.KEY_ENV, SECRET)
+    assert cli._parser().parse_args(["watch", "svc.>"]).key == SECRET
+    assert cli._parser().parse_args(["publish", "svc.a"]).key == SECRET
+    assert cli._parser().parse_args(["publish", "svc.a", "--key", "k2"]).key == "k2"
+
+
 # -- against brokers ----------------------------------------------------------------------------
 
 

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
 from dataclasses import asdict
 from typing import Any, Callable
 
+#: The HMAC key's environment variable: a key given as --key shows in ``ps``.
+KEY_ENV = "HEARTWIRE_KEY"
+KEY_HELP = f"HMAC key beats are signed with (default: ${KEY_ENV}, which keeps it out of ps)"
 BROKER_HELP = (
     "broker URL: memory:// (in-process, the default), stomp://host:port, "
-    "or failover:(stomp://a:61613,stomp://b:61614)?..."
+    "stomp+ssl://host:port?ssl_ca_file=ca.pem, or failover:(stomp://a:61613,stomp://b:61614)?...; "
+    "credentials from $HEARTWIRE_BROKER_LOGIN and $HEARTWIRE_BROKER_PASSCODE"
 )
 
 
@@ -45,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     publish.add_argument("--period", type=_positive(float), default=1.0, help="beat period, s")
     publish.add_argument("--count", type=_positive(int), default=None, help="stop after N beats")
     publish.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
-    publish.add_argument("--key", default=None, help="HMAC key to sign beats with")
+    publish.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
 
     watch = commands.add_parser("watch", help="watch topics and print events as JSON lines")
     watch.add_argument("pattern", help="topic or wildcard pattern, e.g. svc.> or svc.*")
@@ -55,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--expect", action="append", default=[], help="a topic to expect")
     watch.add_argument("--received", action="store_true", help="also print every beat")
     watch.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
-    watch.add_argument("--key", default=None, help="HMAC key beats must be signed with")
+    watch.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
     watch.add_argument(
         "--metrics-port",
         type=int,
