@@ -4,6 +4,7 @@ durable subscriptions are kept in the process, transactions are buffered until c
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 import pytest
 
@@ -16,7 +17,9 @@ def broker() -> hw.MemoryBroker:
     return hw.MemoryBroker()
 
 
-def collect(into: list[hw.ReceivedMessage], ack: bool = True) -> object:
+def collect(
+    into: list[hw.ReceivedMessage], ack: bool = True
+) -> Callable[[hw.ReceivedMessage], None]:
     def handler(msg: hw.ReceivedMessage) -> None:
         into.append(msg)
         if ack:

@@ -292,9 +292,9 @@ class Consumer:
 
         # The store may deliver buffered messages before subscribe returns: give it the
         # subscription through ``holder`` first.
-        sub = store.subscribe(self.destination, self.ack, self.durable_name, _Deferred(deliver))
+        deferred = _Deferred(deliver)
+        sub = store.subscribe(self.destination, self.ack, self.durable_name, deferred)
         holder.append(sub)
-        deferred: _Deferred = sub.deliver
         deferred.release()
         return sub
 

@@ -19,10 +19,13 @@ import logging
 import threading
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.patterns import is_wildcard, matcher, validate_pattern, validate_topic
+
+if TYPE_CHECKING:
+    from heartwire.reliable.transaction import Transaction
 
 __all__ = ["MemoryBroker", "MemorySubscription"]
 
@@ -122,7 +125,7 @@ class MemoryBroker:
         #: :func:`heartwire.reliable.memory_store.store_of`).
         self.reliable_store: object | None = None
 
-    def transaction(self, timeout: float | None = None) -> object:
+    def transaction(self, timeout: float | None = None) -> Transaction:
         """A :class:`heartwire.reliable.Transaction` on this broker: its sends and acks are
         held and applied on commit, dropped on abort (``timeout`` is accepted and unused)."""
         from heartwire.reliable.transaction import Transaction

@@ -56,7 +56,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.errors import SendTimeout
@@ -65,6 +65,9 @@ from heartwire.transport.keepalive import KeepAliveMonitor
 from heartwire.transport.link import StompLink
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
 from heartwire.transport.urls import BrokerAddress, StompOptions, parse_url
+
+if TYPE_CHECKING:
+    from heartwire.reliable.transaction import Transaction
 
 __all__ = ["MESSAGE_ID_HEADER", "StompSubscription", "StompTransport"]
 
@@ -505,7 +508,7 @@ class StompTransport:
         finally:
             self._receipt_waiters.pop(receipt, None)
 
-    def transaction(self, timeout: float | None = None) -> Any:
+    def transaction(self, timeout: float | None = None) -> Transaction:
         """A :class:`heartwire.reliable.Transaction` on this transport (``with
         broker.transaction() as tx:``; see there). ``timeout``: how long COMMIT waits for the
         broker's receipt (default: ``request_blocking_time``)."""
