@@ -7,8 +7,8 @@ a coroutine function (``async def``): it is then scheduled on the event loop tha
 when the listener was added.
 
 A listener that raises never reaches the publisher or monitor, nor stops the other listeners: the
-error is logged, counted, and reported to the *other* listeners' ``on_exception`` with reason
-``"listener_error"``.
+error is counted, logged (each of a listener's first ten errors, then one in a thousand), and
+reported to the *other* listeners' ``on_exception`` with reason ``"listener_error"``.
 
 A :class:`ListenerSet` made with ``queue_size`` (as every monitor's is) gives each listener a
 bounded queue of its own and a thread that empties it in order: a listener that blocks or is slow
@@ -459,8 +459,16 @@ class ListenerSet(Generic[L]):
         with self._lock:
             self._errors += 1
             entry.errors += 1
+            n = entry.errors
         name = f"{type(entry.listener).__qualname__}.{method_name}"
-        log.error("listener %s of %s raised", name, self.source, exc_info=exc)
+        if n <= 10 or n % 1000 == 0:  # a listener failing on every event cannot flood the log
+            log.error(
+                "listener %s of %s raised (error %d of this listener)",
+                name,
+                self.source,
+                n,
+                exc_info=exc,
+            )
         if not report:
             return  # an on_exception that fails while reporting is only logged: no cascade
         report_event = ExceptionEvent(self.source, "listener_error", exc, detail=f"{name}: {exc!r}")
