@@ -231,3 +231,25 @@ def test_encrypted_client_key(tmp_path: Path, closing: list[Any]) -> None:
     t = connect(f"{MUTUAL}?{FAST}", ssl_key_file=str(key), ssl_key_password="kp-s3cr3t", **files)
     closing.append(t)
     assert t.connected and "kp-s3cr3t" not in repr(t.options)
+
+
+@pytest.mark.usefixtures("tls_broker")
+def test_reconnect_over_tls_restores_the_subscription(closing: list[Any]) -> None:
+    ca = str(CERTS / "ca.pem")
+    t = connect(f"{TLS}?{FAST}", ssl_ca_file=ca)
+    closing.append(t)
+    topic = f"{uid()}.re"
+    got: list[Message] = []
+    t.subscribe(topic, got.append)
+    first = t._connector.current
+    assert first is not None
+    first.abort("test: connection torn down")  # as a dropped socket would
+    wait_for(lambda: t.connected and t._connector.current is not first, 10, "a new TLS connection")
+    assert t._connector.current._conn.transport.socket.version() in ("TLSv1.2", "TLSv1.3")
+
+    def published_and_delivered() -> list[Message]:
+        t.publish(topic, b"after the reconnect")
+        return got
+
+    wait_for(published_and_delivered, 10, "a delivery after the reconnect", step=0.1)
+    assert got[0].body == b"after the reconnect"
