@@ -266,3 +266,16 @@ def test_durable_subscription_on_activemq_needs_a_client_id(closing: list[Any]) 
     with pytest.raises(ValueError, match="client_id"):
         consumer.start()
     assert not consumer.running
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_commit_the_broker_refuses_raises_with_its_reason(name: str, closing: list[Any]) -> None:
+    destination = f"/queue/{uid()}"
+    broker = open_broker(name, closing)
+    tx = broker.transaction(timeout=5.0).begin()
+    tx.send(destination, b"x")
+    broker.current_link.frame("ABORT", {"transaction": tx.id})  # behind the transaction's back
+    with pytest.raises(hw.TransactionFailed) as info:
+        tx.commit()
+    assert info.value.transaction_id == tx.id and tx.state == "aborted"
+    assert "refused COMMIT" in info.value.reason and tx.id in info.value.reason

@@ -226,8 +226,9 @@ class Consumer:
         sub_id = self._sub_id()
         assert sub_id is not None
         timeout = self.broker.options.request_blocking_time
-        if not self.broker.request("UNSUBSCRIBE", {"id": sub_id, **headers}, timeout):
-            log.warning("no receipt for deleting durable subscription %r", self.durable_name)
+        error = self.broker.request("UNSUBSCRIBE", {"id": sub_id, **headers}, timeout)
+        if error is not None:
+            log.warning("deleting durable subscription %r: %s", self.durable_name, error)
 
     def _on_stomp(self, link: Any, message: Any) -> None:
         headers = message.headers

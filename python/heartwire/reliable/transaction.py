@@ -97,11 +97,10 @@ class Transaction:
             raise TransactionFailed(
                 self.id, "the connection was lost before COMMIT; the broker discarded it"
             )
-        if not self.broker.request("COMMIT", {"transaction": self.id}, self.timeout):
+        error = self.broker.request("COMMIT", {"transaction": self.id}, self.timeout)
+        if error is not None:
             self.state = "aborted"
-            raise TransactionFailed(
-                self.id, f"no receipt for COMMIT within {self.timeout:g} s; outcome unknown"
-            )
+            raise TransactionFailed(self.id, error)
         self.state = "committed"
 
     def abort(self) -> None:

@@ -167,6 +167,10 @@ class StompTransport:
         self.client_id = client_id
         self._observers: tuple[Any, ...] = ()
         self._receipt_waiters: dict[str, threading.Event] = {}
+        # Receipts answered by an ERROR frame instead (receipt id -> the error), and what an
+        # ERROR without a receipt-id must quote to answer a waiting request (its transaction).
+        self._receipt_errors: dict[str, str] = {}
+        self._receipt_quotes: dict[str, str] = {}
         self._options: StompOptions = parse_url(url, **options)
         self.url = self._options.url
         self._id = uuid.uuid4().hex[:12]
@@ -467,9 +471,10 @@ class StompTransport:
                     self._start_keepalive(link)
         if waiter is not None:
             try:
-                sub.confirmed = waiter.wait(confirm)
+                sub.confirmed = waiter.wait(confirm) and receipt not in self._receipt_errors
             finally:
                 self._receipt_waiters.pop(receipt, None)
+                self._receipt_errors.pop(receipt, None)
         return sub
 
     # -- hooks for the reliable layer -------------------------------------------------------------
@@ -488,25 +493,34 @@ class StompTransport:
         with self._connector.cond:
             self._observers = tuple(o for o in self._observers if o is not observer)
 
-    def request(self, command: str, headers: dict[str, str], timeout: float) -> bool:
-        """Send ``command`` (BEGIN/COMMIT/ABORT/ACK/NACK) with ``headers`` and a receipt on the
-        current connection; True once the broker's RECEIPT came within ``timeout`` seconds,
-        False if it did not or there was no connection."""
+    def request(self, command: str, headers: dict[str, str], timeout: float) -> str | None:
+        """Send ``command`` (BEGIN/COMMIT/ABORT/ACK/NACK/UNSUBSCRIBE) with ``headers`` and a
+        receipt on the current connection and wait up to ``timeout`` seconds for the broker's
+        RECEIPT. None once it came; else why not (no connection, the send failed, no receipt
+        in time, or the broker's ERROR frame)."""
         link = self._connector.current
         if link is None:
-            return False
+            return "no broker connection"
         receipt = f"hw-r-{self._id}-{next(self._ids)}"
         done = threading.Event()
         self._receipt_waiters[receipt] = done
+        quote = headers.get("transaction")
+        if quote:
+            self._receipt_quotes[receipt] = quote
         try:
             try:
                 link.frame(command, {**headers, "receipt": receipt})
             except Exception as exc:
                 self._connector.link_lost(link, f"{command} failed: {exc!r}")
-                return False
-            return done.wait(timeout)
+                return f"{command} could not be sent: {exc!r}"
+            if not done.wait(timeout):
+                return f"no receipt for {command} within {timeout:g} s"
+            error = self._receipt_errors.get(receipt)
+            return None if error is None else f"the broker refused {command}: {error}"
         finally:
             self._receipt_waiters.pop(receipt, None)
+            self._receipt_errors.pop(receipt, None)
+            self._receipt_quotes.pop(receipt, None)
 
     def transaction(self, timeout: float | None = None) -> Transaction:
         """A :class:`heartwire.reliable.Transaction` on this transport (``with
@@ -528,6 +542,14 @@ class StompTransport:
                 log.exception("link observer %r failed on a receipt", observer)
 
     def _on_error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
+        rid = headers.get("receipt-id")
+        if rid is None:  # RabbitMQ: an error that quotes a waiting request's transaction
+            rid = next((r for r, q in list(self._receipt_quotes.items()) if q in detail), None)
+        waiter = self._receipt_waiters.get(rid) if rid is not None else None
+        if rid is not None and waiter is not None:
+            self._receipt_errors[rid] = detail
+            waiter.set()
+            return
         for observer in self._observers:
             try:
                 observer.error_frame(link, headers, detail)
