@@ -154,6 +154,8 @@ struct Flags {
     consumer_waiters: AtomicUsize,
     /// Producers parked (or about to park) on `not_full`.
     producer_waiters: AtomicUsize,
+    /// An event was pushed by [`EventQueue::push_deferred`] without waking the consumer yet.
+    wake_pending: AtomicBool,
 }
 
 /// Written by producers.
@@ -200,6 +202,7 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
                 side_len: AtomicUsize::new(0),
                 consumer_waiters: AtomicUsize::new(0),
                 producer_waiters: AtomicUsize::new(0),
+                wake_pending: AtomicBool::new(false),
             }),
             producer_counters: CachePadded::new(ProducerCounters::default()),
             popped: CachePadded::new(AtomicU64::new(0)),
@@ -230,6 +233,35 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
     /// A push that races with [`close`](Self::close) may still be accepted; its event is then
     /// returned by a later pop.
     pub fn push(&self, ev: T) -> bool {
+        let accepted = self.push_quietly(ev);
+        if accepted {
+            self.wake_consumer();
+        }
+        accepted
+    }
+
+    /// [`push`](Self::push) without waking a parked consumer yet: the producer calls
+    /// [`flush_wake`](Self::flush_wake) once after a burst, so that the consumer wakes once for
+    /// the whole burst (one batch) instead of once per event. A `block` push that has to wait
+    /// for room wakes the consumer first, so a burst larger than the queue cannot deadlock.
+    pub fn push_deferred(&self, ev: T) -> bool {
+        let accepted = self.push_quietly(ev);
+        if accepted {
+            self.flags.wake_pending.store(true, Ordering::Release);
+        }
+        accepted
+    }
+
+    /// Wake the consumer if a [`push_deferred`](Self::push_deferred) has not done so yet.
+    pub fn flush_wake(&self) {
+        if self.flags.wake_pending.load(Ordering::Relaxed)
+            && self.flags.wake_pending.swap(false, Ordering::AcqRel)
+        {
+            self.wake_consumer();
+        }
+    }
+
+    fn push_quietly(&self, ev: T) -> bool {
         let c = &self.producer_counters;
         if self.flags.closed.load(Ordering::Acquire) {
             c.rejected_closed.fetch_add(1, Ordering::Relaxed);
@@ -257,7 +289,6 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
             Overflow::Coalesce => self.push_coalescing(ev),
         }
         c.pushed.fetch_add(1, Ordering::Relaxed);
-        self.wake_consumer();
         true
     }
 
@@ -277,10 +308,13 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
                 backoff.snooze();
                 continue;
             }
-            // Then park. The same eventcount handshake as in `park_consumer`, mirrored: our
+            // Then park, after waking the consumer: deferred pushes may have left it asleep.
+            // The same eventcount handshake as in `park_consumer`, mirrored: our
             // fence pairs with the one in `wake_producers` after the consumer's pop, so either
             // our `is_full` sees the freed slot or the consumer sees us registered and notifies
             // under `producer_gate`, which we hold until `wait` has released it.
+            self.flags.wake_pending.store(false, Ordering::Relaxed);
+            self.wake_consumer();
             let mut gate = self.producer_gate.lock();
             self.flags.producer_waiters.fetch_add(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
@@ -914,6 +948,64 @@ mod tests {
             == 1));
         assert!(q.push(ev(3, 42)));
         assert_eq!(consumer.join().unwrap(), [ev(3, 42)]);
+    }
+
+    #[test]
+    fn deferred_pushes_wake_a_parked_consumer_once_flushed() {
+        let q = Arc::new(EventQueue::new(8, Overflow::DropOldest));
+        let consumer = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || {
+                let mut out = Vec::new();
+                // Wait for the whole burst: the wake-up comes only with the flush.
+                while out.len() < 3 {
+                    if q.pop_batch(&mut out, 10, Some(Duration::from_secs(10))) == 0 {
+                        break;
+                    }
+                }
+                out
+            })
+        };
+        assert!(wait_until(|| q
+            .flags
+            .consumer_waiters
+            .load(Ordering::SeqCst)
+            == 1));
+        for seq in 0..3 {
+            assert!(q.push_deferred(ev(1, seq)));
+        }
+        assert!(q.flags.wake_pending.load(Ordering::SeqCst));
+        q.flush_wake();
+        assert!(!q.flags.wake_pending.load(Ordering::SeqCst));
+        assert_eq!(consumer.join().unwrap(), [ev(1, 0), ev(1, 1), ev(1, 2)]);
+        q.flush_wake(); // nothing pending: a no-op
+    }
+
+    #[test]
+    fn deferred_block_pushes_beyond_capacity_do_not_deadlock() {
+        // A burst larger than the ring, flushed only at its end: the blocked producer wakes the
+        // consumer meanwhile.
+        const N: u64 = 50;
+        let q = Arc::new(EventQueue::new(2, Overflow::Block));
+        let consumer = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || {
+                let mut out = Vec::new();
+                while (out.len() as u64) < N {
+                    if q.pop_batch(&mut out, 10, Some(Duration::from_secs(10))) == 0 {
+                        break; // a lost wake-up: the assertion below names it
+                    }
+                }
+                out
+            })
+        };
+        for seq in 0..N {
+            assert!(q.push_deferred(ev(0, seq)));
+        }
+        q.flush_wake(); // the tail of the burst
+        let got = consumer.join().unwrap();
+        assert_eq!(got.len() as u64, N, "consumer waited out its timeout");
+        assert!(got.iter().map(|e| e.seq).eq(0..N));
     }
 
     #[test]

@@ -4,6 +4,8 @@ use super::*;
 
 /// Due topics whose state [`Detector::prefetch_due`] touches in one go.
 const PREFETCH: usize = 64;
+/// Events a run pushes before it wakes the consumers anyway (see [`Detector::advance`]).
+const FLUSH_EVERY: u64 = 256;
 
 impl Detector {
     /// Process every deadline up to `now` (absolute ns; default: the clock's now). Returns the
@@ -34,11 +36,23 @@ impl Detector {
         let before = self.counters.failed.load(Ordering::Relaxed)
             + self.counters.resumed.load(Ordering::Relaxed);
         let now_tick = now / self.resolution_ns;
+        let emitted = || {
+            self.counters.failed.load(Ordering::Relaxed)
+                + self.counters.resumed.load(Ordering::Relaxed)
+        };
         let mut until_prefetch = 0;
+        let mut flushed = before;
         loop {
             if until_prefetch == 0 {
                 until_prefetch = PREFETCH;
                 self.prefetch_due(&inner);
+                // `failed` events are pushed without waking the consumers (one wake-up per
+                // run, one batch for them); a long run wakes them every FLUSH_EVERY events.
+                let now_emitted = emitted();
+                if now_emitted - flushed >= FLUSH_EVERY {
+                    flushed = now_emitted;
+                    Self::flush(&subscribers);
+                }
             }
             let Some((id, _when)) = inner.wheel.pop_expired(now_tick) else {
                 break;
@@ -46,8 +60,8 @@ impl Detector {
             until_prefetch -= 1;
             self.check(&mut inner, &subscribers, id, now);
         }
-        self.counters.failed.load(Ordering::Relaxed) + self.counters.resumed.load(Ordering::Relaxed)
-            - before
+        Self::flush(&subscribers);
+        emitted() - before
     }
 
     /// Touch the state of the next [`PREFETCH`] due topics (wheel entry, word, slot) with plain
@@ -113,10 +127,11 @@ impl Detector {
                 }
                 let since = slot.since;
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                self.emit(
-                    subs,
-                    Event::failed(id, missed, self.abs(d), self.abs(since)),
-                );
+                // Only `advance` runs `check`, and it wakes the consumers when done.
+                let ev = Event::failed(id, missed, self.abs(d), self.abs(since));
+                for sub in subs {
+                    sub.queue.push_deferred(ev);
+                }
             }
         }
     }
@@ -191,6 +206,13 @@ impl Detector {
             }
         }
         slot.period_ns
+    }
+
+    /// Wake the consumers of events pushed with `push_deferred`.
+    fn flush(subs: &[Subscriber]) {
+        for sub in subs {
+            sub.queue.flush_wake();
+        }
     }
 
     pub(super) fn emit(&self, subs: &[Subscriber], ev: Event) {
