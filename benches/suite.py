@@ -2,7 +2,7 @@
 
 ::
 
-    .venv/bin/python benches/suite.py            # the full suite (< 10 min), writes results.md
+    .venv/bin/python benches/suite.py            # the full suite (~10-12 min), writes results.md
     .venv/bin/python benches/suite.py --quick    # a smoke run (about a minute), prints only
     .venv/bin/python benches/suite.py --only beats,tick --quick
 
@@ -25,6 +25,7 @@ import queue
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -1105,6 +1106,8 @@ def plan(quick: bool) -> dict[str, Any]:
             "handoff": dict(warmup=1.0, window=1.5),
             "publishers": dict(n=10_000, ladder=[1000], warmup=1.0, window=1.5),
             "e2e": dict(runs=["raw", "monitor"], seconds=2.0),
+            # Spark's start-up alone takes most of a minute here: only with --only spark.
+            "spark": dict(rows=200_000, events=200_000),
         }
     return {
         "beats": [
@@ -1119,10 +1122,51 @@ def plan(quick: bool) -> dict[str, Any]:
         "handoff": dict(warmup=2.0, window=6.0),
         "publishers": dict(n=10_000, ladder=[1000, 5000, 10_000], warmup=2.0, window=6.0),
         "e2e": dict(runs=["raw", "monitor", "raw", "monitor"], seconds=5.0),
+        "spark": dict(rows=1_000_000, events=1_000_000),
     }
 
 
-ALL = ["beats", "tick", "rss", "steady", "threads", "handoff", "publishers", "e2e", "cargo"]
+ALL = [
+    "beats",
+    "tick",
+    "rss",
+    "steady",
+    "threads",
+    "handoff",
+    "publishers",
+    "e2e",
+    "spark",
+    "cargo",
+]
+
+
+def run_spark(rows: int, events: int) -> dict[str, Any]:
+    """Spark freshness and outages (issue 6) through ``heartwire.spark_bench`` on a local
+    session: each heartwire engine against Spark's own way and a pandas UDF, best of one timed
+    run after a warm-up. Skipped when pyspark is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return {"skipped": "pyspark is not installed (the spark extra)"}
+    t = time.monotonic()
+    print(f"  - heartwire.spark_bench rows={rows} events={events} ...", end="", flush=True)
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(
+            tempfile.NamedTemporaryFile(suffix=".json", prefix="spark-bench-")
+        )
+        cmd = [sys.executable, "-m", "heartwire.spark_bench", "--rows", str(rows)]
+        cmd += ["--events", str(events), "--repeat", "1", "--no-plain", "--json", tmp.name]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+        except subprocess.TimeoutExpired:
+            print(" did not finish in 900 s", flush=True)
+            return {"error": "did not finish in 900 s"}
+        print(f" {time.monotonic() - t:.1f} s", flush=True)
+        if done.returncode != 0:
+            return {"error": (done.stderr or done.stdout)[-2000:]}
+        out: dict[str, Any] = json.loads(Path(tmp.name).read_text())
+    out.update(rows=rows, events=events, elapsed_s=time.monotonic() - t)
+    return out
 
 
 def run_all(quick: bool, only: list[str], cargo: bool) -> dict[str, Any]:
@@ -1188,6 +1232,9 @@ def run_all(quick: bool, only: list[str], cargo: bool) -> dict[str, Any]:
     if "e2e" in only:
         print("end to end over ActiveMQ STOMP", flush=True)
         res["e2e"] = run_e2e(**p["e2e"])
+    if "spark" in only and (not quick or only == ["spark"]):
+        print("Spark freshness and outages (heartwire.spark_bench)", flush=True)
+        res["spark"] = run_spark(**p["spark"])
     if "cargo" in only and cargo:
         print("cargo benches (core, footprint)", flush=True)
         res["cargo"] = run_cargo()
@@ -1565,6 +1612,32 @@ def figures(res: dict[str, Any]) -> Table:
                 "(capacity: >= 0.95x)",
                 rc / mc >= 0.95,
             )
+    sp = res.get("spark")
+    if ok(sp):
+        fr = sp.get("freshness", {})
+        rust = fr.get("rust arrow_udf")
+        for key, label in (
+            ("native", "native expressions"),
+            ("pandas_udf", "pandas_udf (NumPy)"),
+            ("arrow_udf floor (identity)", "any arrow_udf's floor (identity)"),
+        ):
+            if rust and fr.get(key):
+                t.add(
+                    f"Spark freshness, {sp['rows'] / 1e6:g}M rows: engine rust (arrow_udf)",
+                    fmt(rust, "s"),
+                    f"{label} {fmt(fr[key], 's')}",
+                    fr[key] / rust,
+                )
+        og = sp.get("outages", {})
+        for fn in ("outages", "availability"):
+            hw_t, nat = og.get(f"{fn} rust"), og.get(f"{fn} native")
+            if hw_t and nat:
+                t.add(
+                    f"Spark {fn}, {sp['events'] / 1e6:g}M beats: engine rust (mapInArrow)",
+                    fmt(hw_t, "s"),
+                    f"native lag() window {fmt(nat, 's')}",
+                    nat / hw_t,
+                )
     return t
 
 
@@ -1660,6 +1733,10 @@ def write_markdown(path: Path, res: dict[str, Any], table: str, threads: str) ->
     e = res.get("e2e")
     if isinstance(e, dict) and "skipped" in e:
         parts += ["", f"End to end over STOMP: skipped ({e['skipped']})."]
+    sp = res.get("spark")
+    if isinstance(sp, dict) and ("skipped" in sp or "error" in sp):
+        why = sp.get("skipped") or str(sp["error"]).strip().splitlines()[-1]
+        parts += ["", f"Spark: not measured ({why})."]
     cargo = res.get("cargo")
     if cargo:
         parts += ["", "Cargo benches (context, Rust only):", "", "```text"]
