@@ -279,3 +279,29 @@ def test_commit_the_broker_refuses_raises_with_its_reason(name: str, closing: li
         tx.commit()
     assert info.value.transaction_id == tx.id and tx.state == "aborted"
     assert "refused COMMIT" in info.value.reason and tx.id in info.value.reason
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_forgetting_a_stopped_durable_subscription_drops_what_it_kept(
+    name: str, closing: list[Any]
+) -> None:
+    root = uid()
+    destination = f"/topic/{root}.kept"
+    broker = open_broker(name, closing, client_id=f"c-{root}")
+    first = Inbox()
+    c = hw.Consumer(broker, destination, durable_name="d", on_message=first)
+    c.start()
+    c.stop()
+    sender = hw.ReliableSender(open_broker(name, closing), destination)
+    closing.append(sender)
+    sender.send(b"kept while stopped")
+    assert sender.flush(10)
+    hw.Consumer(broker, destination, durable_name="d").stop(forget=True)  # another process
+    again = Inbox()
+    c2 = hw.Consumer(broker, destination, durable_name="d", on_message=again)
+    closing.append(c2)
+    c2.start()
+    sender.send(b"after")
+    wait_for(lambda: again.bodies(), 5, "the message sent after re-subscribing")
+    assert again.bodies() == [b"after"], "the forgotten subscription kept nothing"
+    assert first.bodies() == []
