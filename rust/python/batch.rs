@@ -4,7 +4,8 @@
 //! Arrow arrays are taken without a copy through the Arrow PyCapsule interface and processed
 //! with the GIL released. The build targets the stable ABI of Python 3.9, which has neither the
 //! buffer protocol nor borrowed UTF-8 views of `str`, so NumPy arrays arrive through one
-//! `tobytes()` copy and Python strings through one UTF-8 copy each.
+//! `tobytes()` copy (32- and 64-bit integers as they are, others widened first) and Python
+//! strings through one UTF-8 copy each.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
@@ -155,6 +156,21 @@ pub fn handles(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
                 obj.getattr("dtype")?.str()?
             )));
         }
+        // An array of 32- or 64-bit little-endian integers is read as it is (one copy, by
+        // `tobytes`); any other integer type is widened to 64 bits first.
+        let dtype: String = obj.getattr("dtype")?.getattr("str")?.extract()?;
+        if matches!(dtype.as_str(), "<u4" | "<i4" | "<u8" | "<i8") {
+            let bytes: Vec<u8> = obj.call_method0("tobytes")?.extract()?;
+            return Ok(match dtype.as_str() {
+                "<u4" => words4(&bytes).map(u32::from_le_bytes).collect(),
+                "<i4" => words4(&bytes).map(i32::from_le_bytes).map(id_of).collect(),
+                "<u8" => words8(&bytes)
+                    .map(u64::from_le_bytes)
+                    .map(id_of_u)
+                    .collect(),
+                _ => words8(&bytes).map(i64::from_le_bytes).map(id_of).collect(),
+            });
+        }
         let target = if kind == "u" { "<u8" } else { "<i8" };
         let bytes: Vec<u8> = obj
             .call_method1("astype", (target,))?
@@ -186,6 +202,20 @@ pub fn handles(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
             })
         })
         .collect()
+}
+
+/// Little-endian 4-byte words of `bytes`.
+fn words4(bytes: &[u8]) -> impl Iterator<Item = [u8; 4]> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|b| <[u8; 4]>::try_from(b).expect("chunks of 4"))
+}
+
+/// Little-endian 8-byte words of `bytes`.
+fn words8(bytes: &[u8]) -> impl Iterator<Item = [u8; 8]> + '_ {
+    bytes
+        .chunks_exact(8)
+        .map(|b| <[u8; 8]>::try_from(b).expect("chunks of 8"))
 }
 
 #[inline]
