@@ -305,3 +305,12 @@ def test_forgetting_a_stopped_durable_subscription_drops_what_it_kept(
     wait_for(lambda: again.bodies(), 5, "the message sent after re-subscribing")
     assert again.bodies() == [b"after"], "the forgotten subscription kept nothing"
     assert first.bodies() == []
+
+
+def test_a_subscription_the_broker_refuses_fails_start(closing: list[Any]) -> None:
+    # RabbitMQ refuses to declare a queue with the reserved 'amq.' prefix.
+    broker = open_broker("rabbitmq", closing)
+    consumer = hw.Consumer(broker, f"/topic/{uid()}", durable_name=f"amq.{uid()}")
+    with pytest.raises(ConnectionError, match="refused the subscription"):
+        consumer.start()
+    assert not consumer.running

@@ -103,7 +103,8 @@ class Consumer:
     def start(self) -> Consumer:
         """Subscribe (idempotent). On STOMP waits up to ``request_blocking_time`` for a
         connection and for the broker to confirm the subscription (so that whatever is sent
-        after this returns reaches it); raises :class:`ConnectionError` if none comes,
+        after this returns reaches it); raises :class:`ConnectionError` if none comes or the
+        broker refuses the subscription,
         :class:`ValueError` if a durable subscription on ActiveMQ lacks the transport's client
         id."""
         with self._lock:
@@ -190,6 +191,9 @@ class Consumer:
             headers=headers,
             confirm=timeout,
         )
+        if sub.refused is not None:
+            sub.cancel()
+            raise ConnectionError(f"{self!r}: the broker refused the subscription: {sub.refused}")
         if not sub.confirmed:
             log.warning(
                 "%r: the broker did not confirm the subscription within %g s", self, timeout

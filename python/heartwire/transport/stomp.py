@@ -104,6 +104,7 @@ class StompSubscription:
         "id",
         "link_handler",
         "pattern",
+        "refused",
         "sub_headers",
     )
 
@@ -122,8 +123,10 @@ class StompSubscription:
         self.ack = "auto"
         self.sub_headers: dict[str, str] | None = None
         self.link_handler: Callable[[StompLink, Message], None] | None = None
-        #: Whether the broker confirmed the SUBSCRIBE (``subscribe_destination(confirm=)``).
+        #: Whether the broker confirmed the SUBSCRIBE (``subscribe_destination(confirm=)``), and
+        #: the broker's ERROR if it refused it instead.
         self.confirmed = False
+        self.refused: str | None = None
         #: Messages handed to the handler (those it raised on included).
         self.delivered = 0
         #: Messages the handler raised on.
@@ -168,7 +171,8 @@ class StompTransport:
         self._observers: tuple[Any, ...] = ()
         self._receipt_waiters: dict[str, threading.Event] = {}
         # Receipts answered by an ERROR frame instead (receipt id -> the error), and what an
-        # ERROR without a receipt-id must quote to answer a waiting request (its transaction).
+        # ERROR without a receipt-id must quote to answer a waiting request (its transaction,
+        # or the queue of a SUBSCRIBE).
         self._receipt_errors: dict[str, str] = {}
         self._receipt_quotes: dict[str, str] = {}
         self._options: StompOptions = parse_url(url, **options)
@@ -463,6 +467,9 @@ class StompTransport:
                 if confirm > 0:
                     waiter = self._receipt_waiters[receipt] = threading.Event()
                     frame_headers["receipt"] = receipt
+                    # What a RabbitMQ ERROR (no receipt-id) about this SUBSCRIBE would quote.
+                    quote = frame_headers.get("x-queue-name") or destination.rsplit("/", 1)[-1]
+                    self._receipt_quotes[receipt] = quote
                 try:
                     link.subscribe(destination, sub.id, ack, frame_headers)
                 except Exception as exc:
@@ -471,10 +478,13 @@ class StompTransport:
                     self._start_keepalive(link)
         if waiter is not None:
             try:
-                sub.confirmed = waiter.wait(confirm) and receipt not in self._receipt_errors
+                came = waiter.wait(confirm)
+                sub.refused = self._receipt_errors.get(receipt)
+                sub.confirmed = came and sub.refused is None
             finally:
                 self._receipt_waiters.pop(receipt, None)
                 self._receipt_errors.pop(receipt, None)
+                self._receipt_quotes.pop(receipt, None)
         return sub
 
     # -- hooks for the reliable layer -------------------------------------------------------------
@@ -543,7 +553,7 @@ class StompTransport:
 
     def _on_error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
         rid = headers.get("receipt-id")
-        if rid is None:  # RabbitMQ: an error that quotes a waiting request's transaction
+        if rid is None:  # RabbitMQ: an error that quotes what a waiting request is about
             rid = next((r for r, q in list(self._receipt_quotes.items()) if q in detail), None)
         waiter = self._receipt_waiters.get(rid) if rid is not None else None
         if rid is not None and waiter is not None:
