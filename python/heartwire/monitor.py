@@ -549,6 +549,8 @@ class HeartbeatMonitor:
             handle = self._learn(topic, None)
             if handle is None:
                 return False
+        if seq is None and latency is None:
+            return self._det.beat(handle)  # no keywords to parse: the common call
         return self._det.beat(handle, seq=seq, latency=latency)
 
     def beat_many(self, names: Iterable[str] | Any) -> int:
