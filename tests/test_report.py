@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 import struct
+import subprocess
 import sys
 import zlib
 from html.parser import HTMLParser
@@ -253,6 +254,18 @@ def test_bad_arguments_exit_2_naming_the_argument(
     err = capsys.readouterr().err
     assert named in err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_command_line_exit_status_and_message(event_log: Path, tmp_path: Path) -> None:
+    """The real entry point (``python -m heartwire``), no Spark: a bad date is exit status 2."""
+    argv = ["report", "--events", str(event_log), "--start", "2026-02-30", "--end", END]
+    argv += ["--out", str(tmp_path / "r.html"), "--period", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "heartwire", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "heartwire report: --start: not an ISO date" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(

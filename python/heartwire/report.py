@@ -197,6 +197,11 @@ def run_report(
         return 1
     try:
         tables = _compute(spark, report, log)
+    except ValueError:
+        raise
+    except Exception as exc:  # a Spark job failed (unreadable files...): the cause, no traceback
+        print(f"heartwire report: Spark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     finally:
         if owned:
             spark.stop()
@@ -324,6 +329,14 @@ def _plotted(tables: _Tables) -> list[str]:
     return [r["topic"] for r in ranked[:MAX_PLOTTED_TOPICS]]
 
 
+def _axis_unit(span_ms: int) -> tuple[int, str]:
+    """The time unit of the timeline's axis for a window of ``span_ms``."""
+    for unit_ms, name in ((86_400_000, "days"), (3_600_000, "hours"), (60_000, "minutes")):
+        if span_ms >= 2 * unit_ms:
+            return unit_ms, name
+    return 1000, "seconds"
+
+
 def _plot(report: Report, tables: _Tables) -> bytes:
     """The outage timeline as PNG bytes (matplotlib's Agg canvas; no pyplot global state)."""
     import io
@@ -334,7 +347,8 @@ def _plot(report: Report, tables: _Tables) -> bytes:
     topics = _plotted(tables)
     row = {topic: i for i, topic in enumerate(topics)}
     start_ms, end_ms = _epoch_ms(report.start), _epoch_ms(report.end)
-    span_h = (end_ms - start_ms) / 3_600_000
+    unit_ms, unit = _axis_unit(end_ms - start_ms)
+    span = (end_ms - start_ms) / unit_ms
     fig = Figure(figsize=(10, 1.2 + 0.3 * len(topics)), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -342,16 +356,16 @@ def _plot(report: Report, tables: _Tables) -> bytes:
         i = row.get(o["topic"])
         if i is None:
             continue
-        x0 = (o["down_from"] - start_ms) / 3_600_000
-        width = max((o["down_to"] - o["down_from"]) / 3_600_000, span_h / 2000)
+        x0 = (o["down_from"] - start_ms) / unit_ms
+        width = max((o["down_to"] - o["down_from"]) / unit_ms, span / 2000)  # 1 px at least
         ax.broken_barh(
             [(x0, width)], (i - 0.35, 0.7), facecolors="#f39c12" if o["open"] else "#c0392b"
         )
-    ax.set_xlim(0, span_h)
+    ax.set_xlim(0, span)
     ax.set_ylim(len(topics) - 0.5, -0.5)
     ax.set_yticks(range(len(topics)))
     ax.set_yticklabels(topics, fontsize=8)
-    ax.set_xlabel(f"hours since {_iso(start_ms)}")
+    ax.set_xlabel(f"{unit} since {_iso(start_ms)}")
     shown = len(topics)
     total = len(tables.availability)
     title = "Outages per topic (red: over; orange: still down at the end)"

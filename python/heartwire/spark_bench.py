@@ -1,6 +1,7 @@
 """Benchmark of :mod:`heartwire.spark` against its baselines, on a local SparkSession.
 
     python -m heartwire.spark_bench [--rows 5000000] [--events 10000000] [--master local[2]]
+    python -m heartwire.spark_bench --compare-batches 10000,100000 --repeat 5
 
 - freshness over ``--rows`` rows (timestamp ``last_seen``, a period per row): the Rust
   ``arrow_udf``, the floor of any ``arrow_udf`` on that input (an identity returning the
@@ -68,7 +69,8 @@ def _noop(df: Any) -> Callable[[], None]:
     return lambda: df.write.format("noop").mode("overwrite").save()
 
 
-def bench_freshness(spark: Any, rows: int, repeat: int, plain: bool) -> dict[str, float]:
+def _freshness_variants(spark: Any, rows: int, plain: bool) -> tuple[Any, dict[str, Any]]:
+    """The freshness input and the columns to time on it, by name."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import arrow_udf, pandas_udf, udf
     from pyspark.sql.types import LongType
@@ -126,7 +128,6 @@ def bench_freshness(spark: Any, rows: int, repeat: int, plain: bool) -> dict[str
     # no work (the JVM <-> Python Arrow transfer and the row joining around it)
     floor = arrow_udf(identity, LongType())
 
-    out: dict[str, float] = {}
     variants: dict[str, Any] = {
         "rust arrow_udf": hs.freshness("last_seen", "period", as_of, 3, engine="rust"),
         "arrow_udf floor (identity)": floor("last_seen", "period"),
@@ -136,9 +137,48 @@ def bench_freshness(spark: Any, rows: int, repeat: int, plain: bool) -> dict[str
     if plain:
         variants["plain @udf, pickled rows"] = plain_pickled("last_seen", "period")
         variants["plain @udf, Arrow-batched"] = plain_arrow("last_seen", "period")
+    return df, variants
+
+
+def bench_freshness(spark: Any, rows: int, repeat: int, plain: bool) -> dict[str, float]:
+    df, variants = _freshness_variants(spark, rows, plain)
+    out: dict[str, float] = {}
     for name, col in variants.items():
         out[name] = _best(_noop(df.select(col.alias("f"))), repeat)
         print(f"freshness {rows:,} rows  {name:<26} {out[name]:8.2f} s", flush=True)
+    return out
+
+
+def compare_batches(spark: Any, rows: int, repeat: int, sizes: list[int]) -> dict[str, Any]:
+    """The Rust UDF, the arrow_udf floor and native freshness under each Arrow batch size,
+    interleaved (every round runs each size once) so that a busy machine weighs on all alike;
+    best and median of ``repeat`` rounds after a warm-up round."""
+    df, variants = _freshness_variants(spark, rows, plain=False)
+    names = ["rust arrow_udf", "arrow_udf floor (identity)", "native"]
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    times: dict[tuple[int, str], list[float]] = {(n, v): [] for n in sizes for v in names}
+    for round_ in range(repeat + 1):
+        for size in sizes:
+            spark.conf.set(key, str(size))
+            for name in names:
+                t = time.perf_counter()
+                _noop(df.select(variants[name].alias("f")))()
+                if round_:
+                    times[size, name].append(time.perf_counter() - t)
+    out: dict[str, Any] = {}
+    for size in sizes:
+        row = {}
+        for name in names:
+            ts = sorted(times[size, name])
+            row[name] = {"best": ts[0], "median": ts[len(ts) // 2]}
+            print(
+                f"freshness {rows:,} rows  batch {size:>8,}  {name:<26} best {ts[0]:6.2f} s"
+                f"  median {ts[len(ts) // 2]:6.2f} s",
+                flush=True,
+            )
+        ratio = row["rust arrow_udf"]["best"] / row["native"]["best"]
+        print(f"  rust / native (best): {ratio:.2f}x", flush=True)
+        out[str(size)] = row
     return out
 
 
@@ -190,8 +230,22 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default: 10000)",
     )
+    ap.add_argument(
+        "--compare-batches",
+        metavar="N,M,...",
+        help="instead: freshness only (Rust, arrow_udf floor, native) under these Arrow batch "
+        "sizes, interleaved over --repeat rounds",
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
+    sizes = []
+    if args.compare_batches:
+        try:
+            sizes = [int(n) for n in args.compare_batches.split(",")]
+        except ValueError:
+            ap.error(f"--compare-batches: not a list of integers: {args.compare_batches!r}")
+        if not sizes or min(sizes) < 1:
+            ap.error(f"--compare-batches: sizes must be >= 1: {args.compare_batches!r}")
     spark = _session(args.master)
     if args.arrow_batch:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch))
@@ -200,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         "spark": spark.version,
         "arrow_batch": spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"),
     }
-    if args.only in (None, "freshness"):
+    if sizes:
+        results["compare_batches"] = compare_batches(spark, args.rows, args.repeat, sizes)
+    elif args.only in (None, "freshness"):
         results["freshness"] = bench_freshness(spark, args.rows, args.repeat, not args.no_plain)
-    if args.only in (None, "outages"):
+    if not sizes and args.only in (None, "outages"):
         results["outages"] = bench_outages(spark, args.events, args.repeat)
     if args.json:
         with open(args.json, "w") as f:
