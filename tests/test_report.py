@@ -292,6 +292,19 @@ def test_no_beats_before_end_is_a_named_error(
     assert "--end: the event log" in capsys.readouterr().err
 
 
+def test_unreadable_event_log_is_a_named_error(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "events" / "date=2026-01-01"
+    folder.mkdir(parents=True)
+    (folder / "part-0.parquet").write_bytes(b"not parquet")
+    argv = ["report", "--events", str(tmp_path / "events"), "--start", START, "--end", END]
+    assert main([*argv, "--out", str(tmp_path / "r.html"), "--period", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--events: cannot read the event log" in err and "part-0.parquet" in err
+    assert "\tat " not in err  # no Java stack
+
+
 def test_html_escapes_topics_and_formats_times(tmp_path: Path) -> None:
     start = rp.parse_time("2026-01-01T01:00+01:00", "--start")
     assert start == dt.datetime(2026, 1, 1, tzinfo=UTC)

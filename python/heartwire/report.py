@@ -199,8 +199,8 @@ def run_report(
         tables = _compute(spark, report, log)
     except ValueError:
         raise
-    except Exception as exc:  # a Spark job failed (unreadable files...): the cause, no traceback
-        print(f"heartwire report: Spark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # a Spark job failed: its cause, without the Java stack
+        print(f"heartwire report: Spark failed: {_cause(exc)}", file=sys.stderr)
         return 1
     finally:
         if owned:
@@ -235,8 +235,24 @@ def _session(master: str, log: _Progress) -> tuple[Any, bool]:
     except Exception as exc:  # no Java, an unreachable cluster...: say so, no traceback
         print(f"heartwire report: Spark did not start (master {master}): {exc}", file=sys.stderr)
         return None, False
-    spark.sparkContext.setLogLevel("ERROR")
+    # Spark's own ERROR lines carry whole Java stacks; a failure is reported by _cause instead
+    spark.sparkContext.setLogLevel("FATAL")
     return spark, True
+
+
+def _cause(exc: BaseException) -> str:
+    """A Spark error in a few lines: its message without the Java stack, and the innermost
+    ``Caused by`` (often the clearest: "... is not a Parquet file")."""
+    lines = str(exc).splitlines()
+    head = []
+    for line in lines:
+        if line.startswith("\t"):
+            break
+        if line.strip() and not line.startswith("An error occurred while calling"):
+            head.append(line.lstrip(": ").strip())
+    causes = [line.strip() for line in lines if line.startswith("Caused by:")]
+    text = " ".join(head) or type(exc).__name__
+    return f"{text} ({causes[-1]})" if causes else text
 
 
 @dataclass
@@ -248,7 +264,6 @@ class _Tables:
 
 
 def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
-    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     from heartwire import spark as hs
@@ -256,9 +271,9 @@ def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
     log(f"reading the event log {report.events}")
     try:
         events = hs.read_events(spark, report.events)
-    except AnalysisException as exc:
+    except Exception as exc:  # AnalysisException, a Py4JJavaError for a file that is no Parquet
         raise ValueError(
-            f"--events: not readable as an event log: {report.events!r}: {exc}"
+            f"--events: cannot read the event log {report.events!r}: {_cause(exc)}"
         ) from None
     missing = {"topic", "ts"} - set(events.columns)
     if missing:
