@@ -175,9 +175,14 @@ def test_watch_metrics_port_serves_over_http() -> None:
     )
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()  # the first line says where (port 0: any free port)
-        match = re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", line)
-        assert match, f"no metrics address in {line!r}"
+        lines: list[str] = []
+        match = None
+        while match is None and len(lines) < 20:  # it says where (port 0: any free port)
+            line = proc.stderr.readline()
+            assert line, f"watch ended before serving metrics: {lines}"
+            lines.append(line)
+            match = re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", line)
+        assert match, f"no metrics address in {lines}"
         port = int(match.group(1))
         deadline = time.monotonic() + WAIT
         got: dict[str, Any] = {}
