@@ -233,7 +233,10 @@ def _session(master: str, log: _Progress) -> tuple[Any, bool]:
             .getOrCreate()
         )
     except Exception as exc:  # no Java, an unreachable cluster...: say so, no traceback
-        print(f"heartwire report: Spark did not start (master {master}): {exc}", file=sys.stderr)
+        print(
+            f"heartwire report: Spark did not start (master {master}): {_cause(exc)}",
+            file=sys.stderr,
+        )
         return None, False
     # Spark's own ERROR lines carry whole Java stacks; a failure is reported by _cause instead
     spark.sparkContext.setLogLevel("FATAL")
