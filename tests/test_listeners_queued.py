@@ -281,3 +281,42 @@ def test_listener_queue_none_calls_listeners_in_the_producing_thread() -> None:
     assert rec.threads == {threading.get_ident()}  # on_started, synchronously
     mon.stop()
     assert mon.stats()["listeners"] == [{"listener": "Recorder", "errors": 0}]
+
+
+def test_a_listener_raising_on_every_call_is_counted_and_the_fast_one_is_exact() -> None:
+    clock = hw.ManualClock()
+
+    class Raising(SubscriberListener):
+        def on_received(self, event: Received) -> None:
+            raise RuntimeError("always")
+
+        def on_failed(self, event: Failed) -> None:
+            raise RuntimeError("always")
+
+    class Fast(Recorder):
+        def on_received(self, event: Received) -> None:
+            self._add(event)
+
+    fast = Fast()
+    mon = HeartbeatMonitor(
+        None, "svc.>", period=1.0, grace=0.0, clock=clock, listeners=[Raising(), fast]
+    )
+    mon.expect("svc.a")
+    mon.expect("svc.b")
+    mon.start()
+    for n in range(1, 11):  # svc.b beats twice a period, svc.a is silent
+        clock.advance(0.5)
+        mon.beat("svc.b", seq=2 * n - 1)
+        clock.advance(0.5)
+        mon.beat("svc.b", seq=2 * n)
+    clock.advance(0.25)
+    assert mon.drain(timeout=WAIT)
+    fails = [(e.topic, e.missed, e.at) for e in fast.events if isinstance(e, Failed)]
+    assert fails == [("svc.a", n, float(n)) for n in range(1, 11)]
+    assert [e.seq for e in fast.events if isinstance(e, Received)] == list(range(1, 21))
+    reports = [e for e in fast.events if isinstance(e, ExceptionEvent)]
+    stats = mon.stats()
+    assert stats["listener_errors"] == 30 == len(reports)  # 20 received + 10 failed
+    assert [s["errors"] for s in stats["listeners"]] == [30, 0]
+    assert mon.metrics()["listener_errors"] == 30
+    mon.stop(timeout=WAIT)
