@@ -17,6 +17,12 @@ Each function has engines that give the same rows:
 The Rust engines need :mod:`heartwire` importable in the Python workers (set
 ``PYSPARK_PYTHON`` to the interpreter it is installed in).
 
+Speed: for :func:`freshness` the kernel itself is a small part of the Rust engine's time; most
+of it is Spark moving the Arrow batches to the Python workers and back, which an ``arrow_udf``
+that does nothing already pays (``python -m heartwire.spark_bench`` measures both, and
+``--compare-batches`` the effect of ``spark.sql.execution.arrow.maxRecordsPerBatch``). Inside a
+Spark job, ``engine="native"`` is the faster of the two.
+
 Times (``last_seen``, ``as_of``, ``ts``, ``start``, ``end``) may be Spark timestamps or epoch
 milliseconds (integers); Python values may be :class:`datetime.datetime` (naive means UTC) or
 epoch milliseconds. Periods are milliseconds.
