@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -63,3 +64,14 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Any]]:
+    """Things to stop or close at the end of the test, whatever happens (last first)."""
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        stop = getattr(thing, "stop", None) or thing.close
+        with contextlib.suppress(Exception):
+            stop()

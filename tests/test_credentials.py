@@ -9,7 +9,6 @@ takes any password), a refused port and a failover list are covered.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import traceback
 import uuid
@@ -170,16 +169,6 @@ def test_wrong_password_on_rabbitmq(
     t = connect(url)
     assert t.connected
     t.close()
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        stop = getattr(thing, "stop", None) or thing.close
-        with contextlib.suppress(Exception):
-            stop()
 
 
 @pytest.mark.usefixtures("brokers")

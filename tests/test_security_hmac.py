@@ -11,12 +11,10 @@ Unit tests on the replay rule run on a ManualClock, without a broker.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -65,16 +63,6 @@ class Events(hw.SubscriberListener):
     def on_resumed(self, event: hw.Resumed) -> None:
         with self.lock:
             self.resumed.append(event.topic)
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        stop = getattr(thing, "stop", None) or thing.close
-        with contextlib.suppress(Exception):
-            stop()
 
 
 def rejected(mon: hw.HeartbeatMonitor) -> dict[str, int]:

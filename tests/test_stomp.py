@@ -8,13 +8,11 @@ the brokers it needs are up).
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -100,17 +98,6 @@ class Connections:
     def of(self, kind: str, after: float = 0.0) -> list[tuple[float, tuple[str, ...]]]:
         with self.lock:
             return [(t, a) for k, t, a in self.events if k == kind and t > after]
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    """Things to stop or close at the end of the test, whatever happens (last first)."""
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        stop = getattr(thing, "stop", None) or thing.close
-        with contextlib.suppress(Exception):
-            stop()
 
 
 def state(mon: hw.HeartbeatMonitor, topic: str) -> hw.State | None:

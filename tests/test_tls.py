@@ -8,13 +8,11 @@ keytool. URL and option parsing for TLS is tested first, without a broker.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +34,6 @@ _GRACE = {"grace": 0.1} if "grace" in inspect.signature(hw.HeartbeatMonitor).par
 
 def uid() -> str:
     return "tls" + uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        stop = getattr(thing, "stop", None) or thing.close
-        with contextlib.suppress(Exception):
-            stop()
 
 
 # -- parsing (no broker) ------------------------------------------------------------------------
