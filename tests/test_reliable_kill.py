@@ -92,7 +92,8 @@ def test_100k_messages_through_three_broker_kills(name: str) -> None:
                     back = requests[-FLUSH_WINDOW - 1]
                     assert sender.wait_flushed(back, FLUSH_WAIT), (
                         f"flush {back} not acknowledged within {FLUSH_WAIT:g} s "
-                        f"({sender.stats()}, broker up: {B.stomp_ready(B.PORTS[name])})"
+                        f"({sender.stats()}, broker up: {B.stomp_ready(B.PORTS[name])}, "
+                        f"restart errors: {kill_errors})"
                     )
             if i + 1 in KILLS_AT:
                 if killer is not None:

@@ -30,6 +30,7 @@ receiving thread (the sending thread on the embedded broker); an exception it ra
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -43,6 +44,7 @@ from heartwire.reliable.transaction import Transaction
 __all__ = ["Consumer"]
 
 log = logging.getLogger("heartwire.reliable")
+_forget_ids = itertools.count(1)
 
 ACK_MODES = ("auto", "client", "client-individual")
 
@@ -171,7 +173,7 @@ class Consumer:
     def _sub_id(self) -> str | None:
         return f"hw-durable-{self.durable_name}" if self.durable_name else None
 
-    def _start_stomp(self) -> Any:
+    def _start_stomp(self, sub_id: str | None = None) -> Any:
         broker = self.broker
         dialect = self._dialect = self._dialect_now()
         headers: dict[str, str] = {}
@@ -186,7 +188,7 @@ class Consumer:
         sub = broker.subscribe_destination(
             self.destination,
             self._on_stomp,
-            sub_id=self._sub_id(),
+            sub_id=sub_id or self._sub_id(),
             ack=self.ack,
             headers=headers,
             confirm=timeout,
@@ -223,7 +225,10 @@ class Consumer:
             self._request_unsubscribe(second or {})
         else:
             # RabbitMQ deletes the queue on an UNSUBSCRIBE of an active durable subscription.
-            sub = self._start_stomp()
+            # The brief subscription gets an id of its own: a message the broker hands it before
+            # the UNSUBSCRIBE lands must not reach a later consumer of this durable name, which
+            # would have the same id.
+            sub = self._start_stomp(sub_id=f"{self._sub_id()}-forget-{next(_forget_ids)}")
             sub.cancel(first)
 
     def _request_unsubscribe(self, headers: dict[str, str]) -> None:
