@@ -40,6 +40,7 @@ from heartwire._core import DedupWindow
 from heartwire.reliable import destinations
 from heartwire.reliable.message import ReceivedMessage
 from heartwire.reliable.transaction import Transaction
+from heartwire.transport import is_stomp
 
 __all__ = ["Consumer"]
 
@@ -87,7 +88,7 @@ class Consumer:
         self.on_message = on_message
         self.on_error = on_error
         self._window: DedupWindow | None = DedupWindow(dedup_window) if dedup else None
-        self._stomp = hasattr(broker, "subscribe_destination")
+        self._stomp = is_stomp(broker)
         self._lock = threading.RLock()  # the embedded broker delivers inside start()
         self._sub: Any = None
         self._delivered = 0

@@ -41,7 +41,7 @@ from typing import Any, Callable
 from heartwire.reliable import destinations
 from heartwire.reliable.events import DeliveryError, FlushAck
 from heartwire.reliable.tracker import ReceiptTracker
-from heartwire.transport import TransportClosed
+from heartwire.transport import TransportClosed, is_stomp
 
 __all__ = ["ReliableSender", "SenderListener"]
 
@@ -66,10 +66,6 @@ class _Pending:
     body: bytes
     headers: dict[str, str]
     link: Any  # the connection it was last sent on (None: not sent yet)
-
-
-def _is_stomp(broker: Any) -> bool:
-    return hasattr(broker, "add_link_observer") and hasattr(broker, "current_link")
 
 
 class ReliableSender:
@@ -122,7 +118,7 @@ class ReliableSender:
         self._refused_count = 0
         self._flushes_acked = 0
         self._callback_errors = 0
-        self._stomp = _is_stomp(broker)
+        self._stomp = is_stomp(broker)
         self._tracker = ReceiptTracker.of(broker) if self._stomp else None
         if self._tracker is not None:
             self._tracker.add(self)

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any, Callable
 
 from heartwire.reliable import destinations
+from heartwire.transport import is_stomp
 
 __all__ = ["Transaction", "TransactionFailed"]
 
@@ -50,7 +51,7 @@ class Transaction:
         self.broker = broker
         self.id = f"hw-tx-{uuid.uuid4().hex[:12]}"
         self.state = "new"
-        self._stomp = hasattr(broker, "current_link")
+        self._stomp = is_stomp(broker)
         if timeout is None:
             opts = getattr(broker, "options", None)
             timeout = getattr(opts, "request_blocking_time", 10.0)

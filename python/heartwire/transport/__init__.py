@@ -34,6 +34,7 @@ __all__ = [
     "Transport",
     "TransportClosed",
     "connect",
+    "is_stomp",
 ]
 
 from heartwire.transport.errors import ConnectFailed, SendTimeout
@@ -97,6 +98,16 @@ class Transport(Protocol):
     def close(self) -> None:
         """Release the connection; idempotent. Publishing afterwards raises TransportClosed."""
         ...
+
+
+def is_stomp(transport: object) -> bool:
+    """Whether ``transport`` is a :class:`StompTransport` (told by the connection-level methods
+    the reliable-delivery layer uses, so that stomp.py is not imported to ask)."""
+    return (
+        hasattr(transport, "current_link")
+        and hasattr(transport, "add_link_observer")
+        and hasattr(transport, "subscribe_destination")
+    )
 
 
 _named_lock = threading.Lock()
