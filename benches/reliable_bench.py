@@ -17,7 +17,10 @@ broker does not pile messages up. Rows:
 - ``reliable, flush every 1000, waited``: each flush waited for before sending on (a
   synchronous producer);
 - ``reliable, flush every 1000, 5 in flight``: the producer waits only for the flush five back;
-- the same with ``persistent=False``.
+- the same with ``persistent=False``;
+- ``raw stomp.py, persistent + receipts``: the baseline a user would write by hand, a plain
+  ``stomp.Connection12`` sending persistent messages each with a receipt (no ids kept, no
+  re-send), timed until the last receipt.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 import uuid
 from typing import Any, Callable
+
+import stomp
 
 import heartwire as hw
 
@@ -79,6 +85,30 @@ def reliable(
     return row
 
 
+def raw_stomp_receipts(broker: Any, destination: str, n: int, body: bytes) -> None:
+    address = broker.options.brokers[0]
+    receipted = 0
+    all_in = threading.Event()
+
+    class Receipts(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_receipt(self, frame: Any) -> None:
+            nonlocal receipted
+            receipted += 1  # stomp.py calls listeners on its one receiver thread
+            if receipted == n:
+                all_in.set()
+
+    # vhost "/": RabbitMQ's default one (the CONNECT host header); ActiveMQ ignores it.
+    conn = stomp.Connection12([(address.host, address.port)], vhost="/", auto_decode=False)
+    conn.set_listener("receipts", Receipts())
+    conn.connect("guest", "guest", wait=True)
+    try:
+        for i in range(n):
+            conn.send(destination, body, headers={"receipt": str(i), "persistent": "true"})
+        assert all_in.wait(120), f"raw stomp.py: {receipted} of {n} receipts within 120 s"
+    finally:
+        conn.disconnect()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", default="stomp://127.0.0.1:61613")
@@ -94,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         ("reliable, flush every 1000, 5 in flight", reliable(1000, 5)),
         ("reliable non-persistent, no flushes", reliable(None, 1, persistent=False)),
         ("reliable non-persistent, flush every 1000, waited", reliable(1000, 1, persistent=False)),
+        ("raw stomp.py, persistent + receipts (baseline)", raw_stomp_receipts),
     ]
     results = {}
     print(f"{args.messages} messages of {args.size} bytes to {args.url}")
