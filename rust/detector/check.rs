@@ -71,7 +71,7 @@ impl Detector {
         let mut acc = 0u64;
         for (id, when) in inner.wheel.due_ahead(PREFETCH) {
             acc ^= when ^ self.word(id).load(Ordering::Relaxed);
-            // A 40-byte slot can straddle two cache lines: touch its first and last fields.
+            // A 48-byte slot can straddle two cache lines: touch its first and last fields.
             let slot = &inner.slots[id as usize];
             acc ^= slot.period_ns ^ u64::from(slot.allowed);
         }
@@ -120,6 +120,7 @@ impl Detector {
             let step = self.step(inner, id);
             let slot = &mut inner.slots[id as usize];
             slot.missed = missed;
+            slot.missed_at = d;
             slot.next_deadline = d.saturating_add(step);
             if failing {
                 if st != State::Failed {
@@ -139,9 +140,16 @@ impl Detector {
     /// Take in a FRESH beat, if any: reset the missed count, set the next deadline one first
     /// offset after the beat, and emit `resumed` if the topic was FAILED. Returns false when
     /// the topic is not watched.
+    ///
+    /// A FAILED topic's latest beat at or before its latest missed deadline ([`Slot::missed_at`],
+    /// e.g. a beat recorded late with an old explicit time) is old news: the outage was already
+    /// reported past it, so it stays FAILED with its count, `since` and next deadline (the beat
+    /// still raised `last_seen`). Only a beat after that deadline ends the outage.
     pub(super) fn take_fresh(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId) -> bool {
         let word = self.word(id);
+        let missed_at = inner.slots[id as usize].missed_at;
         let mut w = word.load(Ordering::Acquire);
+        let mut stale;
         loop {
             let st = word::state(w);
             if !st.is_watched() {
@@ -150,14 +158,18 @@ impl Detector {
             if w & FRESH == 0 {
                 return true;
             }
+            stale = st == State::Failed && word::ts(w) <= missed_at;
             let mut new = w & !FRESH;
-            if st == State::Failed {
+            if st == State::Failed && !stale {
                 new = word::with_state(new, State::Alive);
             }
             match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
                 Err(actual) => w = actual,
             }
+        }
+        if stale {
+            return true;
         }
         let beat_at = word::ts(w);
         let first = self.first_offset(inner, id);

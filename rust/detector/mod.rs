@@ -146,7 +146,7 @@ pub enum Beat {
     Refused,
 }
 
-/// Driver-owned state of one topic (under the detector lock). 40 bytes.
+/// Driver-owned state of one topic (under the detector lock). 48 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     period_ns: u64,
@@ -156,6 +156,10 @@ struct Slot {
     next_deadline: u64,
     /// When the current outage began.
     since: u64,
+    /// The deadline of the latest period counted as missed (the `at` of the latest `failed`
+    /// while FAILED). A beat at or before it is old news: it cannot end an outage already
+    /// reported up to there (see [`Detector::take_fresh`]).
+    missed_at: u64,
     missed: u32,
     allowed: u32,
 }

@@ -145,23 +145,36 @@ fn the_first_beat_after_failure_resumes_at_once_from_the_beat_path() {
 }
 
 #[test]
-fn a_beat_stamped_in_the_past_still_resumes_and_rearms_from_its_time() {
+fn a_beat_stamped_before_the_last_missed_deadline_is_old_news() {
+    // Issue 14 item 5 (this test used to expect `resumed` and then `failed(1)` again).
     let r = Rig::new(S, 1);
     let a = r.add("a");
     r.at(3 * S + MS);
-    assert_eq!(r.take().len(), 3);
-    // Stamped 2.5 s (a late-delivered message): resumed, and the deadline 3.5 is already due.
+    assert_eq!(r.take().len(), 3); // failed 1, 2, 3 at 1.0, 2.0, 3.0
+                                   // Stamped 2.5 s (a late-delivered message): the outage was reported past it already.
     assert!(matches!(
         r.det.beat(a, Some(2 * S + 500 * MS)),
         Beat::Recorded { resume: true }
     ));
-    r.at(3 * S + 501 * MS);
+    assert!(r.take().is_empty());
+    let st = r.det.status(a).unwrap();
+    assert_eq!(
+        (st.state, st.missed, st.failed_since_ns),
+        (State::Failed, 3, Some(S))
+    );
+    assert_eq!(st.last_seen_ns, Some(2 * S + 500 * MS));
+    r.at(4 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 4, 4 * S, S)]);
+    // Stamped after the last missed deadline (4.0), though before the clock: a recovery.
+    r.det.beat(a, Some(4 * S + 500_000));
     assert_eq!(
         r.take(),
-        vec![
-            Event::resumed(a, 3, 2 * S + 500 * MS, S + 500 * MS),
-            Event::failed(a, 1, 3 * S + 500 * MS, 3 * S + 500 * MS)
-        ]
+        vec![Event::resumed(a, 4, 4 * S + 500_000, 3 * S + 500_000)]
+    );
+    r.at(5 * S + MS);
+    assert_eq!(
+        r.take(),
+        vec![Event::failed(a, 1, 5 * S + 500_000, 5 * S + 500_000)]
     );
 }
 

@@ -34,6 +34,7 @@ impl Detector {
                 grace_ns: config.grace_ns,
                 next_deadline: 0,
                 since: 0,
+                missed_at: 0,
                 missed: 0,
                 allowed: config.allowed_misses,
             });
@@ -262,12 +263,17 @@ impl Detector {
         self.check_id(&inner, id)?;
         let word = self.word(id);
         let mut w = word.load(Ordering::Acquire);
+        let missed_at = inner.slots[id as usize].missed_at;
         let back_at = loop {
             match word::state(w) {
                 State::Paused => break inner.slots[id as usize].next_deadline,
-                State::PausedFailed if w & FRESH != 0 => break word::ts(w),
+                State::PausedFailed if w & FRESH != 0 && word::ts(w) > missed_at => {
+                    break word::ts(w)
+                }
                 State::PausedFailed => {
-                    let failed = word::with_state(w, State::Failed);
+                    // Not heard since the failure, or only a beat older than its latest missed
+                    // deadline (old news, as in `take_fresh`).
+                    let failed = word::with_state(w & !FRESH, State::Failed);
                     match word.compare_exchange(w, failed, Ordering::AcqRel, Ordering::Acquire) {
                         Ok(_) => {}
                         Err(actual) => {
@@ -298,14 +304,27 @@ impl Detector {
     }
 
     /// For a topic paused while FAILED whose first beat since just landed: note the beat's time
-    /// for `resume` and make it a plain PAUSED topic (later beats take no lock). Returns false
-    /// if the topic is not in that case.
+    /// for `resume` and make it a plain PAUSED topic (later beats take no lock); a beat older
+    /// than the latest missed deadline is only taken in. Returns false if the topic is not in
+    /// that case.
     pub(super) fn note_paused_recovery(&self, inner: &mut Inner, id: TopicId) -> bool {
         let word = self.word(id);
+        let missed_at = inner.slots[id as usize].missed_at;
         let mut w = word.load(Ordering::Acquire);
         loop {
             if word::state(w) != State::PausedFailed || w & FRESH == 0 {
                 return false;
+            }
+            if word::ts(w) <= missed_at {
+                // Old news (see `take_fresh`): still not heard since the failure.
+                match word.compare_exchange_weak(w, w & !FRESH, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => return true,
+                    Err(actual) => {
+                        w = actual;
+                        continue;
+                    }
+                }
             }
             let new = word::with_state(w & !FRESH, State::Paused);
             match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {

@@ -1,0 +1,78 @@
+"""Regressions for issue 14's core items: late beats, restart, topic churn, huge settings,
+long gaps without the local-pause guard. Manual clock throughout; no sleeps."""
+
+from __future__ import annotations
+
+import pytest
+
+import heartwire as hw
+from tests.conftest import Rig, ms
+
+
+def summary(events: list[hw.Event]) -> list[tuple[str, str, int, int]]:
+    return [(e.kind, e.topic, e.missed, ms(e.at)) for e in events]
+
+
+# -- item 5: a beat older than what is known does not move the state backwards -------------
+
+
+def failed_three_times(rig: Rig) -> None:
+    """svc.a heard at 0.2, FAILED since 1.2, failed(3) at 3.2, the detector run to 3.5."""
+    rig.det.add("svc.a", now=0.0)
+    assert rig.det.beat("svc.a", now=0.2)
+    rig.clock.set(3.5)
+    assert summary(rig.take()) == [
+        ("failed", "svc.a", 1, 1200),
+        ("failed", "svc.a", 2, 2200),
+        ("failed", "svc.a", 3, 3200),
+    ]
+
+
+@pytest.mark.parametrize("late", [0.1, 0.9, 1.2, 2.0, 3.2])
+def test_a_beat_older_than_the_last_missed_deadline_does_not_end_the_outage(
+    rig: Rig, late: float
+) -> None:
+    failed_three_times(rig)
+    assert rig.det.beat("svc.a", now=late)  # recorded (counted), but it is old news
+    assert rig.take() == [], "no resumed, no repeated failed"
+    st = rig.det.status("svc.a")
+    assert (st.state, st.missed, ms(st.failed_since)) == ("FAILED", 3, 1200)
+    assert ms(st.last_seen) == max(200, ms(late))
+    rig.clock.set(4.201)  # the count goes on where it was
+    assert summary(rig.take()) == [("failed", "svc.a", 4, 4200)]
+    assert rig.det.stats()["resumed"] == 0
+
+
+def test_a_late_beat_after_the_last_missed_deadline_ends_the_outage_once(rig: Rig) -> None:
+    failed_three_times(rig)
+    assert rig.det.beat("svc.a", now=3.3)  # after the last counted deadline (3.2)
+    [ev] = rig.take()
+    assert (ev.kind, ev.missed, ms(ev.at), ms(ev.downtime)) == ("resumed", 3, 3300, 2100)
+    rig.clock.set(4.3)  # due at 4.3: on time, nothing
+    assert rig.take() == []
+    rig.clock.set(4.301)
+    assert summary(rig.take()) == [("failed", "svc.a", 1, 4300)]
+
+
+def test_a_late_beat_while_paused_failed_is_not_a_recovery(rig: Rig) -> None:
+    failed_three_times(rig)
+    assert rig.det.pause("svc.a")
+    assert rig.det.beat("svc.a", now=2.0)  # older than the last missed deadline
+    rig.clock.set(5.0)
+    assert rig.det.resume("svc.a")
+    assert rig.take() == [], "the old beat is no recovery to report"
+    st = rig.det.status("svc.a")
+    assert (st.state, st.missed, ms(st.failed_since)) == ("FAILED", 3, 1200)
+    rig.clock.set(6.001)
+    assert summary(rig.take()) == [("failed", "svc.a", 4, 6000)]
+
+
+def test_an_older_beat_of_a_live_topic_changes_nothing(rig: Rig) -> None:
+    rig.det.add("svc.a", now=0.0)
+    assert rig.det.beat("svc.a", now=0.5)
+    rig.clock.set(0.8)
+    assert rig.det.beat("svc.a", now=0.1)
+    st = rig.det.status("svc.a")
+    assert (st.state, ms(st.last_seen), ms(st.next_deadline)) == ("ALIVE", 500, 1500)
+    rig.clock.set(1.501)
+    assert summary(rig.take()) == [("failed", "svc.a", 1, 1500)]
