@@ -76,3 +76,86 @@ def test_an_older_beat_of_a_live_topic_changes_nothing(rig: Rig) -> None:
     assert (st.state, ms(st.last_seen), ms(st.next_deadline)) == ("ALIVE", 500, 1500)
     rig.clock.set(1.501)
     assert summary(rig.take()) == [("failed", "svc.a", 1, 1500)]
+
+
+# -- item 6: stop() then start() keeps what is known --------------------------------------
+
+
+def test_a_restart_keeps_a_failed_topic_failed_with_its_since_and_count(rig: Rig) -> None:
+    rig.det.add("svc.a", now=0.0)
+    rig.clock.set(2.5)
+    assert summary(rig.take()) == [("failed", "svc.a", 1, 1000), ("failed", "svc.a", 2, 2000)]
+    rig.det.stop()
+    rig.clock.set(10.0)
+    rig.det.start()
+    st = rig.det.status("svc.a")
+    assert (st.state, st.missed, ms(st.failed_since)) == ("FAILED", 2, 1000)
+    assert ms(st.next_deadline) == 11_000  # the count goes on from the restart
+    rig.clock.set(11.001)
+    [ev] = rig.take()
+    assert (ev.kind, ev.missed, ms(ev.at), ms(ev.since)) == ("failed", 3, 11_000, 1000)
+    assert rig.det.beat("svc.a")
+    [ev] = rig.take()
+    assert (ev.kind, ev.missed, ms(ev.downtime)) == ("resumed", 3, 10_001)
+
+
+def test_a_restart_keeps_alive_pending_and_paused_topics_as_they_were(rig: Rig) -> None:
+    rig.det.add("alive", now=0.0)
+    rig.det.add("pending", now=0.0)
+    rig.det.add("paused", now=0.0)
+    assert rig.det.beat("alive", now=0.5)
+    assert rig.det.pause("paused")
+    rig.det.stop()
+    rig.clock.set(10.0)
+    rig.det.start()
+    states = {s.topic: s.state for s in rig.det.statuses()}
+    assert states == {"alive": "ALIVE", "pending": "PENDING", "paused": "PAUSED"}
+    rig.clock.set(11.001)
+    assert sorted(summary(rig.take())) == [
+        ("failed", "alive", 1, 11_000),
+        ("failed", "pending", 1, 11_000),
+    ]
+    assert rig.det.status("paused").state == "PAUSED"
+
+
+def test_a_restart_keeps_a_topic_paused_while_failed_for_resume(rig: Rig) -> None:
+    rig.det.add("svc.a", now=0.0)
+    rig.clock.set(1.5)
+    assert summary(rig.take()) == [("failed", "svc.a", 1, 1000)]
+    assert rig.det.pause("svc.a")
+    rig.det.stop()
+    rig.clock.set(5.0)
+    rig.det.start()
+    assert rig.det.status("svc.a").state == "PAUSED"
+    assert rig.det.resume("svc.a")
+    st = rig.det.status("svc.a")
+    assert (st.state, st.missed, ms(st.failed_since)) == ("FAILED", 1, 1000)
+    rig.clock.set(6.001)
+    assert summary(rig.take()) == [("failed", "svc.a", 2, 6000)]
+
+
+def test_a_beat_taken_before_stop_still_resumes_its_topic(rig: Rig) -> None:
+    """A FAILED topic's beat recorded (lock-free) but not settled when stop() comes."""
+    h = rig.det.add("svc.a", now=0.0)
+    rig.clock.set(1.5)
+    rig.take()
+    rig.det.stop()
+    assert not rig.det.beat(h)  # refused while stopped: nothing heard
+    rig.det.start()
+    assert rig.det.status(h).state == "FAILED"
+
+
+def test_a_monitor_paused_then_restarted_watches_its_topics_again() -> None:
+    """The detector keeps pauses across a restart; the monitor's whole pause ends at stop()."""
+    clock = hw.ManualClock()
+    mon = hw.HeartbeatMonitor(hw.connect(), "svc.>", clock=clock)
+    mon.start()
+    mon.expect("svc.a")
+    mon.expect("svc.b")
+    assert mon.pause("svc.b")  # one by one: kept across the restart
+    assert mon.pause()
+    mon.stop()
+    mon.start()
+    assert mon.status("svc.a").state.value == "PENDING"
+    assert mon.status("svc.b").state.value == "PAUSED"
+    mon.stop()

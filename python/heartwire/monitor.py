@@ -681,6 +681,8 @@ class HeartbeatMonitor:
         with self._lock:
             if not self._running:
                 return
+            if self._paused:  # the detector keeps pauses across a restart; this one ends here
+                self.resume()
             self._running = False
             self._paused = False
             _running.discard(self)

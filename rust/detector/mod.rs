@@ -173,6 +173,9 @@ struct Inner {
     /// The latest local pause (relative ns, empty if none): a deadline inside it is re-based
     /// to a full period after its end instead of counted as missed (see `pause.rs`).
     pause: Range<u64>,
+    /// While stopped: the topics that were FAILED or paused when stopped, and which (the
+    /// others were ALIVE or PENDING, as their HEARD bit tells). See [`Detector::start`].
+    held: HashMap<TopicId, State>,
 }
 
 struct Subscriber {
@@ -245,6 +248,7 @@ impl Detector {
                 running: true,
                 now: 0,
                 pause: 0..0,
+                held: HashMap::new(),
             }),
             phi: Mutex::new(HashMap::new()),
             subscribers: RwLock::new(Vec::new()),

@@ -112,11 +112,14 @@ fn pausing_a_paused_topic_or_stopping_keeps_things_consistent() {
     assert_eq!(r.det.status(a).unwrap().state, State::Stopped);
     r.at(5 * S);
     r.det.start(None);
+    // A restart keeps what is known (issue 14 item 6; this used to forget, back to PENDING).
+    let st = r.det.status(a).unwrap();
+    assert_eq!((st.state, st.missed), (State::Paused, 2));
+    assert!(r.det.resume(a, None).unwrap());
     let st = r.det.status(a).unwrap();
     assert_eq!(
-        (st.state, st.missed),
-        (State::Pending, 0),
-        "start forgets, as always"
+        (st.state, st.missed, st.failed_since_ns),
+        (State::Failed, 2, Some(S))
     );
     assert!(r.take().is_empty());
 }

@@ -471,3 +471,45 @@ fn concurrent_beats_and_driver_give_well_formed_sequences() {
         assert_eq!(failed_now, expect_next > 1, "topic {id} state vs events");
     }
 }
+
+#[test]
+fn stop_takes_in_a_recorded_beat_before_it_stops_a_failed_topic() {
+    // Issue 14 item 6: a beat recorded lock-free but not yet settled when `stop` comes.
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(2 * S + MS);
+    assert_eq!(r.take().len(), 2);
+    assert_eq!(
+        r.det.record(a, 2 * S + 2 * MS),
+        Beat::Recorded { resume: true }
+    );
+    r.det.stop();
+    assert_eq!(
+        r.take(),
+        vec![Event::resumed(a, 2, 2 * S + 2 * MS, S + 2 * MS)]
+    );
+    r.at(9 * S);
+    r.det.start(None);
+    let st = r.det.status(a).unwrap();
+    assert_eq!((st.state, st.missed), (State::Alive, 0));
+    r.at(10 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 1, 10 * S, 10 * S)]);
+}
+
+#[test]
+fn a_restart_keeps_failed_topics_failed_and_counts_on() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(2 * S + MS);
+    assert_eq!(r.take().len(), 2);
+    r.det.stop();
+    r.at(7 * S);
+    r.det.start(None);
+    let st = r.det.status(a).unwrap();
+    assert_eq!(
+        (st.state, st.missed, st.failed_since_ns),
+        (State::Failed, 2, Some(S))
+    );
+    r.at(8 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 3, 8 * S, S)]);
+}

@@ -132,7 +132,14 @@ impl Detector {
         }
         if word::state(word.load(Ordering::Acquire)).is_watched() {
             let first = self.first_offset(inner, id);
-            inner.slots[id as usize].next_deadline = now.saturating_add(first);
+            let slot = &mut inner.slots[id as usize];
+            // Never at or before a deadline already counted (an old explicit `now`).
+            let base = if slot.missed > 0 {
+                now.max(slot.missed_at)
+            } else {
+                now
+            };
+            slot.next_deadline = base.saturating_add(first);
             self.arm(inner, id, now);
         }
     }
@@ -282,7 +289,8 @@ impl Detector {
                         }
                     }
                     let step = self.step(&inner, id);
-                    inner.slots[id as usize].next_deadline = now.saturating_add(step);
+                    let base = now.max(missed_at); // never at or before a counted deadline
+                    inner.slots[id as usize].next_deadline = base.saturating_add(step);
                     self.arm(&mut inner, id, now);
                     return Ok(true);
                 }
@@ -364,36 +372,85 @@ impl Detector {
         self.check_id(&inner, id)?;
         self.transition(id, State::Removed, |s| s != State::Removed);
         inner.wheel.cancel(id);
+        inner.held.remove(&id);
         self.phi.lock().remove(&id);
         self.registry.unindex(id);
         Ok(())
     }
 
-    /// Stop watching every topic: all go STOPPED and beats are refused until [`start`].
+    /// Stop watching every topic: all go STOPPED and beats are refused until [`start`]. What
+    /// each topic was is kept for `start`: a beat already recorded is taken in first (a FAILED
+    /// topic's `resumed` is emitted now), then a FAILED or paused topic's state is remembered.
     ///
     /// [`start`]: Detector::start
     pub fn stop(&self) {
         let mut inner = self.inner.lock();
         inner.running = false;
+        let subscribers = self.subscribers.read();
         for id in 0..inner.slots.len() as TopicId {
-            if self
-                .transition(id, State::Stopped, |s| s.is_watched() || s.is_paused())
-                .is_some()
-            {
-                inner.wheel.cancel(id);
+            let word = self.word(id);
+            loop {
+                let w = word.load(Ordering::Acquire);
+                let st = word::state(w);
+                if !(st.is_watched() || st.is_paused()) {
+                    break;
+                }
+                if w & FRESH != 0 && st.is_watched() {
+                    self.take_fresh(&mut inner, &subscribers, id);
+                    continue;
+                }
+                if w & FRESH != 0 && st == State::PausedFailed {
+                    self.note_paused_recovery(&mut inner, id);
+                    continue;
+                }
+                let stopped = word::with_state(w & !FRESH, State::Stopped);
+                if word
+                    .compare_exchange(w, stopped, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    inner.wheel.cancel(id);
+                    if matches!(st, State::Failed | State::Paused | State::PausedFailed) {
+                        inner.held.insert(id, st);
+                    }
+                    break;
+                }
             }
         }
     }
 
-    /// Watch every stopped topic again from `now`, as if just expected (heard ones count as
-    /// ALIVE, never-heard ones as PENDING).
+    /// Watch every stopped topic again from `now`, as it was when stopped: a FAILED topic stays
+    /// FAILED with its count and `since` until a beat is heard, a paused one stays paused, the
+    /// others are ALIVE (heard) or PENDING. The time stopped is not counted: a topic with no
+    /// missed period is due one period (plus grace) after `now`, one that has missed some counts
+    /// on, its next missed period one period after `now` (as after a local pause).
     pub fn start(&self, now: Option<u64>) {
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
         inner.running = true;
         inner.now = inner.now.max(now);
+        let held = std::mem::take(&mut inner.held);
         for id in 0..inner.slots.len() as TopicId {
-            self.rearm_from(&mut inner, id, |s| s == State::Stopped, now);
+            let w = self.word(id).load(Ordering::Acquire);
+            if word::state(w) != State::Stopped {
+                continue;
+            }
+            let to = match held.get(&id) {
+                Some(&st) => st,
+                None if w & HEARD != 0 => State::Alive,
+                None => State::Pending,
+            };
+            if self.transition(id, to, |s| s == State::Stopped).is_none() || !to.is_watched() {
+                continue;
+            }
+            let slot = inner.slots[id as usize];
+            let (base, offset) = if slot.missed == 0 {
+                (now, self.first_offset(&inner, id))
+            } else {
+                // Never at or before a deadline already counted (an old explicit `now`).
+                (now.max(slot.missed_at), self.step(&inner, id))
+            };
+            inner.slots[id as usize].next_deadline = base.saturating_add(offset);
+            self.arm(&mut inner, id, now);
         }
     }
 

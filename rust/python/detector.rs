@@ -514,7 +514,10 @@ impl PyDetector {
         Ok(py.detach(move || det.advance_to(now)))
     }
 
-    /// Watch every topic again (after :meth:`stop`), each expected within a period from ``now``.
+    /// Watch every topic again (after :meth:`stop`) as it was when stopped: a FAILED topic stays
+    /// FAILED (count and ``since`` kept, the next ``failed`` one period after ``now``) until a
+    /// beat is heard, a paused one stays paused, the others are expected within a period (plus
+    /// grace) from ``now``. The time stopped is not counted.
     #[pyo3(signature = (*, now = None))]
     fn start(&self, py: Python<'_>, now: Option<f64>) -> PyResult<()> {
         let now = opt_time("now", now)?;
@@ -524,6 +527,7 @@ impl PyDetector {
     }
 
     /// Stop watching: every topic goes STOPPED, beats are refused, the driver thread ends.
+    /// Beats already recorded are taken in first (a FAILED topic's ``resumed`` is emitted).
     fn stop(&self, py: Python<'_>) {
         let det = self.det.clone();
         let driver = self.driver.lock().take();
