@@ -228,3 +228,49 @@ def test_signed_beats_without_seq_or_boot_are_taken() -> None:
         _deliver(mon, Beat("svc.a", None, "boot1", 1000.0, 1.0))
         _deliver(mon, Beat("svc.b", 3, None, 1000.0, 1.0))
     assert rejected(mon) == {} and mon.stats()["beats"] == 4
+
+
+# -- a refused beat changes nothing about its topic (issue 14, item 1) ---------------------------
+
+
+def test_refused_replays_with_other_periods_do_not_keep_a_dead_service_alive() -> None:
+    clock = hw.ManualClock()
+    mon = _monitor(clock)
+    now = time.time()
+    # The service beats at 1 s, then switches to 2 s; an eavesdropper keeps one beat of each.
+    at_1s = Beat("svc.a", 1, "boot1", now, 1.0)
+    _deliver(mon, at_1s)
+    at_2s = Beat("svc.a", 2, "boot1", now + 0.5, 2.0)
+    clock.advance(0.5)
+    _deliver(mon, at_2s)
+    assert mon.status("svc.a").period == 2.0
+    # The service dies. The two captured beats, replayed in turn, are refused every time...
+    for i in range(20):
+        clock.advance(0.5)
+        _deliver(mon, at_1s if i % 2 == 0 else at_2s)
+    mon.drain()
+    assert rejected(mon) == {"replayed": 20}
+    # ...and so must not move its period or its deadline: it failed 2 s (+ grace) after the
+    # last genuine beat, 10 s ago.
+    status = mon.status("svc.a")
+    assert status.period == 2.0
+    assert status.state == hw.State.FAILED, status
+
+
+def test_a_refused_beat_with_a_long_period_does_not_delay_detection() -> None:
+    clock = hw.ManualClock()
+    mon = _monitor(clock)
+    now = time.time()
+    old = Beat("svc.a", 1, "boot1", now - 1.0, 100.0)  # captured earlier, period 100 s
+    _deliver(mon, Beat("svc.a", 2, "boot1", now, 1.0))  # the topic beats at 1 s
+    before = mon.status("svc.a")
+    _deliver(mon, old)  # replayed: refused
+    assert rejected(mon) == {"replayed": 1}
+    after = mon.status("svc.a")
+    assert (after.period, after.grace, after.next_deadline) == (
+        before.period,
+        before.grace,
+        before.next_deadline,
+    )
+    clock.advance(1.2)
+    assert mon.status("svc.a").state == hw.State.FAILED

@@ -596,16 +596,20 @@ class HeartbeatMonitor:
                 f"accepted: {MIN_BEAT_PERIOD} to {MAX_BEAT_PERIOD:.0e} s",
             )
             return
+        # Every check comes before any change: a refused beat changes nothing about its topic
+        # (a replayed beat with another period must not re-tune it and move its deadline).
         if handle is None:
+            # A topic not watched yet has no remembered boots, so the replay check below cannot
+            # refuse this beat: learning it first changes nothing a refusal should undo.
             handle = self._learn(topic, period)
             if handle is None:
                 return
-        elif period is not None:
+        if self._codec.signed and not self._newer(handle, beat):
+            return
+        if period is not None:
             periods = self._periods
             if handle < len(periods) and periods[handle] != period and not self._pinned[handle]:
                 self._retune(handle, period)
-        if self._codec.signed and not self._newer(handle, beat):
-            return
         latency = None if beat.sent_at is None else time.time() - beat.sent_at
         self._det.beat(handle, seq=beat.seq, latency=latency)
 
