@@ -144,9 +144,11 @@ def _check_int(value: object, field: str, minimum: int) -> int:
 class _Feed:
     """One subscription to the detector's events and the dispatch thread that empties it.
 
-    When listeners start (or stop) wanting ``received`` events, the monitor opens a new feed and
-    closes the old one. For a moment both get the detector's events, so the new feed's thread
-    first waits for the old one to finish, then skips the events the old one delivered.
+    When listeners start (or stop) wanting ``received`` events, the monitor opens a new feed,
+    starts its thread, then closes the old one. For a moment both get the detector's events, so
+    the new feed's thread first waits for the old one to finish, then skips the events the old
+    one delivered. Its thread runs before the old queue is let go: under ``"block"`` the driver
+    may wait for room in the new queue while holding the locks the unsubscribe needs.
     """
 
     __slots__ = (
@@ -167,9 +169,10 @@ class _Feed:
         self.dispatcher: Dispatcher | None = None
         # Keys of failed/resumed events delivered once a successor feed exists (set by the switch).
         self.record: set[tuple[str, str, int, float]] | None = None
-        # Keys to skip (the predecessor delivered them), while popped < skip_until.
+        # Keys to skip (the predecessor delivered them), while popped < skip_until (None: not
+        # known yet, the predecessor is still being unsubscribed).
         self.skip: set[tuple[str, str, int, float]] | None = None
-        self.skip_until = 0
+        self.skip_until: int | None = None
         self.popped = 0
 
 
@@ -912,10 +915,18 @@ class HeartbeatMonitor:
             name=f"heartwire-monitor[{self._pattern}]",
         )
         self._feed = feed
-        if old is not None:
-            self._det.unsubscribe(old.queue)  # closed: its thread ends once it is empty
-            feed.skip_until = queue.stats()["pushed"]
+        # The new queue is fed from now on: its thread must run before anything here waits for
+        # the detector. Under "block" the driver may already be waiting for room in it (or in
+        # the old one) while holding the detector's locks, which unsubscribe needs.
         feed.dispatcher.start()
+        if old is not None:
+            # Closing first releases a driver waiting for room in the old queue; what it would
+            # have pushed there goes to the new one too. The old thread ends once it is empty.
+            old.queue.close()
+            self._det.unsubscribe(old.queue)
+            # No push is in flight once unsubscribe returns: the events both feeds got are
+            # among the new queue's first `pushed`.
+            feed.skip_until = queue.stats()["pushed"]
 
     def _sync_received(self) -> None:
         """Open a new feed if listeners' interest in ``received`` events changed."""
@@ -995,7 +1006,8 @@ class HeartbeatMonitor:
                 elif kind == "local_pause":
                     duration = ev.duration
                     emit("on_local_pause", LocalPause(duration or 0.0, ev.at))
-            if feed.skip is not None and feed.popped + len(batch) >= feed.skip_until:
+            until = feed.skip_until  # None until the old feed is unsubscribed
+            if feed.skip is not None and until is not None and feed.popped + len(batch) >= until:
                 feed.skip = None
         finally:
             local.dispatching = False
