@@ -85,6 +85,10 @@ MAX_BEAT_PERIOD = 1e9
 
 #: How many boot ids of a topic a monitor with a key remembers (with each one's last seq).
 REPLAY_BOOTS = 4
+#: The default ``max_beat_age`` (``None``) of a topic with period ``p``: ``BEAT_AGE_PERIODS * p
+#: + BEAT_AGE_SKEW`` seconds (3 periods, plus a minute of clock skew between the hosts).
+BEAT_AGE_PERIODS = 3
+BEAT_AGE_SKEW = 60.0
 
 # One remembered boot of a topic: (boot id, last seq taken, its send time).
 _Boot = tuple[str, int, Optional[float]]
@@ -218,9 +222,18 @@ class HeartbeatMonitor:
       :data:`REPLAY_BOOTS` boot ids of each topic with the highest ``seq`` taken from each, and
       takes a beat of a remembered boot only with a higher ``seq``. A beat of a new boot id is
       taken (a restart), unless all those boots are remembered already and it was sent before
-      the least recently heard one's last beat (a replay from a long-gone boot). Wall clocks
-      matter only in that last case, so a publisher restarting after a clock step back is not
-      refused. Signed beats without ``seq`` and ``boot`` are not checked.
+      the least recently heard one's last beat (a replay from a long-gone boot). Signed beats
+      without ``seq`` and ``boot`` are not checked for replays.
+    - ``max_beat_age``: with a key, how far (seconds) a signed beat's send time (``sent``, the
+      publisher's wall clock) may be from the monitor's wall clock, either way; a beat outside
+      is refused (reason ``"stale"``, counted, logged). This bounds what a beat captured before
+      the monitor ever saw its boot (so the replay rule cannot know it) can do: it is refused
+      once it is that old. ``None`` (the default): :data:`BEAT_AGE_PERIODS` of the topic's
+      period plus :data:`BEAT_AGE_SKEW` seconds (the monitor's period for a topic not watched
+      yet); ``math.inf``: no bound. The trade-off: the hosts' wall clocks now matter. A
+      publisher whose clock is off by more than the allowance is refused (every beat counted
+      and logged, so it shows) rather than taken, and its topic fails. Beats without ``sent``
+      and unsigned beats (whose ``sent`` anyone can forge) are not checked.
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
     - ``tick``: the detector's driver interval (real clock).
@@ -252,6 +265,7 @@ class HeartbeatMonitor:
         max_local_pause: float | None = 5.0,
         listener_queue: int | None = DEFAULT_LISTENER_QUEUE,
         listener_overflow: ListenerOverflow = "drop-oldest",
+        max_beat_age: float | None = None,
     ) -> None:
         self._pattern = validate_pattern(pattern, "pattern")
         self._period = _check_period(period)
@@ -274,6 +288,10 @@ class HeartbeatMonitor:
         self._max_topics = max_topics
         self._matches = matcher(self._pattern)
         self._codec = BeatCodec(key=key)
+        if max_beat_age is not None and max_beat_age != math.inf:
+            max_beat_age = _check_period(max_beat_age, "max_beat_age")
+        self._max_beat_age = max_beat_age
+        self._stale_logged = 0
         if listener_queue is not None:
             listener_queue = _check_int(listener_queue, "listener_queue", 1)
         self._listeners: ListenerSet[SubscriberListener] = ListenerSet(
@@ -343,6 +361,12 @@ class HeartbeatMonitor:
     def grace(self) -> float | None:
         """Seconds of slack on every deadline, or ``None``: 10% of each topic's period."""
         return self._grace
+
+    @property
+    def max_beat_age(self) -> float | None:
+        """How far a signed beat's send time may be from the monitor's wall clock, seconds
+        (``None``: the default rule, per topic; ``math.inf``: no bound)."""
+        return self._max_beat_age
 
     @property
     def max_local_pause(self) -> float | None:
@@ -601,6 +625,8 @@ class HeartbeatMonitor:
             return
         # Every check comes before any change: a refused beat changes nothing about its topic
         # (a replayed beat with another period must not re-tune it and move its deadline).
+        if self._codec.signed and beat.sent_at is not None and not self._fresh(handle, beat):
+            return
         if handle is None:
             # A topic not watched yet has no remembered boots, so the replay check below cannot
             # refuse this beat: learning it first changes nothing a refusal should undo.
@@ -615,6 +641,34 @@ class HeartbeatMonitor:
                 self._retune(handle, period)
         latency = None if beat.sent_at is None else time.time() - beat.sent_at
         self._det.beat(handle, seq=beat.seq, latency=latency)
+
+    def _fresh(self, handle: int | None, beat: Beat) -> bool:
+        """Whether a signed ``beat``'s send time is within ``max_beat_age`` of the monitor's
+        wall clock; a stale one is counted and logged (``"stale"``)."""
+        assert beat.sent_at is not None
+        allowance = self._max_beat_age
+        if allowance is None:
+            period = self._period
+            if handle is not None and handle < len(self._periods):
+                tracked = self._periods[handle]
+                if not math.isnan(tracked):
+                    period = tracked
+            allowance = BEAT_AGE_PERIODS * period + BEAT_AGE_SKEW
+        age = time.time() - beat.sent_at
+        if abs(age) <= allowance:
+            return True
+        when = f"{age:.3f} s before" if age > 0 else f"{-age:.3f} s after"
+        detail = (
+            f"beat for {_short(beat.topic)} refused: sent {when} the monitor's wall clock, "
+            f"more than max_beat_age {allowance:g} s (a replayed old beat, or the publisher's "
+            "clock is wrong)"
+        )
+        self._stale_logged += 1
+        n = self._stale_logged
+        if n <= 10 or n % 1000 == 0:  # a publisher with a wrong clock cannot flood the log
+            log.warning("%s [stale beat %d]", detail, n)
+        self._reject("stale", None, detail)
+        return False
 
     def _newer(self, handle: int, beat: Beat) -> bool:
         """Whether a signed ``beat`` is newer than the last one taken for its topic (then it is
@@ -836,7 +890,8 @@ class HeartbeatMonitor:
         - ``beats``: beats recorded; ``learned``: topics learned from beats;
         - ``failed``, ``resumed``, ``local_pauses``: events produced;
         - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
-          ``too_many_topics``, ``bad_topic``, ``replayed``), ``rejected_total`` their sum;
+          ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``), ``rejected_total``
+          their sum;
         - ``dropped``: events lost, by where: ``dispatch`` (the detector's queue overflow
           policy) and ``listeners`` (the listener queues');
         - ``listener_errors``, ``dispatch_errors``: calls that raised;
