@@ -54,6 +54,7 @@ from heartwire.events import (
     Started,
     Stopped,
     TopicStatus,
+    real_clock_offset,
 )
 from heartwire.listeners import (
     ConnectionEvents,
@@ -244,6 +245,12 @@ class HeartbeatMonitor:
       one drops (``"drop-oldest"`` or ``"drop-newest"``; counted). ``None``: no queues, listeners
       are called in turn on the producing thread, and a slow one delays the others.
 
+    - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
+      people and other programs read (each event's and status's ``wall_*`` properties, the
+      CLI's output, :class:`~heartwire.reliable.AlertPublisher`'s alerts). Default: measured
+      once, now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
+      current reading stands for the current wall time).
+
     ``broker`` may be ``None``: beats then come only from :meth:`beat` and its batch forms.
     """
 
@@ -266,6 +273,7 @@ class HeartbeatMonitor:
         listener_queue: int | None = DEFAULT_LISTENER_QUEUE,
         listener_overflow: ListenerOverflow = "drop-oldest",
         max_beat_age: float | None = None,
+        wall_offset: float | None = None,
     ) -> None:
         self._pattern = validate_pattern(pattern, "pattern")
         self._period = _check_period(period)
@@ -314,6 +322,16 @@ class HeartbeatMonitor:
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
         self._clock = clock
+        if wall_offset is None:
+            wall_offset = real_clock_offset() if clock is None else time.time() - clock.now()
+        elif isinstance(wall_offset, bool) or not isinstance(wall_offset, Real):
+            raise TypeError(
+                f"wall_offset must be a number of seconds or None, got "
+                f"{type(wall_offset).__name__} {wall_offset!r}"
+            )
+        elif not math.isfinite(wall_offset):
+            raise ValueError(f"wall_offset must be a finite number of seconds, got {wall_offset!r}")
+        self._wall_offset = float(wall_offset)
 
         self._lock = threading.RLock()  # lifecycle, learning, pausing, feed switches
         self._running = False
@@ -411,6 +429,16 @@ class HeartbeatMonitor:
     def now(self) -> float:
         """The monitor's clock, in seconds (the frame of every event time)."""
         return self._det.now()
+
+    @property
+    def wall_offset(self) -> float:
+        """Seconds to add to a reading of the monitor's clock to get Unix time (see
+        ``wall_offset`` in the class docs; every event and status carries it)."""
+        return self._wall_offset
+
+    def wall_time(self, t: float) -> float:
+        """A reading ``t`` of the monitor's clock (an event's ``at``...) as Unix seconds."""
+        return t + self._wall_offset
 
     def __len__(self) -> int:
         return len(self._det)
@@ -834,11 +862,12 @@ class HeartbeatMonitor:
 
     def status(self, topic: str) -> TopicStatus:
         """A snapshot of one topic (``KeyError`` if it is not watched)."""
-        return TopicStatus.from_core(self._det.status(topic))
+        return TopicStatus.from_core(self._det.status(topic), self._wall_offset)
 
     def statuses(self) -> list[TopicStatus]:
         """A snapshot of every topic."""
-        return [TopicStatus.from_core(s) for s in self._det.statuses()]
+        offset = self._wall_offset
+        return [TopicStatus.from_core(s, offset) for s in self._det.statuses()]
 
     def counts(self) -> dict[str, int]:
         """How many topics are in each state."""
@@ -1035,11 +1064,15 @@ class HeartbeatMonitor:
             listeners = self._listeners
             emit = listeners.emit
             wants_received = listeners.wants("on_received")
+            off = self._wall_offset
             for ev in batch:
                 kind = ev.kind
                 if kind == "received":
                     if wants_received:
-                        emit("on_received", Received(ev.topic, ev.seq, ev.latency, ev.at))
+                        emit(
+                            "on_received",
+                            Received(ev.topic, ev.seq, ev.latency, ev.at, wall_offset=off),
+                        )
                     continue
                 key = (kind, ev.topic, ev.missed, ev.at)
                 skip = feed.skip
@@ -1051,16 +1084,15 @@ class HeartbeatMonitor:
                     record.add(key)
                 if kind == "failed":
                     since = ev.since
-                    emit(
-                        "on_failed",
-                        Failed(ev.topic, ev.missed, ev.at if since is None else since, ev.at),
-                    )
+                    since = ev.at if since is None else since
+                    emit("on_failed", Failed(ev.topic, ev.missed, since, ev.at, wall_offset=off))
                 elif kind == "resumed":
                     downtime = ev.downtime
-                    emit("on_resumed", Resumed(ev.topic, ev.missed, downtime or 0.0, ev.at))
+                    resumed = Resumed(ev.topic, ev.missed, downtime or 0.0, ev.at, wall_offset=off)
+                    emit("on_resumed", resumed)
                 elif kind == "local_pause":
                     duration = ev.duration
-                    emit("on_local_pause", LocalPause(duration or 0.0, ev.at))
+                    emit("on_local_pause", LocalPause(duration or 0.0, ev.at, wall_offset=off))
             until = feed.skip_until  # None until the old feed is unsubscribed
             if feed.skip is not None and until is not None and feed.popped + len(batch) >= until:
                 feed.skip = None
