@@ -12,6 +12,7 @@ Unit tests on the replay rule run on a ManualClock, without a broker.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import uuid
@@ -158,8 +159,13 @@ def test_spoofed_beats_do_not_resume_a_dead_service(name: str, closing: list[Any
 # -- the replay rule, without a broker ----------------------------------------------------------
 
 
-def _monitor(clock: hw.ManualClock, key: bytes | None = KEY) -> hw.HeartbeatMonitor:
-    mon = hw.HeartbeatMonitor(None, "svc.>", period=1.0, clock=clock, key=key)
+def _monitor(
+    clock: hw.ManualClock, key: bytes | None = KEY, max_beat_age: float | None = math.inf
+) -> hw.HeartbeatMonitor:
+    # Without an age bound by default: the replay rule's tests use made-up send times (1000.0).
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", period=1.0, clock=clock, key=key, max_beat_age=max_beat_age
+    )
     mon.start()
     return mon
 
@@ -228,3 +234,130 @@ def test_signed_beats_without_seq_or_boot_are_taken() -> None:
         _deliver(mon, Beat("svc.a", None, "boot1", 1000.0, 1.0))
         _deliver(mon, Beat("svc.b", 3, None, 1000.0, 1.0))
     assert rejected(mon) == {} and mon.stats()["beats"] == 4
+
+
+# -- a refused beat changes nothing about its topic (issue 14, item 1) ---------------------------
+
+
+def test_refused_replays_with_other_periods_do_not_keep_a_dead_service_alive() -> None:
+    clock = hw.ManualClock()
+    mon = _monitor(clock)
+    now = time.time()
+    # The service beats at 1 s, then switches to 2 s; an eavesdropper keeps one beat of each.
+    at_1s = Beat("svc.a", 1, "boot1", now, 1.0)
+    _deliver(mon, at_1s)
+    at_2s = Beat("svc.a", 2, "boot1", now + 0.5, 2.0)
+    clock.advance(0.5)
+    _deliver(mon, at_2s)
+    assert mon.status("svc.a").period == 2.0
+    # The service dies. The two captured beats, replayed in turn, are refused every time...
+    for i in range(20):
+        clock.advance(0.5)
+        _deliver(mon, at_1s if i % 2 == 0 else at_2s)
+    mon.drain()
+    assert rejected(mon) == {"replayed": 20}
+    # ...and so must not move its period or its deadline: it failed 2 s (+ grace) after the
+    # last genuine beat, 10 s ago.
+    status = mon.status("svc.a")
+    assert status.period == 2.0
+    assert status.state == hw.State.FAILED, status
+
+
+def test_a_refused_beat_with_a_long_period_does_not_delay_detection() -> None:
+    clock = hw.ManualClock()
+    mon = _monitor(clock)
+    now = time.time()
+    old = Beat("svc.a", 1, "boot1", now - 1.0, 100.0)  # captured earlier, period 100 s
+    _deliver(mon, Beat("svc.a", 2, "boot1", now, 1.0))  # the topic beats at 1 s
+    before = mon.status("svc.a")
+    _deliver(mon, old)  # replayed: refused
+    assert rejected(mon) == {"replayed": 1}
+    after = mon.status("svc.a")
+    assert (after.period, after.grace, after.next_deadline) == (
+        before.period,
+        before.grace,
+        before.next_deadline,
+    )
+    clock.advance(1.2)
+    assert mon.status("svc.a").state == hw.State.FAILED
+
+
+# -- beats of a boot the monitor never saw: the age bound (issue 14, item 10) --------------------
+
+
+def test_an_old_beat_of_a_boot_never_seen_does_not_revive_a_dead_topic() -> None:
+    clock = hw.ManualClock()
+    mon = _monitor(clock, max_beat_age=None)  # the default bound
+    mon.expect("svc.a")
+    # Captured ten minutes before the monitor started: its boot is unknown to the monitor.
+    captured = Beat("svc.a", 7, "boot-before", time.time() - 600, 1.0)
+    _deliver(mon, Beat("svc.a", 1, "boot-now", time.time(), 1.0))  # the current boot
+    clock.advance(3.0)
+    assert mon.status("svc.a").state == hw.State.FAILED  # the service died
+    _deliver(mon, captured)
+    clock.advance(0.1)
+    mon.drain()
+    assert mon.status("svc.a").state == hw.State.FAILED
+    assert rejected(mon) == {"stale": 1}
+    assert mon.stats()["beats"] == 1
+
+
+def test_max_beat_age_bounds_send_time_both_ways() -> None:
+    clock = hw.ManualClock()
+    mon = _monitor(clock, max_beat_age=None)  # 3 periods + 60 s
+    now = time.time()
+    _deliver(mon, Beat("svc.a", 1, "b1", now - 50, 1.0))  # 50 s old: within 63 s
+    _deliver(mon, Beat("svc.a", 1, "b2", now + 50, 1.0))  # a clock 50 s ahead: within
+    _deliver(mon, Beat("svc.a", 1, "b3", now - 70, 1.0))  # 70 s old: refused
+    _deliver(mon, Beat("svc.a", 1, "b4", now + 120, 1.0))  # a clock 2 min ahead: refused
+    assert rejected(mon) == {"stale": 2} and mon.stats()["beats"] == 2
+    # The allowance follows the topic's period: 3 x 100 s + 60 s.
+    mon.expect("svc.slow", period=100.0)
+    _deliver(mon, Beat("svc.slow", 1, "b1", now - 300, 100.0))
+    _deliver(mon, Beat("svc.slow", 2, "b1", now - 400, 100.0))
+    assert rejected(mon) == {"stale": 3} and mon.stats()["beats"] == 3
+    # An unknown topic gets the monitor's period, not the one the (old) beat claims.
+    _deliver(mon, Beat("svc.new", 1, "b1", now - 300, 1e6))
+    assert "svc.new" not in mon and rejected(mon) == {"stale": 4}
+    # A refused beat changes nothing: not learned, not re-tuned.
+    before = mon.status("svc.a")
+    _deliver(mon, Beat("svc.a", 9, "b1", now - 3600, 50.0))
+    assert mon.status("svc.a") == before
+
+    fixed = _monitor(hw.ManualClock(), max_beat_age=5.0)
+    assert fixed.max_beat_age == 5.0
+    _deliver(fixed, Beat("svc.a", 1, "b1", time.time() - 10, 1.0))
+    assert rejected(fixed) == {"stale": 1}
+    unbounded = _monitor(hw.ManualClock(), max_beat_age=math.inf)
+    _deliver(unbounded, Beat("svc.a", 1, "b1", time.time() - 86400, 1.0))
+    assert rejected(unbounded) == {}
+    # Unsigned beats are not checked: anyone can write any `sent` into them.
+    plain = _monitor(hw.ManualClock(), key=None, max_beat_age=None)
+    _deliver(plain, Beat("svc.a", 1, "b1", 1000.0, 1.0), key=None)
+    assert rejected(plain) == {}
+
+
+def test_stale_beats_are_logged_and_reported(caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[hw.ExceptionEvent] = []
+
+    class Exceptions(hw.SubscriberListener):
+        def on_exception(self, event: hw.ExceptionEvent) -> None:
+            seen.append(event)
+
+    mon = _monitor(hw.ManualClock(), max_beat_age=None)
+    mon.add_listener(Exceptions())
+    with caplog.at_level("WARNING", logger="heartwire.monitor"):
+        _deliver(mon, Beat("svc.a", 1, "b1", time.time() - 3600, 1.0))
+    assert mon.drain()
+    assert [e.reason for e in seen] == ["stale"]
+    assert "s before the monitor's wall clock, more than max_beat_age 63 s" in seen[0].detail
+    assert any("max_beat_age" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("value", "exc"),
+    [(0, ValueError), (-1.0, ValueError), (math.nan, ValueError), ("60", TypeError)],
+)
+def test_max_beat_age_rejects_bad_values(value: object, exc: type[Exception]) -> None:
+    with pytest.raises(exc, match=r"max_beat_age .*got"):
+        hw.HeartbeatMonitor(None, "svc.>", key=KEY, max_beat_age=value)  # type: ignore[arg-type]

@@ -1,4 +1,10 @@
-"""The ``heartwire`` command: ``demo``, ``publish``, ``watch`` and ``report``."""
+"""The ``heartwire`` command: ``demo``, ``publish``, ``watch`` and ``report``.
+
+``publish`` and ``watch`` print one JSON object per event, times on the wall clock: ``at`` (and
+a failure's ``since``) in Unix seconds, the same as ISO 8601 in UTC in ``at_iso``
+(``since_iso``); ``watch`` adds the monitor's clock reading (``at_monotonic``,
+``since_monotonic``), exact for intervals. See :func:`heartwire.events.wall_fields`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,6 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import asdict
 from typing import Any, Callable
 
 #: The HMAC key's environment variable: a key given as --key shows in ``ps``.
@@ -125,7 +130,7 @@ def _until_stopped(duration: float | None, done: threading.Event) -> None:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from heartwire.events import ExceptionEvent, Sent
+    from heartwire.events import ExceptionEvent, Sent, wall_fields
     from heartwire.listeners import PublisherListener
     from heartwire.publisher import HeartbeatPublisher
     from heartwire.transport import connect
@@ -134,7 +139,7 @@ def _publish(args: argparse.Namespace) -> int:
 
     class Report(PublisherListener):
         def on_sent(self, event: Sent) -> None:
-            print(json.dumps({"event": "sent", **asdict(event)}), flush=True)
+            print(json.dumps({"event": "sent", **wall_fields(event)}), flush=True)
             if args.count is not None and event.seq >= args.count:
                 done.set()
 
@@ -153,14 +158,21 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from heartwire.events import ExceptionEvent, Failed, Received, Resumed, Started, Stopped
+    from heartwire.events import (
+        ExceptionEvent,
+        Failed,
+        Received,
+        Resumed,
+        Started,
+        Stopped,
+        wall_fields,
+    )
     from heartwire.listeners import SubscriberListener
     from heartwire.monitor import HeartbeatMonitor
     from heartwire.transport import connect
 
     def emit(kind: str, event: Any) -> None:
-        fields = {k: v for k, v in asdict(event).items() if k != "error"}
-        print(json.dumps({"event": kind, **fields}, default=str), flush=True)
+        print(json.dumps({"event": kind, **wall_fields(event)}, default=str), flush=True)
 
     class Printer(SubscriberListener):
         def on_started(self, event: Started) -> None:

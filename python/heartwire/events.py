@@ -2,16 +2,24 @@
 
 Every event is a small frozen dataclass. Times are seconds: ``Sent.at`` is wall time
 (:func:`time.time`); the monitor's events (``Received``, ``Failed``, ``Resumed``,
-``LocalPause``) and the
-:class:`TopicStatus` times are on the monitor's clock (the core's monotonic clock, or a
-:class:`~heartwire._core.ManualClock`).
+``LocalPause``) and the :class:`TopicStatus` times are on the monitor's clock (the core's
+monotonic clock, or a :class:`~heartwire._core.ManualClock`), which is exact for intervals but
+means nothing to a person or another program (seconds since boot).
+
+For those, each of these carries ``wall_offset``, the seconds to add to the monitor's clock to
+get Unix time (the monitor's :attr:`~heartwire.monitor.HeartbeatMonitor.wall_offset`, measured
+once, when it was made), and offers the times as Unix seconds (``wall_at``, ``Failed.wall_since``,
+``TopicStatus.wall_last_seen``...). :func:`iso_utc` writes Unix seconds as ISO 8601 in UTC. An
+event made without ``wall_offset`` gets the real clock's (``time.time() - time.monotonic()``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
     from heartwire import _core
@@ -30,7 +38,50 @@ __all__ = [
     "State",
     "Stopped",
     "TopicStatus",
+    "iso_utc",
+    "real_clock_offset",
+    "wall_fields",
 ]
+
+
+def real_clock_offset() -> float:
+    """Seconds to add to a reading of the core's real (monotonic) clock to get Unix time, now:
+    ``time.time() - time.monotonic()`` (the core's clock reads like :func:`time.monotonic`)."""
+    return time.time() - time.monotonic()
+
+
+def iso_utc(unix: float) -> str:
+    """Unix seconds as ISO 8601 in UTC, to the microsecond: ``"2026-11-24T06:43:21.123456Z"``."""
+    moment = _dt.datetime.fromtimestamp(unix, tz=_dt.timezone.utc)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
+    """An event's fields for a person or another program (JSON lines, alerts), times on the
+    wall clock: ``at`` and ``since`` as Unix seconds, each with ``<name>_iso`` (ISO 8601, UTC)
+    and, for the monitor's events, ``<name>_monotonic`` (the monitor's clock reading, exact for
+    intervals). An event with no time of its own (``Started``, ``ExceptionEvent``...) gets
+    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out."""
+    fields = {k: v for k, v in vars(event).items() if k not in ("error", "wall_offset")}
+    offset = getattr(event, "wall_offset", None)
+    if "at" not in fields:
+        fields["at"] = time.time() if now is None else now
+        offset = None  # already Unix time
+    for name in ("at", "since"):
+        if name not in fields:
+            continue
+        reading = fields[name]
+        wall = reading if offset is None else reading + offset
+        fields[name] = wall
+        fields[f"{name}_iso"] = iso_utc(wall)
+        if offset is not None:
+            fields[f"{name}_monotonic"] = reading
+    return fields
+
+
+def _offset() -> Any:
+    """The ``wall_offset`` field of the monitor's events and statuses."""
+    return field(default_factory=real_clock_offset, kw_only=True, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -68,6 +119,12 @@ class Received:
     seq: int | None
     latency: float | None
     at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
 
 
 @dataclass(frozen=True)
@@ -82,6 +139,17 @@ class Failed:
     missed: int
     since: float
     at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
+
+    @property
+    def wall_since(self) -> float:
+        """``since`` as Unix seconds."""
+        return self.since + self.wall_offset
 
 
 @dataclass(frozen=True)
@@ -93,6 +161,12 @@ class Resumed:
     missed: int
     downtime: float
     at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
 
 
 @dataclass(frozen=True)
@@ -108,6 +182,12 @@ class LocalPause:
 
     duration: float
     at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` (the wake-up) as Unix seconds."""
+        return self.at + self.wall_offset
 
 
 @dataclass(frozen=True)
@@ -174,7 +254,8 @@ class State(str, Enum):
 
 @dataclass(frozen=True)
 class TopicStatus:
-    """A snapshot of one monitored topic; times are on the monitor's clock.
+    """A snapshot of one monitored topic; times are on the monitor's clock (``wall_*``: the
+    same as Unix seconds).
 
     ``missed`` counts consecutive missed periods, ``last_seen`` is the last beat's time (``None``
     if never heard), ``failed_since`` the deadline at which the current failure began (``None``
@@ -194,10 +275,27 @@ class TopicStatus:
     next_deadline: float | None
     phi: float | None = None
     grace: float = 0.0
+    wall_offset: float = _offset()
+
+    @property
+    def wall_last_seen(self) -> float | None:
+        """``last_seen`` as Unix seconds."""
+        return None if self.last_seen is None else self.last_seen + self.wall_offset
+
+    @property
+    def wall_failed_since(self) -> float | None:
+        """``failed_since`` as Unix seconds."""
+        return None if self.failed_since is None else self.failed_since + self.wall_offset
+
+    @property
+    def wall_next_deadline(self) -> float | None:
+        """``next_deadline`` as Unix seconds."""
+        return None if self.next_deadline is None else self.next_deadline + self.wall_offset
 
     @classmethod
-    def from_core(cls, status: _core.TopicStatus) -> TopicStatus:
-        """Build from the native core's :class:`~heartwire._core.TopicStatus`."""
+    def from_core(cls, status: _core.TopicStatus, wall_offset: float | None = None) -> TopicStatus:
+        """Build from the native core's :class:`~heartwire._core.TopicStatus`; ``wall_offset``
+        as the monitor's (default: the real clock's)."""
         return cls(
             topic=status.topic,
             state=State(status.state),
@@ -209,4 +307,5 @@ class TopicStatus:
             next_deadline=status.next_deadline,
             phi=status.phi,
             grace=status.grace,
+            wall_offset=real_clock_offset() if wall_offset is None else wall_offset,
         )

@@ -54,6 +54,7 @@ from heartwire.events import (
     Started,
     Stopped,
     TopicStatus,
+    real_clock_offset,
 )
 from heartwire.listeners import (
     ConnectionEvents,
@@ -85,6 +86,10 @@ MAX_BEAT_PERIOD = 1e9
 
 #: How many boot ids of a topic a monitor with a key remembers (with each one's last seq).
 REPLAY_BOOTS = 4
+#: The default ``max_beat_age`` (``None``) of a topic with period ``p``: ``BEAT_AGE_PERIODS * p
+#: + BEAT_AGE_SKEW`` seconds (3 periods, plus a minute of clock skew between the hosts).
+BEAT_AGE_PERIODS = 3
+BEAT_AGE_SKEW = 60.0
 
 # One remembered boot of a topic: (boot id, last seq taken, its send time).
 _Boot = tuple[str, int, Optional[float]]
@@ -144,9 +149,11 @@ def _check_int(value: object, field: str, minimum: int) -> int:
 class _Feed:
     """One subscription to the detector's events and the dispatch thread that empties it.
 
-    When listeners start (or stop) wanting ``received`` events, the monitor opens a new feed and
-    closes the old one. For a moment both get the detector's events, so the new feed's thread
-    first waits for the old one to finish, then skips the events the old one delivered.
+    When listeners start (or stop) wanting ``received`` events, the monitor opens a new feed,
+    starts its thread, then closes the old one. For a moment both get the detector's events, so
+    the new feed's thread first waits for the old one to finish, then skips the events the old
+    one delivered. Its thread runs before the old queue is let go: under ``"block"`` the driver
+    may wait for room in the new queue while holding the locks the unsubscribe needs.
     """
 
     __slots__ = (
@@ -167,9 +174,10 @@ class _Feed:
         self.dispatcher: Dispatcher | None = None
         # Keys of failed/resumed events delivered once a successor feed exists (set by the switch).
         self.record: set[tuple[str, str, int, float]] | None = None
-        # Keys to skip (the predecessor delivered them), while popped < skip_until.
+        # Keys to skip (the predecessor delivered them), while popped < skip_until (None: not
+        # known yet, the predecessor is still being unsubscribed).
         self.skip: set[tuple[str, str, int, float]] | None = None
-        self.skip_until = 0
+        self.skip_until: int | None = None
         self.popped = 0
 
 
@@ -215,9 +223,18 @@ class HeartbeatMonitor:
       :data:`REPLAY_BOOTS` boot ids of each topic with the highest ``seq`` taken from each, and
       takes a beat of a remembered boot only with a higher ``seq``. A beat of a new boot id is
       taken (a restart), unless all those boots are remembered already and it was sent before
-      the least recently heard one's last beat (a replay from a long-gone boot). Wall clocks
-      matter only in that last case, so a publisher restarting after a clock step back is not
-      refused. Signed beats without ``seq`` and ``boot`` are not checked.
+      the least recently heard one's last beat (a replay from a long-gone boot). Signed beats
+      without ``seq`` and ``boot`` are not checked for replays.
+    - ``max_beat_age``: with a key, how far (seconds) a signed beat's send time (``sent``, the
+      publisher's wall clock) may be from the monitor's wall clock, either way; a beat outside
+      is refused (reason ``"stale"``, counted, logged). This bounds what a beat captured before
+      the monitor ever saw its boot (so the replay rule cannot know it) can do: it is refused
+      once it is that old. ``None`` (the default): :data:`BEAT_AGE_PERIODS` of the topic's
+      period plus :data:`BEAT_AGE_SKEW` seconds (the monitor's period for a topic not watched
+      yet); ``math.inf``: no bound. The trade-off: the hosts' wall clocks now matter. A
+      publisher whose clock is off by more than the allowance is refused (every beat counted
+      and logged, so it shows) rather than taken, and its topic fails. Beats without ``sent``
+      and unsigned beats (whose ``sent`` anyone can forge) are not checked.
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
     - ``tick``: the detector's driver interval (real clock).
@@ -227,6 +244,12 @@ class HeartbeatMonitor:
     - ``listener_queue``, ``listener_overflow``: each listener's own queue size and what a full
       one drops (``"drop-oldest"`` or ``"drop-newest"``; counted). ``None``: no queues, listeners
       are called in turn on the producing thread, and a slow one delays the others.
+
+    - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
+      people and other programs read (each event's and status's ``wall_*`` properties, the
+      CLI's output, :class:`~heartwire.reliable.AlertPublisher`'s alerts). Default: measured
+      once, now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
+      current reading stands for the current wall time).
 
     ``broker`` may be ``None``: beats then come only from :meth:`beat` and its batch forms.
     """
@@ -249,6 +272,8 @@ class HeartbeatMonitor:
         max_local_pause: float | None = 5.0,
         listener_queue: int | None = DEFAULT_LISTENER_QUEUE,
         listener_overflow: ListenerOverflow = "drop-oldest",
+        max_beat_age: float | None = None,
+        wall_offset: float | None = None,
     ) -> None:
         self._pattern = validate_pattern(pattern, "pattern")
         self._period = _check_period(period)
@@ -271,6 +296,10 @@ class HeartbeatMonitor:
         self._max_topics = max_topics
         self._matches = matcher(self._pattern)
         self._codec = BeatCodec(key=key)
+        if max_beat_age is not None and max_beat_age != math.inf:
+            max_beat_age = _check_period(max_beat_age, "max_beat_age")
+        self._max_beat_age = max_beat_age
+        self._stale_logged = 0
         if listener_queue is not None:
             listener_queue = _check_int(listener_queue, "listener_queue", 1)
         self._listeners: ListenerSet[SubscriberListener] = ListenerSet(
@@ -293,6 +322,16 @@ class HeartbeatMonitor:
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
         self._clock = clock
+        if wall_offset is None:
+            wall_offset = real_clock_offset() if clock is None else time.time() - clock.now()
+        elif isinstance(wall_offset, bool) or not isinstance(wall_offset, Real):
+            raise TypeError(
+                f"wall_offset must be a number of seconds or None, got "
+                f"{type(wall_offset).__name__} {wall_offset!r}"
+            )
+        elif not math.isfinite(wall_offset):
+            raise ValueError(f"wall_offset must be a finite number of seconds, got {wall_offset!r}")
+        self._wall_offset = float(wall_offset)
 
         self._lock = threading.RLock()  # lifecycle, learning, pausing, feed switches
         self._running = False
@@ -342,6 +381,12 @@ class HeartbeatMonitor:
         return self._grace
 
     @property
+    def max_beat_age(self) -> float | None:
+        """How far a signed beat's send time may be from the monitor's wall clock, seconds
+        (``None``: the default rule, per topic; ``math.inf``: no bound)."""
+        return self._max_beat_age
+
+    @property
     def max_local_pause(self) -> float | None:
         """Seconds the monitor may go without running before it counts a local pause (``None``:
         never). Can be changed while it runs."""
@@ -384,6 +429,16 @@ class HeartbeatMonitor:
     def now(self) -> float:
         """The monitor's clock, in seconds (the frame of every event time)."""
         return self._det.now()
+
+    @property
+    def wall_offset(self) -> float:
+        """Seconds to add to a reading of the monitor's clock to get Unix time (see
+        ``wall_offset`` in the class docs; every event and status carries it)."""
+        return self._wall_offset
+
+    def wall_time(self, t: float) -> float:
+        """A reading ``t`` of the monitor's clock (an event's ``at``...) as Unix seconds."""
+        return t + self._wall_offset
 
     def __len__(self) -> int:
         return len(self._det)
@@ -596,18 +651,52 @@ class HeartbeatMonitor:
                 f"accepted: {MIN_BEAT_PERIOD} to {MAX_BEAT_PERIOD:.0e} s",
             )
             return
+        # Every check comes before any change: a refused beat changes nothing about its topic
+        # (a replayed beat with another period must not re-tune it and move its deadline).
+        if self._codec.signed and beat.sent_at is not None and not self._fresh(handle, beat):
+            return
         if handle is None:
+            # A topic not watched yet has no remembered boots, so the replay check below cannot
+            # refuse this beat: learning it first changes nothing a refusal should undo.
             handle = self._learn(topic, period)
             if handle is None:
                 return
-        elif period is not None:
+        if self._codec.signed and not self._newer(handle, beat):
+            return
+        if period is not None:
             periods = self._periods
             if handle < len(periods) and periods[handle] != period and not self._pinned[handle]:
                 self._retune(handle, period)
-        if self._codec.signed and not self._newer(handle, beat):
-            return
         latency = None if beat.sent_at is None else time.time() - beat.sent_at
         self._det.beat(handle, seq=beat.seq, latency=latency)
+
+    def _fresh(self, handle: int | None, beat: Beat) -> bool:
+        """Whether a signed ``beat``'s send time is within ``max_beat_age`` of the monitor's
+        wall clock; a stale one is counted and logged (``"stale"``)."""
+        assert beat.sent_at is not None
+        allowance = self._max_beat_age
+        if allowance is None:
+            period = self._period
+            if handle is not None and handle < len(self._periods):
+                tracked = self._periods[handle]
+                if not math.isnan(tracked):
+                    period = tracked
+            allowance = BEAT_AGE_PERIODS * period + BEAT_AGE_SKEW
+        age = time.time() - beat.sent_at
+        if abs(age) <= allowance:
+            return True
+        when = f"{age:.3f} s before" if age > 0 else f"{-age:.3f} s after"
+        detail = (
+            f"beat for {_short(beat.topic)} refused: sent {when} the monitor's wall clock, "
+            f"more than max_beat_age {allowance:g} s (a replayed old beat, or the publisher's "
+            "clock is wrong)"
+        )
+        self._stale_logged += 1
+        n = self._stale_logged
+        if n <= 10 or n % 1000 == 0:  # a publisher with a wrong clock cannot flood the log
+            log.warning("%s [stale beat %d]", detail, n)
+        self._reject("stale", None, detail)
+        return False
 
     def _newer(self, handle: int, beat: Beat) -> bool:
         """Whether a signed ``beat`` is newer than the last one taken for its topic (then it is
@@ -775,11 +864,12 @@ class HeartbeatMonitor:
 
     def status(self, topic: str) -> TopicStatus:
         """A snapshot of one topic (``KeyError`` if it is not watched)."""
-        return TopicStatus.from_core(self._det.status(topic))
+        return TopicStatus.from_core(self._det.status(topic), self._wall_offset)
 
     def statuses(self) -> list[TopicStatus]:
         """A snapshot of every topic."""
-        return [TopicStatus.from_core(s) for s in self._det.statuses()]
+        offset = self._wall_offset
+        return [TopicStatus.from_core(s, offset) for s in self._det.statuses()]
 
     def counts(self) -> dict[str, int]:
         """How many topics are in each state."""
@@ -831,7 +921,8 @@ class HeartbeatMonitor:
         - ``beats``: beats recorded; ``learned``: topics learned from beats;
         - ``failed``, ``resumed``, ``local_pauses``: events produced;
         - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
-          ``too_many_topics``, ``bad_topic``, ``replayed``), ``rejected_total`` their sum;
+          ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``), ``rejected_total``
+          their sum;
         - ``dropped``: events lost, by where: ``dispatch`` (the detector's queue overflow
           policy) and ``listeners`` (the listener queues');
         - ``listener_errors``, ``dispatch_errors``: calls that raised;
@@ -910,10 +1001,18 @@ class HeartbeatMonitor:
             name=f"heartwire-monitor[{self._pattern}]",
         )
         self._feed = feed
-        if old is not None:
-            self._det.unsubscribe(old.queue)  # closed: its thread ends once it is empty
-            feed.skip_until = queue.stats()["pushed"]
+        # The new queue is fed from now on: its thread must run before anything here waits for
+        # the detector. Under "block" the driver may already be waiting for room in it (or in
+        # the old one) while holding the detector's locks, which unsubscribe needs.
         feed.dispatcher.start()
+        if old is not None:
+            # Closing first releases a driver waiting for room in the old queue; what it would
+            # have pushed there goes to the new one too. The old thread ends once it is empty.
+            old.queue.close()
+            self._det.unsubscribe(old.queue)
+            # No push is in flight once unsubscribe returns: the events both feeds got are
+            # among the new queue's first `pushed`.
+            feed.skip_until = queue.stats()["pushed"]
 
     def _sync_received(self) -> None:
         """Open a new feed if listeners' interest in ``received`` events changed."""
@@ -967,11 +1066,15 @@ class HeartbeatMonitor:
             listeners = self._listeners
             emit = listeners.emit
             wants_received = listeners.wants("on_received")
+            off = self._wall_offset
             for ev in batch:
                 kind = ev.kind
                 if kind == "received":
                     if wants_received:
-                        emit("on_received", Received(ev.topic, ev.seq, ev.latency, ev.at))
+                        emit(
+                            "on_received",
+                            Received(ev.topic, ev.seq, ev.latency, ev.at, wall_offset=off),
+                        )
                     continue
                 key = (kind, ev.topic, ev.missed, ev.at)
                 skip = feed.skip
@@ -983,17 +1086,17 @@ class HeartbeatMonitor:
                     record.add(key)
                 if kind == "failed":
                     since = ev.since
-                    emit(
-                        "on_failed",
-                        Failed(ev.topic, ev.missed, ev.at if since is None else since, ev.at),
-                    )
+                    since = ev.at if since is None else since
+                    emit("on_failed", Failed(ev.topic, ev.missed, since, ev.at, wall_offset=off))
                 elif kind == "resumed":
                     downtime = ev.downtime
-                    emit("on_resumed", Resumed(ev.topic, ev.missed, downtime or 0.0, ev.at))
+                    resumed = Resumed(ev.topic, ev.missed, downtime or 0.0, ev.at, wall_offset=off)
+                    emit("on_resumed", resumed)
                 elif kind == "local_pause":
                     duration = ev.duration
-                    emit("on_local_pause", LocalPause(duration or 0.0, ev.at))
-            if feed.skip is not None and feed.popped + len(batch) >= feed.skip_until:
+                    emit("on_local_pause", LocalPause(duration or 0.0, ev.at, wall_offset=off))
+            until = feed.skip_until  # None until the old feed is unsubscribed
+            if feed.skip is not None and until is not None and feed.popped + len(batch) >= until:
                 feed.skip = None
         finally:
             local.dispatching = False

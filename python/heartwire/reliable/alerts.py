@@ -8,9 +8,13 @@
 Every ``failed``, ``resumed`` and ``local_pause`` event of the monitor becomes one message
 through ``sender`` (kept until the broker has it, re-sent across reconnections), so a consumer
 with a durable subscription to the destination learns of a failure even if it was offline when
-it happened. The body is a JSON object::
+it happened. The body is a JSON object, its times on the wall clock (Unix seconds, and ISO 8601
+in UTC), with the monitor's own clock reading beside them (exact for intervals; it means
+nothing outside the monitor's host)::
 
-    {"alert": "failed", "topic": "svc.a", "missed": 3, "since": 12.0, "at": 13.0,
+    {"alert": "failed", "topic": "svc.a", "missed": 3,
+     "since": 1795500012.0, "since_iso": "2026-11-24T06:40:12.000000Z", "since_monotonic": 12.0,
+     "at": 1795500013.0, "at_iso": "2026-11-24T06:40:13.000000Z", "at_monotonic": 13.0,
      "source": "risk-monitor"}
 
 (``resumed`` has ``downtime`` instead of ``since``; ``local_pause`` has ``duration`` and no
@@ -19,12 +23,11 @@ topic). Headers: ``content-type: application/json`` and ``hw-alert: <kind>``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from typing import Any
 
-from heartwire.events import Failed, LocalPause, Resumed
+from heartwire.events import Failed, LocalPause, Resumed, wall_fields
 from heartwire.listeners import SubscriberListener
 
 __all__ = ["AlertPublisher"]
@@ -57,7 +60,7 @@ class AlertPublisher(SubscriberListener):
         self._publish("local_pause", event)
 
     def _publish(self, kind: str, event: Any) -> None:
-        alert: dict[str, Any] = {"alert": kind, **dataclasses.asdict(event)}
+        alert: dict[str, Any] = {"alert": kind, **wall_fields(event)}
         if self.source:
             alert["source"] = self.source
         body = json.dumps(alert, sort_keys=True)

@@ -1,0 +1,105 @@
+"""Feed switches (a listener starting or stopping to want ``received``) under every overflow
+policy, with the real clock, and the order of the last events at ``stop()``.
+
+Issue 14 item 3: with ``overflow="block"`` the new feed's dispatch thread started only after the
+old feed was unsubscribed; a driver that filled the new queue first blocked holding the
+detector's locks, the unsubscribe waited for them forever, and ``stop()`` hung too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import heartwire as hw
+from heartwire.events import Failed, Received, Resumed, Stopped
+
+TOPICS = [f"svc.t{i}" for i in range(200)]
+
+
+class Wants(hw.SubscriberListener):
+    def on_received(self, event: Received) -> None:
+        pass
+
+
+class Order(hw.SubscriberListener):
+    """Every event's kind and topic, in the order the listener got them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[tuple[str, str, int, float]] = []
+
+    def on_failed(self, event: Failed) -> None:
+        with self.lock:
+            self.seen.append(("failed", event.topic, event.missed, event.at))
+
+    def on_resumed(self, event: Resumed) -> None:
+        with self.lock:
+            self.seen.append(("resumed", event.topic, event.missed, event.at))
+
+    def on_stopped(self, event: Stopped) -> None:
+        with self.lock:
+            self.seen.append(("stopped", "", 0, 0.0))
+
+
+def _unstick(mon: hw.HeartbeatMonitor) -> None:
+    """Close every feed queue (releases a driver blocked on one), so a failed test can end."""
+    feed = mon._feed
+    while feed is not None:
+        feed.queue.close()
+        feed = feed.prev
+
+
+def _in_thread(target: object, seconds: float, what: str, mon: hw.HeartbeatMonitor) -> None:
+    thread = threading.Thread(target=target, daemon=True)  # type: ignore[arg-type]
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        _unstick(mon)
+        thread.join(5.0)
+        pytest.fail(f"{what} still running after {seconds} s: deadlocked")
+
+
+@pytest.mark.parametrize("overflow", ["block", "coalesce", "drop-oldest"])
+def test_feed_switches_under_load_do_not_deadlock(overflow: str) -> None:
+    # Tiny queues, 200 topics failing every 5 ms and beats from another thread: the driver
+    # fills a new queue at once.
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", period=0.005, grace=0, overflow=overflow, capacity=4, tick=0.001
+    )
+    order = Order()
+    mon.add_listener(order)
+    for topic in TOPICS:
+        mon.expect(topic)
+    mon.start()
+    done = threading.Event()
+
+    def beats() -> None:
+        while not done.is_set():
+            mon.beat_many(TOPICS[::2])
+            time.sleep(0.0005)
+
+    beater = threading.Thread(target=beats, daemon=True)
+    beater.start()
+
+    def switches() -> None:
+        for _ in range(60):
+            listener = Wants()
+            mon.add_listener(listener)  # a new feed with received events
+            time.sleep(0.002)
+            mon.remove_listener(listener)  # and back
+            time.sleep(0.002)
+
+    try:
+        _in_thread(switches, 15.0, "60 feed switches", mon)
+    finally:
+        done.set()
+        beater.join(5.0)
+    _in_thread(lambda: mon.stop(timeout=5.0), 10.0, "stop()", mon)
+    assert not mon.running
+    assert order.seen[-1] == ("stopped", "", 0, 0.0)
+    # No event delivered twice across the switches (the skip of what both feeds got).
+    delivered = order.seen[:-1]
+    assert len(delivered) == len(set(delivered))
