@@ -125,3 +125,107 @@ def test_send_during_reconnect_goes_out_in_order_and_flushes(name: str, closing:
     wait_for(lambda: b"in the window" in inbox.bodies(), 5, "the message sent in the window")
     ids = [m.id for m in inbox.messages if m.body != b"before"]
     assert ids == [in_window, after], f"out of order: {inbox.bodies()}"
+
+
+class FailFirst:
+    """A client-individual handler that raises on the first sight of each id (no ack), then
+    acks: the application processes a message only on its second delivery."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[tuple[str, bool]] = []  # (id, redelivered) of every call
+        self.processed: list[str] = []
+
+    def __call__(self, msg: hw.ReceivedMessage) -> None:
+        with self.lock:
+            first = all(mid != msg.id for mid, _ in self.seen)
+            self.seen.append((msg.id, msg.redelivered))
+        if first:
+            raise RuntimeError("processing failed")
+        with self.lock:
+            self.processed.append(msg.id)
+        msg.ack()
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_a_message_the_handler_raised_on_is_handed_over_again(
+    name: str, closing: list[Any]
+) -> None:
+    destination = f"/queue/{uid()}"
+    consumer_t = open_broker(name, closing)
+    handler = FailFirst()
+    consumer = hw.Consumer(consumer_t, destination, ack="client-individual", on_message=handler)
+    closing.append(consumer)
+    consumer.start()
+    sender = hw.ReliableSender(open_broker(name, closing), destination)
+    closing.append(sender)
+    mid = sender.send(b"job")
+    assert sender.flush(10)
+    wait_for(lambda: handler.seen, 10, "the first delivery")
+    link = consumer_t.current_link
+    assert link is not None
+    link.abort("test: connection lost")  # the broker redelivers the unacked job
+    wait_for(lambda: handler.processed, 10, f"the redelivery of {mid} to the handler")
+    assert handler.processed == [mid]
+    assert handler.seen[-1] == (mid, True)
+    assert consumer.stats()["duplicates"] == 0
+    # Now it is handled: a re-sent copy (same id) is a duplicate, dropped and acknowledged.
+    current = consumer_t.current_link
+    assert current is not None
+    current.send(destination, b"job", {"hw-message-id": mid, "persistent": "true"})
+    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "the copy to be dropped")
+    consumer.stop()
+    consumer_t.close()
+    rest = Inbox()
+    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
+    closing.append(again)
+    again.start()
+    sender.send(b"marker")
+    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
+    assert rest.bodies() == [b"marker"], "the dropped duplicate was not acknowledged"
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_client_mode_acks_a_duplicate_only_past_settled_messages(
+    name: str, closing: list[Any]
+) -> None:
+    destination = f"/queue/{uid()}"
+    consumer_t = open_broker(name, closing)
+    got: list[hw.ReceivedMessage] = []
+    lock = threading.Lock()
+
+    def handler(msg: hw.ReceivedMessage) -> None:
+        with lock:
+            got.append(msg)
+        if msg.body == b"a":
+            msg.ack()  # "b" is left unacked (its handler failed): it must come back
+
+    consumer = hw.Consumer(consumer_t, destination, ack="client", on_message=handler)
+    closing.append(consumer)
+    consumer.start()
+    sender = hw.ReliableSender(open_broker(name, closing), destination)
+    closing.append(sender)
+    a = sender.send(b"a")
+    b = sender.send(b"b")
+    assert sender.flush(10)
+    wait_for(lambda: len(got) == 2, 10, "a and b")
+    link = consumer_t.current_link
+    assert link is not None
+    link.send(destination, b"a", {"hw-message-id": a, "persistent": "true"})  # a's copy
+    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "a's copy to be dropped")
+    link.abort("test: connection lost")  # b was never acked: the broker delivers it again
+    wait_for(lambda: any(m.id == b and m.redelivered for m in got), 10, "b redelivered")
+    wait_for(lambda: consumer.stats()["duplicates"] == 2, 10, "a's copy dropped again")
+    with lock:
+        again_b = got[-1]
+    assert again_b.id == b
+    again_b.ack()  # b handled at last: a's held copy can be acknowledged now
+    consumer.stop()
+    consumer_t.close()
+    rest = Inbox()
+    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
+    closing.append(again)
+    again.start()
+    sender.send(b"marker")
+    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
+    assert rest.bodies() == [b"marker"], "a message was left unacknowledged"
