@@ -247,3 +247,48 @@ def test_alert_publisher_turns_monitor_events_into_json_alerts(broker: hw.Memory
 def test_alert_publisher_needs_a_sender() -> None:
     with pytest.raises(TypeError, match="sender"):
         hw.AlertPublisher(object())
+
+
+def test_a_message_the_handler_raised_on_comes_back_after_a_restart(
+    broker: hw.MemoryBroker,
+) -> None:
+    calls: list[tuple[str, bool]] = []
+
+    def fail_first(msg: hw.ReceivedMessage) -> None:
+        first = all(mid != msg.id for mid, _ in calls)
+        calls.append((msg.id, msg.redelivered))
+        if first:
+            raise RuntimeError("processing failed")  # not acked
+        msg.ack()
+
+    c = hw.Consumer(broker, "/queue/r", ack="client-individual", on_message=fail_first)
+    c.start()
+    mid = hw.ReliableSender(broker, "/queue/r").send(b"job")
+    c.stop()  # the unacked job goes back to the queue
+    c.start()  # ... and is delivered again: it was never handled
+    assert calls == [(mid, False), (mid, True)]
+    assert c.stats()["duplicates"] == 0 and c.stats()["acked"] == 1
+    store_of(broker).send("/queue/r", b"job", {"hw-message-id": mid})  # a copy: handled now
+    assert len(calls) == 2 and c.stats()["duplicates"] == 1
+    c.stop()
+    assert store_of(broker).pending("/queue/r") == 0, "the dropped copy was not acknowledged"
+
+
+def test_client_mode_holds_a_duplicate_ack_behind_an_unsettled_message(
+    broker: hw.MemoryBroker,
+) -> None:
+    got: list[hw.ReceivedMessage] = []
+    c = hw.Consumer(broker, "/queue/h", ack="client", on_message=got.append)
+    c.start()
+    store = store_of(broker)
+    store.send("/queue/h", b"a", {"hw-message-id": "a"})
+    got[0].ack()
+    store.send("/queue/h", b"b", {"hw-message-id": "b"})  # left unacked for now
+    store.send("/queue/h", b"a", {"hw-message-id": "a"})  # a copy of a: dropped
+    assert [m.body for m in got] == [b"a", b"b"] and c.stats()["duplicates"] == 1
+    c.stop()  # acking the copy would have acked b too: b must come back
+    c.start()
+    assert [(m.body, m.redelivered) for m in got[2:]] == [(b"b", True)]
+    got[2].ack()  # the copy of a (delivered again, dropped again) is acked with b
+    c.stop()
+    assert store.pending("/queue/h") == 0

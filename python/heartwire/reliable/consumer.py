@@ -17,11 +17,16 @@
   (``heartwire.connect(url, client_id="risk-system")``); on RabbitMQ it is a durable queue named
   ``<client_id>.<durable_name>`` (or ``<durable_name>``). See :mod:`heartwire.transport.dialect`.
 - ``dedup`` (default on): a message whose id (``hw-message-id``, which reliable senders set and
-  keep across re-sends; else the broker's ``message-id``) was handed over within the last
-  ``dedup_window`` ids is dropped and counted (``stats()["duplicates"]``); the window lives in
-  the Rust core (:class:`heartwire._core.DedupWindow`). In ``client-individual`` mode a dropped
-  duplicate is acknowledged for you. Each id reaches ``on_message`` once within the window,
-  even if the handler raised on it.
+  keep across re-sends; else the broker's ``message-id``) was already handled, within the last
+  ``dedup_window`` ids, is dropped and counted (``stats()["duplicates"]``); the window lives in
+  the Rust core (:class:`heartwire._core.DedupWindow`). Handled means acknowledged: in ``auto``
+  mode on delivery; in the client modes once you acked it (or a later message, in ``client``
+  mode), directly or in a transaction that committed. A message you did not ack (the handler
+  raised, or nacked it) is not handled: when the broker delivers it again it reaches
+  ``on_message`` again. A copy arriving while the first is still unacknowledged is handed over
+  too (at least once, never lost). A dropped duplicate is acknowledged for you: at once in
+  ``client-individual`` mode; in ``client`` mode (cumulative acks) once every message
+  delivered before it is acked or nacked.
 
 ``on_message(msg)`` (a :class:`~heartwire.reliable.ReceivedMessage`) runs on the transport's
 receiving thread (the sending thread on the embedded broker); an exception it raises goes to
@@ -96,6 +101,14 @@ class Consumer:
         self._acked = 0
         self._nacked = 0
         self._dialect: Any = None
+        # Client-ack bookkeeping of the connection (or embedded subscription) delivering now:
+        # its deliveries not yet acked or nacked (delivery number -> message id), and dropped
+        # duplicates whose ACK waits (``client`` acks are cumulative: never past an unsettled
+        # message).
+        self._channel: Any = None
+        self._deliveries = itertools.count(1)
+        self._unsettled: dict[int, str] = {}
+        self._held_dups: list[tuple[int, Callable[[], None]]] = []
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -244,19 +257,25 @@ class Consumer:
         headers = message.headers
         message_id = headers.get("hw-message-id") or headers.get("message-id", "")
         ack_id = headers.get("ack") or headers.get("message-id", "")
+        no = self._delivery(link)
+
+        def frame(ok: bool) -> bool:
+            # Whether the frame went out (else the connection is gone: the broker redelivers).
+            try:
+                link.frame("ACK" if ok else "NACK", {"id": ack_id})
+            except ConnectionError:
+                return False
+            return True
+
         settle = None
         if self.ack != "auto":
 
             def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
-                command = "ACK" if ok else "NACK"
                 if tx is not None:
-                    tx._settle_stomp(link, command, {"id": ack_id})
-                else:
-                    try:
-                        link.frame(command, {"id": ack_id})
-                    except ConnectionError:
-                        return  # the connection is gone: the broker redelivers it
-                self._count_settled(ok)
+                    tx._settle_stomp(link, "ACK" if ok else "NACK", {"id": ack_id})
+                    tx._after_commit(lambda: self._settled(link, no, msg.id, ok))
+                elif frame(ok):
+                    self._settled(link, no, msg.id, ok)
 
         msg = ReceivedMessage(
             message_id,
@@ -266,7 +285,7 @@ class Consumer:
             headers.get("redelivered") == "true",
             settle,
         )
-        self._handle(msg)
+        self._handle(msg, link, no, lambda: frame(True))
 
     # -- embedded broker ------------------------------------------------------------------------
 
@@ -277,13 +296,15 @@ class Consumer:
         holder: list[Any] = []
 
         def deliver(stored: Any, tag: int | None) -> None:
+            channel = holder[0]
+            no = self._delivery(channel)
             settle = None
             if tag is not None:
 
                 def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
                     def apply() -> None:
-                        store.settle(holder[0], tag, ok)
-                        self._count_settled(ok)
+                        store.settle(channel, tag, ok)
+                        self._settled(channel, no, msg.id, ok)
 
                     if tx is not None:
                         tx._defer(apply)
@@ -299,7 +320,9 @@ class Consumer:
                 stored.redelivered,
                 settle,
             )
-            self._handle(msg)
+            self._handle(
+                msg, channel, no, lambda: store.settle(channel, tag, True) if tag else None
+            )
 
         # The store may deliver buffered messages before subscribe returns: give it the
         # subscription through ``holder`` first.
@@ -311,21 +334,68 @@ class Consumer:
 
     # -- both -----------------------------------------------------------------------------------
 
-    def _count_settled(self, ok: bool) -> None:
+    def _delivery(self, channel: Any) -> int:
+        # Number a delivery from ``channel``; a new channel (a reconnection, a restart) starts
+        # afresh: the broker redelivers whatever the old one left unacknowledged.
+        with self._lock:
+            if channel is not self._channel:
+                self._channel = channel
+                self._unsettled = {}
+                self._held_dups = []
+            return next(self._deliveries)
+
+    def _settled(self, channel: Any, no: int, message_id: str, ok: bool) -> None:
+        # Delivery ``no`` of ``channel`` was acked (``ok``) or nacked at the broker. An acked id
+        # is handled: a later copy of it is a duplicate. ``client`` mode settles every earlier
+        # delivery too.
+        release: Callable[[], None] | None = None
         with self._lock:
             if ok:
                 self._acked += 1
             else:
                 self._nacked += 1
+            if channel is not self._channel:
+                return
+            done = [no]
+            if self.ack == "client" and (ok or self._stomp):  # STOMP's NACK is cumulative too
+                done += [n for n in self._unsettled if n < no]
+                self._held_dups = [(n, a) for n, a in self._held_dups if n > no]
+            for n in done:
+                mid = self._unsettled.pop(n, None)
+                if ok and mid and self._window is not None and mid not in self._window:
+                    self._window.seen(mid)
+            if ok and message_id and self._window is not None and message_id not in self._window:
+                self._window.seen(message_id)
+            release = self._release_dups()
+        if release is not None:
+            release()
 
-    def _handle(self, msg: ReceivedMessage) -> None:
+    def _release_dups(self) -> Callable[[], None] | None:
+        # Under the lock (``client`` mode): the held duplicate ACK that may go now (the newest
+        # with no unsettled delivery before it: as a cumulative ACK it covers the older ones).
+        first = min(self._unsettled, default=None)
+        ready = [(n, ack) for n, ack in self._held_dups if first is None or n < first]
+        if not ready:
+            return None
+        self._held_dups = [(n, a) for n, a in self._held_dups if first is not None and n > first]
+        return ready[-1][1]
+
+    def _handle(
+        self, msg: ReceivedMessage, channel: Any, no: int, ack_copy: Callable[[], Any]
+    ) -> None:
         window = self._window
-        if window is not None and msg.id and window.seen(msg.id):
-            if self.ack == "client-individual":
-                msg.ack()
-            return
+        if window is not None and msg.id:
+            if self.ack == "auto":  # the broker counts it consumed now: it is handled
+                if window.seen(msg.id):
+                    return
+            elif msg.id in window:  # acked before: drop this copy and acknowledge it
+                window.seen(msg.id)  # counts the duplicate
+                self._ack_duplicate(channel, no, ack_copy)
+                return
         with self._lock:
             self._delivered += 1
+            if self.ack != "auto" and channel is self._channel:
+                self._unsettled[no] = msg.id
         if self.on_message is None:
             return
         try:
@@ -340,6 +410,15 @@ class Consumer:
                     log.exception("on_error of %r raised", self)
             else:
                 log.exception("on_message of %r raised on %r", self, msg)
+
+    def _ack_duplicate(self, channel: Any, no: int, ack_copy: Callable[[], Any]) -> None:
+        # ``client-individual``: at once. ``client`` (cumulative): at once if every earlier
+        # delivery is settled, else held until they are (acking now would acknowledge them).
+        with self._lock:
+            if self.ack == "client" and channel is self._channel and self._unsettled:
+                self._held_dups.append((no, ack_copy))
+                return
+        ack_copy()
 
 
 class _Deferred:

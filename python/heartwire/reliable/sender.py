@@ -12,7 +12,8 @@ On STOMP every SEND asks for a receipt (``receipt`` = the message id) and carrie
 connection is lost, the transport reconnects and, before anything else is published on the new
 connection, every outstanding message is sent again, in order, with the same id (receivers drop
 the duplicates this can make, see :class:`~heartwire.reliable.Consumer`). :meth:`send` never
-waits for a connection: during an outage messages are held and go out on reconnection.
+waits for a connection: during an outage, and while the backlog is being re-sent, messages
+queue behind it and go out in order.
 
 A flush request covers every message sent before it and completes once each of them was
 receipted or refused; several may be in flight and complete in order. A refused message fires
@@ -119,9 +120,19 @@ class ReliableSender:
         self._flushes_acked = 0
         self._callback_errors = 0
         self._stomp = is_stomp(broker)
+        # STOMP: the connection this sender sends on (every outstanding message not in
+        # ``_queue`` went out on it) and the messages still to send there, in order. One thread
+        # at a time (``_draining``) writes them, so nothing overtakes the backlog.
+        self._link: Any = None
+        self._queue: deque[_Pending] = deque()
+        self._draining = False
         self._tracker = ReceiptTracker.of(broker) if self._stomp else None
         if self._tracker is not None:
-            self._tracker.add(self)
+            # Under the connector's lock, so that a connection being attached right now either
+            # re-sends through this sender (it is registered first) or is already current.
+            with broker._connector.cond:
+                self._tracker.add(self)
+                self._link = broker.current_link
 
     # -- listeners ------------------------------------------------------------------------------
 
@@ -200,9 +211,6 @@ class ReliableSender:
         return message_id
 
     def _send_stomp(self, body: bytes, headers: dict[str, str]) -> str:
-        broker = self.broker
-        tracker = self._tracker
-        assert tracker is not None
         # Never send while holding the lock: the receiving thread needs it for receipts, and a
         # broker blocked writing receipts to us stops reading our sends.
         with self._lock:
@@ -213,52 +221,60 @@ class ReliableSender:
             headers["receipt"] = message_id
             pending = _Pending(seq, body, headers, None)
             self._outstanding[message_id] = pending
+            self._queue.append(pending)
             self._sent += 1
-            link = broker.current_link
-            if link is not None:
-                tracker.expect(link, message_id, self)
-                pending.link = link
-        if link is not None:
-            try:
-                link.send(self.destination, body, headers)
-            except Exception as exc:  # re-sent on the next connection
-                broker._connector.link_lost(link, f"send failed: {exc!r}")
-        else:
-            # Offline when we looked; a connection attached since then may have missed it.
-            link = broker.current_link
-            if link is not None:
-                try:
-                    self._pump(link)
-                except Exception as exc:
-                    broker._connector.link_lost(link, f"send failed: {exc!r}")
+            if self._draining:  # the thread writing the queue sends this one too, in order
+                return message_id
+            self._draining = True
+        self._drain()
         return message_id
 
     def _resend(self, link: Any) -> None:
-        """Send every outstanding message again on the new connection ``link`` (the tracker
-        calls this under the transport's connector lock, before the link is published)."""
-        self._pump(link)
+        """Send every outstanding message again, in order, on the new connection ``link`` (the
+        tracker calls this under the transport's connector lock, before the link is
+        published). Sends made meanwhile queue behind the backlog."""
+        with self._lock:
+            self._link = link
+            # Receipts of the earlier connection will never come: everything goes again.
+            self._queue = deque(self._outstanding.values())
+            if self._draining:  # another thread is writing: it moves on to ``link``
+                return
+            self._draining = True
+        self._drain()
 
-    def _pump(self, link: Any) -> None:
-        # Send, in order, every outstanding message not yet sent on ``link``.
+    def _drain(self) -> None:
+        # The one writer (``_draining`` is ours): send the queue, in order, on ``self._link``
+        # until it is empty or the link is down; what is not receipted stays outstanding and
+        # goes again on the next connection (``_resend``).
         tracker = self._tracker
         assert tracker is not None
         while True:
             batch: list[_Pending] = []
             with self._lock:
-                for message_id, pending in self._outstanding.items():
-                    if pending.link is link:
-                        continue
-                    tracker.expect(link, message_id, self)
-                    if pending.link is not None:
+                link = self._link
+                if link is None or not link.open or not self._queue:
+                    self._draining = False
+                    return
+                while self._queue and len(batch) < 512:
+                    pending = self._queue.popleft()
+                    message_id = pending.headers[MESSAGE_ID_HEADER]
+                    if message_id not in self._outstanding:
+                        continue  # refused meanwhile
+                    if pending.link is not None and pending.link is not link:
                         self._resent += 1
                     pending.link = link
+                    tracker.expect(link, message_id, self)
                     batch.append(pending)
-                    if len(batch) >= 512:
-                        break
-            if not batch:
-                return
-            for pending in batch:
-                link.send(self.destination, pending.body, pending.headers)
+            try:
+                for pending in batch:
+                    link.send(self.destination, pending.body, pending.headers)
+            except Exception as exc:
+                self.broker._connector.link_lost(link, f"send failed: {exc!r}")
+                with self._lock:
+                    if self._link is link:  # the next connection re-sends everything
+                        self._draining = False
+                        return
+                # A new connection was attached meanwhile: go on with its queue.
 
     # -- receipts -------------------------------------------------------------------------------
 

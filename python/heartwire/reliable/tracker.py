@@ -43,6 +43,8 @@ class ReceiptTracker:
         self._lock = threading.Lock()
         self._senders: tuple[Waiter, ...] = ()
         self._pending: dict[StompLink, OrderedDict[str, Waiter]] = {}
+        # The connection receipts are awaited on (None: not known yet, the first one used).
+        self._link: StompLink | None = None
 
     @classmethod
     def of(cls, transport: Any) -> ReceiptTracker:
@@ -69,6 +71,10 @@ class ReceiptTracker:
     def expect(self, link: StompLink, receipt: str, sender: Waiter) -> None:
         """``sender`` waits for ``receipt`` on ``link`` (call before sending)."""
         with self._lock:
+            if self._link is None:
+                self._link = link
+            elif link is not self._link:
+                return  # an earlier connection: its receipts never come, the sender re-sends
             queue = self._pending.get(link)
             if queue is None:
                 queue = self._pending[link] = OrderedDict()
@@ -85,6 +91,7 @@ class ReceiptTracker:
         with self._lock:
             # Receipts of earlier connections will never come: their senders re-send below.
             self._pending = {link: OrderedDict()}
+            self._link = link
             senders = self._senders
         for sender in senders:
             sender._resend(link)

@@ -59,6 +59,7 @@ class Transaction:
         self._seq = itertools.count(1)
         self._link: Any = None
         self._ops: list[Callable[[], None]] = []
+        self._committed: list[Callable[[], None]] = []
         #: Messages sent in the transaction (their ids).
         self.sent: list[str] = []
 
@@ -103,6 +104,9 @@ class Transaction:
             self.state = "aborted"
             raise TransactionFailed(self.id, error)
         self.state = "committed"
+        hooks, self._committed = self._committed, []
+        for hook in hooks:
+            hook()
 
     def abort(self) -> None:
         """Drop every send and ack of the transaction; idempotent once aborted."""
@@ -112,6 +116,7 @@ class Transaction:
         self._check_open()
         self.state = "aborted"
         self._ops.clear()
+        self._committed.clear()
         link = self._link
         if link is not None and link.open:
             # If this fails the broker drops the unfinished transaction with the link anyway.
@@ -184,6 +189,11 @@ class Transaction:
                 self.id, "a message can be acknowledged only in a transaction on its connection"
             )
         link.frame(command, {**headers, "transaction": self.id})
+
+    def _after_commit(self, hook: Callable[[], None]) -> None:
+        # STOMP: ``hook`` runs once the broker confirmed the COMMIT (a consumer's ack took
+        # effect); never if it did not.
+        self._committed.append(hook)
 
     def _defer(self, op: Callable[[], None]) -> None:
         # The embedded broker: an ack applied on commit.
