@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -479,6 +480,9 @@ def test_non_listeners_are_rejected(rig: Rig) -> None:
         ({"period": True}, TypeError, "period must be a number of seconds, got bool"),
         ({"ttl": 0}, ValueError, "ttl must be a positive finite number of seconds, got 0"),
         ({"ttl": math.nan}, ValueError, "ttl must be a positive finite .* got nan"),
+        ({"timeout": 0}, ValueError, "timeout must be a positive finite .* got 0"),
+        ({"timeout": math.inf}, ValueError, "timeout must be a positive finite .* got inf"),
+        ({"timeout": "1"}, TypeError, "timeout must be a number of seconds, got str '1'"),
         ({"persistent": "yes"}, TypeError, "persistent must be a bool, got str"),
         ({"dependency": "db:5432"}, TypeError, "dependency must be callable or None, got str"),
         ({"payload": {"x": {1, 2}}}, ValueError, "payload must be JSON-serializable"),
@@ -681,3 +685,213 @@ def test_beats_decode_as_json_with_every_field(rig: Rig) -> None:
     assert obj["v"] == 1 and obj["topic"] == "svc.j" and obj["seq"] == 1
     assert obj["period"] == 2.5 and obj["payload"] == [1, "two"]
     assert isinstance(obj["boot"], str) and isinstance(obj["sent"], float)
+
+
+# -- hung checks and slow payloads (issue 14, items 16 and 17) ------------------------------
+
+
+class SilentServer:
+    """A real TCP server that accepts connections and never says a word (a database whose
+    driver, with no connect timeout, waits for the server's greeting forever)."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.address = self._listener.getsockname()
+        self.conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.conns.append(conn)
+
+    def driver_connect(self) -> socket.socket:
+        """Like a driver's connect() with no timeout: blocks until the server greets."""
+        conn = socket.create_connection(self.address)
+        if not conn.recv(1):
+            conn.close()
+            raise ConnectionError("server closed the connection")
+        return conn
+
+    def accepted(self) -> int:
+        with self._lock:
+            return len(self.conns)
+
+    def close(self) -> None:
+        """Close every connection: the hung drivers' recv() returns, their threads end."""
+        self._listener.close()
+        with self._lock:
+            for conn in self.conns:
+                conn.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    srv = SilentServer()
+    yield srv
+    srv.close()
+
+
+def test_four_hung_checks_do_not_silence_a_healthy_dependent_publisher(
+    silent_server: SilentServer,
+) -> None:
+    broker = MemoryBroker()
+    recs = [Recorder() for _ in range(4)]
+    hung = [
+        HeartbeatPublisher(
+            broker,
+            f"svc.hung{i}",
+            0.1,
+            dependency=checks.sql(silent_server.driver_connect),
+            listeners=[recs[i]],
+        )
+        for i in range(4)
+    ]
+    ok = HeartbeatPublisher(broker, "svc.ok", 0.1, dependency=lambda: True)
+    try:
+        for pub in hung:
+            pub.start()
+        assert _wait_until(lambda: silent_server.accepted() == 4, 5.0), "the 4 checks never hung"
+        ok.start()
+        started = time.monotonic()
+        got = _wait_until(lambda: ok.sent >= 10, 1.5)
+        assert got, f"healthy publisher sent {ok.sent} beats in 1.5 s (15 due) behind 4 hung checks"
+        # Each hung check is a failed check, reason "timed out", and holds its one thread only:
+        # its publisher starts no second check while the first is still running.
+        assert _wait_until(lambda: all(r.exceptions() for r in recs), 2.0)
+        for rec in recs:
+            event = rec.exceptions()[0]
+            assert event.reason == "check_failed" and "timed out" in event.detail, event
+        assert silent_server.accepted() == 4
+        assert [p.sent for p in hung] == [0, 0, 0, 0]
+        stats = shared_scheduler().stats()
+        assert stats["abandoned"] == 4
+        assert stats["check_threads"] <= 4 + 4  # one per hung check, plus the pool's own
+        assert time.monotonic() - started < 5
+    finally:
+        for pub in (*hung, ok):
+            pub.stop()
+
+
+def test_hung_checks_past_their_limit_fail_and_never_delay_other_publishers(rig: Rig) -> None:
+    gate = threading.Event()
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def hung() -> bool:
+        with lock:
+            calls["n"] += 1
+        return gate.wait(20)
+
+    recs = [Recorder() for _ in range(6)]  # more hung checks than the pool's 4 threads
+    hung_pubs = [rig.make(f"svc.hung{i}", dependency=hung, listeners=[recs[i]]) for i in range(6)]
+    ok = rig.make("svc.ok", dependency=lambda: True)
+    try:
+        for pub in hung_pubs:
+            pub.start()
+        ok.start()
+        rig.clock.advance(0.0)
+        assert _wait_until(lambda: ok.sent == 1, 5.0), f"ok sent {ok.sent} beats behind hung checks"
+        assert _wait_until(lambda: calls["n"] == 6, 5.0), f"{calls['n']} of 6 checks started"
+        assert not rig.sched.drain(timeout=0.05)  # hung checks within their limit: still due
+        # The limit (here the period, 1 s) passes: each hung check is a failed check, once.
+        rig.step(1.0)
+        assert ok.sent == 2
+        for rec in recs:
+            assert [(e.reason, "timed out" in e.detail) for e in rec.exceptions()] == [
+                ("check_failed", True)
+            ]
+        # Still hung at the next beat: another failed check, and no second check started.
+        rig.step(1.0)
+        assert ok.sent == 3 and calls["n"] == 6
+        assert all(len(rec.exceptions()) == 2 for rec in recs)
+        assert all(p.stats()["check_failures"] == 2 for p in hung_pubs)
+        assert rig.sched.stats()["abandoned"] == 6
+        assert rig.sched.stats()["check_threads"] <= 6 + 4  # one per hung check, plus the pool's
+        # The hung checks return late: their results are stale and send nothing.
+        gate.set()
+        assert _wait_until(lambda: rig.sched.stats()["abandoned"] == 0, 5.0)
+        assert [p.sent for p in hung_pubs] == [0] * 6
+        rig.step(1.0)  # the next checks pass
+        assert [p.sent for p in hung_pubs] == [1] * 6 and ok.sent == 4
+    finally:
+        gate.set()
+
+
+def test_a_slow_payload_does_not_stall_plain_publishers(rig: Rig) -> None:
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def payload() -> dict[str, int]:
+        entered.set()
+        gate.wait(20)
+        return {"x": 1}
+
+    rec = Recorder()
+    slow = rig.make("svc.slowpay", payload=payload, listeners=[rec])
+    plain = rig.make("svc.plain")
+    try:
+        slow.start()
+        plain.start()
+        rig.clock.advance(0.0)
+        assert entered.wait(5)
+        assert _wait_until(lambda: plain.sent == 1, 2.0), "a slow payload stalled a plain publisher"
+        rig.step(1.0)  # the payload's limit (the period) passes
+        assert plain.sent == 2 and slow.sent == 0
+        assert [(e.reason, "timed out" in e.detail) for e in rec.exceptions()] == [
+            ("payload_failed", True)
+        ]
+        gate.set()
+        assert _wait_until(lambda: rig.sched.stats()["abandoned"] == 0, 5.0)
+        rig.step(1.0)
+        assert (slow.sent, plain.sent) == (1, 3)
+        assert rig.beats()[-1].payload == {"x": 1} or rig.beats()[-2].payload == {"x": 1}
+    finally:
+        gate.set()
+
+
+def test_real_clock_a_hung_payload_does_not_stall_plain_publishers() -> None:
+    broker = MemoryBroker()
+    gate = threading.Event()
+    slow = HeartbeatPublisher(broker, "svc.rslow", 0.05, payload=lambda: gate.wait(20))
+    plain = HeartbeatPublisher(broker, "svc.rplain", 0.05)
+    try:
+        slow.start()
+        plain.start()
+        assert _wait_until(lambda: plain.sent >= 10, 2.0), f"plain sent {plain.sent} in 2 s"
+        assert slow.sent == 0
+    finally:
+        gate.set()
+        slow.stop()
+        plain.stop()
+
+
+def test_time_limit_defaults_and_an_explicit_limit(rig: Rig) -> None:
+    assert rig.make("svc.t0").timeout == 1.0  # no slow work: the period
+    assert rig.make("svc.t1", payload=dict).timeout == 1.0
+    assert rig.make("svc.t2", dependency=checks.tcp("db", 5432, timeout=2.0)).timeout == 2.25
+    assert rig.make("svc.t3", dependency=checks.tcp("db", 5432, timeout=0.1)).timeout == 1.0
+    assert rig.make("svc.t4", dependency=bool, timeout=0.3).timeout == 0.3
+
+    gate = threading.Event()
+    rec = Recorder()
+    pub = rig.make("svc.limit", dependency=lambda: gate.wait(20), timeout=0.25, listeners=[rec])
+    try:
+        pub.start()
+        rig.clock.advance(0.0)
+        assert not rig.sched.drain(timeout=0.05)
+        rig.step(0.25)  # the limit, before the next beat is due
+        assert [e.detail.split(": ", 1)[1] for e in rec.exceptions()] == ["timed out after 0.25 s"]
+        assert isinstance(rec.exceptions()[0].error, CheckFailed)
+        rig.step(0.75)  # the next beat: still running
+        details = [e.detail.split(": ", 1)[1] for e in rec.exceptions()]
+        assert details == ["timed out after 0.25 s", "timed out, still running after 1 s"]
+        assert pub.sent == 0
+    finally:
+        gate.set()

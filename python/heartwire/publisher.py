@@ -10,8 +10,16 @@
 A publisher owns no thread: running publishers are tasks of the shared
 :class:`~heartwire.scheduling.PublisherScheduler` of their clock, so ten thousand of them use a
 handful of threads. Beats are sent, and ``on_sent`` and ``on_exception`` called, on the
-scheduler's thread (or, for dependent publishers, on one of its check threads): keep those
+scheduler's thread (or, for publishers with slow work, on one of its check threads): keep those
 listener methods short. ``on_started`` and ``on_stopped`` are called by ``start()`` and ``stop()``.
+
+Slow work (the ``dependency`` check and a ``payload`` callable) never runs on the scheduler
+thread, which every publisher shares: at each beat it is handed to the scheduler's check threads,
+at most one job in flight per publisher, with a time limit (``timeout``). A job past its limit is
+a failed beat (``check_failed``, or ``payload_failed``, detail "... timed out after ... s") and is
+abandoned: its result, whenever it comes, is dropped. While it still runs, each beat due is
+another such failure and no second job is started, so a hung check holds one thread, never more,
+and other publishers' beats do not wait for it.
 
 Each beat is a JSON :class:`~heartwire.message.Beat` with the topic, a sequence number (1 for the
 first beat put on the wire, +1 for each one after, failed sends included, so monitors see lost
@@ -28,6 +36,7 @@ slot after the present: it skips the beats it missed instead of sending a burst.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import math
 import threading
@@ -42,7 +51,7 @@ from heartwire.checks import CheckFailed
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
 from heartwire.message import Beat, BeatCodec
-from heartwire.scheduling import PublisherScheduler, shared_scheduler
+from heartwire.scheduling import Job, PublisherScheduler, shared_scheduler
 from heartwire.transport import Transport
 from heartwire.transport.patterns import validate_topic
 
@@ -52,6 +61,29 @@ __all__ = ["MIN_PERIOD", "HeartbeatPublisher"]
 MIN_PERIOD = 0.001
 
 _STOPPED, _RUNNING, _PAUSED = "stopped", "running", "paused"
+
+#: Added to a dependency's own ``timeout`` for the default time limit, so that a stock check
+#: reports its own timeout before the publisher gives up on it.
+CHECK_GRACE = 0.25
+
+# A beat's slow work (_Attempt.state): running; past its limit (given up on); finished.
+_WORKING, _TIMED_OUT, _FINISHED = "working", "timed out", "finished"
+# Deadlines on the scheduler's clock come back through nanoseconds.
+_EPS = 1e-6
+
+
+class _Attempt:
+    """One beat's slow work (check, payload) on a check thread."""
+
+    __slots__ = ("generation", "job", "reported", "stage", "started", "state")
+
+    def __init__(self, generation: int, started: float) -> None:
+        self.generation = generation
+        self.started = started  # on the scheduler's clock
+        self.stage = "check"  # then "payload"
+        self.state = _WORKING
+        self.reported = -math.inf  # when its timeout was last reported (scheduler clock)
+        self.job: Job | None = None
 
 
 def _seconds(value: object, field: str, *, minimum: float = 0.0) -> float:
@@ -66,6 +98,14 @@ def _seconds(value: object, field: str, *, minimum: float = 0.0) -> float:
     return seconds
 
 
+def _own_timeout(dependency: object) -> float | None:
+    """A dependency's own ``timeout`` attribute (the stock checks'), if it is a usable one."""
+    own = getattr(dependency, "timeout", None)
+    if isinstance(own, bool) or not isinstance(own, (int, float)):
+        return None
+    return float(own) if own > 0 and math.isfinite(own) else None
+
+
 class HeartbeatPublisher:
     """Publishes a heartbeat for ``topic`` to ``broker`` every ``period`` seconds once started.
 
@@ -74,6 +114,10 @@ class HeartbeatPublisher:
       Any other result (``True``, ``None``, ...) means healthy. See :mod:`heartwire.checks`.
     - ``payload``: a JSON-able value sent with each beat, or a zero-argument callable evaluated
       for each beat (if it raises, the beat is not sent: reason ``"payload_failed"``).
+    - ``timeout``: seconds the dependency check and the payload callable may take for one beat,
+      together (see the module docs); past it the beat fails with detail "... timed out".
+      Default: the period, or the dependency's own ``timeout`` (the stock checks have one)
+      plus :data:`CHECK_GRACE` if that is longer.
     - ``ttl``: seconds the broker may keep an undelivered beat (the ``expires`` header, epoch
       milliseconds); ``persistent``: ask the broker to persist beats (``persistent: true``).
     - ``key``: a shared HMAC key; beats are then signed (see :class:`~heartwire.message.BeatCodec`).
@@ -93,6 +137,7 @@ class HeartbeatPublisher:
         *,
         dependency: Callable[[], object] | None = None,
         payload: Any = None,
+        timeout: float | None = None,
         ttl: float | None = None,
         persistent: bool = False,
         listeners: Iterable[PublisherListener] = (),
@@ -109,6 +154,10 @@ class HeartbeatPublisher:
         if dependency is not None and not callable(dependency):
             raise TypeError(f"dependency must be callable or None, got {type(dependency).__name__}")
         self._ttl = None if ttl is None else _seconds(ttl, "ttl")
+        if timeout is None:
+            own = _own_timeout(dependency)
+            timeout = self._period if own is None else max(self._period, own + CHECK_GRACE)
+        self._timeout = _seconds(timeout, "timeout")
         if not isinstance(persistent, bool):
             raise TypeError(f"persistent must be a bool, got {type(persistent).__name__}")
         if clock is not None and not isinstance(clock, _core.ManualClock):
@@ -135,6 +184,9 @@ class HeartbeatPublisher:
         self._state = _STOPPED
         self._scheduler: PublisherScheduler | None = None
         self._key: int | None = None
+        self._slow = dependency is not None or callable(payload)
+        self._watch: int | None = None  # the scheduler key of the time limit of _inflight
+        self._inflight: _Attempt | None = None
         self._firing = False
         self._generation = 0
         self._next_at: float | None = None
@@ -155,6 +207,11 @@ class HeartbeatPublisher:
     def period(self) -> float:
         """Seconds between beats."""
         return self._period
+
+    @property
+    def timeout(self) -> float:
+        """Seconds the dependency check and payload callable may take for one beat."""
+        return self._timeout
 
     @property
     def broker(self) -> Transport:
@@ -227,7 +284,13 @@ class HeartbeatPublisher:
             if self._state != _STOPPED:
                 return self
             sched = shared_scheduler(self._clock)
-            self._key = sched.add(self._fire, blocking=self._dependency is not None)
+            self._key = sched.add(self._fire)
+            if self._slow:
+                self._watch = sched.add(self._expire)
+                attempt = self._inflight
+                if attempt is not None and attempt.state == _WORKING:
+                    # Work of the last run still going: its time limit still holds.
+                    sched.schedule(self._watch, attempt.started + self._timeout)
             self._scheduler = sched
             self._state = _RUNNING
             self._generation += 1
@@ -248,32 +311,43 @@ class HeartbeatPublisher:
             self._scheduler.cancel(self._key)
 
     def resume(self) -> None:
-        """Send a beat at once and then one every period again. Idempotent."""
+        """Send a beat at once and then one every period again. Idempotent.
+
+        A beat being made on another thread at that moment (its check still running) counts
+        as the beat sent at once."""
         with self._lock:
             if self._state != _PAUSED:
                 return
             self._state = _RUNNING
             assert self._scheduler is not None and self._key is not None
-            if self._firing:
-                return  # the beat going out now counts; it reschedules when it ends
-            self._next_at = self._scheduler.now()
+            now = self._scheduler.now()
+            attempt = self._inflight
+            busy = self._firing or (attempt is not None and attempt.state == _WORKING)
+            if not busy or self._next_at is None:
+                self._next_at = now
             self._scheduler.schedule(self._key, self._next_at)
 
     def stop(self) -> None:
         """Stop beating and leave the scheduler. Idempotent; joins no thread.
 
-        A beat already being sent on another thread when this is called may still go out.
+        A beat already being sent on another thread when this is called may still go out;
+        a check still running is left to finish on its thread, and its result is dropped.
         """
         with self._lock:
             if self._state == _STOPPED:
                 return
             self._state = _STOPPED
-            sched, key = self._scheduler, self._key
-            self._key = None
+            sched, key, watch = self._scheduler, self._key, self._watch
+            self._key = self._watch = None
             self._next_at = None
+            attempt = self._inflight
             _running.discard(self)
         assert sched is not None and key is not None
         sched.remove(key)
+        if watch is not None:
+            sched.remove(watch)
+        if attempt is not None and attempt.job is not None:
+            sched.abandon(attempt.job)  # its result will be dropped: drain() need not wait
         self._connection_events.detach(self._broker)
         self._listeners.emit("on_stopped", Stopped(self._topic))
 
@@ -289,25 +363,126 @@ class HeartbeatPublisher:
             f"seq={self._seq}, sent={self._sent}>"
         )
 
-    # -- beating (on the scheduler's thread) ------------------------------------------------
+    # -- beating ------------------------------------------------------------------------------
 
     def _fire(self, deadline: float) -> None:
+        """A beat is due (on the scheduler thread: returns quickly, never runs slow work)."""
+        overdue: tuple[str, BaseException, str] | None = None
         with self._lock:
-            if self._state != _RUNNING or self._firing:
-                return  # a beat in progress reschedules when it ends
-            self._firing = True
-            generation = self._generation
+            if self._state != _RUNNING:
+                return
+            sched, key = self._scheduler, self._key
+            assert sched is not None and key is not None
+            now = sched.now()
+            self._next_at = self._next_slot(deadline, now)
+            sched.schedule(key, self._next_at)
+            if not self._slow:
+                self._firing = True
+            else:
+                attempt = self._inflight
+                if attempt is None:
+                    attempt = self._inflight = _Attempt(self._generation, now)
+                    assert self._watch is not None
+                    sched.schedule(self._watch, now + self._timeout)
+                    attempt.job = sched.submit(functools.partial(self._work, attempt))
+                    return
+                # The last beat's work is still running: start no second one (one thread per
+                # publisher at most). Past its limit, this beat fails too.
+                in_time = attempt.state == _WORKING and now < attempt.started + self._timeout - _EPS
+                just_reported = attempt.state == _TIMED_OUT and now <= attempt.reported + _EPS
+                if attempt.state == _FINISHED or in_time or just_reported:
+                    return  # within its limit, or sending: this slot is skipped
+                overdue = self._time_out(attempt, now)
+        if overdue is not None:
+            self._report(*overdue)
+            return
         try:
-            self._beat()
+            payload = self._payload
+            self._send(payload)
         finally:
             with self._lock:
                 self._firing = False
-                if self._state == _RUNNING:
-                    assert self._scheduler is not None and self._key is not None
-                    if generation == self._generation:
-                        self._next_at = self._next_slot(deadline, self._scheduler.now())
-                    # else: stopped and started again meanwhile; start() set _next_at.
-                    self._scheduler.schedule(self._key, self._next_at)  # type: ignore[arg-type]
+
+    def _expire(self, at: float) -> None:
+        """The time limit of the work in flight has come (on the scheduler thread)."""
+        with self._lock:
+            attempt = self._inflight
+            if attempt is None or attempt.state != _WORKING:
+                return
+            assert self._scheduler is not None
+            overdue = self._time_out(attempt, self._scheduler.now())
+            report = self._state == _RUNNING
+        if report:
+            self._report(*overdue)
+
+    def _time_out(self, attempt: _Attempt, now: float) -> tuple[str, BaseException, str]:
+        """Give up on ``attempt`` (under the lock): count the failure, return its report."""
+        what = "payload" if attempt.stage == "payload" else "check"
+        name = repr(self._payload if what == "payload" else self._dependency)
+        if attempt.state == _WORKING:
+            attempt.state = _TIMED_OUT
+            detail = f"{name}: timed out after {self._timeout:g} s"
+            if attempt.job is not None:
+                assert self._scheduler is not None
+                self._scheduler.abandon(attempt.job)
+        else:
+            detail = f"{name}: timed out, still running after {now - attempt.started:g} s"
+        attempt.reported = now
+        if what == "payload":
+            self._other_failures += 1
+            return "payload_failed", TimeoutError(detail), detail
+        self._check_failures += 1
+        return "check_failed", CheckFailed(detail), detail
+
+    def _work(self, attempt: _Attempt) -> None:
+        """One beat's slow work, on a check thread: the check, the payload, then the send."""
+        failure: tuple[str, BaseException | None, str] | None = None
+        payload = self._payload
+        dependency = self._dependency
+        if dependency is not None:
+            try:
+                healthy = dependency()
+            except Exception as exc:
+                detail = exc.reason if isinstance(exc, CheckFailed) else repr(exc)
+                failure = ("check_failed", exc, detail)
+            else:
+                if healthy is False:
+                    failure = ("check_failed", None, f"{dependency!r} returned {healthy!r}")
+        if failure is None and callable(payload):
+            attempt.stage = "payload"
+            try:
+                payload = payload()
+            except Exception as exc:
+                failure = ("payload_failed", exc, repr(exc))
+        with self._lock:
+            current = (
+                attempt.state == _WORKING
+                and attempt.generation == self._generation
+                and self._state == _RUNNING
+            )
+            if attempt.state == _WORKING:
+                attempt.state = _FINISHED
+            if not current:  # timed out, paused or stopped meanwhile: the result is stale
+                if self._inflight is attempt:
+                    self._inflight = None
+                return
+            if failure is not None:
+                if failure[0] == "check_failed":
+                    self._check_failures += 1
+                else:
+                    self._other_failures += 1
+        try:
+            if failure is not None:
+                self._report(*failure)
+            else:
+                self._send(payload)
+        finally:
+            with self._lock:
+                if self._inflight is attempt:
+                    self._inflight = None
+                sched, watch = self._scheduler, self._watch
+                if sched is not None and watch is not None:
+                    sched.cancel(watch)
 
     def _next_slot(self, deadline: float, now: float) -> float:
         """The slot after ``deadline``; if that has passed too, the first slot after ``now``."""
@@ -322,35 +497,16 @@ class HeartbeatPublisher:
     def _report(self, reason: str, error: BaseException | None, detail: str) -> None:
         self._listeners.emit("on_exception", ExceptionEvent(self._topic, reason, error, detail))
 
-    def _beat(self) -> None:
-        dependency = self._dependency
-        if dependency is not None:
-            try:
-                healthy = dependency()
-            except Exception as exc:
-                self._check_failures += 1
-                detail = exc.reason if isinstance(exc, CheckFailed) else repr(exc)
-                self._report("check_failed", exc, detail)
-                return
-            if healthy is False:
-                self._check_failures += 1
-                self._report("check_failed", None, f"{dependency!r} returned {healthy!r}")
-                return
-        payload = self._payload
-        if callable(payload):
-            try:
-                payload = payload()
-            except Exception as exc:
-                self._other_failures += 1
-                self._report("payload_failed", exc, repr(exc))
-                return
+    def _send(self, payload: Any) -> None:
+        """Encode and send one beat (never two at once for one publisher)."""
         sent_at = time.time()
         seq = self._seq + 1
         beat = Beat(self._topic, seq, self._boot_id, sent_at, self._period, payload)
         try:
             body = self._codec.encode(beat)
         except (TypeError, ValueError) as exc:
-            self._other_failures += 1
+            with self._lock:
+                self._other_failures += 1
             self._report("encode_failed", exc, str(exc))
             return
         headers: dict[str, str] = {}
@@ -364,10 +520,12 @@ class HeartbeatPublisher:
             # (that would hold the scheduler thread every publisher in the process shares).
             self._broker.publish(self._topic, body, headers, timeout=0)
         except Exception as exc:
-            self._send_failures += 1
+            with self._lock:
+                self._send_failures += 1
             self._report("send_failed", exc, repr(exc))
             return
-        self._sent += 1
+        with self._lock:
+            self._sent += 1
         if self._listeners.wants("on_sent"):
             self._listeners.emit("on_sent", Sent(self._topic, seq, sent_at))
 

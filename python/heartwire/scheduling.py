@@ -15,10 +15,18 @@ holding the GIL) moves the wheel every ``tick``; with a manual clock, ``clock.ad
     clock.advance(1.0)
     shared_scheduler(clock).drain()
 
-Tasks that may block for long (dependent publishers run their dependency check, a network call)
-are *blocking* tasks: the scheduler thread hands them to a small pool of check threads, so a slow
-check delays only its own publisher. Other tasks run on the scheduler thread itself and should
-return quickly.
+Slow work (a dependent publisher's check, a payload callable, a network call) never runs on
+the scheduler thread: it is :meth:`PublisherScheduler.submit` ted to a pool of check threads, and
+the pool cannot be held hostage by work that hangs. It keeps ``check_threads`` threads (started
+on demand, ended after 10 s idle) and, whenever the oldest job has waited ``stall`` seconds
+(real time) for a thread, because every thread is busy (hung checks, or a burst of slow ones),
+it starts up to ``check_threads`` more, at most once per ``stall`` and never more than
+``max_check_threads`` in all. A job its owner gives up on (:meth:`PublisherScheduler.abandon`,
+when a check passes its time limit) is no longer waited for by :meth:`~PublisherScheduler.drain`
+and, if it had not started, never runs; one that is running keeps its thread until it returns
+(Python cannot stop a thread). So a hung check costs one thread, for as long as it hangs, and
+other jobs never wait behind it for more than ``stall``; publishers keep at most one job in
+flight each, so hung checks hold at most one thread per publisher.
 """
 
 from __future__ import annotations
@@ -26,15 +34,16 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
-import queue
+import math
 import threading
 import time
 import weakref
+from collections import deque
 from typing import Callable
 
 from heartwire import _core
 
-__all__ = ["PublisherScheduler", "Task", "shared_scheduler"]
+__all__ = ["Job", "PublisherScheduler", "Task", "shared_scheduler"]
 
 log = logging.getLogger("heartwire.scheduling")
 
@@ -49,49 +58,81 @@ _SAME_DEADLINE = 1e-6
 _IDLE_WAIT = 1.0
 # Check threads end after this long without work.
 _CHECK_IDLE = 10.0
+# Seconds the oldest job may wait for a check thread before the pool adds threads.
+_STALL = 0.05
 
 
 class _CheckPool:
-    """Up to ``size`` daemon threads for blocking tasks, started on demand, ended when idle."""
+    """Check threads for jobs: ``size`` on demand, more when the queue stalls (module docs)."""
 
-    def __init__(self, size: int, name: str) -> None:
+    def __init__(self, size: int, max_threads: int, stall: float, name: str) -> None:
         self._size = size
+        self._max = max_threads
+        self._stall = stall
         self._name = name
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._jobs: deque[tuple[float, Callable[[], None]]] = deque()  # (queued at, job)
         self._threads = 0
         self._idle = 0  # threads waiting for a job
-        self._queued = 0  # jobs not taken yet
         self._started = 0
+        self._grown_at = -math.inf
+        self._closed = False
 
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            self._queued += 1
-            spawn = self._queued > self._idle and self._threads < self._size
-            if spawn:
-                self._threads += 1
+    def _spawn(self, n: int) -> None:
+        """Start ``n`` threads (already counted in ``_threads``)."""
+        for _ in range(n):
+            with self._cond:
                 self._started += 1
                 name = f"{self._name}-check-{self._started}"
-        self._queue.put(job)
-        if spawn:
             threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._cond:
+            self._jobs.append((time.monotonic(), job))
+            spawn = len(self._jobs) > self._idle and self._threads < self._size
+            if spawn:
+                self._threads += 1
+            else:
+                self._cond.notify()
+        if spawn:
+            self._spawn(1)
+
+    def rebalance(self) -> float | None:
+        """Add threads if the oldest job has waited ``stall``; seconds until the next look
+        (None: nothing waits)."""
+        now = time.monotonic()
+        with self._cond:
+            if not self._jobs:
+                return None
+            waited = now - self._jobs[0][0]
+            if waited < self._stall:
+                return self._stall - waited
+            if now - self._grown_at < self._stall:
+                return self._grown_at + self._stall - now
+            # Every thread is busy (hung, or slow under a burst): add up to `size` more.
+            n = min(len(self._jobs) - self._idle, self._size, self._max - self._threads)
+            if n <= 0:
+                return self._stall
+            self._threads += n
+            self._grown_at = now
+        self._spawn(n)
+        return self._stall
 
     def _work(self) -> None:
         while True:
-            with self._lock:
+            with self._cond:
                 self._idle += 1
-            try:
-                job = self._queue.get(timeout=_CHECK_IDLE)
-            except queue.Empty:
-                job = None
-            with self._lock:
+                until = time.monotonic() + _CHECK_IDLE
+                while not self._jobs and not self._closed:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 self._idle -= 1
-                if job is None:
-                    if self._queued == 0:
-                        self._threads -= 1
-                        return
-                    continue
-                self._queued -= 1
+                if not self._jobs:  # idle too long, or closed
+                    self._threads -= 1
+                    return
+                _, job = self._jobs.popleft()
             job()
 
     @property
@@ -99,15 +140,34 @@ class _CheckPool:
         return self._threads
 
     def close(self) -> None:
-        for _ in range(self._threads):
-            self._queue.put(None)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+_QUEUED, _RUNNING, _ABANDONED, _DONE = "queued", "running", "abandoned", "done"
+
+
+class Job:
+    """A job handed to the check threads by :meth:`PublisherScheduler.submit`."""
+
+    __slots__ = ("fn", "state")
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+        #: ``"queued"``, ``"running"``, ``"abandoned"`` (given up on) or ``"done"``.
+        self.state = _QUEUED
+
+    def __repr__(self) -> str:
+        return f"<Job {self.fn!r} {self.state}>"
 
 
 class PublisherScheduler:
     """Runs tasks at their deadlines on one thread (see the module docs).
 
     Usually obtained with :func:`shared_scheduler`; a private one (for isolation) works the same.
-    ``check_threads`` bounds the pool that runs blocking tasks.
+    ``check_threads`` threads run slow work (jobs and blocking tasks) as a rule; when the oldest
+    job has waited ``stall`` seconds for one, the pool grows, up to ``max_check_threads``.
     """
 
     def __init__(
@@ -117,6 +177,8 @@ class PublisherScheduler:
         resolution: float = 0.001,
         tick: float = 0.01,
         check_threads: int = 4,
+        max_check_threads: int = 256,
+        stall: float = _STALL,
         name: str = "heartwire-publishers",
     ) -> None:
         if clock is not None and not isinstance(clock, _core.ManualClock):
@@ -125,6 +187,17 @@ class PublisherScheduler:
             raise TypeError(f"check_threads must be an int, got {check_threads!r}")
         if check_threads < 1:
             raise ValueError(f"check_threads must be >= 1, got {check_threads}")
+        if isinstance(max_check_threads, bool) or not isinstance(max_check_threads, int):
+            raise TypeError(f"max_check_threads must be an int, got {max_check_threads!r}")
+        if max_check_threads < check_threads:
+            raise ValueError(
+                f"max_check_threads must be >= check_threads ({check_threads}), "
+                f"got {max_check_threads}"
+            )
+        if isinstance(stall, bool) or not isinstance(stall, (int, float)):
+            raise TypeError(f"stall must be a number of seconds, got {stall!r}")
+        if not (stall > 0 and math.isfinite(stall)):
+            raise ValueError(f"stall must be a positive finite number of seconds, got {stall!r}")
         self.clock = clock
         self.name = name
         self._core = _core.Scheduler(clock, resolution, tick)
@@ -141,9 +214,10 @@ class PublisherScheduler:
         self._requested = 0
         self._wake_seen = 0
         self._completed = 0
-        self._pool = _CheckPool(check_threads, name)
-        self._pool_inflight = 0
+        self._pool = _CheckPool(check_threads, max_check_threads, float(stall), name)
+        self._pool_inflight = 0  # jobs submitted, not finished and not abandoned
         self._pool_done = 0
+        self._abandoned_running = 0  # abandoned jobs still holding a thread
         self._closed = False
         self._ran = 0
         self._errors = 0
@@ -153,8 +227,10 @@ class PublisherScheduler:
     def add(self, task: Task, *, blocking: bool = False) -> int:
         """Register ``task`` and return its key (not scheduled yet: see :meth:`schedule`).
 
-        A ``blocking`` task runs on a check thread instead of the scheduler thread. A key is
-        never run by two threads at once unless the task is rescheduled while it runs.
+        A ``blocking`` task runs on a check thread instead of the scheduler thread (as a
+        :meth:`submit` ted job). A key is never run by two threads at once unless the task is
+        rescheduled while it runs. Tasks that are not blocking must return quickly: every task
+        of the scheduler waits while one runs.
         """
         if not callable(task):
             raise TypeError(f"task must be callable, got {type(task).__name__}")
@@ -203,6 +279,36 @@ class PublisherScheduler:
             self._core.cancel(key)
         return had
 
+    def submit(self, fn: Callable[[], object]) -> Job:
+        """Run ``fn()`` on a check thread (see the module docs); returns its :class:`Job`.
+
+        :meth:`drain` waits for it unless it is :meth:`abandon` ed. An exception it raises is
+        logged and counted in ``stats()["errors"]``. Once the scheduler is closed the job is
+        abandoned at once and never runs.
+        """
+        job = Job(fn)
+        with self._lock:
+            if self._closed:
+                job.state = _ABANDONED
+                return job
+            self._pool_inflight += 1
+        self._pool.submit(functools.partial(self._run_job, job))
+        return job
+
+    def abandon(self, job: Job) -> bool:
+        """Give up on ``job``: :meth:`drain` stops waiting for it and, if no thread has taken it
+        yet, it never runs; a running one keeps its thread until it returns. False if it had
+        already finished (or was abandoned). Idempotent."""
+        with self._cond:
+            if job.state not in (_QUEUED, _RUNNING):
+                return False
+            if job.state == _RUNNING:
+                self._abandoned_running += 1
+            job.state = _ABANDONED
+            self._pool_inflight -= 1
+            self._cond.notify_all()
+        return True
+
     def now(self) -> float:
         """The scheduler clock's reading, seconds (``time.monotonic()``'s frame, or manual)."""
         return self._core.now()
@@ -219,6 +325,7 @@ class PublisherScheduler:
     def _run(self) -> None:
         core = self._core
         while True:
+            look = self._pool.rebalance()  # add check threads if jobs wait behind busy ones
             batch = core.try_pop(1024)
             if not batch:
                 with self._cond:
@@ -229,7 +336,8 @@ class PublisherScheduler:
                         self._core.stop()
                         self._thread = None
                         return
-                batch = core.pop(1024, timeout=_IDLE_WAIT)
+                wait = _IDLE_WAIT if look is None else min(_IDLE_WAIT, look)
+                batch = core.pop(1024, timeout=wait)
                 if not batch:
                     continue
             self._run_batch(batch)
@@ -248,12 +356,10 @@ class PublisherScheduler:
                 del self._armed[key]
                 task, blocking = self._tasks[key]
                 due.append((task, blocking, armed))
-                if blocking:
-                    self._pool_inflight += 1
         ran = errors = 0
         for task, blocking, deadline in due:
             if blocking:
-                self._pool.submit(functools.partial(self._run_blocking, task, deadline))
+                self.submit(functools.partial(task, deadline))
             else:
                 ran += 1
                 errors += not self._call(task, deadline)
@@ -271,22 +377,34 @@ class PublisherScheduler:
             return False
         return True
 
-    def _run_blocking(self, task: Task, deadline: float) -> None:
+    def _run_job(self, job: Job) -> None:
+        with self._lock:
+            if job.state != _QUEUED:
+                return  # abandoned before a thread took it
+            job.state = _RUNNING
         ok = False
         try:
-            ok = self._call(task, deadline)
+            job.fn()
+            ok = True
+        except Exception:
+            log.exception("publisher job %r raised", job.fn)
         finally:
             with self._cond:
                 self._ran += 1
                 self._errors += not ok
-                self._pool_inflight -= 1
-                self._pool_done += 1
+                if job.state == _ABANDONED:
+                    self._abandoned_running -= 1
+                else:
+                    self._pool_inflight -= 1
+                    self._pool_done += 1
+                job.state = _DONE
                 self._cond.notify_all()
 
     # -- waiting and closing ----------------------------------------------------------------
 
     def drain(self, timeout: float = 5.0) -> bool:
-        """Wait until every task due so far has run (blocking ones included). False on timeout.
+        """Wait until every task due so far has run (blocking ones and submitted jobs included,
+        abandoned jobs not). False on timeout.
 
         With a manual clock, after ``clock.advance(dt)`` this returns once every beat due by the
         new time has been sent. Calling it from a task (on the scheduler thread) raises
@@ -316,14 +434,17 @@ class PublisherScheduler:
             # Blocking tasks finished meanwhile and may have rescheduled: one more pass.
 
     def stats(self) -> dict[str, int]:
-        """``tasks``, ``scheduled`` (with a pending deadline), ``ran``, ``errors`` (tasks that
-        raised), ``check_threads`` (running now)."""
+        """``tasks``, ``scheduled`` (with a pending deadline), ``ran``, ``errors`` (tasks and
+        jobs that raised), ``check_threads`` (running now), ``jobs`` (submitted, not finished
+        nor abandoned), ``abandoned`` (abandoned jobs still holding a thread)."""
         return {
             "tasks": len(self._tasks),
             "scheduled": len(self._armed),
             "ran": self._ran,
             "errors": self._errors,
             "check_threads": self._pool.threads,
+            "jobs": self._pool_inflight,
+            "abandoned": self._abandoned_running,
         }
 
     @property
