@@ -144,3 +144,84 @@ def test_is_a_subscriber_listener(tmp_path: Path) -> None:
     mon = hw.HeartbeatMonitor(None, "svc.>", clock=hw.ManualClock())
     mon.add_listener(log)
     assert log in mon.listeners
+
+
+# -- failed writes (issue 14, item 20) ----------------------------------------------------------
+
+
+def _limit_file_size(nbytes: int) -> object:
+    """A real I/O error for the writes that follow: files may grow to ``nbytes`` only (EFBIG;
+    SIGXFSZ ignored). Returns what :func:`_restore_file_size` needs."""
+    import resource
+    import signal
+
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, old_limit[1]))
+    return old_limit, old_handler
+
+
+def _restore_file_size(saved: object) -> None:
+    import resource
+    import signal
+
+    (limit, handler) = saved  # type: ignore[misc]
+    resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    signal.signal(signal.SIGXFSZ, handler)
+
+
+def _many_rows(log: EventLog, n: int, at: float = 0.0) -> None:
+    for i in range(n):  # distinct topics and seqs: a file too big for the limit below
+        log.on_received(hw.Received(f"svc.{i:06d}.{secrets_hex(i)}", i, 0.001 * i, at + 1e-6 * i))
+
+
+def secrets_hex(i: int) -> str:
+    return format(i * 2654435761 % 2**32, "08x")
+
+
+def test_failed_write_keeps_the_rows_and_leaves_no_tmp(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0, compression="none")
+    _many_rows(log, 5000)
+    saved = _limit_file_size(4096)
+    try:
+        with pytest.raises(OSError):
+            log.flush()
+    finally:
+        _restore_file_size(saved)
+    assert log.buffered == 5000, "a failed write dropped the buffered rows"
+    assert log.files == [] and log.rows_written == 0
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [], "a .tmp file was left behind"
+    written = log.flush()  # the retry writes them
+    assert len(written) == 1 and log.buffered == 0 and log.rows_written == 5000
+    assert read(tmp_path).num_rows == 5000
+    log.close()
+
+
+def test_failed_rollover_keeps_the_window_and_the_new_event(tmp_path: Path) -> None:
+    # the date folder cannot be made (a file is in its place): every write fails
+    log = EventLog(tmp_path, roll_seconds=20, wall_offset=T0)
+    (tmp_path / "date=2024-03-01").write_text("in the way")
+    for i in range(30):  # 23:59:00 .. :29: the event at :20 rolls the first window over
+        log.on_received(hw.Received("svc.a", i, None, float(i)))
+    assert log.buffered == 30, "the rollover's failed write dropped rows"
+    assert log.write_errors >= 1 and isinstance(log.last_error, OSError)
+    with pytest.raises(OSError):
+        log.flush()  # the caller of flush() hears of the failure
+    (tmp_path / "date=2024-03-01").unlink()
+    assert log.flush() and log.buffered == 0
+    assert read(tmp_path).column("seq").to_pylist() == list(range(30))
+    log.close()
+
+
+def test_failure_after_the_first_date_writes_it_once(tmp_path: Path) -> None:
+    # rows over midnight: the first date's file is written, the second date's folder fails
+    log = EventLog(tmp_path, roll_seconds=7 * 60, wall_offset=T0)
+    for i in range(4):
+        log.on_received(hw.Received("svc.a", i, None, 30.0 * i))  # 23:59:00 .. 00:00:30
+    (tmp_path / "date=2024-03-02").write_text("in the way")
+    with pytest.raises(OSError):
+        log.flush()
+    assert log.buffered == 2 and log.rows_written == 2 and len(log.files) == 1
+    (tmp_path / "date=2024-03-02").unlink()
+    log.close()
+    assert read(tmp_path).column("seq").to_pylist() == [0, 1, 2, 3]  # no row twice

@@ -502,3 +502,71 @@ def test_outages_match_the_monitor_through_the_event_log(spark: Any, tmp_path: P
     for row in avail:
         down = sum(b - a for t, a, b, _, _ in expected_ms if t == row[0]) / 1000
         assert row[5] == pytest.approx(down)
+
+
+# -- TIMESTAMP_NTZ (issue 14, item 19) -----------------------------------------------------------
+
+# 2024-03-10 02:00 to 03:00 does not exist in New York (clocks jump 02:00 -> 03:00): as a wall
+# time in the session's zone, NTZ values there would shift by an hour.
+NTZ_BASE = 1_710_035_990_000  # 2024-03-10T01:59:50Z, epoch ms
+
+
+def ntz_ms(value: Any) -> Any:
+    """An NTZ value (a naive datetime) read as UTC wall-clock time: epoch ms."""
+    if isinstance(value, dt.datetime):
+        assert value.tzinfo is None, value
+        return ms_of(value.replace(tzinfo=UTC))
+    return value
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_timestamp_ntz_means_utc_wall_clock_in_every_engine(spark: Any, zone: str) -> None:
+    """NTZ times mean UTC wall-clock time whatever the session's time zone: every engine gives
+    the rows of the same times as epoch ms, and NTZ results come back as the same wall times."""
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        b = NTZ_BASE
+        beats = {"a": [0, 1000, 2000, 9000, 10_000], "b": [0, 5000], "c": [3000]}
+        rows = [(t, b + x) for t, xs in beats.items() for x in xs]
+        as_ms = spark.createDataFrame(rows, "topic string, ts long")
+        as_ntz = as_ms.select(
+            "topic",
+            F.timestamp_add("MILLISECOND", "ts", F.lit("1970-01-01").cast("timestamp_ntz")).alias(
+                "ts"
+            ),
+        )
+        assert as_ntz.schema["ts"].dataType.typeName() == "timestamp_ntz"
+        kw: dict[str, Any] = dict(period_ms=1000, start=b, end=b + 12_000)
+        for fn in (hs.outages, hs.availability):
+            want = sorted(tuple(r) for r in fn(as_ms, engine="rust", **kw).collect())
+            assert want, fn.__name__
+            for engine in ("rust", "rust-grouped", "native"):
+                got = fn(as_ntz, engine=engine, **kw)
+                for field in got.schema.fields[1:3]:
+                    assert field.dataType.typeName() == "timestamp_ntz", (engine, field)
+                got_ms = sorted(tuple(ntz_ms(v) for v in r) for r in got.collect())
+                assert got_ms == want, (fn.__name__, engine, zone)
+        # freshness: NTZ last_seen against an instant
+        as_of = dt.datetime.fromtimestamp((b + 4500) / 1000, UTC)
+        for engine in ("rust", "native"):
+            f_ntz = as_ntz.select(
+                "topic", "ts", hs.freshness("ts", 1000, as_of, engine=engine).alias("f")
+            )
+            f_ms = as_ms.select(
+                "topic", "ts", hs.freshness("ts", 1000, ms_of(as_of), engine=engine).alias("f")
+            )
+            got_f = sorted((r.topic, ntz_ms(r.ts), tuple(r.f)) for r in f_ntz.collect())
+            want_f = sorted((r.topic, r.ts, tuple(r.f)) for r in f_ms.collect())
+            assert got_f == want_f, (engine, zone)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+
+
+def test_time_and_period_columns_of_other_types_are_named_errors(spark: Any) -> None:
+    df = spark.createDataFrame([("a", "x", 1.5)], "topic string, ts string, p double")
+    with pytest.raises(TypeError, match="ts: column 'ts' must be a timestamp"):
+        hs.outages(df, period_ms=1000)
+    ok = spark.createDataFrame([("a", 1, 1.5)], "topic string, ts long, p double")
+    with pytest.raises(TypeError, match="period_ms: column 'p' must be an integer"):
+        hs.availability(ok, period_ms="p")

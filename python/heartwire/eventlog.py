@@ -28,11 +28,20 @@ of Unix time that the newest event falls in; when an event of a later window arr
 buffered so far are written (one file per date they cover). So are they by :meth:`flush`, by
 :meth:`close`, when the monitor stops, and once ``max_rows`` are buffered. Each file is written
 under a hidden name and renamed into place: readers never see part of one.
+
+A failed write (a full disk, an I/O error) loses nothing: the rows stay buffered until a later
+write succeeds (the next window's rollover, ``max_rows`` more rows, :meth:`flush` or
+:meth:`close`), the hidden file is removed, and the dates already written are not written
+again. :meth:`flush` and :meth:`close` raise the error; a write triggered by an event counts it
+(:attr:`EventLog.write_errors`, :attr:`EventLog.last_error`) and keeps the event. While writes
+keep failing the buffer keeps growing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import logging
 import os
 import secrets
 import threading
@@ -47,6 +56,8 @@ from heartwire.events import Failed, Received, Resumed, Stopped
 from heartwire.listeners import SubscriberListener
 
 __all__ = ["SCHEMA", "EventLog"]
+
+log = logging.getLogger(__name__)
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -110,6 +121,9 @@ class EventLog(SubscriberListener):
         self._closed = False
         self._files: list[str] = []
         self._rows_written = 0
+        self._write_errors = 0
+        self._last_error: BaseException | None = None
+        self._size_trigger = max_rows  # buffered rows that trigger a write (moves up on failure)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -127,6 +141,18 @@ class EventLog(SubscriberListener):
     def rows_written(self) -> int:
         with self._lock:
             return self._rows_written
+
+    @property
+    def write_errors(self) -> int:
+        """Writes that failed (their rows stayed buffered)."""
+        with self._lock:
+            return self._write_errors
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The error of the latest failed write, or None."""
+        with self._lock:
+            return self._last_error
 
     @property
     def buffered(self) -> int:
@@ -179,8 +205,8 @@ class EventLog(SubscriberListener):
             if self._window is None:
                 self._window = window
             elif window > self._window:
-                self._write_locked()
                 self._window = window
+                self._try_write_locked()
             rows = self._rows
             rows["kind"].append(kind)
             rows["topic"].append(topic)
@@ -190,16 +216,32 @@ class EventLog(SubscriberListener):
             rows["since"].append(since)
             rows["downtime"].append(downtime)
             rows["latency"].append(latency)
-            if len(rows["kind"]) >= self._max_rows:
-                self._write_locked()
+            if len(rows["kind"]) >= self._size_trigger:
+                self._try_write_locked()
+
+    def _try_write_locked(self) -> None:
+        """A write on an event's behalf: a failure is counted, not raised (the rows stay)."""
+        try:
+            self._write_locked()
+        except Exception as exc:
+            log.warning(
+                "event log %r: write failed, %d rows kept: %r",
+                self._path,
+                len(self._rows["kind"]),
+                exc,
+            )
+        # retry by size only after max_rows more rows (not at every event while failing)
+        self._size_trigger = len(self._rows["kind"]) + self._max_rows
 
     def flush(self) -> list[str]:
-        """Write the buffered rows now; returns the files written."""
+        """Write the buffered rows now; returns the files written. Raises the error of a failed
+        write (``OSError``...), the rows then staying buffered for the next try."""
         with self._lock:
             return self._write_locked()
 
     def close(self) -> None:
-        """Write what is buffered; later events are ignored. Idempotent."""
+        """Write what is buffered; later events are ignored. Idempotent. If the write fails the
+        error is raised and the log stays open (call it again to retry)."""
         with self._lock:
             if not self._closed:
                 self._write_locked()
@@ -212,27 +254,51 @@ class EventLog(SubscriberListener):
         self.close()
 
     def _write_locked(self) -> list[str]:
+        """Write the buffer, one file per date; rows leave the buffer only once their file is in
+        place. On failure the unwritten dates' rows stay, the error is recorded and raised."""
         rows = self._rows
         if not rows["kind"]:
             return []
-        self._rows = {name: [] for name in SCHEMA.names}
         table = pa.Table.from_pydict(rows, schema=SCHEMA)
-        days = pa.array([ts // _US_PER_DAY for ts in rows["ts"]], pa.int64())
+        day_of = [ts // _US_PER_DAY for ts in rows["ts"]]
+        days = pa.array(day_of, pa.int64())
         window_start = _dt.datetime.fromtimestamp(
-            (self._window or 0) * self._roll_us / 1e6, tz=_dt.timezone.utc
+            min(rows["ts"]) // self._roll_us * self._roll_us / 1e6, tz=_dt.timezone.utc
         )
         stamp = window_start.strftime("%Y%m%dT%H%M%S")
-        written = []
-        for day in sorted(set(days.to_pylist())):
-            part = table.filter(pc.equal(days, day))
-            folder = os.path.join(self._path, f"date={_EPOCH + _dt.timedelta(days=day)}")
-            os.makedirs(folder, exist_ok=True)
-            name = f"part-{stamp}-{self._token}-{len(self._files):05d}.parquet"
-            tmp = os.path.join(folder, f".{name}.tmp")
-            pq.write_table(part, tmp, compression=self._compression)
-            final = os.path.join(folder, name)
-            os.replace(tmp, final)
-            self._files.append(final)
-            written.append(final)
-        self._rows_written += table.num_rows
+        written: list[str] = []
+        done: set[int] = set()
+        try:
+            for day in sorted(set(day_of)):
+                part = table.filter(pc.equal(days, day))
+                final = self._write_file(part, day, stamp)
+                done.add(day)
+                self._files.append(final)
+                self._rows_written += part.num_rows
+                written.append(final)
+        except BaseException as exc:
+            self._write_errors += 1
+            self._last_error = exc
+            keep = [i for i, day in enumerate(day_of) if day not in done]
+            self._rows = {name: [column[i] for i in keep] for name, column in rows.items()}
+            raise
+        self._rows = {name: [] for name in SCHEMA.names}
+        self._size_trigger = self._max_rows
         return written
+
+    def _write_file(self, part: pa.Table, day: int, stamp: str) -> str:
+        """One date's rows as a file, written under a hidden name and renamed into place; the
+        hidden file is removed if that fails."""
+        folder = os.path.join(self._path, f"date={_EPOCH + _dt.timedelta(days=day)}")
+        os.makedirs(folder, exist_ok=True)
+        name = f"part-{stamp}-{self._token}-{len(self._files):05d}.parquet"
+        tmp = os.path.join(folder, f".{name}.tmp")
+        final = os.path.join(folder, name)
+        try:
+            pq.write_table(part, tmp, compression=self._compression)
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+        return final

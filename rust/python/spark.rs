@@ -3,7 +3,9 @@
 //! are computed with the GIL released, and go back as pyarrow objects.
 //!
 //! Time columns may be Arrow timestamps (any unit; converted to epoch ms, rounding down) or
-//! integers (epoch ms). Periods are integer milliseconds.
+//! integers (epoch ms). A timestamp without a time zone (Spark's TIMESTAMP_NTZ) is read as UTC
+//! wall-clock time, as `heartwire.spark` reads it on the Spark side. Periods are integer
+//! milliseconds.
 
 use crate::kernels::freshness::{freshness, Status};
 use crate::kernels::gaps::{self, Beat, GapConfig};
