@@ -280,7 +280,7 @@ def test_listener_queue_none_calls_listeners_in_the_producing_thread() -> None:
     mon.start()
     assert rec.threads == {threading.get_ident()}  # on_started, synchronously
     mon.stop()
-    assert mon.stats()["listeners"] == [{"listener": "Recorder", "errors": 0}]
+    assert mon.stats()["listeners"] == [{"listener": "Recorder", "errors": 0, "lossless": False}]
 
 
 def test_a_listener_raising_on_every_call_is_counted_and_the_fast_one_is_exact() -> None:

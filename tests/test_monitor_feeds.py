@@ -24,6 +24,13 @@ class Wants(hw.SubscriberListener):
         pass
 
 
+class Lossless(hw.SubscriberListener):
+    lossless = True  # its feed blocks rather than coalescing or dropping
+
+    def on_failed(self, event: Failed) -> None:
+        pass
+
+
 class Order(hw.SubscriberListener):
     """Every event's kind and topic, in the order the listener got them."""
 
@@ -62,8 +69,13 @@ def _in_thread(target: object, seconds: float, what: str, mon: hw.HeartbeatMonit
         pytest.fail(f"{what} still running after {seconds} s: deadlocked")
 
 
-@pytest.mark.parametrize("overflow", ["block", "coalesce", "drop-oldest"])
-def test_feed_switches_under_load_do_not_deadlock(overflow: str) -> None:
+@pytest.mark.parametrize(
+    ("overflow", "switcher"),
+    [("block", Wants), ("coalesce", Wants), ("drop-oldest", Wants), ("coalesce", Lossless)],
+)
+def test_feed_switches_under_load_do_not_deadlock(
+    overflow: str, switcher: type[hw.SubscriberListener]
+) -> None:
     # Tiny queues, 200 topics failing every 5 ms and beats from another thread: the driver
     # fills a new queue at once.
     mon = hw.HeartbeatMonitor(
@@ -86,8 +98,8 @@ def test_feed_switches_under_load_do_not_deadlock(overflow: str) -> None:
 
     def switches() -> None:
         for _ in range(60):
-            listener = Wants()
-            mon.add_listener(listener)  # a new feed with received events
+            listener = switcher()
+            mon.add_listener(listener)  # a new feed: with received events, or blocking
             time.sleep(0.002)
             mon.remove_listener(listener)  # and back
             time.sleep(0.002)

@@ -15,6 +15,13 @@ bounded queue of its own and a thread that empties it in order: a listener that 
 delays only itself. When its queue is full, the overflow policy (``"drop-oldest"`` or
 ``"drop-newest"``) discards an event for that listener alone, and counts it
 (:meth:`ListenerSet.stats`).
+
+A listener whose class sets ``lossless = True`` (as :class:`~heartwire.eventlog.EventLog` does) is
+never dropped from: past ``queue_size`` its queue keeps growing, so a slow lossless listener
+still delays only itself, and costs memory instead of events. That shows: ``stats()`` gives its
+``queued`` and ``high_water``, and a warning is logged each time its backlog doubles past
+``queue_size``. A monitor with a lossless listener also makes its own event queue block rather
+than coalesce or drop (see :class:`~heartwire.monitor.HeartbeatMonitor`).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from heartwire.events import (
     Disconnected,
@@ -64,7 +71,13 @@ class SubscriberListener:
 
     ``on_received`` is called once per beat, so override it only if you need it: a monitor of a
     million topics then costs no Python call per beat.
+
+    ``lossless``: set it to True on a subclass that must get every event (an audit log, the
+    event log availability figures come from): its queue then grows instead of dropping (see
+    the module docs), and the monitor's event queue blocks instead of losing events.
     """
+
+    lossless: ClassVar[bool] = False
 
     def on_started(self, event: Started) -> Any:
         """The monitor started."""
@@ -120,11 +133,15 @@ class PublisherListener:
 L = TypeVar("L")
 
 
+def _is_lossless(listener: object) -> bool:
+    return getattr(listener, "lossless", False) is True
+
+
 class _Entry:
     """One registered listener, the loop its coroutines run on, the methods it overrides, and
     (in a queued set) its own queue and thread."""
 
-    __slots__ = ("errors", "listener", "loop", "overrides", "worker")
+    __slots__ = ("errors", "listener", "loop", "lossless", "overrides", "worker")
 
     def __init__(
         self, listener: Any, loop: asyncio.AbstractEventLoop | None, overrides: frozenset[str]
@@ -132,6 +149,7 @@ class _Entry:
         self.listener = listener
         self.loop = loop
         self.overrides = overrides
+        self.lossless = _is_lossless(listener)
         self.errors = 0
         self.worker: _Worker | None = None
 
@@ -139,13 +157,16 @@ class _Entry:
 class _Worker:
     """One listener's bounded FIFO of ``(method, event, report)`` and the daemon thread that
     calls them in order. The thread starts with the first event and ends on :meth:`close` once
-    the queue is empty (a later event starts a new one)."""
+    the queue is empty (a later event starts a new one). A lossless listener's FIFO has no
+    bound: past ``size`` it grows, and each doubling of the backlog is logged."""
 
     def __init__(self, owner: ListenerSet[Any], entry: _Entry, size: int, overflow: str) -> None:
         self._owner = owner
         self._entry = entry
         self._size = size
         self._drop_oldest = overflow == "drop-oldest"
+        self.lossless = entry.lossless
+        self._warn_at = size  # a lossless backlog this deep is logged (then twice as deep)
         self._items: deque[tuple[str, object, bool]] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
@@ -160,14 +181,20 @@ class _Worker:
         self.busy_since: float | None = None  # monotonic start of the call in progress
 
     def put(self, method: str, event: object, report: bool) -> None:
+        behind = 0
         with self._cond:
             self._closing = False
             if len(self._items) >= self._size:
-                self.dropped += 1
-                if not self._drop_oldest:
-                    return
-                self._items.popleft()
-                self.finished += 1
+                if self.lossless:
+                    if len(self._items) >= self._warn_at:
+                        behind = len(self._items)
+                        self._warn_at *= 2
+                else:
+                    self.dropped += 1
+                    if not self._drop_oldest:
+                        return
+                    self._items.popleft()
+                    self.finished += 1
             self._items.append((method, event, report))
             self.accepted += 1
             if len(self._items) > self.high_water:
@@ -179,6 +206,17 @@ class _Worker:
                 self._thread.start()
             elif self._idle or self._waiters:
                 self._cond.notify_all()  # a busy worker needs no wake-up: it looks again
+        if behind:
+            busy = self.busy_since
+            log.warning(
+                "lossless listener %s of %s is %d events behind (queue_size %d; the call in "
+                "progress has taken %s): its queue grows instead of dropping",
+                type(self._entry.listener).__qualname__,
+                self._owner.source,
+                behind,
+                self._size,
+                "-" if busy is None else f"{time.monotonic() - busy:.1f} s",
+            )
 
     def _run(self) -> None:
         _on_worker.worker = self
@@ -194,6 +232,8 @@ class _Worker:
                     cond.wait()
                     self._idle = False
                 method, event, report = self._items.popleft()
+                if len(self._items) < self._size:
+                    self._warn_at = self._size  # caught up: warn again if it falls behind
                 self.busy_since = time.monotonic()
             try:
                 self._owner._call(self._entry, method, event, report=report)
@@ -328,6 +368,11 @@ class ListenerSet(Generic[L]):
         return any(method_name in e.overrides for e in self._entries)
 
     @property
+    def lossless(self) -> bool:
+        """Whether some registered listener is lossless (its class sets ``lossless = True``)."""
+        return any(e.lossless for e in self._entries)
+
+    @property
     def errors(self) -> int:
         """Listener calls that raised (or whose coroutine raised) so far."""
         return self._errors
@@ -399,8 +444,9 @@ class ListenerSet(Generic[L]):
 
     def stats(self) -> list[dict[str, Any]]:
         """Per listener, in order: ``listener`` (its class), ``errors`` (calls that raised),
-        and for a queued set ``queued`` (waiting now), ``high_water`` (most ever waiting),
-        ``handled``, ``dropped`` (by the overflow policy) and ``busy_for`` (seconds the call in
+        ``lossless``, and for a queued set ``queued`` (waiting now), ``high_water`` (most ever
+        waiting; past ``queue_size`` only for a lossless one), ``handled``, ``dropped`` (by the
+        overflow policy; never for a lossless one) and ``busy_for`` (seconds the call in
         progress has taken so far, ``None`` when idle)."""
         now = time.monotonic()
         out: list[dict[str, Any]] = []
@@ -408,6 +454,7 @@ class ListenerSet(Generic[L]):
             row: dict[str, Any] = {
                 "listener": type(e.listener).__qualname__,
                 "errors": e.errors,
+                "lossless": e.lossless,
             }
             w = e.worker
             if w is not None:

@@ -158,6 +158,7 @@ class _Feed:
 
     __slots__ = (
         "dispatcher",
+        "overflow",
         "popped",
         "prev",
         "queue",
@@ -167,9 +168,12 @@ class _Feed:
         "skip_until",
     )
 
-    def __init__(self, queue: EventQueue, received: bool, prev: _Feed | None) -> None:
+    def __init__(
+        self, queue: EventQueue, received: bool, overflow: str, prev: _Feed | None
+    ) -> None:
         self.queue = queue
         self.received = received
+        self.overflow = overflow
         self.prev = prev
         self.dispatcher: Dispatcher | None = None
         # Keys of failed/resumed events delivered once a successor feed exists (set by the switch).
@@ -237,6 +241,15 @@ class HeartbeatMonitor:
       and unsigned beats (whose ``sent`` anyone can forge) are not checked.
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
+      While a lossless listener is registered (its class sets ``lossless = True``, as
+      :class:`~heartwire.eventlog.EventLog` does), the queue is ``"block"`` instead: when the
+      dispatch thread falls behind, the detector's driver (and a recording thread) waits for
+      room rather than losing an event. The dispatch thread only hands events to the listener
+      queues, and a lossless listener's queue grows rather than blocking it, so a slow lossless
+      listener does not stall detection: it costs memory, shown in :meth:`stats`
+      (``listeners``) and logged as its backlog doubles. With ``listener_queue=None`` a lossless
+      listener is called on the dispatch thread, and a slow one does stall detection (shown as
+      ``dispatch_queue_depth`` at ``capacity``).
     - ``tick``: the detector's driver interval (real clock).
     - ``max_topics``: beats of new topics are rejected (reason ``"too_many_topics"``, counted
       in :meth:`stats`) once the monitor watches this many topics, expected ones included;
@@ -745,7 +758,7 @@ class HeartbeatMonitor:
             if self._running:
                 return self
             self._listeners.emit("on_started", Started(self._pattern))
-            self._open_feed(self._listeners.wants("on_received"))
+            self._open_feed(*self._feed_wanted())
             self._det.start()
             self._running = True
             self._paused = False
@@ -983,15 +996,20 @@ class HeartbeatMonitor:
                     self._progress.wait(min(remaining, 0.05))
         return self._listeners.drain(max(0.0, deadline - time.monotonic()))
 
-    def _open_feed(self, received: bool) -> None:
+    def _feed_wanted(self) -> tuple[bool, str]:
+        """Whether the feed should carry ``received`` events, and its overflow policy: "block"
+        while some listener is lossless (nothing may be coalesced or dropped before it)."""
+        listeners = self._listeners
+        overflow = "block" if listeners.lossless else self._overflow
+        return listeners.wants("on_received"), overflow
+
+    def _open_feed(self, received: bool, overflow: str) -> None:
         # Called with the lock held.
         old = self._feed
         if old is not None:
             old.record = set()
-        queue = self._det.subscribe(
-            capacity=self._capacity, overflow=self._overflow, received=received
-        )
-        feed = _Feed(queue, received, old)
+        queue = self._det.subscribe(capacity=self._capacity, overflow=overflow, received=received)
+        feed = _Feed(queue, received, overflow, old)
         feed.dispatcher = Dispatcher(
             queue,
             lambda batch: self._deliver(feed, batch),
@@ -1013,14 +1031,15 @@ class HeartbeatMonitor:
             feed.skip_until = queue.stats()["pushed"]
 
     def _sync_received(self) -> None:
-        """Open a new feed if listeners' interest in ``received`` events changed."""
+        """Open a new feed if listeners' interest in ``received`` events, or in losing none,
+        changed."""
         with self._lock:
             feed = self._feed
             if not self._running or feed is None:
                 return
-            wanted = self._listeners.wants("on_received")
-            if wanted != feed.received:
-                self._open_feed(wanted)
+            received, overflow = self._feed_wanted()
+            if (received, overflow) != (feed.received, feed.overflow):
+                self._open_feed(received, overflow)
 
     def _detach_feeds(self) -> list[_Feed]:
         """The current feed and those it replaces, oldest first (called with the lock held)."""
@@ -1093,8 +1112,17 @@ class HeartbeatMonitor:
                 elif kind == "local_pause":
                     duration = ev.duration
                     emit("on_local_pause", LocalPause(duration or 0.0, ev.at, wall_offset=off))
-            until = feed.skip_until  # None until the old feed is unsubscribed
-            if feed.skip is not None and until is not None and feed.popped + len(batch) >= until:
+            # The events both feeds got are the new queue's first `skip_until` (None until the
+            # old feed is unsubscribed). "coalesce" keeps each topic's order but not the order
+            # across topics: one of them may still wait in the side table behind later events,
+            # so there the skip ends only once the queue is empty as well.
+            until = feed.skip_until
+            if (
+                feed.skip is not None
+                and until is not None
+                and feed.popped + len(batch) >= until
+                and (feed.overflow != "coalesce" or len(feed.queue) == 0)
+            ):
                 feed.skip = None
         finally:
             local.dispatching = False
