@@ -171,6 +171,8 @@ class _Worker:
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._closing = False
+        self.sealed = False  # its last event is in: later ones are refused (counted in late)
+        self.late = 0
         self._idle = False  # the thread waits for an event (put must wake it)
         self._waiters = 0  # threads in wait() (put must wake nobody else)
         self.accepted = 0  # events put in the queue
@@ -180,9 +182,14 @@ class _Worker:
         self.high_water = 0
         self.busy_since: float | None = None  # monotonic start of the call in progress
 
-    def put(self, method: str, event: object, report: bool) -> None:
+    def put(self, method: str, event: object, report: bool, *, last: bool = False) -> None:
+        """Queue ``method(event)``; ``last``: nothing after it until :meth:`unseal`."""
         behind = 0
         with self._cond:
+            if self.sealed:
+                self.late += 1
+                return
+            self.sealed = last
             self._closing = False
             if len(self._items) >= self._size:
                 if self.lossless:
@@ -263,6 +270,15 @@ class _Worker:
                     self._waiters -= 1
             return True
 
+    def seal(self) -> None:
+        """Refuse every later event (counted in :attr:`late`) until :meth:`unseal`."""
+        with self._cond:
+            self.sealed = True
+
+    def unseal(self) -> None:
+        with self._cond:
+            self.sealed = False
+
     def close(self) -> threading.Thread | None:
         """Let the thread end once the queue is empty; the thread to join, if any."""
         with self._cond:
@@ -325,6 +341,8 @@ class ListenerSet(Generic[L]):
         self._lock = threading.Lock()
         self._errors = 0
         self._retired_dropped = 0  # drops of listeners since removed
+        self._sealed = False  # emit_last was called: emits are refused until unseal()
+        self._late = 0  # events refused for that (unqueued listeners and removed ones)
 
     def add(self, listener: L, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Register ``listener`` (an instance of ``kind``, else ``TypeError``).
@@ -348,18 +366,24 @@ class ListenerSet(Generic[L]):
         with self._lock:
             if any(e.listener is listener for e in self._entries):
                 return
+            if self._sealed and entry.worker is not None:
+                entry.worker.seal()  # added after the last event: nothing until unseal()
             self._entries = (*self._entries, entry)
 
     def remove(self, listener: L) -> bool:
         """Unregister ``listener``; False if it was not registered. A queued listener still
-        gets the events already in its queue."""
+        gets the events already in its queue, and no later one."""
         with self._lock:
             kept = tuple(e for e in self._entries if e.listener is not listener)
             gone = [e for e in self._entries if e.listener is listener]
             self._entries = kept
             for entry in gone:
                 if entry.worker is not None:
+                    # An emit that began before the removal must not start its thread again
+                    # (nothing would ever close it).
+                    entry.worker.seal()
                     self._retired_dropped += entry.worker.dropped
+                    self._late += entry.worker.late
                     entry.worker.close()
         return bool(gone)
 
@@ -390,13 +414,48 @@ class ListenerSet(Generic[L]):
 
     def emit(self, method_name: str, event: object) -> None:
         """Call (or, in a queued set, enqueue) ``method_name(event)`` for every listener that
-        overrides it; never raises, never waits for a queued listener."""
+        overrides it; never raises, never waits for a queued listener. After
+        :meth:`emit_last`, refused (counted in :attr:`late`) until :meth:`unseal`."""
         for entry in self._entries:
             if method_name in entry.overrides:
                 if entry.worker is not None:
                     entry.worker.put(method_name, event, True)
+                elif self._sealed:
+                    with self._lock:
+                        self._late += 1
                 else:
                     self._call(entry, method_name, event, report=True)
+
+    def emit_last(self, method_name: str, event: object) -> None:
+        """Emit ``method_name(event)`` as each listener's last event (``on_stopped``): every
+        later emit, from any thread, is refused and counted in :attr:`late` (and starts no
+        listener thread) until :meth:`unseal`. In a queued set a listener gets nothing after
+        it; an unqueued listener may still be inside a call that began before."""
+        with self._lock:
+            self._sealed = True
+        for entry in self._entries:
+            worker = entry.worker
+            if worker is None:
+                if method_name in entry.overrides:
+                    self._call(entry, method_name, event, report=True)
+            elif method_name in entry.overrides:
+                worker.put(method_name, event, True, last=True)
+            else:
+                worker.seal()
+
+    def unseal(self) -> None:
+        """Accept events again after :meth:`emit_last` (a monitor starting again)."""
+        with self._lock:
+            self._sealed = False
+            entries = self._entries
+        for entry in entries:
+            if entry.worker is not None:
+                entry.worker.unseal()
+
+    @property
+    def late(self) -> int:
+        """Events refused because they came after :meth:`emit_last`."""
+        return self._late + sum(e.worker.late for e in self._entries if e.worker is not None)
 
     @staticmethod
     def on_listener_thread() -> bool:
@@ -523,6 +582,9 @@ class ListenerSet(Generic[L]):
             if other is not entry and "on_exception" in other.overrides:
                 if other.worker is not None:
                     other.worker.put("on_exception", report_event, False)
+                elif self._sealed:
+                    with self._lock:
+                        self._late += 1
                 else:
                     self._call(other, "on_exception", report_event, report=False)
 

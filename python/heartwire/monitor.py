@@ -158,6 +158,7 @@ class _Feed:
 
     __slots__ = (
         "dispatcher",
+        "finished",
         "overflow",
         "popped",
         "prev",
@@ -176,6 +177,7 @@ class _Feed:
         self.overflow = overflow
         self.prev = prev
         self.dispatcher: Dispatcher | None = None
+        self.finished = False  # stop() is over: what the thread still holds is not delivered
         # Keys of failed/resumed events delivered once a successor feed exists (set by the switch).
         self.record: set[tuple[str, str, int, float]] | None = None
         # Keys to skip (the predecessor delivered them), while popped < skip_until (None: not
@@ -757,6 +759,7 @@ class HeartbeatMonitor:
         with self._lock:
             if self._running:
                 return self
+            self._listeners.unseal()  # closed by the last stop()'s on_stopped
             self._listeners.emit("on_started", Started(self._pattern))
             self._open_feed(*self._feed_wanted())
             self._det.start()
@@ -799,7 +802,10 @@ class HeartbeatMonitor:
         # Outside the lock: a listener running on the dispatch thread may need it to finish.
         deadline = time.monotonic() + timeout
         self._finish_feeds(chain, timeout)
-        self._listeners.emit("on_stopped", Stopped(self._pattern))
+        # The last event each listener gets: whatever is emitted later (a dispatch thread that
+        # did not finish in time, a late bad beat, a listener's error report) is refused and
+        # counted (``listener_late``), and starts no listener thread again.
+        self._listeners.emit_last("on_stopped", Stopped(self._pattern))
         # Queued listeners get what was produced, then their threads end (a blocked one ends
         # by itself once it has caught up).
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):
@@ -891,12 +897,14 @@ class HeartbeatMonitor:
         ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``),
         ``local_pause_seconds`` (the same length in seconds), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow
-        policy), ``listener_errors``, ``dispatch_errors``, ``listener_dropped`` (events the
-        listener queues' overflow policy discarded), ``listener_queue_depth`` (events waiting in
-        them now), ``listeners`` (per listener, as :meth:`ListenerSet.stats
-        <heartwire.listeners.ListenerSet.stats>`), ``dispatch_queue_depth`` (detector events
-        not yet taken by the dispatch thread), ``disconnects`` and ``reconnects`` (of the
-        broker connection)."""
+        policy, or held by a dispatch thread that :meth:`stop` did not wait for),
+        ``listener_errors``, ``dispatch_errors``, ``listener_dropped`` (events the
+        listener queues' overflow policy discarded), ``listener_late`` (events refused because
+        they came after ``on_stopped``: nothing reaches a listener after it),
+        ``listener_queue_depth`` (events waiting in them now), ``listeners`` (per listener,
+        as :meth:`ListenerSet.stats <heartwire.listeners.ListenerSet.stats>`),
+        ``dispatch_queue_depth`` (detector events not yet taken by the dispatch thread),
+        ``disconnects`` and ``reconnects`` (of the broker connection)."""
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
         with self._rejected_lock:
@@ -917,6 +925,7 @@ class HeartbeatMonitor:
             listener_errors=self._listeners.errors,
             dispatch_errors=self._dispatch_errors,
             listener_dropped=self._listeners.dropped,
+            listener_late=self._listeners.late,
             listener_queue_depth=self._listeners.queue_depth,
             listeners=self._listeners.stats(),
             dispatch_queue_depth=depth,
@@ -1053,15 +1062,26 @@ class HeartbeatMonitor:
         return chain
 
     def _finish_feeds(self, chain: list[_Feed], timeout: float) -> None:
-        """Deliver what the feeds hold, end their threads, and close their queues."""
+        """Deliver what the feeds hold within ``timeout``, end their threads, and close their
+        queues. A thread still busy then delivers nothing more (what it holds is counted in
+        ``dropped``) and ends by itself."""
         deadline = time.monotonic() + timeout
         for feed in chain:
-            if feed.dispatcher is not None:
-                feed.dispatcher.stop(max(0.0, deadline - time.monotonic()))
+            dispatcher = feed.dispatcher
+            if dispatcher is not None:
+                dispatcher.stop(max(0.0, deadline - time.monotonic()))
+            feed.finished = True
             self._det.unsubscribe(feed.queue)
             losses = _losses(feed.queue)
             with self._rejected_lock:
                 self._losses += losses
+            if dispatcher is not None and dispatcher.alive:
+                log.warning(
+                    "stopping %r: the dispatch thread did not deliver everything within %.3g s; "
+                    "the rest is dropped (counted in stats()['dropped'])",
+                    self._pattern,
+                    timeout,
+                )
 
     def _dispatch_failed(self, exc: BaseException, batch: list[Event]) -> None:
         self._dispatch_errors += 1
@@ -1084,7 +1104,11 @@ class HeartbeatMonitor:
             emit = listeners.emit
             wants_received = listeners.wants("on_received")
             off = self._wall_offset
-            for ev in batch:
+            for i, ev in enumerate(batch):
+                if feed.finished:  # stop() did not wait for this: after on_stopped, never
+                    with self._rejected_lock:
+                        self._losses += len(batch) - i
+                    break
                 kind = ev.kind
                 if kind == "received":
                     if wants_received:
