@@ -190,8 +190,7 @@ class _Worker:
                 self.late += 1
                 return
             self.sealed = last
-            self._closing = False
-            if len(self._items) >= self._size:
+            if len(self._items) >= self._size and not last:  # the last event is never dropped
                 if self.lossless:
                     if len(self._items) >= self._warn_at:
                         behind = len(self._items)
@@ -203,6 +202,7 @@ class _Worker:
                     self._items.popleft()
                     self.finished += 1
             self._items.append((method, event, report))
+            self._closing = False  # only an accepted event keeps (or starts) the thread going
             self.accepted += 1
             if len(self._items) > self.high_water:
                 self.high_water = len(self._items)

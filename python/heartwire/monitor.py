@@ -668,6 +668,8 @@ class HeartbeatMonitor:
             return
         # Every check comes before any change: a refused beat changes nothing about its topic
         # (a replayed beat with another period must not re-tune it and move its deadline).
+        if not self._running:
+            return  # not recorded while stopped (as beat()): nor may it re-tune its topic
         if self._codec.signed and beat.sent_at is not None and not self._fresh(handle, beat):
             return
         if handle is None:
