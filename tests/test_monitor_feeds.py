@@ -16,6 +16,7 @@ import pytest
 import heartwire as hw
 from heartwire.events import Failed, Received, Resumed, Stopped
 from heartwire.listeners import ListenerSet
+from heartwire.monitor import Overflow
 
 TOPICS = [f"svc.t{i}" for i in range(200)]
 
@@ -75,7 +76,7 @@ def _in_thread(target: object, seconds: float, what: str, mon: hw.HeartbeatMonit
     [("block", Wants), ("coalesce", Wants), ("drop-oldest", Wants), ("coalesce", Lossless)],
 )
 def test_feed_switches_under_load_do_not_deadlock(
-    overflow: str, switcher: type[hw.SubscriberListener]
+    overflow: Overflow, switcher: type[hw.SubscriberListener]
 ) -> None:
     # Tiny queues, 200 topics failing every 5 ms and beats from another thread: the driver
     # fills a new queue at once.

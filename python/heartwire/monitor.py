@@ -170,7 +170,7 @@ class _Feed:
     )
 
     def __init__(
-        self, queue: EventQueue, received: bool, overflow: str, prev: _Feed | None
+        self, queue: EventQueue, received: bool, overflow: Overflow, prev: _Feed | None
     ) -> None:
         self.queue = queue
         self.received = received
@@ -1007,14 +1007,14 @@ class HeartbeatMonitor:
                     self._progress.wait(min(remaining, 0.05))
         return self._listeners.drain(max(0.0, deadline - time.monotonic()))
 
-    def _feed_wanted(self) -> tuple[bool, str]:
+    def _feed_wanted(self) -> tuple[bool, Overflow]:
         """Whether the feed should carry ``received`` events, and its overflow policy: "block"
         while some listener is lossless (nothing may be coalesced or dropped before it)."""
         listeners = self._listeners
-        overflow = "block" if listeners.lossless else self._overflow
+        overflow: Overflow = "block" if listeners.lossless else self._overflow
         return listeners.wants("on_received"), overflow
 
-    def _open_feed(self, received: bool, overflow: str) -> None:
+    def _open_feed(self, received: bool, overflow: Overflow) -> None:
         # Called with the lock held.
         old = self._feed
         if old is not None:
