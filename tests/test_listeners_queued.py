@@ -280,7 +280,7 @@ def test_listener_queue_none_calls_listeners_in_the_producing_thread() -> None:
     mon.start()
     assert rec.threads == {threading.get_ident()}  # on_started, synchronously
     mon.stop()
-    assert mon.stats()["listeners"] == [{"listener": "Recorder", "errors": 0}]
+    assert mon.stats()["listeners"] == [{"listener": "Recorder", "errors": 0, "lossless": False}]
 
 
 def test_a_listener_raising_on_every_call_is_counted_and_the_fast_one_is_exact() -> None:
@@ -320,3 +320,32 @@ def test_a_listener_raising_on_every_call_is_counted_and_the_fast_one_is_exact()
     assert [s["errors"] for s in stats["listeners"]] == [30, 0]
     assert mon.metrics()["listener_errors"] == 30
     mon.stop(timeout=WAIT)
+
+
+def test_a_dropped_event_does_not_keep_a_closed_listener_thread_alive() -> None:
+    # A drop-newest put that is refused (queue full) must not undo close(): the thread would
+    # then wait forever once its queue is empty.
+    gate = threading.Event()
+
+    class Blocked(SubscriberListener):
+        def on_failed(self, event: Failed) -> None:
+            gate.wait(10.0)
+
+    ls: ListenerSet[SubscriberListener] = ListenerSet(
+        SubscriberListener, "svc.>", queue_size=1, overflow="drop-newest"
+    )
+    ls.add(Blocked())
+    ls.emit("on_failed", Failed("svc.a", 1, 0.0, 1.0))  # taken by the thread: it blocks
+    deadline = time.monotonic() + 5
+    while ls.queue_depth and time.monotonic() < deadline:
+        time.sleep(0.005)
+    ls.emit("on_failed", Failed("svc.a", 2, 0.0, 2.0))  # queued
+    assert not ls.close(timeout=0.0)  # busy: it ends by itself once empty
+    ls.emit("on_failed", Failed("svc.a", 3, 0.0, 3.0))  # dropped: the queue is full
+    assert ls.dropped == 1
+    gate.set()
+    threads = [t for t in threading.enumerate() if t.name.endswith(".Blocked]")]
+    assert threads
+    for t in threads:
+        t.join(5.0)
+    assert not any(t.is_alive() for t in threads), "the closed listener thread never ended"

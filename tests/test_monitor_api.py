@@ -16,7 +16,7 @@ from heartwire.events import ExceptionEvent, Failed, Received, Resumed, State
 from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.message import Beat, BeatCodec
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
-from heartwire.transport import connect
+from heartwire.transport import Message, connect
 from tests.test_monitor_semantics import ReceivedRecorder, Recorder, Rig, make_rig, ms
 
 
@@ -450,3 +450,15 @@ def test_drain_from_a_listener_returns_at_once(rig: Rig) -> None:
     rig.mon.start()
     rig.advance(1.5)
     assert results == [False]
+
+
+def test_a_beat_arriving_while_stopped_changes_nothing() -> None:
+    # Not recorded while stopped, so it must not re-tune its topic either.
+    clock = hw.ManualClock()
+    mon = HeartbeatMonitor(None, "svc.>", clock=clock)
+    mon.start()
+    mon.handle_message(Message("svc.a", BeatCodec().encode(Beat("svc.a", 1, "b", None, 1.0))))
+    mon.stop()
+    mon.handle_message(Message("svc.a", BeatCodec().encode(Beat("svc.a", 2, "b", None, 50.0))))
+    status = mon.status("svc.a")
+    assert (status.period, mon.stats()["beats"]) == (1.0, 1)

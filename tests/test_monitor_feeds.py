@@ -15,12 +15,21 @@ import pytest
 
 import heartwire as hw
 from heartwire.events import Failed, Received, Resumed, Stopped
+from heartwire.listeners import ListenerSet
+from heartwire.monitor import Overflow
 
 TOPICS = [f"svc.t{i}" for i in range(200)]
 
 
 class Wants(hw.SubscriberListener):
     def on_received(self, event: Received) -> None:
+        pass
+
+
+class Lossless(hw.SubscriberListener):
+    lossless = True  # its feed blocks rather than coalescing or dropping
+
+    def on_failed(self, event: Failed) -> None:
         pass
 
 
@@ -62,8 +71,13 @@ def _in_thread(target: object, seconds: float, what: str, mon: hw.HeartbeatMonit
         pytest.fail(f"{what} still running after {seconds} s: deadlocked")
 
 
-@pytest.mark.parametrize("overflow", ["block", "coalesce", "drop-oldest"])
-def test_feed_switches_under_load_do_not_deadlock(overflow: str) -> None:
+@pytest.mark.parametrize(
+    ("overflow", "switcher"),
+    [("block", Wants), ("coalesce", Wants), ("drop-oldest", Wants), ("coalesce", Lossless)],
+)
+def test_feed_switches_under_load_do_not_deadlock(
+    overflow: Overflow, switcher: type[hw.SubscriberListener]
+) -> None:
     # Tiny queues, 200 topics failing every 5 ms and beats from another thread: the driver
     # fills a new queue at once.
     mon = hw.HeartbeatMonitor(
@@ -86,8 +100,8 @@ def test_feed_switches_under_load_do_not_deadlock(overflow: str) -> None:
 
     def switches() -> None:
         for _ in range(60):
-            listener = Wants()
-            mon.add_listener(listener)  # a new feed with received events
+            listener = switcher()
+            mon.add_listener(listener)  # a new feed: with received events, or blocking
             time.sleep(0.002)
             mon.remove_listener(listener)  # and back
             time.sleep(0.002)
@@ -103,3 +117,70 @@ def test_feed_switches_under_load_do_not_deadlock(overflow: str) -> None:
     # No event delivered twice across the switches (the skip of what both feeds got).
     delivered = order.seen[:-1]
     assert len(delivered) == len(set(delivered))
+
+
+# -- stop() whose dispatch does not finish in time --------------------------------------------
+
+
+def _join_threads(prefix: str, seconds: float) -> list[threading.Thread]:
+    """Wait for the threads whose name starts with ``prefix``; those still alive after."""
+    deadline = time.monotonic() + seconds
+    for thread in threading.enumerate():
+        if thread.name.startswith(prefix):
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in threading.enumerate() if t.name.startswith(prefix) and t.is_alive()]
+
+
+class StopOrder(Order):
+    pass
+
+
+@pytest.mark.parametrize("listener_queue", [10_000, None])
+def test_nothing_reaches_a_listener_after_on_stopped(listener_queue: int | None) -> None:
+    clock = hw.ManualClock()
+    order = StopOrder()
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", clock=clock, listeners=[order], listener_queue=listener_queue
+    )
+    mon.detector.add_many([f"svc.{i}" for i in range(30_000)])
+    mon.start()
+    clock.advance(1.5)  # 30 000 failures in the dispatch queue
+    mon.stop(timeout=0.0)  # the dispatch thread cannot finish in time
+    assert _join_threads("heartwire-monitor", 20.0) == [], "dispatch thread still running"
+    # Events the dispatch thread still held are not delivered after on_stopped (they are
+    # counted), and no listener thread is started again for them.
+    assert _join_threads("heartwire-listener[StopOrder]", 20.0) == [], (
+        "a listener thread never ended"
+    )
+    with order.lock:
+        seen = list(order.seen)
+    assert seen[-1] == ("stopped", "", 0, 0.0), seen[-3:]
+    stats = mon.stats()
+    assert len(seen) - 1 + stats["dropped"] + stats["listener_late"] == 30_000, stats
+    # Events emitted after stop (a late bad beat) reach nobody and start no thread.
+    mon.handle_message(hw.transport.Message("svc.1", b"not a beat"))
+    assert _join_threads("heartwire-listener[StopOrder]", 1.0) == []
+    assert order.seen[-1] == ("stopped", "", 0, 0.0)
+    # A restart delivers again.
+    mon.start()
+    clock.advance(1.5)
+    assert mon.drain(10.0)
+    mon.stop()
+    assert order.seen[-1] == ("stopped", "", 0, 0.0)
+    assert any(e[0] == "failed" for e in order.seen[len(seen) :])
+
+
+def test_a_removed_listener_thread_is_not_started_again() -> None:
+    ls: ListenerSet[hw.SubscriberListener] = ListenerSet(
+        hw.SubscriberListener, "svc.>", queue_size=10
+    )
+    order = StopOrder()
+    ls.add(order)
+    ls.emit("on_failed", Failed("svc.a", 1, 0.0, 1.0))
+    entry = ls._entries[0]
+    assert ls.remove(order)
+    # An emit that took the entries before the removal puts into the removed queue.
+    assert entry.worker is not None
+    entry.worker.put("on_failed", Failed("svc.a", 2, 0.0, 2.0), True)
+    assert _join_threads("heartwire-listener[StopOrder]", 5.0) == []
+    assert order.seen == [("failed", "svc.a", 1, 1.0)]

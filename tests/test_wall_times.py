@@ -176,3 +176,12 @@ def test_wall_fields_of_each_kind() -> None:
         "at": OFFSET,
         "at_iso": "2025-06-15T15:06:40.000000Z",
     }
+
+
+def test_cli_watch_takes_max_beat_age() -> None:
+    from heartwire.cli import _parser
+
+    assert _parser().parse_args(["watch", "svc.>"]).max_beat_age is None
+    assert _parser().parse_args(["watch", "svc.>", "--max-beat-age", "90"]).max_beat_age == 90.0
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["watch", "svc.>", "--max-beat-age", "0"])

@@ -67,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
     watch.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
     watch.add_argument(
+        "--max-beat-age",
+        type=_positive(float),
+        default=None,
+        help="with --key: refuse signed beats sent further than this many seconds from this "
+        "host's wall clock (default: 3 periods + 60 s)",
+    )
+    watch.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -212,6 +219,7 @@ def _watch(args: argparse.Namespace) -> int:
         allowed_misses=args.allowed_misses,
         listeners=[listener],
         key=args.key,
+        max_beat_age=args.max_beat_age,
     )
     server = None
     try:

@@ -92,6 +92,8 @@ class EventLog(SubscriberListener):
     :meth:`flush` or :meth:`close`.
     """
 
+    lossless = True  # every availability figure comes from this log: never drop its events
+
     def __init__(
         self,
         path: str | os.PathLike[str],

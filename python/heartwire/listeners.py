@@ -15,6 +15,13 @@ bounded queue of its own and a thread that empties it in order: a listener that 
 delays only itself. When its queue is full, the overflow policy (``"drop-oldest"`` or
 ``"drop-newest"``) discards an event for that listener alone, and counts it
 (:meth:`ListenerSet.stats`).
+
+A listener whose class sets ``lossless = True`` (as :class:`~heartwire.eventlog.EventLog` does) is
+never dropped from: past ``queue_size`` its queue keeps growing, so a slow lossless listener
+still delays only itself, and costs memory instead of events. That shows: ``stats()`` gives its
+``queued`` and ``high_water``, and a warning is logged each time its backlog doubles past
+``queue_size``. A monitor with a lossless listener also makes its own event queue block rather
+than coalesce or drop (see :class:`~heartwire.monitor.HeartbeatMonitor`).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from heartwire.events import (
     Disconnected,
@@ -64,7 +71,13 @@ class SubscriberListener:
 
     ``on_received`` is called once per beat, so override it only if you need it: a monitor of a
     million topics then costs no Python call per beat.
+
+    ``lossless``: set it to True on a subclass that must get every event (an audit log, the
+    event log availability figures come from): its queue then grows instead of dropping (see
+    the module docs), and the monitor's event queue blocks instead of losing events.
     """
+
+    lossless: ClassVar[bool] = False
 
     def on_started(self, event: Started) -> Any:
         """The monitor started."""
@@ -120,11 +133,15 @@ class PublisherListener:
 L = TypeVar("L")
 
 
+def _is_lossless(listener: object) -> bool:
+    return getattr(listener, "lossless", False) is True
+
+
 class _Entry:
     """One registered listener, the loop its coroutines run on, the methods it overrides, and
     (in a queued set) its own queue and thread."""
 
-    __slots__ = ("errors", "listener", "loop", "overrides", "worker")
+    __slots__ = ("errors", "listener", "loop", "lossless", "overrides", "worker")
 
     def __init__(
         self, listener: Any, loop: asyncio.AbstractEventLoop | None, overrides: frozenset[str]
@@ -132,6 +149,7 @@ class _Entry:
         self.listener = listener
         self.loop = loop
         self.overrides = overrides
+        self.lossless = _is_lossless(listener)
         self.errors = 0
         self.worker: _Worker | None = None
 
@@ -139,17 +157,22 @@ class _Entry:
 class _Worker:
     """One listener's bounded FIFO of ``(method, event, report)`` and the daemon thread that
     calls them in order. The thread starts with the first event and ends on :meth:`close` once
-    the queue is empty (a later event starts a new one)."""
+    the queue is empty (a later event starts a new one). A lossless listener's FIFO has no
+    bound: past ``size`` it grows, and each doubling of the backlog is logged."""
 
     def __init__(self, owner: ListenerSet[Any], entry: _Entry, size: int, overflow: str) -> None:
         self._owner = owner
         self._entry = entry
         self._size = size
         self._drop_oldest = overflow == "drop-oldest"
+        self.lossless = entry.lossless
+        self._warn_at = size  # a lossless backlog this deep is logged (then twice as deep)
         self._items: deque[tuple[str, object, bool]] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._closing = False
+        self.sealed = False  # its last event is in: later ones are refused (counted in late)
+        self.late = 0
         self._idle = False  # the thread waits for an event (put must wake it)
         self._waiters = 0  # threads in wait() (put must wake nobody else)
         self.accepted = 0  # events put in the queue
@@ -159,16 +182,27 @@ class _Worker:
         self.high_water = 0
         self.busy_since: float | None = None  # monotonic start of the call in progress
 
-    def put(self, method: str, event: object, report: bool) -> None:
+    def put(self, method: str, event: object, report: bool, *, last: bool = False) -> None:
+        """Queue ``method(event)``; ``last``: nothing after it until :meth:`unseal`."""
+        behind = 0
         with self._cond:
-            self._closing = False
-            if len(self._items) >= self._size:
-                self.dropped += 1
-                if not self._drop_oldest:
-                    return
-                self._items.popleft()
-                self.finished += 1
+            if self.sealed:
+                self.late += 1
+                return
+            self.sealed = last
+            if len(self._items) >= self._size and not last:  # the last event is never dropped
+                if self.lossless:
+                    if len(self._items) >= self._warn_at:
+                        behind = len(self._items)
+                        self._warn_at *= 2
+                else:
+                    self.dropped += 1
+                    if not self._drop_oldest:
+                        return
+                    self._items.popleft()
+                    self.finished += 1
             self._items.append((method, event, report))
+            self._closing = False  # only an accepted event keeps (or starts) the thread going
             self.accepted += 1
             if len(self._items) > self.high_water:
                 self.high_water = len(self._items)
@@ -179,6 +213,17 @@ class _Worker:
                 self._thread.start()
             elif self._idle or self._waiters:
                 self._cond.notify_all()  # a busy worker needs no wake-up: it looks again
+        if behind:
+            busy = self.busy_since
+            log.warning(
+                "lossless listener %s of %s is %d events behind (queue_size %d; the call in "
+                "progress has taken %s): its queue grows instead of dropping",
+                type(self._entry.listener).__qualname__,
+                self._owner.source,
+                behind,
+                self._size,
+                "-" if busy is None else f"{time.monotonic() - busy:.1f} s",
+            )
 
     def _run(self) -> None:
         _on_worker.worker = self
@@ -194,6 +239,8 @@ class _Worker:
                     cond.wait()
                     self._idle = False
                 method, event, report = self._items.popleft()
+                if len(self._items) < self._size:
+                    self._warn_at = self._size  # caught up: warn again if it falls behind
                 self.busy_since = time.monotonic()
             try:
                 self._owner._call(self._entry, method, event, report=report)
@@ -222,6 +269,15 @@ class _Worker:
                 finally:
                     self._waiters -= 1
             return True
+
+    def seal(self) -> None:
+        """Refuse every later event (counted in :attr:`late`) until :meth:`unseal`."""
+        with self._cond:
+            self.sealed = True
+
+    def unseal(self) -> None:
+        with self._cond:
+            self.sealed = False
 
     def close(self) -> threading.Thread | None:
         """Let the thread end once the queue is empty; the thread to join, if any."""
@@ -285,6 +341,8 @@ class ListenerSet(Generic[L]):
         self._lock = threading.Lock()
         self._errors = 0
         self._retired_dropped = 0  # drops of listeners since removed
+        self._sealed = False  # emit_last was called: emits are refused until unseal()
+        self._late = 0  # events refused for that (unqueued listeners and removed ones)
 
     def add(self, listener: L, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Register ``listener`` (an instance of ``kind``, else ``TypeError``).
@@ -308,24 +366,35 @@ class ListenerSet(Generic[L]):
         with self._lock:
             if any(e.listener is listener for e in self._entries):
                 return
+            if self._sealed and entry.worker is not None:
+                entry.worker.seal()  # added after the last event: nothing until unseal()
             self._entries = (*self._entries, entry)
 
     def remove(self, listener: L) -> bool:
         """Unregister ``listener``; False if it was not registered. A queued listener still
-        gets the events already in its queue."""
+        gets the events already in its queue, and no later one."""
         with self._lock:
             kept = tuple(e for e in self._entries if e.listener is not listener)
             gone = [e for e in self._entries if e.listener is listener]
             self._entries = kept
             for entry in gone:
                 if entry.worker is not None:
+                    # An emit that began before the removal must not start its thread again
+                    # (nothing would ever close it).
+                    entry.worker.seal()
                     self._retired_dropped += entry.worker.dropped
+                    self._late += entry.worker.late
                     entry.worker.close()
         return bool(gone)
 
     def wants(self, method_name: str) -> bool:
         """Whether some registered listener overrides ``method_name`` (e.g. ``"on_received"``)."""
         return any(method_name in e.overrides for e in self._entries)
+
+    @property
+    def lossless(self) -> bool:
+        """Whether some registered listener is lossless (its class sets ``lossless = True``)."""
+        return any(e.lossless for e in self._entries)
 
     @property
     def errors(self) -> int:
@@ -345,13 +414,48 @@ class ListenerSet(Generic[L]):
 
     def emit(self, method_name: str, event: object) -> None:
         """Call (or, in a queued set, enqueue) ``method_name(event)`` for every listener that
-        overrides it; never raises, never waits for a queued listener."""
+        overrides it; never raises, never waits for a queued listener. After
+        :meth:`emit_last`, refused (counted in :attr:`late`) until :meth:`unseal`."""
         for entry in self._entries:
             if method_name in entry.overrides:
                 if entry.worker is not None:
                     entry.worker.put(method_name, event, True)
+                elif self._sealed:
+                    with self._lock:
+                        self._late += 1
                 else:
                     self._call(entry, method_name, event, report=True)
+
+    def emit_last(self, method_name: str, event: object) -> None:
+        """Emit ``method_name(event)`` as each listener's last event (``on_stopped``): every
+        later emit, from any thread, is refused and counted in :attr:`late` (and starts no
+        listener thread) until :meth:`unseal`. In a queued set a listener gets nothing after
+        it; an unqueued listener may still be inside a call that began before."""
+        with self._lock:
+            self._sealed = True
+        for entry in self._entries:
+            worker = entry.worker
+            if worker is None:
+                if method_name in entry.overrides:
+                    self._call(entry, method_name, event, report=True)
+            elif method_name in entry.overrides:
+                worker.put(method_name, event, True, last=True)
+            else:
+                worker.seal()
+
+    def unseal(self) -> None:
+        """Accept events again after :meth:`emit_last` (a monitor starting again)."""
+        with self._lock:
+            self._sealed = False
+            entries = self._entries
+        for entry in entries:
+            if entry.worker is not None:
+                entry.worker.unseal()
+
+    @property
+    def late(self) -> int:
+        """Events refused because they came after :meth:`emit_last`."""
+        return self._late + sum(e.worker.late for e in self._entries if e.worker is not None)
 
     @staticmethod
     def on_listener_thread() -> bool:
@@ -399,8 +503,9 @@ class ListenerSet(Generic[L]):
 
     def stats(self) -> list[dict[str, Any]]:
         """Per listener, in order: ``listener`` (its class), ``errors`` (calls that raised),
-        and for a queued set ``queued`` (waiting now), ``high_water`` (most ever waiting),
-        ``handled``, ``dropped`` (by the overflow policy) and ``busy_for`` (seconds the call in
+        ``lossless``, and for a queued set ``queued`` (waiting now), ``high_water`` (most ever
+        waiting; past ``queue_size`` only for a lossless one), ``handled``, ``dropped`` (by the
+        overflow policy; never for a lossless one) and ``busy_for`` (seconds the call in
         progress has taken so far, ``None`` when idle)."""
         now = time.monotonic()
         out: list[dict[str, Any]] = []
@@ -408,6 +513,7 @@ class ListenerSet(Generic[L]):
             row: dict[str, Any] = {
                 "listener": type(e.listener).__qualname__,
                 "errors": e.errors,
+                "lossless": e.lossless,
             }
             w = e.worker
             if w is not None:
@@ -476,6 +582,9 @@ class ListenerSet(Generic[L]):
             if other is not entry and "on_exception" in other.overrides:
                 if other.worker is not None:
                     other.worker.put("on_exception", report_event, False)
+                elif self._sealed:
+                    with self._lock:
+                        self._late += 1
                 else:
                     self._call(other, "on_exception", report_event, report=False)
 

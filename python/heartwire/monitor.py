@@ -158,6 +158,8 @@ class _Feed:
 
     __slots__ = (
         "dispatcher",
+        "finished",
+        "overflow",
         "popped",
         "prev",
         "queue",
@@ -167,11 +169,15 @@ class _Feed:
         "skip_until",
     )
 
-    def __init__(self, queue: EventQueue, received: bool, prev: _Feed | None) -> None:
+    def __init__(
+        self, queue: EventQueue, received: bool, overflow: Overflow, prev: _Feed | None
+    ) -> None:
         self.queue = queue
         self.received = received
+        self.overflow = overflow
         self.prev = prev
         self.dispatcher: Dispatcher | None = None
+        self.finished = False  # stop() is over: what the thread still holds is not delivered
         # Keys of failed/resumed events delivered once a successor feed exists (set by the switch).
         self.record: set[tuple[str, str, int, float]] | None = None
         # Keys to skip (the predecessor delivered them), while popped < skip_until (None: not
@@ -237,6 +243,15 @@ class HeartbeatMonitor:
       and unsigned beats (whose ``sent`` anyone can forge) are not checked.
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
+      While a lossless listener is registered (its class sets ``lossless = True``, as
+      :class:`~heartwire.eventlog.EventLog` does), the queue is ``"block"`` instead: when the
+      dispatch thread falls behind, the detector's driver (and a recording thread) waits for
+      room rather than losing an event. The dispatch thread only hands events to the listener
+      queues, and a lossless listener's queue grows rather than blocking it, so a slow lossless
+      listener does not stall detection: it costs memory, shown in :meth:`stats`
+      (``listeners``) and logged as its backlog doubles. With ``listener_queue=None`` a lossless
+      listener is called on the dispatch thread, and a slow one does stall detection (shown as
+      ``dispatch_queue_depth`` at ``capacity``).
     - ``tick``: the detector's driver interval (real clock).
     - ``max_topics``: beats of new topics are rejected (reason ``"too_many_topics"``, counted
       in :meth:`stats`) once the monitor watches this many topics, expected ones included;
@@ -653,6 +668,8 @@ class HeartbeatMonitor:
             return
         # Every check comes before any change: a refused beat changes nothing about its topic
         # (a replayed beat with another period must not re-tune it and move its deadline).
+        if not self._running:
+            return  # not recorded while stopped (as beat()): nor may it re-tune its topic
         if self._codec.signed and beat.sent_at is not None and not self._fresh(handle, beat):
             return
         if handle is None:
@@ -744,8 +761,9 @@ class HeartbeatMonitor:
         with self._lock:
             if self._running:
                 return self
+            self._listeners.unseal()  # closed by the last stop()'s on_stopped
             self._listeners.emit("on_started", Started(self._pattern))
-            self._open_feed(self._listeners.wants("on_received"))
+            self._open_feed(*self._feed_wanted())
             self._det.start()
             self._running = True
             self._paused = False
@@ -788,7 +806,10 @@ class HeartbeatMonitor:
         # Outside the lock: a listener running on the dispatch thread may need it to finish.
         deadline = time.monotonic() + timeout
         self._finish_feeds(chain, timeout)
-        self._listeners.emit("on_stopped", Stopped(self._pattern))
+        # The last event each listener gets: whatever is emitted later (a dispatch thread that
+        # did not finish in time, a late bad beat, a listener's error report) is refused and
+        # counted (``listener_late``), and starts no listener thread again.
+        self._listeners.emit_last("on_stopped", Stopped(self._pattern))
         # Queued listeners get what was produced, then their threads end (a blocked one ends
         # by itself once it has caught up).
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):
@@ -880,12 +901,14 @@ class HeartbeatMonitor:
         ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``),
         ``local_pause_seconds`` (the same length in seconds), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow
-        policy), ``listener_errors``, ``dispatch_errors``, ``listener_dropped`` (events the
-        listener queues' overflow policy discarded), ``listener_queue_depth`` (events waiting in
-        them now), ``listeners`` (per listener, as :meth:`ListenerSet.stats
-        <heartwire.listeners.ListenerSet.stats>`), ``dispatch_queue_depth`` (detector events
-        not yet taken by the dispatch thread), ``disconnects`` and ``reconnects`` (of the
-        broker connection)."""
+        policy, or held by a dispatch thread that :meth:`stop` did not wait for),
+        ``listener_errors``, ``dispatch_errors``, ``listener_dropped`` (events the
+        listener queues' overflow policy discarded), ``listener_late`` (events refused because
+        they came after ``on_stopped``: nothing reaches a listener after it),
+        ``listener_queue_depth`` (events waiting in them now), ``listeners`` (per listener,
+        as :meth:`ListenerSet.stats <heartwire.listeners.ListenerSet.stats>`),
+        ``dispatch_queue_depth`` (detector events not yet taken by the dispatch thread),
+        ``disconnects`` and ``reconnects`` (of the broker connection)."""
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
         with self._rejected_lock:
@@ -906,6 +929,7 @@ class HeartbeatMonitor:
             listener_errors=self._listeners.errors,
             dispatch_errors=self._dispatch_errors,
             listener_dropped=self._listeners.dropped,
+            listener_late=self._listeners.late,
             listener_queue_depth=self._listeners.queue_depth,
             listeners=self._listeners.stats(),
             dispatch_queue_depth=depth,
@@ -985,15 +1009,20 @@ class HeartbeatMonitor:
                     self._progress.wait(min(remaining, 0.05))
         return self._listeners.drain(max(0.0, deadline - time.monotonic()))
 
-    def _open_feed(self, received: bool) -> None:
+    def _feed_wanted(self) -> tuple[bool, Overflow]:
+        """Whether the feed should carry ``received`` events, and its overflow policy: "block"
+        while some listener is lossless (nothing may be coalesced or dropped before it)."""
+        listeners = self._listeners
+        overflow: Overflow = "block" if listeners.lossless else self._overflow
+        return listeners.wants("on_received"), overflow
+
+    def _open_feed(self, received: bool, overflow: Overflow) -> None:
         # Called with the lock held.
         old = self._feed
         if old is not None:
             old.record = set()
-        queue = self._det.subscribe(
-            capacity=self._capacity, overflow=self._overflow, received=received
-        )
-        feed = _Feed(queue, received, old)
+        queue = self._det.subscribe(capacity=self._capacity, overflow=overflow, received=received)
+        feed = _Feed(queue, received, overflow, old)
         feed.dispatcher = Dispatcher(
             queue,
             lambda batch: self._deliver(feed, batch),
@@ -1015,14 +1044,15 @@ class HeartbeatMonitor:
             feed.skip_until = queue.stats()["pushed"]
 
     def _sync_received(self) -> None:
-        """Open a new feed if listeners' interest in ``received`` events changed."""
+        """Open a new feed if listeners' interest in ``received`` events, or in losing none,
+        changed."""
         with self._lock:
             feed = self._feed
             if not self._running or feed is None:
                 return
-            wanted = self._listeners.wants("on_received")
-            if wanted != feed.received:
-                self._open_feed(wanted)
+            received, overflow = self._feed_wanted()
+            if (received, overflow) != (feed.received, feed.overflow):
+                self._open_feed(received, overflow)
 
     def _detach_feeds(self) -> list[_Feed]:
         """The current feed and those it replaces, oldest first (called with the lock held)."""
@@ -1036,15 +1066,26 @@ class HeartbeatMonitor:
         return chain
 
     def _finish_feeds(self, chain: list[_Feed], timeout: float) -> None:
-        """Deliver what the feeds hold, end their threads, and close their queues."""
+        """Deliver what the feeds hold within ``timeout``, end their threads, and close their
+        queues. A thread still busy then delivers nothing more (what it holds is counted in
+        ``dropped``) and ends by itself."""
         deadline = time.monotonic() + timeout
         for feed in chain:
-            if feed.dispatcher is not None:
-                feed.dispatcher.stop(max(0.0, deadline - time.monotonic()))
+            dispatcher = feed.dispatcher
+            if dispatcher is not None:
+                dispatcher.stop(max(0.0, deadline - time.monotonic()))
+            feed.finished = True
             self._det.unsubscribe(feed.queue)
             losses = _losses(feed.queue)
             with self._rejected_lock:
                 self._losses += losses
+            if dispatcher is not None and dispatcher.alive:
+                log.warning(
+                    "stopping %r: the dispatch thread did not deliver everything within %.3g s; "
+                    "the rest is dropped (counted in stats()['dropped'])",
+                    self._pattern,
+                    timeout,
+                )
 
     def _dispatch_failed(self, exc: BaseException, batch: list[Event]) -> None:
         self._dispatch_errors += 1
@@ -1067,7 +1108,11 @@ class HeartbeatMonitor:
             emit = listeners.emit
             wants_received = listeners.wants("on_received")
             off = self._wall_offset
-            for ev in batch:
+            for i, ev in enumerate(batch):
+                if feed.finished:  # stop() did not wait for this: after on_stopped, never
+                    with self._rejected_lock:
+                        self._losses += len(batch) - i
+                    break
                 kind = ev.kind
                 if kind == "received":
                     if wants_received:
@@ -1095,8 +1140,17 @@ class HeartbeatMonitor:
                 elif kind == "local_pause":
                     duration = ev.duration
                     emit("on_local_pause", LocalPause(duration or 0.0, ev.at, wall_offset=off))
-            until = feed.skip_until  # None until the old feed is unsubscribed
-            if feed.skip is not None and until is not None and feed.popped + len(batch) >= until:
+            # The events both feeds got are the new queue's first `skip_until` (None until the
+            # old feed is unsubscribed). "coalesce" keeps each topic's order but not the order
+            # across topics: one of them may still wait in the side table behind later events,
+            # so there the skip ends only once the queue is empty as well.
+            until = feed.skip_until
+            if (
+                feed.skip is not None
+                and until is not None
+                and feed.popped + len(batch) >= until
+                and (feed.overflow != "coalesce" or len(feed.queue) == 0)
+            ):
                 feed.skip = None
         finally:
             local.dispatching = False
