@@ -208,10 +208,18 @@ fn removed_topics_go_quiet_and_their_name_can_be_reused() {
     r.at(5 * S);
     assert!(r.take().is_empty());
     assert!(matches!(r.det.pause(a), Err(DetectorError::Unknown(_))));
-    let again = r.add("a");
-    assert_ne!(again, a);
+    // The queue was drained: the id is reused, under a new handle (issue 14 item 7).
+    let old = r.det.handle_of(a);
+    let again = r.det.add_handle("a", None, None).unwrap();
+    assert_ne!(again, old);
+    assert_eq!(r.det.resolve(again), Some(a));
     assert_eq!(r.det.status(again).unwrap().state, State::Pending);
+    assert_eq!(r.det.record_handle(old, 5 * S), Beat::Unknown);
+    assert!(r.det.status(old).is_err());
+    assert_eq!(r.det.name(old), None);
+    assert_eq!(r.det.status(again).unwrap().last_seen_ns, None);
     assert_eq!(r.det.statuses().len(), 1);
+    assert_eq!(r.det.len(), 1);
 }
 
 #[test]
