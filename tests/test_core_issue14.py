@@ -240,3 +240,39 @@ def test_a_stale_handle_never_reaches_the_topic_that_reuses_its_slot(rig: Rig) -
     assert rig.det.beat_handles(handles) == 0
     assert rig.det.status("svc.live").state == "PENDING"
     assert rig.det.status(live).topic == "svc.live"
+
+
+# -- item 9: settings at the top of the range never spin the detector -----------------------
+
+_HUGE = """
+import heartwire as hw
+clock = hw.ManualClock()
+det = hw.Detector(clock=clock, period=1.8e10, grace=1.8e10, resolution=1e-9)
+q = det.subscribe()
+h = det.add("svc.far")
+det.add("svc.near", period=1.0, grace=0.0)
+det.beat(h)
+clock.set(1.0)
+clock.set(2.5)
+det.remove("svc.near")  # (long gaps for short periods: see the tests below)
+clock.set(1e9)
+clock.set(1.7e10)
+print(det.status(h).state, det.status(h).next_deadline, [e.topic for e in q.try_pop()])
+"""
+
+
+def test_a_deadline_past_the_end_of_the_range_never_fires_nor_spins() -> None:
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _HUGE], capture_output=True, text=True, timeout=20
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the detector spun: advance() did not return within 20 s")
+    assert out.returncode == 0, out.stderr
+    state, deadline, topics = out.stdout.split(" ", 2)
+    assert state == "ALIVE"
+    assert float(deadline) >= 1.8e10
+    assert "svc.far" not in topics and "svc.near" in topics

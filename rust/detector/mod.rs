@@ -146,6 +146,10 @@ pub enum Beat {
     Refused,
 }
 
+/// A tick no clock reading reaches after: a topic due then is not put on the wheel at all
+/// (saturated deadlines, e.g. a period and grace near `u64::MAX` ns at a 1 ns resolution).
+const NEVER: u64 = u64::MAX;
+
 /// Driver-owned state of one topic (under the detector lock). 48 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -306,10 +310,11 @@ impl Detector {
     }
 
     /// The wheel tick at which a deadline is checked: the first tick strictly after it, since a
-    /// beat exactly at the deadline is still on time.
+    /// beat exactly at the deadline is still on time. Saturates: [`NEVER`] for a deadline in
+    /// the last tick of the range (`u64::MAX` ns at a 1 ns resolution), which no tick is after.
     #[inline]
     fn tick_of(&self, rel_ns: u64) -> u64 {
-        rel_ns / self.resolution_ns + 1
+        (rel_ns / self.resolution_ns).saturating_add(1)
     }
 
     /// The defaults new topics get.
