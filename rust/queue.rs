@@ -158,6 +158,21 @@ struct Flags {
     wake_pending: AtomicBool,
 }
 
+/// What tells a producer that everything it pushed before some moment is out of the queue and
+/// done with (see [`EventQueue::mark`]). Written by the consumer.
+#[derive(Default)]
+struct Drain {
+    /// Pops so far (calls of `try_pop_batch`, empty ones included).
+    passes: AtomicU64,
+    /// 1 + the latest pass that found the queue empty and whose events, if any, the consumer
+    /// has handed back; 0 for none yet.
+    drained: AtomicU64,
+    /// 1 + a pass that found the queue empty after handing out events not handed back yet.
+    pending: AtomicU64,
+    /// The consumer is inside a pop (it may hold events it took out, not counted yet).
+    in_pop: AtomicBool,
+}
+
 /// Written by producers.
 #[derive(Default)]
 struct ProducerCounters {
@@ -180,6 +195,8 @@ pub struct EventQueue<T> {
     producer_counters: CachePadded<ProducerCounters>,
     /// Written by the consumer only; kept off the producers' cache lines.
     popped: CachePadded<AtomicU64>,
+    /// The consumer's passes, emptiness and hand-back (see [`EventQueue::mark`]).
+    drain: CachePadded<Drain>,
     side: Mutex<SideTable<T>>,
     /// Slow path of a consumer waiting for events.
     consumer_gate: Mutex<()>,
@@ -206,6 +223,7 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
             }),
             producer_counters: CachePadded::new(ProducerCounters::default()),
             popped: CachePadded::new(AtomicU64::new(0)),
+            drain: CachePadded::new(Drain::default()),
             side: Mutex::new(SideTable {
                 events: HashMap::new(),
                 order: VecDeque::new(),
@@ -447,7 +465,12 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
 
     /// Non-blocking variant of [`pop_batch`](Self::pop_batch): appends up to `max` events that
     /// are available now and returns how many.
+    ///
+    /// Calling it also hands back the events of the previous pop (see
+    /// [`release_popped`](Self::release_popped)).
     pub fn try_pop_batch(&self, out: &mut Vec<T>, max: usize) -> usize {
+        self.release_popped();
+        self.drain.in_pop.store(true, Ordering::SeqCst);
         let mut n = self.pop_ring(out, max);
         if self.overflow == Overflow::Coalesce && self.flags.side_len.load(Ordering::Acquire) > 0 {
             self.refill_from_side();
@@ -459,7 +482,55 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
                 self.wake_producers();
             }
         }
+        // A pass numbered after a producer's `mark` that finds the queue empty proves every
+        // event pushed before the mark has left it (the SeqCst fence orders the emptiness
+        // check after the pass number, which is after the mark, which is after those pushes).
+        let d = &self.drain;
+        let pass = d.passes.fetch_add(1, Ordering::SeqCst) + 1;
+        fence(Ordering::SeqCst);
+        if self.ring.is_empty() && self.flags.side_len.load(Ordering::SeqCst) == 0 {
+            if n == 0 {
+                d.drained.fetch_max(pass, Ordering::AcqRel);
+            } else {
+                d.pending.store(pass, Ordering::SeqCst);
+            }
+        }
+        d.in_pop.store(false, Ordering::SeqCst);
         n
+    }
+
+    /// The consumer is done with the events it popped last (e.g. has read what their topic ids
+    /// name): they count as gone for [`drained_since`](Self::drained_since). The next pop does
+    /// this by itself.
+    pub fn release_popped(&self) {
+        let d = &self.drain;
+        if d.pending.load(Ordering::Relaxed) != 0 {
+            let pass = d.pending.swap(0, Ordering::AcqRel);
+            d.drained.fetch_max(pass, Ordering::AcqRel);
+        }
+    }
+
+    /// A mark for [`drained_since`](Self::drained_since), taken by a producer after its pushes;
+    /// None when nothing pushed so far can still be in the queue or in the consumer's hands:
+    /// the queue is empty and the consumer is not in a pop and has handed back what it popped.
+    /// (Read in that order: a consumer that took events out before the emptiness check was
+    /// then in a pop, and stays so, or holds them as pending, until it hands them back.)
+    pub fn mark(&self) -> Option<u64> {
+        fence(Ordering::SeqCst);
+        let d = &self.drain;
+        let mark = d.passes.load(Ordering::SeqCst);
+        let idle = self.ring.is_empty()
+            && self.flags.side_len.load(Ordering::SeqCst) == 0
+            && !d.in_pop.load(Ordering::SeqCst)
+            && d.pending.load(Ordering::SeqCst) == 0;
+        (!idle).then_some(mark)
+    }
+
+    /// Whether every event pushed before `mark` was taken has left the queue (popped and handed
+    /// back, dropped or replaced): a later pop found the queue empty. Conservative: a consumer
+    /// that never finds its queue empty keeps this false.
+    pub fn drained_since(&self, mark: u64) -> bool {
+        self.drain.drained.load(Ordering::Acquire) > mark
     }
 
     fn pop_ring(&self, out: &mut Vec<T>, max: usize) -> usize {

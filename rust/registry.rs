@@ -1,13 +1,16 @@
 //! Topic names to dense ids, and one atomic word per id that the beat path updates lock-free.
 //!
-//! Names live in one append-only arena (a `String` plus a span per id) indexed by a
+//! Names live in one arena (a `String` plus a span per id) indexed by a
 //! `hashbrown::HashTable<u32>`: about 14 bytes of index per topic besides the name itself, where a
 //! `HashMap<String, u32>` would cost ~40. The words live in fixed-size chunks that never move, so
 //! a beat by id reads them without any lock while new topics are being added.
 //!
-//! Ids are never reused: a removed topic's id is retired and its name stays in the arena, so an
-//! event still queued for it names the right topic. (Reuse would need generation-tagged handles;
-//! the cap on tracked topics is the bound on growth.)
+//! Ids are reused: the detector hands a removed topic's id to a new topic once no queued event
+//! can still name the old one (see `Detector::remove`). Each id carries a generation, bumped on
+//! every reuse; a [`Handle`] is the id with its generation, so a handle kept from the removed
+//! topic no longer resolves ([`Registry::resolve`]) and can never reach the new one. The old
+//! name stays readable until the id is reused; the arena is compacted once names that no id
+//! uses make up most of it, so memory follows the topics held, not the topics ever seen.
 
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
@@ -16,13 +19,33 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-/// A dense topic id, `0..registry.len()`.
+/// A dense topic id, `0..registry.len()`; reused after a topic is removed.
 pub type TopicId = u32;
+
+/// A topic id with its generation: `generation << 32 | id`. The generation of an id is bumped
+/// each time the id is reused, so a handle names one topic for good. An id whose generation is
+/// 0 (never reused) is its own handle.
+pub type Handle = u64;
+
+/// Generations wrap at 2^31 (so that a handle fits a signed 64-bit integer).
+pub const GEN_MASK: u32 = (1 << 31) - 1;
+
+/// The id of `handle` and its generation.
+#[inline]
+pub fn split_handle(handle: Handle) -> (TopicId, u32) {
+    (handle as TopicId, (handle >> 32) as u32)
+}
+
+/// The handle of `id` at generation `gen`.
+#[inline]
+pub fn make_handle(id: TopicId, gen: u32) -> Handle {
+    (u64::from(gen) << 32) | u64::from(id)
+}
 
 const CHUNK_BITS: u32 = 16;
 const CHUNK_LEN: usize = 1 << CHUNK_BITS;
 const MAX_CHUNKS: usize = 1 << 12;
-/// The most topics one registry can hold over its life (2^28, about 268 million).
+/// The most topics one registry can hold at a time (2^28, about 268 million).
 pub const MAX_TOPICS: usize = CHUNK_LEN * MAX_CHUNKS;
 /// The longest topic name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 64 * 1024;
@@ -34,7 +57,7 @@ pub enum RegisterError {
     Empty,
     /// The name is longer than [`MAX_NAME_LEN`] bytes.
     TooLong(usize),
-    /// The registry holds [`MAX_TOPICS`] ids, or its name arena is full.
+    /// The registry holds [`MAX_TOPICS`] topics, or its name arena is full.
     Full,
 }
 
@@ -56,6 +79,8 @@ struct Names {
     /// (start, len) of each id's name in `arena`.
     spans: Vec<(u32, u32)>,
     index: HashTable<TopicId>,
+    /// Bytes of `arena` that no id's span covers (names of reused ids).
+    garbage: usize,
 }
 
 impl Names {
@@ -80,8 +105,13 @@ pub struct Registry {
     names: RwLock<Names>,
     hasher: FixedState,
     chunks: Box<[OnceLock<Box<[AtomicU64]>>]>,
-    /// Ids handed out so far; an id below this has its word chunk allocated.
+    /// Generations, per chunk of ids; a chunk none of whose ids was ever reused has none (all
+    /// 0), so beats by handle in it read no more memory than beats by id.
+    gens: Box<[OnceLock<Box<[AtomicU32]>>]>,
+    /// Ids handed out so far (the high-water mark); an id below this has its chunk allocated.
     len: AtomicU32,
+    /// Names indexed now (topics not removed).
+    live: AtomicU32,
 }
 
 impl Default for Registry {
@@ -98,10 +128,13 @@ impl Registry {
                 arena: String::new(),
                 spans: Vec::new(),
                 index: HashTable::new(),
+                garbage: 0,
             }),
             hasher: FixedState::default(),
             chunks: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
+            gens: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
             len: AtomicU32::new(0),
+            live: AtomicU32::new(0),
         }
     }
 
@@ -114,6 +147,7 @@ impl Registry {
             arena,
             spans,
             index,
+            ..
         } = &mut *names;
         index.reserve(additional, |&id| {
             let (s, l) = spans[id as usize];
@@ -123,7 +157,7 @@ impl Registry {
         arena.reserve(additional.saturating_mul(avg_name_len));
     }
 
-    /// Ids handed out so far (removed ones included).
+    /// Ids handed out so far (the high-water mark: removed ones included, reused ones once).
     #[inline]
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Acquire) as usize
@@ -134,11 +168,26 @@ impl Registry {
         self.len() == 0
     }
 
+    /// Topics registered and not removed.
+    #[inline]
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Acquire) as usize
+    }
+
     /// The id of `name`, if it is registered.
     #[inline]
     pub fn lookup(&self, name: &str) -> Option<TopicId> {
         let names = self.names.read();
         self.find(&names, name)
+    }
+
+    /// The handle of `name`, if it is registered: its id and generation read under one read
+    /// lock, which an id's reuse (under the write lock) cannot interleave with.
+    #[inline]
+    pub fn lookup_handle(&self, name: &str) -> Option<Handle> {
+        let names = self.names.read();
+        let id = self.find(&names, name)?;
+        self.handle(id)
     }
 
     /// Run `f` with a lookup function under one read lock: the batch form of [`lookup`].
@@ -158,9 +207,16 @@ impl Registry {
             .copied()
     }
 
-    /// Register `name` with its word set to `initial`, or return the id it already has.
-    /// Returns `(id, created)`.
-    pub fn intern(&self, name: &str, initial: u64) -> Result<(TopicId, bool), RegisterError> {
+    /// Register `name`, or return the id it already has. Returns `(id, created)`. A new name
+    /// takes the id `reuse` if given (a removed id no queued event names any more: its
+    /// generation is bumped, its old name dropped), else the next new id; its word is set to
+    /// `initial(generation)`.
+    pub fn intern(
+        &self,
+        name: &str,
+        reuse: Option<TopicId>,
+        initial: impl FnOnce(u32) -> u64,
+    ) -> Result<(TopicId, bool), RegisterError> {
         if name.is_empty() {
             return Err(RegisterError::Empty);
         }
@@ -172,27 +228,73 @@ impl Registry {
         if let Some(&id) = guard.index.find(hash, |&id| guard.name(id) == name) {
             return Ok((id, false));
         }
-        let id = self.len.load(Ordering::Relaxed) as usize;
-        let start = guard.arena.len();
-        if id >= MAX_TOPICS || start + name.len() > u32::MAX as usize {
+        let high = self.len.load(Ordering::Relaxed) as usize;
+        let id = reuse.map_or(high, |r| r as usize);
+        if reuse.is_none() && high >= MAX_TOPICS {
             return Err(RegisterError::Full);
         }
-        // Make the word exist and hold its initial value before the id is published.
-        self.chunk_or_alloc(id)[id & (CHUNK_LEN - 1)].store(initial, Ordering::Release);
+        if guard.arena.len() + name.len() > u32::MAX as usize {
+            Self::compact(&mut guard);
+            if guard.arena.len() + name.len() > u32::MAX as usize {
+                return Err(RegisterError::Full);
+            }
+        }
+        // Make the word exist and hold its generation and initial value before the id is
+        // published (a new id) or its handle can resolve (a reused one).
+        let word = &self.chunk_or_alloc(id)[id & (CHUNK_LEN - 1)];
+        let gen = if reuse.is_some() {
+            let gens = self.gens[id >> CHUNK_BITS]
+                .get_or_init(|| (0..CHUNK_LEN).map(|_| AtomicU32::new(0)).collect());
+            let slot = &gens[id & (CHUNK_LEN - 1)];
+            let gen = (slot.load(Ordering::Relaxed) + 1) & GEN_MASK;
+            slot.store(gen, Ordering::Release);
+            gen
+        } else {
+            0
+        };
+        word.store(initial(gen), Ordering::Release);
         let names = &mut *guard;
+        let start = names.arena.len();
         names.arena.push_str(name);
-        names.spans.push((start as u32, name.len() as u32));
+        let span = (start as u32, name.len() as u32);
+        if reuse.is_some() {
+            names.garbage += names.spans[id].1 as usize;
+            names.spans[id] = span;
+        } else {
+            names.spans.push(span);
+        }
         let id = id as TopicId;
         let (arena, spans, hasher) = (&names.arena, &names.spans, &self.hasher);
         names.index.insert_unique(hash, id, |&other| {
             let (s, l) = spans[other as usize];
             hasher.hash_one(&arena[s as usize..(s + l) as usize])
         });
-        self.len.store(id + 1, Ordering::Release);
+        if reuse.is_none() {
+            self.len.store(id + 1, Ordering::Release);
+        }
+        self.live.fetch_add(1, Ordering::AcqRel);
+        if names.garbage > 4096 && names.garbage * 2 > names.arena.len() {
+            Self::compact(names);
+        }
         Ok((id, true))
     }
 
-    /// Remove `name` from the index so lookups no longer find it; its id is retired.
+    /// Rewrite the arena with only the names some id holds (the index stores ids, not
+    /// offsets, so it stays as it is).
+    fn compact(names: &mut Names) {
+        let mut arena = String::with_capacity(names.arena.len() - names.garbage);
+        for span in names.spans.iter_mut() {
+            let (s, l) = *span;
+            let start = arena.len() as u32;
+            arena.push_str(&names.arena[s as usize..(s + l) as usize]);
+            *span = (start, l);
+        }
+        names.arena = arena;
+        names.garbage = 0;
+    }
+
+    /// Remove `name` from the index so lookups no longer find it. The id keeps its name (for
+    /// events still queued) until it is reused.
     pub fn unindex(&self, id: TopicId) {
         let mut guard = self.names.write();
         let names = &mut *guard;
@@ -202,7 +304,33 @@ impl Registry {
         let hash = self.hasher.hash_one(names.name(id));
         if let Ok(entry) = names.index.find_entry(hash, |&other| other == id) {
             entry.remove();
+            self.live.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// The handle of `id` now (its current generation), or None for an id not handed out.
+    #[inline]
+    pub fn handle(&self, id: TopicId) -> Option<Handle> {
+        self.word(id)?;
+        Some(make_handle(id, self.gen(id)))
+    }
+
+    /// The current generation of an id handed out.
+    #[inline]
+    pub fn gen(&self, id: TopicId) -> u32 {
+        match self.gens[(id >> CHUNK_BITS) as usize].get() {
+            Some(gens) => gens[id as usize & (CHUNK_LEN - 1)].load(Ordering::Acquire),
+            None => 0,
+        }
+    }
+
+    /// The id `handle` names, if its generation is the id's current one (lock-free; the id
+    /// may still be a removed topic's, whose word says so).
+    #[inline]
+    pub fn resolve(&self, handle: Handle) -> Option<TopicId> {
+        let (id, gen) = split_handle(handle);
+        self.word(id)?;
+        (self.gen(id) == gen).then_some(id)
     }
 
     /// The name of `id` (also of a removed id). Panics on an id never handed out.
@@ -231,15 +359,18 @@ impl Registry {
             .get_or_init(|| (0..CHUNK_LEN).map(|_| AtomicU64::new(0)).collect())
     }
 
-    /// Bytes held by the name index, the arena and the allocated word chunks.
+    /// Bytes held by the name index, the arena and the allocated word and generation chunks.
     pub fn heap_bytes(&self) -> usize {
         let names = self.names.read();
         let chunks = self.chunks.iter().filter(|c| c.get().is_some()).count();
+        let gens = self.gens.iter().filter(|c| c.get().is_some()).count();
         names.arena.capacity()
             + names.spans.capacity() * std::mem::size_of::<(u32, u32)>()
             + names.index.capacity() * (std::mem::size_of::<TopicId>() + 1)
             + chunks * CHUNK_LEN * std::mem::size_of::<AtomicU64>()
+            + gens * CHUNK_LEN * std::mem::size_of::<AtomicU32>()
             + self.chunks.len() * std::mem::size_of::<OnceLock<Box<[AtomicU64]>>>()
+            + self.gens.len() * std::mem::size_of::<OnceLock<Box<[AtomicU32]>>>()
     }
 }
 
@@ -250,9 +381,9 @@ mod tests {
     #[test]
     fn intern_is_idempotent_and_ids_are_dense() {
         let r = Registry::new();
-        assert_eq!(r.intern("a", 7), Ok((0, true)));
-        assert_eq!(r.intern("b", 8), Ok((1, true)));
-        assert_eq!(r.intern("a", 9), Ok((0, false)));
+        assert_eq!(r.intern("a", None, |_| 7), Ok((0, true)));
+        assert_eq!(r.intern("b", None, |_| 8), Ok((1, true)));
+        assert_eq!(r.intern("a", None, |_| 9), Ok((0, false)));
         assert_eq!(r.len(), 2);
         assert_eq!(r.word(0).unwrap().load(Ordering::Relaxed), 7);
         assert_eq!(r.word(1).unwrap().load(Ordering::Relaxed), 8);
@@ -265,9 +396,9 @@ mod tests {
     #[test]
     fn bad_names_are_refused_with_the_reason() {
         let r = Registry::new();
-        assert_eq!(r.intern("", 0), Err(RegisterError::Empty));
+        assert_eq!(r.intern("", None, |_| 0), Err(RegisterError::Empty));
         let long = "x".repeat(MAX_NAME_LEN + 1);
-        let err = r.intern(&long, 0).unwrap_err();
+        let err = r.intern(&long, None, |_| 0).unwrap_err();
         assert_eq!(err, RegisterError::TooLong(MAX_NAME_LEN + 1));
         assert!(err.to_string().contains("65537 bytes"), "{err}");
         assert!(r.is_empty());
@@ -276,14 +407,14 @@ mod tests {
     #[test]
     fn unindexed_names_stay_resolvable_but_are_not_found() {
         let r = Registry::new();
-        r.intern("gone", 0).unwrap();
-        r.intern("kept", 0).unwrap();
+        r.intern("gone", None, |_| 0).unwrap();
+        r.intern("kept", None, |_| 0).unwrap();
         r.unindex(0);
         assert_eq!(r.lookup("gone"), None);
         assert_eq!(r.lookup("kept"), Some(1));
         assert_eq!(r.name(0), "gone");
         // A new registration of the same name gets a fresh id.
-        assert_eq!(r.intern("gone", 0), Ok((2, true)));
+        assert_eq!(r.intern("gone", None, |_| 0), Ok((2, true)));
     }
 
     #[test]
@@ -293,7 +424,7 @@ mod tests {
         r.reserve(n, 8);
         for i in 0..n {
             assert_eq!(
-                r.intern(&format!("t{i}"), i as u64).unwrap(),
+                r.intern(&format!("t{i}"), None, |_| i as u64).unwrap(),
                 (i as u32, true)
             );
         }
@@ -312,7 +443,7 @@ mod tests {
             let r = r.clone();
             std::thread::spawn(move || {
                 for i in 0..20_000u64 {
-                    r.intern(&format!("n{i}"), i + 1).unwrap();
+                    r.intern(&format!("n{i}"), None, |_| i + 1).unwrap();
                 }
             })
         };
@@ -326,5 +457,44 @@ mod tests {
         }
         writer.join().unwrap();
         assert_eq!(r.len(), 20_000);
+    }
+
+    #[test]
+    fn a_reused_id_gets_a_new_generation_and_stale_handles_stop_resolving() {
+        let r = Registry::new();
+        let (a, _) = r.intern("a", None, |_| 1).unwrap();
+        let old = r.handle(a).unwrap();
+        assert_eq!(old, u64::from(a), "generation 0: the id is its own handle");
+        r.unindex(a);
+        assert_eq!(r.live(), 0);
+        assert_eq!(r.name(a), "a", "kept for queued events until reused");
+        let (b, created) = r.intern("b", Some(a), |gen| u64::from(gen) << 8).unwrap();
+        assert_eq!((b, created), (a, true));
+        let new = r.handle(b).unwrap();
+        assert_ne!(new, old);
+        assert_eq!(r.resolve(old), None);
+        assert_eq!(r.resolve(new), Some(b));
+        assert_eq!(r.word(b).unwrap().load(Ordering::Relaxed), 1 << 8);
+        assert_eq!(
+            (r.name(b), r.lookup("b"), r.lookup("a")),
+            ("b".into(), Some(b), None)
+        );
+        assert_eq!((r.len(), r.live()), (1, 1));
+    }
+
+    #[test]
+    fn churn_through_one_id_keeps_the_arena_small() {
+        let r = Registry::new();
+        r.intern("steady", None, |_| 0).unwrap();
+        let (mut id, _) = r.intern("churn-0", None, |_| 0).unwrap();
+        for i in 1..100_000 {
+            r.unindex(id);
+            id = r.intern(&format!("churn-{i}"), Some(id), |_| 0).unwrap().0;
+        }
+        assert_eq!((r.len(), r.live()), (2, 2));
+        assert!(r.heap_bytes() < 4 * 1024 * 1024, "{}", r.heap_bytes());
+        assert!(r.names.read().arena.len() < 64 * 1024);
+        assert_eq!(r.lookup("steady"), Some(0));
+        assert_eq!(r.name(id), "churn-99999");
     }
 }

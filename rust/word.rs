@@ -82,7 +82,8 @@ pub const HEARD: u64 = 1 << 3;
 pub const FRESH: u64 = 1 << 4;
 /// The topic uses phi-accrual detection (its beats also feed the interval history).
 pub const PHI: u64 = 1 << 5;
-const TS_SHIFT: u32 = 6;
+/// Where the timestamp starts. A word never heard holds its id's generation there instead.
+pub const TS_SHIFT: u32 = 6;
 /// The largest storable timestamp: 2^58 ns, about 9.1 years after the detector's epoch.
 pub const TS_MAX: u64 = u64::MAX >> TS_SHIFT;
 
@@ -112,10 +113,11 @@ pub fn with_state(w: u64, s: State) -> u64 {
 
 /// `w` after a beat at `t`: the timestamp only moves forward, HEARD and FRESH are set, and a
 /// PENDING topic becomes ALIVE. FAILED stays FAILED: leaving it emits `resumed`, which is the
-/// driver lock's job.
+/// driver lock's job. (The timestamp bits of a word never heard are no time: see `TS_SHIFT`.)
 #[inline]
 pub fn after_beat(w: u64, t: u64) -> u64 {
-    let t = t.min(TS_MAX).max(ts(w));
+    let last = if w & HEARD != 0 { ts(w) } else { 0 };
+    let t = t.min(TS_MAX).max(last);
     let flags = (w & (STATE_MASK | PHI)) | HEARD | FRESH;
     let w = (t << TS_SHIFT) | flags;
     if state(w) == State::Pending {

@@ -159,3 +159,120 @@ def test_a_monitor_paused_then_restarted_watches_its_topics_again() -> None:
     assert mon.status("svc.a").state.value == "PENDING"
     assert mon.status("svc.b").state.value == "PAUSED"
     mon.stop()
+
+
+# -- item 7: removed topics are freed -------------------------------------------------------
+
+
+def test_churn_keeps_counts_limits_and_memory_bounded(rig: Rig) -> None:
+    rig.det.add("steady")
+    warm = None
+    for i in range(20_000):
+        h = rig.det.add(f"churn.{i % 7}.{i}")
+        assert rig.det.beat(h)
+        rig.det.remove(h)
+        rig.take()  # a consumer keeps up
+        if i == 1000:
+            warm = rig.det.heap_bytes()
+    assert len(rig.det) == 1
+    assert rig.det.stats()["topics"] == 1
+    assert rig.det.counts()["REMOVED"] <= 1  # the last one, its slot free for the next
+    assert warm is not None
+    assert rig.det.heap_bytes() <= warm + 64 * 1024, (warm, rig.det.heap_bytes())
+
+
+def test_a_monitor_watching_nothing_after_churn_still_learns(rig: Rig) -> None:
+    mon = hw.HeartbeatMonitor(hw.connect(), "svc.>", clock=rig.clock, max_topics=10)
+    mon.start()
+    slots = set()
+    for i in range(2000):
+        assert mon.beat(f"svc.{i}"), f"svc.{i} refused: {mon.stats()['rejected']}"
+        handle = mon.handle(f"svc.{i}")
+        assert handle is not None
+        slots.add(handle & 0xFFFF_FFFF)
+        assert mon.remove(f"svc.{i}")
+    assert mon.metrics()["topics"] == 0
+    assert mon.stats()["rejected"] == {}
+    assert len(slots) <= 2, f"slots are reused: {sorted(slots)[:10]}"
+    # A reused slot's handle has a generation: the monitor's per-topic state follows the slot.
+    assert mon.beat("svc.last")
+    assert mon.expect("svc.last", period=2.0) == mon.handle("svc.last")
+    assert mon.status("svc.last").period == 2.0
+    assert mon.pause()
+    assert mon.status("svc.last").state.value == "PAUSED"
+    assert mon.resume()
+    assert mon.status("svc.last").state.value == "ALIVE"
+    mon.stop()
+
+
+def test_queued_events_keep_naming_their_topic_after_its_slot_is_reused(rig: Rig) -> None:
+    old = rig.det.add("svc.old", now=0.0)
+    rig.clock.set(1.001)  # svc.old fails: the event waits in the queue
+    rig.det.remove(old)
+    new = [rig.det.add(f"svc.new{i}") for i in range(3)]
+    [ev] = rig.take()
+    assert (ev.kind, ev.topic, ev.handle) == ("failed", "svc.old", old)
+    # Once the queue is drained the slot may be reused, under a new handle.
+    again = rig.det.add("svc.again")
+    assert again not in [old, *new]
+    assert len(rig.det) == 4
+    rig.clock.set(2.002)
+    names = sorted((e.topic, e.handle) for e in rig.take())
+    assert ("svc.again", again) in names
+    assert all(topic != "svc.old" for topic, _ in names)
+
+
+def test_a_stale_handle_never_reaches_the_topic_that_reuses_its_slot(rig: Rig) -> None:
+    handles = []
+    for i in range(50):  # enough churn for some slot to be reused
+        h = rig.det.add(f"svc.{i}")
+        handles.append(h)
+        rig.det.remove(h)
+        rig.take()
+    live = rig.det.add("svc.live")
+    assert live not in handles
+    for h in handles:
+        assert not rig.det.beat(h)
+        with pytest.raises(KeyError):
+            rig.det.status(h)
+        with pytest.raises(KeyError):
+            rig.det.pause(h)
+    assert rig.det.beat_handles(handles) == 0
+    assert rig.det.status("svc.live").state == "PENDING"
+    assert rig.det.status(live).topic == "svc.live"
+
+
+# -- item 9: settings at the top of the range never spin the detector -----------------------
+
+_HUGE = """
+import heartwire as hw
+clock = hw.ManualClock()
+det = hw.Detector(clock=clock, period=1.8e10, grace=1.8e10, resolution=1e-9)
+q = det.subscribe()
+h = det.add("svc.far")
+det.add("svc.near", period=1.0, grace=0.0)
+det.beat(h)
+clock.set(1.0)
+clock.set(2.5)
+det.remove("svc.near")  # (long gaps for short periods: see the tests below)
+clock.set(1e9)
+clock.set(1.7e10)
+print(det.status(h).state, det.status(h).next_deadline, [e.topic for e in q.try_pop()])
+"""
+
+
+def test_a_deadline_past_the_end_of_the_range_never_fires_nor_spins() -> None:
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _HUGE], capture_output=True, text=True, timeout=20
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the detector spun: advance() did not return within 20 s")
+    assert out.returncode == 0, out.stderr
+    state, deadline, topics = out.stdout.split(" ", 2)
+    assert state == "ALIVE"
+    assert float(deadline) >= 1.8e10
+    assert "svc.far" not in topics and "svc.near" in topics

@@ -154,6 +154,16 @@ class Detector:
     ``grace`` (seconds >= 0, per topic; the constructor's is the default) is slack added to
     every deadline: with the last beat at ``last``, the n-th period counts as missed once the
     clock is past ``last + n * period + grace``. Phi-accrual topics ignore it.
+
+    A handle is a topic's slot (low 32 bits) and the slot's generation (the bits above). A
+    removed topic's slot is reused once no queued event can name it any more (every queue
+    has been found empty since); the new topic gets a new generation, so the old handle
+    raises ``KeyError`` (or beats with it are counted unknown) and never reaches the new one.
+
+    ``stop()`` then ``start()`` keeps each topic as it was: a FAILED topic stays FAILED (count
+    and ``since`` kept) until a beat is heard, a paused one stays paused. A beat stamped at or
+    before a FAILED topic's latest missed deadline (``now=`` in the past) is old news: it raises
+    ``last_seen`` but does not end the outage.
     """
 
     def __new__(
@@ -189,8 +199,13 @@ class Detector:
         now: float | None = None,
     ) -> list[int]: ...
     def handle(self, name: str) -> int | None: ...
+    def handles(self) -> list[int]:
+        """The handles of every topic held (not removed)."""
+
     def name(self, handle: int) -> str: ...
-    def __len__(self) -> int: ...
+    def __len__(self) -> int:
+        """Topics held: added and not removed."""
+
     def __contains__(self, name: str, /) -> bool: ...
     def remove(self, topic: _Topic) -> None: ...
     def pause(self, topic: _Topic) -> bool: ...

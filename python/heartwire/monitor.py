@@ -73,6 +73,10 @@ log = logging.getLogger("heartwire.monitor")
 Overflow = Literal["coalesce", "drop-oldest", "drop-newest", "block"]
 _OVERFLOWS = ("coalesce", "drop-oldest", "drop-newest", "block")
 _JOIN = 3600.0  # how long a new dispatch thread waits for the one it replaces (ordering)
+#: A handle's slot in the core (its low 32 bits; the bits above are the slot's generation,
+#: bumped when a removed topic's slot is reused). Per-topic arrays here are indexed by slot.
+_SLOT = 0xFFFF_FFFF
+
 #: The default ``max_topics``: a sender inventing topic names cannot grow a monitor past this.
 DEFAULT_MAX_TOPICS = 1_000_000
 #: The default size of each listener's own queue (``listener_queue``).
@@ -352,9 +356,9 @@ class HeartbeatMonitor:
         self._running = False
         self._paused = False
         self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
-        # Per handle (the core's dense ids): the topic's current period (NaN: not tracked yet),
-        # whether it was given to expect() (then beats do not change it), and the grace given
-        # to expect() (NaN: the monitor's rule, following the period).
+        # Per slot (a handle's low bits, the core's dense ids): the topic's current period (NaN:
+        # not tracked yet), whether it was given to expect() (then beats do not change it), and
+        # the grace given to expect() (NaN: the monitor's rule, following the period).
         self._periods = array("d")
         self._pinned = bytearray()
         self._graces = array("d")
@@ -362,7 +366,7 @@ class HeartbeatMonitor:
         self._learned = 0
         self._rejected: Counter[str] = Counter()
         self._rejected_lock = threading.Lock()
-        # Signed beats only: per handle, the topic's last REPLAY_BOOTS boots (replays).
+        # Signed beats only: per slot, the topic's last REPLAY_BOOTS boots (replays).
         self._boots: dict[int, tuple[_Boot, ...]] = {}
         self._replay_lock = threading.Lock()
         self._feed: _Feed | None = None
@@ -516,7 +520,11 @@ class HeartbeatMonitor:
                 handle = self._add(topic, period, allowed_misses, phi, grace)
             else:
                 given = grace
-                if given is None and period is not None and math.isnan(self._graces[handle]):
+                if (
+                    given is None
+                    and period is not None
+                    and math.isnan(self._graces[handle & _SLOT])
+                ):
                     given = self._grace_for(period)  # the rule follows the new period
                 changes = (period, allowed_misses, phi, given)
                 if any(c is not None for c in changes):
@@ -524,11 +532,11 @@ class HeartbeatMonitor:
                         handle, period=period, allowed_misses=allowed_misses, phi=phi, grace=given
                     )
                 if period is not None:
-                    self._periods[handle] = period
+                    self._periods[handle & _SLOT] = period
                 if grace is not None:
-                    self._graces[handle] = grace
+                    self._graces[handle & _SLOT] = grace
             if period is not None:
-                self._pinned[handle] = 1
+                self._pinned[handle & _SLOT] = 1
             return handle
 
     def remove(self, topic: str) -> bool:
@@ -564,22 +572,23 @@ class HeartbeatMonitor:
         )
         self._track(handle, effective)
         if grace is not None:
-            self._graces[handle] = grace
+            self._graces[handle & _SLOT] = grace
         if (self._paused or topic in self._paused_topics) and self._running:
             self._det.pause(handle)
         return handle
 
     def _track(self, handle: int, period: float) -> None:
-        if handle >= len(self._periods):
-            grow = max(handle + 1 - len(self._periods), len(self._periods) // 2, 1024)
+        slot = handle & _SLOT
+        if slot >= len(self._periods):
+            grow = max(slot + 1 - len(self._periods), len(self._periods) // 2, 1024)
             self._periods.extend([math.nan] * grow)
             self._pinned.extend(bytes(grow))
             self._graces.extend([math.nan] * grow)
-        self._periods[handle] = period
-        self._pinned[handle] = 0
-        self._graces[handle] = math.nan
-        self._boots.pop(handle, None)  # a reused handle: a new topic
-        self._next_handle = max(self._next_handle, handle + 1)
+        self._periods[slot] = period
+        self._pinned[slot] = 0
+        self._graces[slot] = math.nan
+        self._boots.pop(slot, None)  # a reused slot: a new topic
+        self._next_handle = max(self._next_handle, slot + 1)
 
     def _learn(self, topic: str, period: float | None) -> int | None:
         """Add a topic first heard from now; None if refused (counted)."""
@@ -682,7 +691,8 @@ class HeartbeatMonitor:
             return
         if period is not None:
             periods = self._periods
-            if handle < len(periods) and periods[handle] != period and not self._pinned[handle]:
+            slot = handle & _SLOT
+            if slot < len(periods) and periods[slot] != period and not self._pinned[slot]:
                 self._retune(handle, period)
         latency = None if beat.sent_at is None else time.time() - beat.sent_at
         self._det.beat(handle, seq=beat.seq, latency=latency)
@@ -723,11 +733,11 @@ class HeartbeatMonitor:
             return True
         why = ""
         with self._replay_lock:
-            history = self._boots.get(handle, ())
+            history = self._boots.get(handle & _SLOT, ())
             why = _replay(history, boot, seq, sent)
             if not why:
                 kept = tuple(b for b in history if b[0] != boot)
-                self._boots[handle] = (*kept, (boot, seq, sent))[-REPLAY_BOOTS:]
+                self._boots[handle & _SLOT] = (*kept, (boot, seq, sent))[-REPLAY_BOOTS:]
         if why:
             self._reject("replayed", None, f"beat for {_short(beat.topic)} replayed: {why}")
             return False
@@ -735,16 +745,16 @@ class HeartbeatMonitor:
 
     def _retune(self, handle: int, period: float) -> None:
         with self._lock:
-            if self._pinned[handle] or self._periods[handle] == period:
+            if self._pinned[handle & _SLOT] or self._periods[handle & _SLOT] == period:
                 return
-            grace = self._graces[handle]
+            grace = self._graces[handle & _SLOT]
             if math.isnan(grace):
                 grace = self._grace_for(period)
             try:
                 self._det.configure(handle, period=period, grace=grace)
             except KeyError:  # removed meanwhile
                 return
-            self._periods[handle] = period
+            self._periods[handle & _SLOT] = period
 
     def _reject(self, reason: str, error: BaseException | None, detail: str) -> None:
         with self._rejected_lock:
@@ -833,7 +843,7 @@ class HeartbeatMonitor:
             if self._paused:
                 return False
             self._paused = True
-            for handle in range(self._next_handle):
+            for handle in self._det.handles():
                 with contextlib.suppress(KeyError):  # a removed topic
                     self._det.pause(handle)
             return True
@@ -863,7 +873,7 @@ class HeartbeatMonitor:
                 return False
             self._paused = False
             paused_topics = {self._det.handle(t) for t in self._paused_topics}
-            for handle in range(self._next_handle):
+            for handle in self._det.handles():
                 if handle not in paused_topics:
                     with contextlib.suppress(KeyError):
                         self._det.resume(handle)

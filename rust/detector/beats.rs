@@ -72,9 +72,46 @@ impl Detector {
         let Some(word) = self.registry.word(id) else {
             return Beat::Unknown;
         };
+        self.record_word(id, word, None, now_abs)
+    }
+
+    /// [`record`](Detector::record) by handle: [`Beat::Unknown`] for a handle whose id was
+    /// reused by another topic since.
+    #[inline]
+    pub fn record_handle(&self, handle: Handle, now_abs: u64) -> Beat {
+        let (result, _) = self.record_handle_uncounted(handle, now_abs);
+        let counter = match result {
+            Beat::Recorded { .. } => &self.counters.beats,
+            Beat::Unknown => &self.counters.unknown,
+            Beat::Refused => &self.counters.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    #[inline]
+    fn record_handle_uncounted(&self, handle: Handle, now_abs: u64) -> (Beat, TopicId) {
+        let (id, want) = crate::registry::split_handle(handle);
+        let Some(word) = self.registry.word(id) else {
+            return (Beat::Unknown, id);
+        };
+        (self.record_word(id, word, Some(want), now_abs), id)
+    }
+
+    /// The CAS of a beat. With `gen`, the id's generation is checked after each load of the
+    /// word and before the CAS: a word read after the id was reused comes with the new
+    /// generation (it is stored before the new word), and a word read before can no longer be
+    /// there to be swapped, since a reused id's first word holds its new generation in place of
+    /// a time, unlike any word of the previous topic (only a word heard at the very same
+    /// nanosecond, with the same flags, could match).
+    #[inline(always)]
+    fn record_word(&self, id: TopicId, word: &AtomicU64, gen: Option<u32>, now_abs: u64) -> Beat {
         let t = self.rel(now_abs);
         let mut w = word.load(Ordering::Acquire);
         loop {
+            if gen.is_some_and(|want| self.registry.gen(id) != want) {
+                return Beat::Unknown;
+            }
             let st = word::state(w);
             if matches!(st, State::Stopped | State::Removed) {
                 return Beat::Refused;
@@ -129,6 +166,9 @@ impl Detector {
     /// Emit a `received` event for a beat (to the subscribers that asked for them).
     pub fn emit_received(&self, id: TopicId, now_abs: u64, seq: u64, latency_ns: i64) {
         let _order = self.inner.lock();
+        if word::state(self.word(id).load(Ordering::Acquire)) == State::Removed {
+            return; // removed since the beat: its queues must not see it again (see `remove`)
+        }
         let subscribers = self.subscribers.read();
         self.emit(&subscribers, Event::received(id, now_abs, seq, latency_ns));
     }
@@ -209,6 +249,34 @@ impl Detector {
         }
         self.count_batch(&batch);
         batch
+    }
+
+    /// [`record_ids`](Detector::record_ids) by handle: a handle whose id was reused since
+    /// counts as unknown.
+    pub fn record_handles(
+        &self,
+        handles: impl IntoIterator<Item = Handle>,
+        now: Option<u64>,
+    ) -> Batch {
+        let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
+        let want_received = self.wants_received();
+        for handle in handles {
+            let (result, id) = self.record_handle_uncounted(handle, batch.now);
+            batch.take(id, result, want_received);
+        }
+        self.count_batch(&batch);
+        batch
+    }
+
+    /// [`beat_with`](Detector::beat_with) by handle.
+    pub fn beat_handle(&self, handle: Handle, now: Option<u64>, seq: u64, latency_ns: i64) -> Beat {
+        let now = now.unwrap_or_else(|| self.clock.now_ns());
+        let result = self.record_handle(handle, now);
+        if self.needs_completion(result) {
+            let id = crate::registry::split_handle(handle).0;
+            self.complete(id, result, now, seq, latency_ns);
+        }
+        result
     }
 
     /// The lock-free part of a batch of beats by name: never blocks, never emits. Unknown names

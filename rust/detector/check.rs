@@ -193,7 +193,13 @@ impl Detector {
             wake = wake.min(now.saturating_add(self.step(inner, id)));
         }
         let tick = self.tick_of(wake);
-        inner.wheel.schedule(id, tick);
+        if tick == NEVER {
+            // Past the end of the range: it never fires (scheduled, it would be due at once
+            // once the wheel reached the end of time, and re-armed there without end).
+            inner.wheel.cancel(id);
+        } else {
+            inner.wheel.schedule(id, tick);
+        }
     }
 
     /// Time from a beat to the first missed period: the period plus grace, or the phi

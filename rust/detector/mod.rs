@@ -21,14 +21,14 @@ use crate::clock::{ClockSource, Driven};
 use crate::event::{Event, EventKind, NO_LATENCY, NO_SEQ};
 use crate::phi::{PhiConfig, PhiState};
 use crate::queue::{EventQueue, Overflow, QueueStats};
-use crate::registry::{NameView, RegisterError, Registry, TopicId};
+use crate::registry::{make_handle, Handle, NameView, RegisterError, Registry, TopicId};
 use crate::wheel::Wheel;
 use crate::word::{self, State, FRESH, HEARD, PHI};
 use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 mod beats;
 mod check;
@@ -146,6 +146,10 @@ pub enum Beat {
     Refused,
 }
 
+/// A tick no clock reading reaches after: a topic due then is not put on the wheel at all
+/// (saturated deadlines, e.g. a period and grace near `u64::MAX` ns at a 1 ns resolution).
+const NEVER: u64 = u64::MAX;
+
 /// Driver-owned state of one topic (under the detector lock). 48 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -176,7 +180,18 @@ struct Inner {
     /// While stopped: the topics that were FAILED or paused when stopped, and which (the
     /// others were ALIVE or PENDING, as their HEARD bit tells). See [`Detector::start`].
     held: HashMap<TopicId, State>,
+    /// Ids of removed topics that a new topic may take (see `topics.rs`).
+    free: Vec<TopicId>,
+    /// Ids of removed topics that events still queued may name, oldest first, each with the
+    /// queues it waits for: it becomes free once each has drained past its mark.
+    limbo: VecDeque<(TopicId, Arc<[QueueMark]>)>,
+    /// Queues unsubscribed that may still hold events to be popped: a removal waits for them
+    /// too. Dropped from here once found idle and empty, or gone.
+    retired: Vec<Weak<EventQueue<Event>>>,
 }
+
+/// A subscriber queue and its [`EventQueue::mark`] when a topic was removed.
+type QueueMark = (Weak<EventQueue<Event>>, u64);
 
 struct Subscriber {
     queue: Arc<EventQueue<Event>>,
@@ -249,6 +264,9 @@ impl Detector {
                 now: 0,
                 pause: 0..0,
                 held: HashMap::new(),
+                free: Vec::new(),
+                limbo: VecDeque::new(),
+                retired: Vec::new(),
             }),
             phi: Mutex::new(HashMap::new()),
             subscribers: RwLock::new(Vec::new()),
@@ -292,10 +310,11 @@ impl Detector {
     }
 
     /// The wheel tick at which a deadline is checked: the first tick strictly after it, since a
-    /// beat exactly at the deadline is still on time.
+    /// beat exactly at the deadline is still on time. Saturates: [`NEVER`] for a deadline in
+    /// the last tick of the range (`u64::MAX` ns at a 1 ns resolution), which no tick is after.
     #[inline]
     fn tick_of(&self, rel_ns: u64) -> u64 {
-        rel_ns / self.resolution_ns + 1
+        (rel_ns / self.resolution_ns).saturating_add(1)
     }
 
     /// The defaults new topics get.
@@ -341,11 +360,13 @@ impl Detector {
 
     /// Stop feeding `queue` and close it (a consumer waiting on it wakes up).
     pub fn unsubscribe(&self, queue: &Arc<EventQueue<Event>>) -> bool {
+        let mut inner = self.inner.lock();
         let mut subs = self.subscribers.write();
         let Some(at) = subs.iter().position(|s| Arc::ptr_eq(&s.queue, queue)) else {
             return false;
         };
         let sub = subs.remove(at);
+        inner.retired.push(Arc::downgrade(&sub.queue));
         if sub.received {
             self.received_wanted.fetch_sub(1, Ordering::Relaxed);
         }

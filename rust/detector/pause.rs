@@ -47,7 +47,9 @@ impl Detector {
         }
         // Deadlines of the last resolution step before the previous pause's end are judged
         // only at the next run: if that run is this wake-up, keep them inside.
-        let from = if !inner.pause.is_empty() && inner.now < inner.pause.end + self.resolution_ns {
+        let from = if !inner.pause.is_empty()
+            && inner.now < inner.pause.end.saturating_add(self.resolution_ns)
+        {
             inner.pause.start
         } else {
             inner.now

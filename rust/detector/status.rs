@@ -42,7 +42,7 @@ pub struct DetectorStats {
     pub resumed: u64,
     /// `received` events produced.
     pub received: u64,
-    /// Topic ids handed out (removed ones included).
+    /// Topics held (added and not removed).
     pub topics: u64,
     /// Local pauses: wake-ups more than `max_local_pause` after the detector's last run.
     pub local_pauses: u64,
@@ -51,13 +51,14 @@ pub struct DetectorStats {
 }
 
 impl Detector {
-    /// A snapshot of one topic.
-    pub fn status(&self, id: TopicId) -> Result<TopicStatus, DetectorError> {
+    /// A snapshot of one topic (also of a removed one, until its id is reused).
+    pub fn status(&self, topic: impl Into<Handle>) -> Result<TopicStatus, DetectorError> {
+        let handle = topic.into();
         let inner = self.inner.lock();
-        if (id as usize) >= inner.slots.len() {
-            return Err(DetectorError::Unknown(format!("id {id}")));
+        match self.registry.resolve(handle) {
+            Some(id) if (id as usize) < inner.slots.len() => Ok(self.status_of(&inner, id)),
+            _ => Err(DetectorError::Unknown(format!("handle {handle}"))),
         }
-        Ok(self.status_of(&inner, id))
     }
 
     /// Snapshots of every topic not removed, in id order.
@@ -124,7 +125,7 @@ impl Detector {
             failed: c.failed.load(Ordering::Relaxed),
             resumed: c.resumed.load(Ordering::Relaxed),
             received: c.received.load(Ordering::Relaxed),
-            topics: self.registry.len() as u64,
+            topics: self.registry.live() as u64,
             local_pauses: c.local_pauses.load(Ordering::Relaxed),
             local_pause_ns: c.local_pause_ns.load(Ordering::Relaxed),
         }
@@ -136,5 +137,7 @@ impl Detector {
         self.registry.heap_bytes()
             + inner.slots.capacity() * std::mem::size_of::<Slot>()
             + inner.wheel.heap_bytes()
+            + inner.free.capacity() * std::mem::size_of::<TopicId>()
+            + inner.limbo.capacity() * std::mem::size_of::<(TopicId, Arc<[QueueMark]>)>()
     }
 }

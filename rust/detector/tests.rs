@@ -208,10 +208,18 @@ fn removed_topics_go_quiet_and_their_name_can_be_reused() {
     r.at(5 * S);
     assert!(r.take().is_empty());
     assert!(matches!(r.det.pause(a), Err(DetectorError::Unknown(_))));
-    let again = r.add("a");
-    assert_ne!(again, a);
+    // The queue was drained: the id is reused, under a new handle (issue 14 item 7).
+    let old = r.det.handle_of(a);
+    let again = r.det.add_handle("a", None, None).unwrap();
+    assert_ne!(again, old);
+    assert_eq!(r.det.resolve(again), Some(a));
     assert_eq!(r.det.status(again).unwrap().state, State::Pending);
+    assert_eq!(r.det.record_handle(old, 5 * S), Beat::Unknown);
+    assert!(r.det.status(old).is_err());
+    assert_eq!(r.det.name(old), None);
+    assert_eq!(r.det.status(again).unwrap().last_seen_ns, None);
     assert_eq!(r.det.statuses().len(), 1);
+    assert_eq!(r.det.len(), 1);
 }
 
 #[test]
@@ -512,4 +520,30 @@ fn a_restart_keeps_failed_topics_failed_and_counts_on() {
     );
     r.at(8 * S + MS);
     assert_eq!(r.take(), vec![Event::failed(a, 3, 8 * S, S)]);
+}
+
+#[test]
+fn a_deadline_at_the_end_of_the_range_never_fires_and_never_spins() {
+    // Issue 14 item 9: period + grace saturate at u64::MAX ns; at a 1 ns resolution the
+    // deadline's tick used to wrap to 0 and be re-armed as due without end (an overflow panic
+    // in debug builds).
+    let clock = Arc::new(ManualClock::new(0));
+    let det = Detector::new(
+        ClockSource::Manual(clock.clone()),
+        TopicConfig::fixed(u64::MAX / 2 + 1, 1).with_grace(u64::MAX / 2 + 1),
+        1,
+    )
+    .unwrap();
+    let events = det.subscribe(16, Overflow::DropNewest, false).unwrap();
+    let a = det.add("far", None, None).unwrap();
+    det.beat(a, Some(5));
+    assert_eq!(det.advance_to(Some(1 << 62)), 0);
+    assert_eq!(det.advance_to(Some(u64::MAX)), 0);
+    let st = det.status(a).unwrap();
+    assert_eq!(
+        (st.state, st.next_deadline_ns),
+        (State::Alive, Some(u64::MAX))
+    );
+    let mut out = Vec::new();
+    assert_eq!(events.try_pop_batch(&mut out, 16), 0);
 }

@@ -21,30 +21,113 @@ impl Detector {
         }
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
-        let initial = word::new(if inner.running {
+        self.add_locked(&mut inner, name, config, now)
+    }
+
+    fn add_locked(
+        &self,
+        inner: &mut Inner,
+        name: &str,
+        config: Option<TopicConfig>,
+        now: u64,
+    ) -> Result<TopicId, DetectorError> {
+        let state = if inner.running {
             State::Pending
         } else {
             State::Stopped
-        });
-        let (id, created) = self.registry.intern(name, initial)?;
-        if created {
-            let config = config.unwrap_or(self.defaults);
-            inner.slots.push(Slot {
-                period_ns: config.period_ns,
-                grace_ns: config.grace_ns,
-                next_deadline: 0,
-                since: 0,
-                missed_at: 0,
-                missed: 0,
-                allowed: config.allowed_misses,
-            });
+        };
+        // Names are only registered under the detector lock, so this lookup stays true.
+        if let Some(id) = self.registry.lookup(name) {
+            if let Some(config) = config.filter(|c| *c != self.config_of(inner, id)) {
+                self.configure(inner, id, config, now);
+            }
+            return Ok(id);
+        }
+        let reuse = self.reclaim(inner);
+        // A never-heard word's timestamp bits hold the generation, so that a reused id's new
+        // word never equals a word its previous topic had (see `record_handle`).
+        let initial = |gen: u32| word::new(state) | (u64::from(gen) << word::TS_SHIFT);
+        let (id, _) = match self.registry.intern(name, reuse, initial) {
+            Ok(done) => done,
+            Err(e) => {
+                inner.free.extend(reuse);
+                return Err(e.into());
+            }
+        };
+        let config = config.unwrap_or(self.defaults);
+        let slot = Slot {
+            period_ns: config.period_ns,
+            grace_ns: config.grace_ns,
+            next_deadline: 0,
+            since: 0,
+            missed_at: 0,
+            missed: 0,
+            allowed: config.allowed_misses,
+        };
+        if (id as usize) < inner.slots.len() {
+            inner.slots[id as usize] = slot;
+        } else {
+            inner.slots.push(slot);
             let keys = inner.slots.len();
             inner.wheel.reserve_keys(keys);
-            self.configure(&mut inner, id, config, now);
-        } else if let Some(config) = config.filter(|c| *c != self.config_of(&inner, id)) {
-            self.configure(&mut inner, id, config, now);
         }
+        self.configure(inner, id, config, now);
         Ok(id)
+    }
+
+    /// [`add`](Detector::add), returning the topic's handle (its id with the id's generation).
+    pub fn add_handle(
+        &self,
+        name: &str,
+        config: Option<TopicConfig>,
+        now: Option<u64>,
+    ) -> Result<Handle, DetectorError> {
+        if let Some(c) = &config {
+            c.validate()?;
+        }
+        let now = self.rel_now(now);
+        let mut inner = self.inner.lock();
+        let id = self.add_locked(&mut inner, name, config, now)?;
+        Ok(self.handle_of(id)) // under the lock: no remove and reuse in between
+    }
+
+    /// An id for a new topic: a free one, after moving to the free list the removed ids whose
+    /// queues have drained; None for a new id.
+    fn reclaim(&self, inner: &mut Inner) -> Option<TopicId> {
+        if inner.free.is_empty() {
+            while let Some((id, marks)) = inner.limbo.front() {
+                let drained = marks
+                    .iter()
+                    .all(|(queue, mark)| queue.upgrade().is_none_or(|q| q.drained_since(*mark)));
+                if !drained {
+                    break;
+                }
+                inner.free.push(*id);
+                inner.limbo.pop_front();
+            }
+        }
+        inner.free.pop()
+    }
+
+    /// The handle of `id` now.
+    pub fn handle_of(&self, id: TopicId) -> Handle {
+        self.registry
+            .handle(id)
+            .unwrap_or_else(|| make_handle(id, 0))
+    }
+
+    /// The id `handle` names, if it still does (its topic may be removed, not yet reused).
+    pub fn resolve(&self, handle: Handle) -> Option<TopicId> {
+        self.registry.resolve(handle)
+    }
+
+    /// The handles of every topic not removed, in id order.
+    pub fn handles(&self) -> Vec<Handle> {
+        let inner = self.inner.lock();
+        (0..inner.slots.len() as TopicId)
+            .filter(|&id| word::state(self.word(id).load(Ordering::Acquire)) != State::Removed)
+            .map(|id| self.handle_of(id))
+            .collect()
     }
 
     /// Register many names with the same config at the same time; returns their ids in order.
@@ -58,6 +141,20 @@ impl Detector {
         names
             .into_iter()
             .map(|name| self.add(name, config, now))
+            .collect()
+    }
+
+    /// [`add_many`](Detector::add_many), returning handles.
+    pub fn add_many_handles<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+        config: Option<TopicConfig>,
+        now: Option<u64>,
+    ) -> Result<Vec<Handle>, DetectorError> {
+        let now = Some(self.abs(self.rel_now(now)));
+        names
+            .into_iter()
+            .map(|name| self.add_handle(name, config, now))
             .collect()
     }
 
@@ -76,9 +173,17 @@ impl Detector {
         self.registry.lookup(name)
     }
 
-    /// The name of `id` (also of a removed one); None for an id never handed out.
-    pub fn name(&self, id: TopicId) -> Option<String> {
-        ((id as usize) < self.registry.len()).then(|| self.registry.name(id))
+    /// The handle of `name` (its id and the id's generation, read together).
+    #[inline]
+    pub fn lookup_handle(&self, name: &str) -> Option<Handle> {
+        self.registry.lookup_handle(name)
+    }
+
+    /// The name of the topic `handle` names (also of a removed one, until its id is reused);
+    /// None for a handle that names no topic any more, or never did.
+    pub fn name(&self, handle: impl Into<Handle>) -> Option<String> {
+        let id = self.registry.resolve(handle.into())?;
+        Some(self.registry.name(id))
     }
 
     /// Run `f` with a name resolver under one lock (for turning many events into names).
@@ -86,14 +191,14 @@ impl Detector {
         self.registry.with_names(f)
     }
 
-    /// Ids handed out so far (removed ones included).
+    /// Topics watched: added and not removed (in any state).
     pub fn len(&self) -> usize {
-        self.registry.len()
+        self.registry.live()
     }
 
-    /// Whether no topic was ever added.
+    /// Whether no topic is held.
     pub fn is_empty(&self) -> bool {
-        self.registry.is_empty()
+        self.len() == 0
     }
 
     pub(super) fn config_of(&self, inner: &Inner, id: TopicId) -> TopicConfig {
@@ -147,13 +252,13 @@ impl Detector {
     /// Change a topic's period from `now` on.
     pub fn set_period(
         &self,
-        id: TopicId,
+        topic: impl Into<Handle>,
         period_ns: u64,
         now: Option<u64>,
     ) -> Result<(), DetectorError> {
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
-        self.check_id(&inner, id)?;
+        let id = self.check_id(&inner, topic.into())?;
         let config = TopicConfig {
             period_ns,
             ..self.config_of(&inner, id)
@@ -166,32 +271,36 @@ impl Detector {
     /// Change a topic's whole config from `now` on.
     pub fn set_config(
         &self,
-        id: TopicId,
+        topic: impl Into<Handle>,
         config: TopicConfig,
         now: Option<u64>,
     ) -> Result<(), DetectorError> {
         config.validate()?;
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
-        self.check_id(&inner, id)?;
+        let id = self.check_id(&inner, topic.into())?;
         self.configure(&mut inner, id, config, now);
         Ok(())
     }
 
     /// A topic's config.
-    pub fn config(&self, id: TopicId) -> Result<TopicConfig, DetectorError> {
+    pub fn config(&self, topic: impl Into<Handle>) -> Result<TopicConfig, DetectorError> {
         let inner = self.inner.lock();
-        self.check_id(&inner, id)?;
+        let id = self.check_id(&inner, topic.into())?;
         Ok(self.config_of(&inner, id))
     }
 
-    pub(super) fn check_id(&self, inner: &Inner, id: TopicId) -> Result<(), DetectorError> {
-        let known = (id as usize) < inner.slots.len()
-            && word::state(self.word(id).load(Ordering::Acquire)) != State::Removed;
-        if known {
-            Ok(())
-        } else {
-            Err(DetectorError::Unknown(format!("id {id}")))
+    /// The id of a topic not removed that `handle` names. Under the detector lock, so the id
+    /// cannot be removed and reused before the caller is done with it.
+    pub(super) fn check_id(&self, inner: &Inner, handle: Handle) -> Result<TopicId, DetectorError> {
+        match self.registry.resolve(handle) {
+            Some(id)
+                if (id as usize) < inner.slots.len()
+                    && word::state(self.word(id).load(Ordering::Acquire)) != State::Removed =>
+            {
+                Ok(id)
+            }
+            _ => Err(DetectorError::Unknown(format!("handle {handle}"))),
         }
     }
 
@@ -228,9 +337,9 @@ impl Detector {
     /// Stop watching a topic until [`resume`](Detector::resume); beats still update its
     /// last_seen. A FAILED topic keeps its count and `since` for `resume`, and its first beat
     /// while paused is noted (see [`resume`](Detector::resume)).
-    pub fn pause(&self, id: TopicId) -> Result<bool, DetectorError> {
+    pub fn pause(&self, topic: impl Into<Handle>) -> Result<bool, DetectorError> {
         let mut inner = self.inner.lock();
-        self.check_id(&inner, id)?;
+        let id = self.check_id(&inner, topic.into())?;
         let word = self.word(id);
         let mut w = word.load(Ordering::Acquire);
         loop {
@@ -264,10 +373,14 @@ impl Detector {
     ///   beat's time minus `since`; then as above.
     /// - FAILED when paused and not heard: FAILED again, count and `since` kept; it counts on
     ///   from `now`, the next `failed(missed + 1)` one period after it (as after a local pause).
-    pub fn resume(&self, id: TopicId, now: Option<u64>) -> Result<bool, DetectorError> {
+    pub fn resume(
+        &self,
+        topic: impl Into<Handle>,
+        now: Option<u64>,
+    ) -> Result<bool, DetectorError> {
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
-        self.check_id(&inner, id)?;
+        let id = self.check_id(&inner, topic.into())?;
         let word = self.word(id);
         let mut w = word.load(Ordering::Acquire);
         let missed_at = inner.slots[id as usize].missed_at;
@@ -366,15 +479,49 @@ impl Detector {
         true
     }
 
-    /// Forget a topic: no more events, its name is free for a new topic with a new id.
-    pub fn remove(&self, id: TopicId) -> Result<(), DetectorError> {
+    /// Forget a topic: no more events, its name is free for a new topic, and its handle names
+    /// no topic any more once its id is reused.
+    ///
+    /// The id is reused (with a new generation) once no event naming it can be waiting: each
+    /// queue subscribed now has been found empty by a pop started after the removal, the events
+    /// of that pop handed back ([`EventQueue::release_popped`]). Until then the id's name stays
+    /// readable for those events. A subscriber that never empties its queue keeps removed ids
+    /// from being reused.
+    pub fn remove(&self, topic: impl Into<Handle>) -> Result<(), DetectorError> {
         let mut inner = self.inner.lock();
-        self.check_id(&inner, id)?;
+        let id = self.check_id(&inner, topic.into())?;
         self.transition(id, State::Removed, |s| s != State::Removed);
         inner.wheel.cancel(id);
         inner.held.remove(&id);
         self.phi.lock().remove(&id);
         self.registry.unindex(id);
+        // Every event for the topic was pushed under this lock, before these marks.
+        inner
+            .retired
+            .retain(|q| q.upgrade().is_some_and(|q| q.mark().is_some()));
+        let retired = inner.retired.iter().filter_map(Weak::upgrade);
+        let subscribers = self.subscribers.read();
+        let queues = subscribers.iter().map(|s| s.queue.clone()).chain(retired);
+        let marks: Vec<QueueMark> = queues
+            .filter_map(|q| Some((Arc::downgrade(&q), q.mark()?)))
+            .collect();
+        drop(subscribers);
+        if marks.is_empty() {
+            inner.free.push(id); // no event for it can be waiting anywhere
+            return Ok(());
+        }
+        let same = inner.limbo.back().filter(|(_, last)| {
+            last.len() == marks.len()
+                && last
+                    .iter()
+                    .zip(&marks)
+                    .all(|(a, b)| a.1 == b.1 && Weak::ptr_eq(&a.0, &b.0))
+        });
+        let marks = match same {
+            Some((_, last)) => last.clone(),
+            None => marks.into(),
+        };
+        inner.limbo.push_back((id, marks));
         Ok(())
     }
 

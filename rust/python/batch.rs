@@ -104,15 +104,21 @@ pub fn for_arrow_strs<R>(
     (f(&mut iter), nulls)
 }
 
-/// Decode `handles` (the argument of `beat_handles`) into ids. Values that cannot be an id
-/// (negative, too large) become `u32::MAX`, which no topic has, so they are counted as unknown.
-pub fn handles(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+/// Decode `handles` (the argument of `beat_handles`). Values that cannot be a handle
+/// (negative) become `u64::MAX`, which no topic has, so they are counted as unknown.
+pub fn handles(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     if let Some(chunks) = arrow_chunks(obj)? {
         let mut out = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
         for chunk in &chunks {
             let before = out.len();
             match chunk.data_type() {
-                DataType::UInt32 => out.extend(chunk.as_primitive::<UInt32Type>().iter().flatten()),
+                DataType::UInt32 => out.extend(
+                    chunk
+                        .as_primitive::<UInt32Type>()
+                        .iter()
+                        .flatten()
+                        .map(u64::from),
+                ),
                 DataType::Int32 => out.extend(
                     chunk
                         .as_primitive::<Int32Type>()
@@ -142,7 +148,7 @@ pub fn handles(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
             }
             // Nulls name no topic: count them as unknown like any bad handle.
             out.extend(std::iter::repeat_n(
-                u32::MAX,
+                u64::MAX,
                 chunk.len() - (out.len() - before),
             ));
         }
@@ -162,7 +168,10 @@ pub fn handles(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
         if matches!(dtype.as_str(), "<u4" | "<i4" | "<u8" | "<i8") {
             let bytes: Vec<u8> = obj.call_method0("tobytes")?.extract()?;
             return Ok(match dtype.as_str() {
-                "<u4" => words4(&bytes).map(u32::from_le_bytes).collect(),
+                "<u4" => words4(&bytes)
+                    .map(u32::from_le_bytes)
+                    .map(u64::from)
+                    .collect(),
                 "<i4" => words4(&bytes).map(i32::from_le_bytes).map(id_of).collect(),
                 "<u8" => words8(&bytes)
                     .map(u64::from_le_bytes)
@@ -219,13 +228,13 @@ fn words8(bytes: &[u8]) -> impl Iterator<Item = [u8; 8]> + '_ {
 }
 
 #[inline]
-fn id_of(v: impl TryInto<u32>) -> u32 {
-    v.try_into().unwrap_or(u32::MAX)
+fn id_of(v: impl TryInto<u64>) -> u64 {
+    v.try_into().unwrap_or(u64::MAX)
 }
 
 #[inline]
-fn id_of_u(v: u64) -> u32 {
-    u32::try_from(v).unwrap_or(u32::MAX)
+fn id_of_u(v: u64) -> u64 {
+    v
 }
 
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {

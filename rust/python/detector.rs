@@ -9,7 +9,7 @@ use crate::driver::Driver;
 use crate::event::{NO_LATENCY, NO_SEQ};
 use crate::phi::PhiConfig;
 use crate::queue::Overflow;
-use crate::registry::TopicId;
+use crate::registry::{Handle, TopicId};
 use crate::word::State;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
@@ -105,17 +105,18 @@ pub struct PyDetector {
 }
 
 impl PyDetector {
-    /// The id of a topic given by name or handle.
-    fn id(&self, topic: &Bound<'_, PyAny>) -> PyResult<TopicId> {
+    /// The handle of a topic given by name or handle. A handle is checked by the core call it
+    /// is passed to, under the detector lock (a stale one raises ``KeyError`` there).
+    fn id(&self, topic: &Bound<'_, PyAny>) -> PyResult<Handle> {
         if let Ok(name) = topic.cast::<PyString>() {
             let name = name.to_cow()?;
             return self
                 .det
-                .lookup(&name)
+                .lookup_handle(&name)
                 .ok_or_else(|| PyKeyError::new_err(format!("unknown topic: {name:?}")));
         }
         match topic.extract::<i64>() {
-            Ok(h) if h >= 0 && (h as u64) < self.det.len() as u64 => Ok(h as TopicId),
+            Ok(h) if h >= 0 => Ok(h as Handle),
             Ok(h) => Err(PyKeyError::new_err(format!("unknown topic handle: {h}"))),
             Err(_) => Err(PyTypeError::new_err(format!(
                 "topic must be a str name or an int handle, got {}",
@@ -184,12 +185,15 @@ impl PyDetector {
         Ok(())
     }
 
-    fn status_obj(&self, py: Python<'_>, id: TopicId) -> PyResult<PyTopicStatus> {
+    fn status_obj(&self, py: Python<'_>, handle: Handle) -> PyResult<PyTopicStatus> {
         let det = self.det.clone();
-        let status = py.detach(move || det.status(id)).map_err(to_py)?;
+        let (status, name) = py
+            .detach(move || Ok::<_, DetectorError>((det.status(handle)?, det.name(handle))))
+            .map_err(to_py)?;
         Ok(PyTopicStatus::new(
             &status,
-            self.det.name(id).unwrap_or_default(),
+            name.unwrap_or_default(),
+            handle,
         ))
     }
 }
@@ -246,12 +250,12 @@ impl PyDetector {
         phi: Option<PyPhi>,
         grace: Option<f64>,
         now: Option<f64>,
-    ) -> PyResult<TopicId> {
+    ) -> PyResult<Handle> {
         let now = opt_time("now", now)?;
         let config = self.given_config(period, allowed_misses, grace, phi)?;
         let det = self.det.clone();
         let name = name.to_owned();
-        py.detach(move || det.add(&name, config, now))
+        py.detach(move || det.add_handle(&name, config, now))
             .map_err(to_py)
     }
 
@@ -267,7 +271,7 @@ impl PyDetector {
         phi: Option<PyPhi>,
         grace: Option<f64>,
         now: Option<f64>,
-    ) -> PyResult<Vec<TopicId>> {
+    ) -> PyResult<Vec<Handle>> {
         let now = opt_time("now", now)?;
         let config = self.given_config(period, allowed_misses, grace, phi)?;
         let det = self.det.clone();
@@ -275,7 +279,7 @@ impl PyDetector {
             Names::Arrow(chunks) => py
                 .detach(move || {
                     let (ids, nulls) =
-                        batch::for_arrow_strs(&chunks, |it| det.add_many(it, config, now));
+                        batch::for_arrow_strs(&chunks, |it| det.add_many_handles(it, config, now));
                     if nulls > 0 {
                         return Err(DetectorError::Invalid(format!(
                             "names holds {nulls} null(s)"
@@ -290,25 +294,34 @@ impl PyDetector {
                     .map(|s| s.into_owned())
                     .collect();
                 det.reserve(strs.len(), strs.first().map_or(16, |s| s.len()));
-                py.detach(move || det.add_many(strs.iter().map(String::as_str), config, now))
-                    .map_err(to_py)
+                py.detach(move || {
+                    det.add_many_handles(strs.iter().map(String::as_str), config, now)
+                })
+                .map_err(to_py)
             }
         }
     }
 
     /// The handle of ``name``, or None.
-    fn handle(&self, name: &str) -> Option<TopicId> {
-        self.det.lookup(name)
+    fn handle(&self, name: &str) -> Option<Handle> {
+        self.det.lookup_handle(name)
     }
 
-    /// The name of ``handle`` (also of a removed topic).
-    fn name(&self, handle: u32) -> PyResult<String> {
-        self.det
-            .name(handle)
+    /// The handles of every topic held (not removed), in slot order.
+    fn handles(&self, py: Python<'_>) -> Vec<Handle> {
+        let det = self.det.clone();
+        py.detach(move || det.handles())
+    }
+
+    /// The name of ``handle`` (also of a removed topic, until its slot is reused by another).
+    fn name(&self, handle: i64) -> PyResult<String> {
+        u64::try_from(handle)
+            .ok()
+            .and_then(|h| self.det.name(h))
             .ok_or_else(|| PyKeyError::new_err(format!("unknown topic handle: {handle}")))
     }
 
-    /// Topic handles handed out so far (removed topics included).
+    /// Topics held: added and not removed.
     fn __len__(&self) -> usize {
         self.det.len()
     }
@@ -415,10 +428,10 @@ impl PyDetector {
         latency: Option<f64>,
     ) -> PyResult<bool> {
         let now = self.now_or_clock(now)?;
-        let id = if let Ok(name) = topic.cast::<PyString>() {
+        let handle = if let Ok(name) = topic.cast::<PyString>() {
             let name = name.to_cow()?;
-            match self.det.lookup(&name) {
-                Some(id) => id,
+            match self.det.lookup_handle(&name) {
+                Some(handle) => handle,
                 None => {
                     let det = self.det.clone();
                     let name = name.into_owned();
@@ -430,7 +443,7 @@ impl PyDetector {
             }
         } else {
             match topic.extract::<i64>() {
-                Ok(h) => u32::try_from(h).unwrap_or(u32::MAX),
+                Ok(h) => u64::try_from(h).unwrap_or(u64::MAX),
                 Err(_) => {
                     return Err(PyTypeError::new_err(format!(
                         "topic must be a str name or an int handle, got {}",
@@ -448,9 +461,10 @@ impl PyDetector {
             }
             None => NO_LATENCY,
         };
-        let result = self.det.record(id, now);
+        let result = self.det.record_handle(handle, now);
         if self.det.needs_completion(result) {
             let det = self.det.clone();
+            let id = handle as TopicId;
             py.detach(move || det.complete(id, result, now, seq.unwrap_or(NO_SEQ), latency));
         }
         Ok(matches!(result, Beat::Recorded { .. }))
@@ -499,7 +513,7 @@ impl PyDetector {
         let ids = batch::handles(handles)?;
         let det = self.det.clone();
         Ok(py.detach(move || {
-            let b = det.record_ids(ids.iter().copied(), now);
+            let b = det.record_handles(ids.iter().copied(), now);
             det.finish(b).0
         }))
     }
@@ -588,7 +602,10 @@ impl PyDetector {
         let all = py.detach(move || det.statuses());
         self.det.with_names(|names| {
             all.iter()
-                .map(|s| PyTopicStatus::new(s, names.get(s.id).to_owned()))
+                .map(|s| {
+                    let handle = self.det.handle_of(s.id);
+                    PyTopicStatus::new(s, names.get(s.id).to_owned(), handle)
+                })
                 .collect()
         })
     }

@@ -48,12 +48,11 @@ pub struct PyEvent {
 }
 
 impl PyEvent {
-    fn new(ev: &Event, topic: &str) -> Self {
-        let about_a_topic = ev.topic != NO_TOPIC;
+    fn new(ev: &Event, topic: &str, handle: i64) -> Self {
         Self {
             kind: ev.kind.as_str(),
             topic: topic.to_owned(),
-            handle: if about_a_topic { ev.topic.into() } else { -1 },
+            handle,
             missed: ev.missed,
             at: to_seconds(ev.at_ns),
             since: ev.since_ns().map(to_seconds),
@@ -95,7 +94,7 @@ pub struct PyTopicStatus {
     topic: String,
     /// The topic's handle.
     #[pyo3(get)]
-    handle: u32,
+    handle: u64,
     /// ``"PENDING"``, ``"ALIVE"``, ``"FAILED"``, ``"PAUSED"``, ``"STOPPED"`` or ``"REMOVED"``.
     #[pyo3(get)]
     state: &'static str,
@@ -126,10 +125,10 @@ pub struct PyTopicStatus {
 }
 
 impl PyTopicStatus {
-    pub fn new(s: &TopicStatus, topic: String) -> Self {
+    pub fn new(s: &TopicStatus, topic: String, handle: u64) -> Self {
         Self {
             topic,
-            handle: s.id,
+            handle,
             state: s.state.as_str(),
             missed: s.missed,
             last_seen: s.last_seen_ns.map(to_seconds),
@@ -164,20 +163,26 @@ pub struct PyEventQueue {
 }
 
 impl PyEventQueue {
+    /// Events as Python objects, then hand them back to the queue: their topic ids are read
+    /// (names, handles), so a removed topic's id may be reused (see `Detector::remove`).
     fn convert(&self, py: Python<'_>, events: &[Event]) -> PyResult<Vec<Py<PyEvent>>> {
-        self.detector.with_names(|names| {
+        let out = self.detector.with_names(|names| {
             events
                 .iter()
                 .map(|ev| {
-                    let topic = if ev.topic == NO_TOPIC {
-                        ""
+                    let (topic, handle) = if ev.topic == NO_TOPIC {
+                        ("", -1)
                     } else {
-                        names.get(ev.topic)
+                        // Generations stay below 2^31: a handle fits an i64.
+                        let handle = self.detector.handle_of(ev.topic) as i64;
+                        (names.get(ev.topic), handle)
                     };
-                    Py::new(py, PyEvent::new(ev, topic))
+                    Py::new(py, PyEvent::new(ev, topic, handle))
                 })
                 .collect()
-        })
+        });
+        self.queue.release_popped();
+        out
     }
 }
 
