@@ -229,3 +229,38 @@ def test_client_mode_acks_a_duplicate_only_past_settled_messages(
     sender.send(b"marker")
     wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
     assert rest.bodies() == [b"marker"], "a message was left unacknowledged"
+
+
+def test_a_rabbitmq_error_about_another_name_refuses_nothing(closing: list[Any]) -> None:
+    # RabbitMQ's ERROR frames name no receipt: the tracker matches them to a waiting message
+    # by the destination they quote. An error about 'amq.<u>-archive' (a refused SUBSCRIBE)
+    # quotes <u>, the name of a healthy queue, as a substring: it must refuse none of its
+    # messages (RabbitMQ closes the connection; they go again on the next one).
+    u = uid()
+    t = open_broker("rabbitmq", closing)
+    errors: list[hw.DeliveryError] = []
+    sender = hw.ReliableSender(t, f"/queue/{u}", on_error=errors.append)
+    closing.append(sender)
+    inbox = Inbox()
+    consumer = hw.Consumer(open_broker("rabbitmq", closing), f"/queue/{u}", on_message=inbox)
+    closing.append(consumer)
+    consumer.start()
+    # Hold t's receiving thread in a handler, so that the ERROR is read only after the sends.
+    entered, go = threading.Event(), threading.Event()
+
+    def hold(link: Any, message: Any) -> None:
+        entered.set()
+        go.wait(10)
+
+    gate = f"/queue/{uid()}"
+    t.subscribe_destination(gate, hold, confirm=5)
+    hw.ReliableSender(open_broker("rabbitmq", closing), gate).send(b"hold")
+    assert entered.wait(10), "the gate message never arrived"
+    bad = t.subscribe_destination(f"/queue/amq.{u}-archive", lambda link, m: None)
+    ids = [sender.send(b"m%d" % i) for i in range(20)]
+    bad.cancel()  # not restored after the reconnect the ERROR causes
+    go.set()
+    assert sender.flush(15), f"flush: {sender.stats()}"
+    assert errors == [], f"a healthy message was refused: {errors}"
+    wait_for(lambda: len({m.id for m in inbox.messages}) >= 20, 10, "all 20 messages")
+    assert {m.id for m in inbox.messages} == set(ids)

@@ -7,9 +7,9 @@ asks every sender to re-send what it still holds (before anything else may be pu
 
 An ERROR frame that names a ``receipt-id`` (ActiveMQ does) refuses that message. One that does
 not (RabbitMQ) is taken as the refusal of the oldest message still waiting on that connection
-whose destination name the error quotes (brokers answer a connection's frames in order); an
-error that quotes none (e.g. about a subscription) refuses nothing, so it can never drop a
-message.
+whose destination name the error quotes, whole (``'name'``: an error about ``alerts-archive``
+is not about ``alert``; brokers answer a connection's frames in order); an error that quotes
+none (e.g. about a subscription) refuses nothing, so it can never drop a message.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
+
+from heartwire.transport.errors import names
 
 if TYPE_CHECKING:
     from heartwire.transport.link import StompLink
@@ -114,7 +116,7 @@ class ReceiptTracker:
                 sender = queue.pop(rid, None)
             else:
                 for candidate, waiter in queue.items():
-                    if waiter._destination_name() in detail:
+                    if names(detail, waiter._destination_name()):
                         rid, sender = candidate, waiter
                         break
                 if sender is not None and rid is not None:

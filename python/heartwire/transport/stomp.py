@@ -59,7 +59,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
 
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
-from heartwire.transport.errors import SendTimeout
+from heartwire.transport.errors import SendTimeout, names
 from heartwire.transport.failover import ConnectionListener, Connector
 from heartwire.transport.keepalive import KeepAliveMonitor
 from heartwire.transport.link import StompLink
@@ -554,7 +554,8 @@ class StompTransport:
     def _on_error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
         rid = headers.get("receipt-id")
         if rid is None:  # RabbitMQ: an error that quotes what a waiting request is about
-            rid = next((r for r, q in list(self._receipt_quotes.items()) if q in detail), None)
+            quotes = list(self._receipt_quotes.items())
+            rid = next((r for r, q in quotes if names(detail, q)), None)
         waiter = self._receipt_waiters.get(rid) if rid is not None else None
         if rid is not None and waiter is not None:
             self._receipt_errors[rid] = detail
