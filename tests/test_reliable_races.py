@@ -264,3 +264,25 @@ def test_a_rabbitmq_error_about_another_name_refuses_nothing(closing: list[Any])
     assert errors == [], f"a healthy message was refused: {errors}"
     wait_for(lambda: len({m.id for m in inbox.messages}) >= 20, 10, "all 20 messages")
     assert {m.id for m in inbox.messages} == set(ids)
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_a_commit_without_its_receipt_is_in_doubt_not_undone(name: str, closing: list[Any]) -> None:
+    # COMMIT went out but its receipt did not come in time (timeout=0): the broker may well
+    # have applied it, so commit() must not say that nothing took effect.
+    destination = f"/queue/{uid()}"
+    broker = open_broker(name, closing)
+    inbox = Inbox()
+    consumer = hw.Consumer(open_broker(name, closing), destination, on_message=inbox)
+    closing.append(consumer)
+    consumer.start()
+    tx = broker.transaction(timeout=0)
+    tx.begin()
+    tx.send(destination, b"committed?")
+    with pytest.raises(hw.TransactionFailed) as info:
+        tx.commit()
+    assert tx.state == "unknown", f"{tx.state}: {info.value}"
+    assert "may have been applied" in str(info.value)
+    assert info.value.applied is None
+    wait_for(lambda: inbox.bodies(), 10, "the message of the commit that 'failed'")
+    assert inbox.bodies() == [b"committed?"]

@@ -508,9 +508,16 @@ class StompTransport:
         receipt on the current connection and wait up to ``timeout`` seconds for the broker's
         RECEIPT. None once it came; else why not (no connection, the send failed, no receipt
         in time, or the broker's ERROR frame)."""
+        return self._request(command, headers, timeout)[0]
+
+    def _request(
+        self, command: str, headers: dict[str, str], timeout: float
+    ) -> tuple[str | None, bool]:
+        """:meth:`request`, and whether the broker may have acted on the frame: True once it
+        was sent and neither its RECEIPT nor an ERROR about it came (in doubt)."""
         link = self._connector.current
         if link is None:
-            return "no broker connection"
+            return "no broker connection", False
         receipt = f"hw-r-{self._id}-{next(self._ids)}"
         done = threading.Event()
         self._receipt_waiters[receipt] = done
@@ -522,11 +529,11 @@ class StompTransport:
                 link.frame(command, {**headers, "receipt": receipt})
             except Exception as exc:
                 self._connector.link_lost(link, f"{command} failed: {exc!r}")
-                return f"{command} could not be sent: {exc!r}"
+                return f"{command} could not be sent: {exc!r}", False
             if not done.wait(timeout):
-                return f"no receipt for {command} within {timeout:g} s"
+                return f"no receipt for {command} within {timeout:g} s", True
             error = self._receipt_errors.get(receipt)
-            return None if error is None else f"the broker refused {command}: {error}"
+            return (None if error is None else f"the broker refused {command}: {error}"), False
         finally:
             self._receipt_waiters.pop(receipt, None)
             self._receipt_errors.pop(receipt, None)
