@@ -286,3 +286,48 @@ def test_a_commit_without_its_receipt_is_in_doubt_not_undone(name: str, closing:
     assert info.value.applied is None
     wait_for(lambda: inbox.bodies(), 10, "the message of the commit that 'failed'")
     assert inbox.bodies() == [b"committed?"]
+
+
+def _ping_frame(t: Any, body: bytes) -> Any:
+    # A keep-alive ping as stomp.py hands it to the transport (the broker's delivery).
+    from stomp.utils import Frame  # type: ignore[import-untyped]
+
+    headers = {"subscription": "hw-keepalive", "destination": f"/topic/{t._ping_topic}"}
+    return Frame("MESSAGE", dict(headers, **{"message-id": uid()}), body)
+
+
+def test_a_late_ping_never_counts_for_another_link_or_monitor(closing: list[Any]) -> None:
+    B.ensure("activemq")
+    t = hw.connect(
+        B.url("activemq") + "?heartbeat=1&reconnect_interval=0.2&connect_timeout=2"
+        "&keepalive_interval=60&keepalive_allowed=5"
+    )
+    closing.append(t)
+    sub = t.subscribe("late.ping", lambda m: None)
+    wait_for(lambda: t.stats()["keepalive_returned"] >= 1, 5, "the first ping back")
+    first, old = t.keepalive, t.current_link
+    assert first is not None and old is not None
+    late = _ping_frame(t, first.id.encode())  # the old monitor's ping, read late
+    old.abort("test: connection lost")
+    wait_for(lambda: t.keepalive is not None and t.keepalive is not first, 10, "a new monitor")
+    wait_for(lambda: t.stats()["keepalive_returned"] >= 2, 5, "the new link's first ping back")
+    monitor = t.keepalive
+    assert monitor is not None
+    monitor.ping = None  # no more pings: only what the test delivers counts
+    monitor.tick()  # the sign of life seen so far
+    assert monitor.tick() == 1
+    t._on_frame(old, late)  # a ping the old link's receiver still held
+    assert monitor.tick() == 2, "a ping from the old link reset the new link's monitor"
+    # The same link, a later monitor: the earlier monitor's ping does not count either.
+    stale = _ping_frame(t, monitor.id.encode())
+    sub.cancel()  # no subscription: the monitor stops
+    returned = t.stats()["keepalive_returned"]
+    t.subscribe("late.ping", lambda m: None)  # ... and a new one starts on the same link
+    newer = t.keepalive
+    assert newer is not None and newer is not monitor
+    wait_for(lambda: t.stats()["keepalive_returned"] > returned, 5, "the newer one's ping back")
+    newer.ping = None
+    newer.tick()
+    assert newer.tick() == 1
+    t._on_frame(t.current_link, stale)
+    assert newer.tick() == 2, "an earlier monitor's ping reset the newer one"

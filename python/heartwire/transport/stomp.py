@@ -21,7 +21,8 @@ URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
 - **STOMP heart-beating** runs both ways every ``heartbeat`` seconds; a broker silent for two
   intervals is dropped and reconnected.
 - **Keep-alive**: while the transport has subscriptions it pings itself through the broker every
-  ``keepalive_interval`` seconds (a private topic, never delivered to your handlers); after
+  ``keepalive_interval`` seconds (a private topic, never delivered to your handlers; only the
+  current monitor's own ping, back on the connection it watches, counts); after
   ``keepalive_allowed`` pings in a row did not come back, the connection is torn down and
   reconnected even though its socket looks open (:class:`~.keepalive.KeepAliveMonitor`).
 - **Failover and reconnection** (:mod:`.failover`): a lost connection is re-established, to the
@@ -636,7 +637,7 @@ class StompTransport:
             with self._stats_lock:
                 self._pings_sent += 1
             try:
-                link.send(destination, b"ping", {})
+                link.send(destination, monitor.id.encode(), {})  # whose ping it is
             except Exception as exc:
                 self._connector.link_lost(link, f"keep-alive ping failed: {exc!r}")
 
@@ -652,7 +653,7 @@ class StompTransport:
             )
 
         monitor = KeepAliveMonitor(
-            f"{self._id}@{link.broker.host}:{link.broker.port}",
+            f"{self._id}@{link.broker.host}:{link.broker.port}#{next(self._ids)}",
             opts.keepalive_allowed,
             opts.keepalive_interval,
             on_expired=expired,
@@ -678,8 +679,14 @@ class StompTransport:
             if sub_id == _PING_SUB_ID:
                 with self._stats_lock:
                     self._pings_received += 1
+                # Only this monitor's own ping, back on its own link, is a sign of life: a
+                # late one from an earlier link or monitor says nothing about this one.
                 monitor = self._keepalive
-                if monitor is not None:
+                if (
+                    monitor is not None
+                    and link is self._keepalive_link
+                    and frame.body == monitor.id.encode()
+                ):
                     monitor.alive()
                 return
             sub = self._subs.get(sub_id) if sub_id is not None else None
