@@ -331,3 +331,45 @@ def test_a_late_ping_never_counts_for_another_link_or_monitor(closing: list[Any]
     assert newer.tick() == 1
     t._on_frame(t.current_link, stale)
     assert newer.tick() == 2, "an earlier monitor's ping reset the newer one"
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_a_late_delivery_from_the_old_link_keeps_client_acks_safe(
+    name: str, closing: list[Any]
+) -> None:
+    destination = f"/queue/{uid()}"
+    t = open_broker(name, closing)
+    got: list[hw.ReceivedMessage] = []
+
+    def handler(msg: hw.ReceivedMessage) -> None:
+        got.append(msg)
+        if msg.body == b"B":
+            msg.ack()  # A is left unacked
+
+    consumer = hw.Consumer(t, destination, ack="client", on_message=handler)
+    consumer.start()
+    sender = hw.ReliableSender(open_broker(name, closing), destination)
+    closing.append(sender)
+    b = sender.send(b"B")
+    sender.send(b"A")
+    assert sender.flush(10)
+    wait_for(lambda: len(got) == 2, 10, "B and A")
+    old = t.current_link
+    assert old is not None
+    old.abort("test: connection lost")
+    wait_for(lambda: any(m.body == b"A" and m.redelivered for m in got), 10, "A redelivered")
+    from stomp.utils import Frame  # type: ignore[import-untyped]
+
+    late = {"subscription": consumer._sub.id, "destination": destination, "message-id": "x1"}
+    t._on_frame(old, Frame("MESSAGE", dict(late, ack="x1"), b"late"))  # held by the old reader
+    link = t.current_link
+    assert link is not None
+    link.send(destination, b"B", {"hw-message-id": b, "persistent": "true"})  # B's copy
+    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "B's copy to be dropped")
+    consumer.stop()
+    t.close()
+    rest = Inbox()
+    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
+    closing.append(again)
+    again.start()
+    wait_for(lambda: b"A" in rest.bodies(), 10, "A, never acknowledged, delivered again")

@@ -39,6 +39,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 from heartwire._core import DedupWindow
@@ -109,6 +110,7 @@ class Consumer:
         self._deliveries = itertools.count(1)
         self._unsettled: dict[int, str] = {}
         self._held_dups: list[tuple[int, Callable[[], None]]] = []
+        self._retired: weakref.WeakSet[Any] = weakref.WeakSet()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -336,9 +338,12 @@ class Consumer:
 
     def _delivery(self, channel: Any) -> int:
         # Number a delivery from ``channel``; a new channel (a reconnection, a restart) starts
-        # afresh: the broker redelivers whatever the old one left unacknowledged.
+        # afresh: the broker redelivers whatever the old one left unacknowledged. A late
+        # delivery from a channel already replaced changes nothing (its acks cannot land).
         with self._lock:
-            if channel is not self._channel:
+            if channel is not self._channel and channel not in self._retired:
+                if self._channel is not None:
+                    self._retired.add(self._channel)
                 self._channel = channel
                 self._unsettled = {}
                 self._held_dups = []
