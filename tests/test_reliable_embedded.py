@@ -309,7 +309,8 @@ def test_a_flush_waits_for_a_send_still_being_stored(broker: hw.MemoryBroker) ->
         assert go.wait(10), "the test never released the send"
         real_send(destination, body, headers)
 
-    store.send = slow_send  # type: ignore[method-assign]  (the broker storing slowly)
+    # The broker storing slowly.
+    store.send = slow_send  # type: ignore[method-assign]
     acks: list[hw.FlushAck] = []
     sender = hw.ReliableSender(broker, "/queue/f", on_flushed=acks.append)
     worker = threading.Thread(target=sender.send, args=(b"slow",))

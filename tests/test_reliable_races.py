@@ -298,7 +298,7 @@ def _ping_frame(t: Any, body: bytes) -> Any:
 
 def test_a_late_ping_never_counts_for_another_link_or_monitor(closing: list[Any]) -> None:
     B.ensure("activemq")
-    t = hw.connect(
+    t: Any = hw.connect(
         B.url("activemq") + "?heartbeat=1&reconnect_interval=0.2&connect_timeout=2"
         "&keepalive_interval=60&keepalive_allowed=5"
     )
