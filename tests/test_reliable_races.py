@@ -373,3 +373,31 @@ def test_a_late_delivery_from_the_old_link_keeps_client_acks_safe(
     closing.append(again)
     again.start()
     wait_for(lambda: b"A" in rest.bodies(), 10, "A, never acknowledged, delivered again")
+
+
+def test_a_sender_made_while_a_connection_is_attached_sends_on_it(closing: list[Any]) -> None:
+    destination = f"/queue/{uid()}"
+    t = open_broker("activemq", closing)
+    closing.append(hw.ReliableSender(t, f"/queue/{uid()}"))  # the tracker exists already
+    inbox = Inbox()
+    consumer = hw.Consumer(open_broker("activemq", closing), destination, on_message=inbox)
+    closing.append(consumer)
+    consumer.start()
+    hold = HoldAttach()
+    t.add_link_observer(hold)
+    link = t.current_link
+    assert link is not None
+    link.abort("test: connection lost")
+    assert hold.inside.wait(10), "the transport did not reconnect within 10 s"
+    made: list[hw.ReliableSender] = []
+    maker = threading.Thread(target=lambda: made.append(hw.ReliableSender(t, destination)))
+    maker.start()
+    maker.join(5)
+    assert made, "creating a sender waited for the connection being attached"
+    sender = made[0]
+    closing.append(sender)
+    mid = sender.send(b"new sender")
+    hold.release()
+    assert sender.flush(10), f"flush never completed: {sender.stats()}"
+    wait_for(lambda: inbox.messages, 10, "the new sender's message")
+    assert [m.id for m in inbox.messages] == [mid]

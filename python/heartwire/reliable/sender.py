@@ -129,11 +129,12 @@ class ReliableSender:
         self._draining = False
         self._tracker = ReceiptTracker.of(broker) if self._stomp else None
         if self._tracker is not None:
-            # Under the connector's lock, so that a connection being attached right now either
-            # re-sends through this sender (it is registered first) or is already current.
-            with broker._connector.cond:
-                self._tracker.add(self)
-                self._link = broker.current_link
+            # A connection being attached right now either re-sends through this sender (it
+            # is registered first) or is the one returned.
+            link = self._tracker.add(self)
+            with self._lock:
+                if self._link is None:  # (not set by a _resend meanwhile)
+                    self._link = link
 
     # -- listeners ------------------------------------------------------------------------------
 

@@ -56,12 +56,19 @@ class ReceiptTracker:
             if tracker is None:
                 tracker = cls()
                 setattr(transport, _ATTR, tracker)
-                transport.add_link_observer(tracker)
+                # Atomic with respect to attaching a connection (the connector's lock).
+                with transport._connector.cond:
+                    transport.add_link_observer(tracker)
+                    tracker._link = transport.current_link
             return tracker
 
-    def add(self, sender: Waiter) -> None:
+    def add(self, sender: Waiter) -> Any:
+        """Register ``sender``; returns the connection to send on (None: none yet). A
+        connection attached later calls ``sender._resend`` with it; one being attached right
+        now either did (``sender`` was added before) or is the one returned."""
         with self._lock:
             self._senders = (*self._senders, sender)
+            return self._link
 
     def remove(self, sender: Waiter) -> None:
         with self._lock:
