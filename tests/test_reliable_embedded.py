@@ -325,3 +325,18 @@ def test_a_flush_waits_for_a_send_still_being_stored(broker: hw.MemoryBroker) ->
         worker.join(10)
     assert [a.request_id for a in acks] == [rid] and [m.body for m in got] == [b"slow"]
     assert sender.outstanding == 0 and sender.wait_flushed(rid, 0)
+
+
+def test_client_mode_acks_a_duplicate_at_once_when_nothing_before_it_is_open(
+    broker: hw.MemoryBroker,
+) -> None:
+    got: list[hw.ReceivedMessage] = []
+    c = hw.Consumer(broker, "/queue/i", ack="client", on_message=got.append)
+    c.start()
+    store = store_of(broker)
+    store.send("/queue/i", b"a", {"hw-message-id": "a"})
+    got[0].ack()
+    store.send("/queue/i", b"a", {"hw-message-id": "a"})  # a copy: dropped and acked now
+    assert len(got) == 1 and c.stats()["duplicates"] == 1
+    c.stop()  # nothing unacknowledged goes back
+    assert store.pending("/queue/i") == 0
