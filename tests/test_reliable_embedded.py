@@ -4,7 +4,8 @@ durable subscriptions are kept in the process, transactions are buffered until c
 from __future__ import annotations
 
 import json
-from typing import Callable
+import threading
+from typing import Any, Callable
 
 import pytest
 
@@ -292,3 +293,50 @@ def test_client_mode_holds_a_duplicate_ack_behind_an_unsettled_message(
     got[2].ack()  # the copy of a (delivered again, dropped again) is acked with b
     c.stop()
     assert store.pending("/queue/h") == 0
+
+
+def test_a_flush_waits_for_a_send_still_being_stored(broker: hw.MemoryBroker) -> None:
+    # Another thread's send took its sequence number but has not stored its message yet: a
+    # flush requested now covers it and must not be acknowledged before it is stored.
+    got: list[hw.ReceivedMessage] = []
+    hw.Consumer(broker, "/queue/f", on_message=got.append).start()
+    store = store_of(broker)
+    real_send = store.send
+    inside, go = threading.Event(), threading.Event()
+
+    def slow_send(destination: str, body: bytes, headers: Any) -> None:
+        inside.set()
+        assert go.wait(10), "the test never released the send"
+        real_send(destination, body, headers)
+
+    # The broker storing slowly.
+    store.send = slow_send  # type: ignore[method-assign]
+    acks: list[hw.FlushAck] = []
+    sender = hw.ReliableSender(broker, "/queue/f", on_flushed=acks.append)
+    worker = threading.Thread(target=sender.send, args=(b"slow",))
+    worker.start()
+    try:
+        assert inside.wait(10), "the send never reached the store"
+        rid = sender.request_flush()
+        assert acks == [], f"flush {rid} acknowledged before its message was stored"
+        assert sender.outstanding == 1
+    finally:
+        go.set()
+        worker.join(10)
+    assert [a.request_id for a in acks] == [rid] and [m.body for m in got] == [b"slow"]
+    assert sender.outstanding == 0 and sender.wait_flushed(rid, 0)
+
+
+def test_client_mode_acks_a_duplicate_at_once_when_nothing_before_it_is_open(
+    broker: hw.MemoryBroker,
+) -> None:
+    got: list[hw.ReceivedMessage] = []
+    c = hw.Consumer(broker, "/queue/i", ack="client", on_message=got.append)
+    c.start()
+    store = store_of(broker)
+    store.send("/queue/i", b"a", {"hw-message-id": "a"})
+    got[0].ack()
+    store.send("/queue/i", b"a", {"hw-message-id": "a"})  # a copy: dropped and acked now
+    assert len(got) == 1 and c.stats()["duplicates"] == 1
+    c.stop()  # nothing unacknowledged goes back
+    assert store.pending("/queue/i") == 0

@@ -21,7 +21,8 @@
   ``dedup_window`` ids, is dropped and counted (``stats()["duplicates"]``); the window lives in
   the Rust core (:class:`heartwire._core.DedupWindow`). Handled means acknowledged: in ``auto``
   mode on delivery; in the client modes once you acked it (or a later message, in ``client``
-  mode), directly or in a transaction that committed. A message you did not ack (the handler
+  mode; even if the connection then lost the ACK), directly or in a transaction that
+  committed. A message you did not ack (the handler
   raised, or nacked it) is not handled: when the broker delivers it again it reaches
   ``on_message`` again. A copy arriving while the first is still unacknowledged is handed over
   too (at least once, never lost). A dropped duplicate is acknowledged for you: at once in
@@ -39,6 +40,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 from heartwire._core import DedupWindow
@@ -109,6 +111,7 @@ class Consumer:
         self._deliveries = itertools.count(1)
         self._unsettled: dict[int, str] = {}
         self._held_dups: list[tuple[int, Callable[[], None]]] = []
+        self._retired: weakref.WeakSet[Any] = weakref.WeakSet()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -274,8 +277,8 @@ class Consumer:
                 if tx is not None:
                     tx._settle_stomp(link, "ACK" if ok else "NACK", {"id": ack_id})
                     tx._after_commit(lambda: self._settled(link, no, msg.id, ok))
-                elif frame(ok):
-                    self._settled(link, no, msg.id, ok)
+                else:  # handled even if the ACK cannot land: the redelivery is a duplicate
+                    self._settled(link, no, msg.id, ok, counted=frame(ok))
 
         msg = ReceivedMessage(
             message_id,
@@ -336,37 +339,46 @@ class Consumer:
 
     def _delivery(self, channel: Any) -> int:
         # Number a delivery from ``channel``; a new channel (a reconnection, a restart) starts
-        # afresh: the broker redelivers whatever the old one left unacknowledged.
+        # afresh: the broker redelivers whatever the old one left unacknowledged. A late
+        # delivery from a channel already replaced changes nothing (its acks cannot land).
         with self._lock:
-            if channel is not self._channel:
+            if channel is not self._channel and channel not in self._retired:
+                if self._channel is not None:
+                    self._retired.add(self._channel)
                 self._channel = channel
                 self._unsettled = {}
                 self._held_dups = []
             return next(self._deliveries)
 
-    def _settled(self, channel: Any, no: int, message_id: str, ok: bool) -> None:
-        # Delivery ``no`` of ``channel`` was acked (``ok``) or nacked at the broker. An acked id
-        # is handled: a later copy of it is a duplicate. ``client`` mode settles every earlier
+    def _settled(
+        self, channel: Any, no: int, message_id: str, ok: bool, counted: bool = True
+    ) -> None:
+        # The application acked (``ok``) or nacked delivery ``no`` of ``channel`` (``counted``:
+        # and the frame went out). An acked id is handled, even if its ACK did not reach the
+        # broker: a later copy of it is a duplicate. ``client`` mode settles every earlier
         # delivery too.
         release: Callable[[], None] | None = None
+        window = self._window
         with self._lock:
-            if ok:
+            if counted and ok:
                 self._acked += 1
-            else:
+            elif counted:
                 self._nacked += 1
-            if channel is not self._channel:
-                return
-            done = [no]
-            if self.ack == "client" and (ok or self._stomp):  # STOMP's NACK is cumulative too
-                done += [n for n in self._unsettled if n < no]
-                self._held_dups = [(n, a) for n, a in self._held_dups if n > no]
-            for n in done:
-                mid = self._unsettled.pop(n, None)
-                if ok and mid and self._window is not None and mid not in self._window:
-                    self._window.seen(mid)
-            if ok and message_id and self._window is not None and message_id not in self._window:
-                self._window.seen(message_id)
-            release = self._release_dups()
+            handled = [message_id] if ok else []
+            if channel is self._channel:
+                done = [no]
+                if self.ack == "client" and (ok or self._stomp):  # STOMP's NACK is cumulative
+                    done += [n for n in self._unsettled if n < no]
+                    self._held_dups = [(n, a) for n, a in self._held_dups if n > no]
+                for n in done:
+                    mid = self._unsettled.pop(n, None)
+                    if ok and mid:
+                        handled.append(mid)
+                release = self._release_dups()
+            if window is not None:
+                for mid in handled:
+                    if mid and mid not in window:
+                        window.seen(mid)
         if release is not None:
             release()
 

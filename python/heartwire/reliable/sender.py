@@ -20,8 +20,9 @@ receipted or refused; several may be in flight and complete in order. A refused 
 ``on_error(DeliveryError(message_id, destination, reason))`` and counts as processed.
 
 On the embedded broker (``memory://``) a send is delivered before :meth:`send` returns, so
-receipts are immediate: ``outstanding`` is 0 and a flush is acknowledged at once (an invalid
-destination there is refused the same way).
+receipts are immediate: a message is outstanding only while its :meth:`send` runs, and a flush
+is acknowledged as soon as every send begun before it has returned (an invalid destination
+there is refused the same way).
 
 Callbacks (``on_flushed``, ``on_error``, and listener objects with ``on_flushed(ack)`` /
 ``on_error(error)``) run on the thread that completed them: the receiving thread on STOMP, the
@@ -128,11 +129,12 @@ class ReliableSender:
         self._draining = False
         self._tracker = ReceiptTracker.of(broker) if self._stomp else None
         if self._tracker is not None:
-            # Under the connector's lock, so that a connection being attached right now either
-            # re-sends through this sender (it is registered first) or is already current.
-            with broker._connector.cond:
-                self._tracker.add(self)
-                self._link = broker.current_link
+            # A connection being attached right now either re-sends through this sender (it
+            # is registered first) or is the one returned.
+            link = self._tracker.add(self)
+            with self._lock:
+                if self._link is None:  # (not set by a _resend meanwhile)
+                    self._link = link
 
     # -- listeners ------------------------------------------------------------------------------
 
@@ -195,19 +197,25 @@ class ReliableSender:
     def _send_embedded(self, body: bytes, headers: dict[str, str]) -> str:
         from heartwire.reliable.memory_store import store_of
 
+        # Outstanding until the store took it: a flush requested meanwhile (from another
+        # thread) covers this message and must wait for it.
         with self._lock:
             seq = next(self._seq)
             self._last_seq = seq
             message_id = f"{self._id}:{seq}"
+            headers[MESSAGE_ID_HEADER] = message_id
+            self._outstanding[message_id] = _Pending(seq, body, headers, None)
             self._sent += 1
-        headers[MESSAGE_ID_HEADER] = message_id
         try:
             store_of(self.broker).send(self.destination, body, headers)
         except ValueError as exc:
-            self._refused(message_id, str(exc), seq=seq)
+            self._refused(message_id, str(exc))
+        except BaseException as exc:
+            # The store failed (it is raised to the caller too): never leave a flush waiting.
+            self._refused(message_id, f"the embedded broker failed: {exc!r}")
+            raise
         else:
-            with self._lock:
-                self._receipted_count += 1
+            self._receipted(message_id)
         return message_id
 
     def _send_stomp(self, body: bytes, headers: dict[str, str]) -> str:
@@ -289,7 +297,7 @@ class ReliableSender:
             done = self._completed_flushes()
         self._fire_flushes(done)
 
-    def _refused(self, message_id: str, reason: str, seq: int | None = None) -> None:
+    def _refused(self, message_id: str, reason: str) -> None:
         with self._lock:
             self._outstanding.pop(message_id, None)
             self._refused_count += 1

@@ -7,9 +7,9 @@ asks every sender to re-send what it still holds (before anything else may be pu
 
 An ERROR frame that names a ``receipt-id`` (ActiveMQ does) refuses that message. One that does
 not (RabbitMQ) is taken as the refusal of the oldest message still waiting on that connection
-whose destination name the error quotes (brokers answer a connection's frames in order); an
-error that quotes none (e.g. about a subscription) refuses nothing, so it can never drop a
-message.
+whose destination name the error quotes, whole (``'name'``: an error about ``alerts-archive``
+is not about ``alert``; brokers answer a connection's frames in order); an error that quotes
+none (e.g. about a subscription) refuses nothing, so it can never drop a message.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
+
+from heartwire.transport.errors import names
 
 if TYPE_CHECKING:
     from heartwire.transport.link import StompLink
@@ -54,12 +56,19 @@ class ReceiptTracker:
             if tracker is None:
                 tracker = cls()
                 setattr(transport, _ATTR, tracker)
-                transport.add_link_observer(tracker)
+                # Atomic with respect to attaching a connection (the connector's lock).
+                with transport._connector.cond:
+                    transport.add_link_observer(tracker)
+                    tracker._link = transport.current_link
             return tracker
 
-    def add(self, sender: Waiter) -> None:
+    def add(self, sender: Waiter) -> Any:
+        """Register ``sender``; returns the connection to send on (None: none yet). A
+        connection attached later calls ``sender._resend`` with it; one being attached right
+        now either did (``sender`` was added before) or is the one returned."""
         with self._lock:
             self._senders = (*self._senders, sender)
+            return self._link
 
     def remove(self, sender: Waiter) -> None:
         with self._lock:
@@ -114,7 +123,7 @@ class ReceiptTracker:
                 sender = queue.pop(rid, None)
             else:
                 for candidate, waiter in queue.items():
-                    if waiter._destination_name() in detail:
+                    if names(detail, waiter._destination_name()):
                         rid, sender = candidate, waiter
                         break
                 if sender is not None and rid is not None:

@@ -9,7 +9,9 @@
 
 On STOMP this is BEGIN, the frames with a ``transaction`` header, then COMMIT (waited for with a
 receipt) or ABORT, all on one connection: if that connection is lost before COMMIT, the broker
-discards the transaction and :meth:`Transaction.commit` raises :class:`TransactionFailed`. Acks
+discards the transaction and :meth:`Transaction.commit` raises :class:`TransactionFailed`. If
+COMMIT went out but its receipt did not come back in time, the outcome is unknown:
+:class:`TransactionFailed` says so (``applied`` None). Acks
 in a transaction must be of messages received on the same transport.
 
 On the embedded broker the sends and acks are held in the transaction and applied, in order, on
@@ -32,19 +34,27 @@ __all__ = ["Transaction", "TransactionFailed"]
 
 
 class TransactionFailed(RuntimeError):
-    """A transaction could not begin or commit; ``transaction_id`` names it. Nothing of it
-    took effect."""
+    """A transaction could not begin or commit; ``transaction_id`` names it.
 
-    def __init__(self, transaction_id: str, reason: str) -> None:
+    ``applied`` is False when nothing of it took effect, and None when that is unknown: the
+    COMMIT was sent but the broker's confirmation did not come in time (the transaction's
+    ``state`` is then ``"unknown"``; the broker may have applied it, so do not simply redo it).
+    """
+
+    def __init__(self, transaction_id: str, reason: str, applied: bool | None = False) -> None:
+        if applied is None:
+            reason += "; the COMMIT was sent and may have been applied"
         super().__init__(f"transaction {transaction_id}: {reason}")
         self.transaction_id = transaction_id
         self.reason = reason
+        self.applied = applied
 
 
 class Transaction:
     """One transaction on ``broker`` (see the module docs); made by ``broker.transaction()``.
 
-    ``state`` is ``"new"``, ``"open"``, ``"committed"`` or ``"aborted"``.
+    ``state`` is ``"new"``, ``"open"``, ``"committed"``, ``"aborted"`` or ``"unknown"`` (a
+    COMMIT whose outcome did not come back: see :class:`TransactionFailed`).
     """
 
     def __init__(self, broker: Any, timeout: float | None = None) -> None:
@@ -86,7 +96,10 @@ class Transaction:
 
     def commit(self) -> None:
         """Make every send and ack of the transaction take effect; raises
-        :class:`TransactionFailed` (after aborting) if the broker did not confirm it."""
+        :class:`TransactionFailed` if the broker refused it or the connection was lost before
+        COMMIT (nothing took effect: ``applied`` False, state ``"aborted"``), or if COMMIT went
+        out and its receipt did not come within ``timeout`` (``applied`` None, state
+        ``"unknown"``: it may have taken effect)."""
         self._check_open()
         if not self._stomp:
             ops, self._ops = self._ops, []
@@ -99,8 +112,13 @@ class Transaction:
             raise TransactionFailed(
                 self.id, "the connection was lost before COMMIT; the broker discarded it"
             )
-        error = self.broker.request("COMMIT", {"transaction": self.id}, self.timeout)
+        error, in_doubt = self.broker._request("COMMIT", {"transaction": self.id}, self.timeout)
         if error is not None:
+            self._ops.clear()
+            self._committed.clear()
+            if in_doubt:
+                self.state = "unknown"
+                raise TransactionFailed(self.id, error, applied=None)
             self.state = "aborted"
             raise TransactionFailed(self.id, error)
         self.state = "committed"

@@ -172,12 +172,16 @@ def connect(url: str | None = None, **options: Any) -> Transport:
 
         return MemoryBroker(**options)
     if not isinstance(url, str):
-        raise TypeError(f"url must be a str or None, got {type(url).__name__} {url!r}")
+        # Not echoed: it may hold a password.
+        raise TypeError(f"url must be a str or None, got {type(url).__name__}")
     scheme, sep, rest = url.partition("://")
     if sep and scheme == "memory":
-        if "/" in rest or "?" in rest:
+        from heartwire.transport.urls import redact
+
+        if "/" in rest or "?" in rest or "@" in rest:
             raise ValueError(
-                f"url {url!r}: an embedded broker URL is 'memory://' or 'memory://<name>'"
+                f"url {redact(url)!r}: an embedded broker URL is 'memory://' or "
+                "'memory://<name>' (no credentials, path or options)"
             )
         return _named_broker(rest, options)
     if (sep and scheme.lower() in ("stomp", "stomp+ssl")) or url.lower().startswith("failover:"):

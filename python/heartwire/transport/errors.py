@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["ConnectFailed", "SendTimeout"]
+__all__ = ["ConnectFailed", "SendTimeout", "names"]
+
+
+def names(detail: str, name: str) -> bool:
+    """Whether a broker's ERROR text ``detail`` names ``name`` itself, quoted as RabbitMQ
+    quotes queues and exchanges (``'name'``) and transactions (``"name"``). A name that is only
+    part of a quoted one (``alert`` in ``'alerts-archive'``) does not count."""
+    return bool(name) and (f"'{name}'" in detail or f'"{name}"' in detail)
 
 
 class SendTimeout(TimeoutError):

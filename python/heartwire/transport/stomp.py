@@ -21,7 +21,8 @@ URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
 - **STOMP heart-beating** runs both ways every ``heartbeat`` seconds; a broker silent for two
   intervals is dropped and reconnected.
 - **Keep-alive**: while the transport has subscriptions it pings itself through the broker every
-  ``keepalive_interval`` seconds (a private topic, never delivered to your handlers); after
+  ``keepalive_interval`` seconds (a private topic, never delivered to your handlers; only the
+  current monitor's own ping, back on the connection it watches, counts); after
   ``keepalive_allowed`` pings in a row did not come back, the connection is torn down and
   reconnected even though its socket looks open (:class:`~.keepalive.KeepAliveMonitor`).
 - **Failover and reconnection** (:mod:`.failover`): a lost connection is re-established, to the
@@ -59,7 +60,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
 
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
-from heartwire.transport.errors import SendTimeout
+from heartwire.transport.errors import SendTimeout, names
 from heartwire.transport.failover import ConnectionListener, Connector
 from heartwire.transport.keepalive import KeepAliveMonitor
 from heartwire.transport.link import StompLink
@@ -508,9 +509,16 @@ class StompTransport:
         receipt on the current connection and wait up to ``timeout`` seconds for the broker's
         RECEIPT. None once it came; else why not (no connection, the send failed, no receipt
         in time, or the broker's ERROR frame)."""
+        return self._request(command, headers, timeout)[0]
+
+    def _request(
+        self, command: str, headers: dict[str, str], timeout: float
+    ) -> tuple[str | None, bool]:
+        """:meth:`request`, and whether the broker may have acted on the frame: True once it
+        was sent and neither its RECEIPT nor an ERROR about it came (in doubt)."""
         link = self._connector.current
         if link is None:
-            return "no broker connection"
+            return "no broker connection", False
         receipt = f"hw-r-{self._id}-{next(self._ids)}"
         done = threading.Event()
         self._receipt_waiters[receipt] = done
@@ -522,11 +530,11 @@ class StompTransport:
                 link.frame(command, {**headers, "receipt": receipt})
             except Exception as exc:
                 self._connector.link_lost(link, f"{command} failed: {exc!r}")
-                return f"{command} could not be sent: {exc!r}"
+                return f"{command} could not be sent: {exc!r}", False
             if not done.wait(timeout):
-                return f"no receipt for {command} within {timeout:g} s"
+                return f"no receipt for {command} within {timeout:g} s", True
             error = self._receipt_errors.get(receipt)
-            return None if error is None else f"the broker refused {command}: {error}"
+            return (None if error is None else f"the broker refused {command}: {error}"), False
         finally:
             self._receipt_waiters.pop(receipt, None)
             self._receipt_errors.pop(receipt, None)
@@ -554,7 +562,8 @@ class StompTransport:
     def _on_error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
         rid = headers.get("receipt-id")
         if rid is None:  # RabbitMQ: an error that quotes what a waiting request is about
-            rid = next((r for r, q in list(self._receipt_quotes.items()) if q in detail), None)
+            quotes = list(self._receipt_quotes.items())
+            rid = next((r for r, q in quotes if names(detail, q)), None)
         waiter = self._receipt_waiters.get(rid) if rid is not None else None
         if rid is not None and waiter is not None:
             self._receipt_errors[rid] = detail
@@ -628,7 +637,7 @@ class StompTransport:
             with self._stats_lock:
                 self._pings_sent += 1
             try:
-                link.send(destination, b"ping", {})
+                link.send(destination, monitor.id.encode(), {})  # whose ping it is
             except Exception as exc:
                 self._connector.link_lost(link, f"keep-alive ping failed: {exc!r}")
 
@@ -644,7 +653,7 @@ class StompTransport:
             )
 
         monitor = KeepAliveMonitor(
-            f"{self._id}@{link.broker.host}:{link.broker.port}",
+            f"{self._id}@{link.broker.host}:{link.broker.port}#{next(self._ids)}",
             opts.keepalive_allowed,
             opts.keepalive_interval,
             on_expired=expired,
@@ -670,8 +679,14 @@ class StompTransport:
             if sub_id == _PING_SUB_ID:
                 with self._stats_lock:
                     self._pings_received += 1
+                # Only this monitor's own ping, back on its own link, is a sign of life: a
+                # late one from an earlier link or monitor says nothing about this one.
                 monitor = self._keepalive
-                if monitor is not None:
+                if (
+                    monitor is not None
+                    and link is self._keepalive_link
+                    and frame.body == monitor.id.encode()
+                ):
                     monitor.alive()
                 return
             sub = self._subs.get(sub_id) if sub_id is not None else None

@@ -23,6 +23,13 @@ logger that cuts the ``passcode`` header out of the frames it logs at DEBUG leve
 Every error is a :class:`ValueError` (or :class:`TypeError` for a keyword of the wrong type) that
 names the option and the value, except that passwords are never repeated: a URL is shown with
 its password as ``***`` and a bad ``passcode`` is described, not echoed.
+
+Passwords are best percent-encoded, but raw ``/ ? # @ : , ( )`` and spaces work too: a broker's
+password runs from the first ``:`` after its ``scheme://`` to the last ``@`` before the next
+broker of a failover list (a ``,`` then ``scheme://``), and a ``passcode=`` value in the query
+keeps a raw ``&`` unless an option's ``name=`` follows. Only where a URL reads two ways (an
+``@`` in a query value: ``stomp://h:1?login=a@b``) the query reading wins if it names known
+options only, and :func:`redact` hides both readings.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, unquote, unquote_plus
 
 __all__ = [
     "DEFAULT_PORT",
@@ -246,14 +253,194 @@ OPTIONS: Mapping[str, tuple[Callable[[str, Any], Any], str]] = {
 
 _DEFAULTS = {f.name: f.default for f in fields(StompOptions)}
 
-# user:password@ at the start, after '//' or a failover list's '(' or ',' (scheme or not: a
-# malformed URL is echoed in errors too).
-_USERINFO = re.compile(r"(?P<scheme>^|[/(,\s])(?P<user>[^:@/\s(),]*):[^@/\s]*@")
+# Where the passwords of a URL are. They are found before the URL is split anywhere, on the
+# whole text, so that no character in a password ('/', '?', '#', '@', ',', ')', a space...)
+# can move a split into it; the parser then works on a copy with each password replaced by a
+# token (``_hide``), and every message shows only text that ``redact()`` shows too.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_FAILOVER = re.compile(r"failover:(?://)?\(", re.IGNORECASE)
+# The scheme of a failover list's next broker (its ',' and blanks included).
+_LIST_SCHEME = re.compile(r",\s*[A-Za-z][A-Za-z0-9+.-]*://")
+_TOKEN = re.compile("\x00(\\d+)\x00")
+
+
+def _secret_name(name: str) -> bool:
+    # A query option whose value is a password (passcode, ssl_key_password, or a misspelling).
+    return "pass" in unquote_plus(name).lower()
+
+
+def _entry_starts(url: str, own_scheme: bool = True) -> list[tuple[int, int]]:
+    # (start, end) of each broker's text (after its 'scheme://'; for a malformed URL without
+    # one, from the start of the URL or of the failover list). A broker's scheme counts only
+    # at the start of the URL or of the list, or after a ',': a password may hold '://'.
+    head = _FAILOVER.match(url)
+    first = head.end() if head else 0
+    marks = [m for m in _LIST_SCHEME.finditer(url, first) if m.start() > first] if head else []
+    own = _SCHEME.match(url, first) if own_scheme else None
+    starts = [own.end() if own else first] + [m.end() for m in marks]
+    ends = [m.start() for m in marks] + [len(url)]
+    return list(zip(starts, ends, strict=True))
+
+
+def _strict_query(rest: str, failover: bool) -> bool:
+    # Whether ``rest`` (from the first '/', '?', '#' or ')' after a broker's host) reads as the
+    # end of a URL: [')'] ['/'] '?' then name=value pairs naming known options only (a
+    # password option's value may hold raw '&', as _query_secret_spans reads it).
+    if failover:
+        if not rest.startswith(")"):
+            return False
+        rest = rest[1:]
+    if rest.startswith("/"):
+        rest = rest[1:]
+    if not rest.startswith("?"):
+        return False
+    in_secret = False
+    for piece in rest[1:].split("&"):
+        name, eq, _ = piece.partition("=")
+        if eq and unquote_plus(name) in OPTIONS:
+            in_secret = _secret_name(name)
+        elif not in_secret:
+            return False
+    return True
+
+
+def _password_spans(url: str, lenient: bool) -> list[tuple[int, int]]:
+    """(start, end) of each broker's password in ``url``: the text after the first ':' of the
+    broker's text, up to the last '@' before the next broker. Only for the last broker, when
+    the text after its host reads as a query of known options (``stomp://h:1?login=a@b``), an
+    '@' there is the query's, unless ``lenient`` (``redact()``: hide both readings)."""
+    spans = []
+    entries = _entry_starts(url)
+    if lenient and not re.match(r"(?i)(failover:(//)?\()?\s*stomp(\+ssl)?://", url):
+        # An unknown scheme: 'svc://x@h' may be a user 'svc' with the password '//x'.
+        entries += _entry_starts(url, own_scheme=False)[:1]
+    failover = _FAILOVER.match(url) is not None
+    for s, e in entries:
+        last = e == len(url)
+        region = url[s:e]
+        at = region.rfind("@")
+        if at < 0:
+            continue
+        if last and not lenient:
+            cut = re.search(r"[/?#)]" if failover else r"[/?#]", region)
+            if (
+                cut is not None
+                and cut.start() < at
+                and _strict_query(region[cut.start() :], failover)
+            ):
+                at = region.rfind("@", 0, cut.start())
+                if at < 0:
+                    continue
+        colon = region.find(":", 0, at)
+        if colon >= 0 and colon + 1 < at:
+            spans.append((s + colon + 1, s + at))
+    return spans
+
+
+def _query_secret_spans(url: str, query_at: int) -> list[tuple[int, int]]:
+    # The values of password options in the query starting at ``query_at`` (after the '?'). A
+    # raw '&' inside such a value is kept in it unless a known option's 'name=' follows.
+    spans = []
+    pos = query_at
+    pieces = url[query_at:].split("&")
+    i = 0
+    while i < len(pieces):
+        piece = pieces[i]
+        name, eq, _ = piece.partition("=")
+        start = pos + len(name) + 1
+        end = pos + len(piece)
+        pos = end + 1
+        i += 1
+        if not (eq and _secret_name(name)):
+            continue
+        while i < len(pieces):
+            nxt, nxt_eq, _ = pieces[i].partition("=")
+            if nxt_eq and unquote_plus(nxt) in OPTIONS:
+                break
+            end = pos + len(pieces[i])
+            pos = end + 1
+            i += 1
+        if end > start:
+            spans.append((start, end))
+    return spans
+
+
+def _query_start(masked: str) -> int | None:
+    # Where the query of a URL whose passwords are masked begins (after its '?'), if any.
+    head = _FAILOVER.match(masked)
+    if head:
+        close = masked.find(")", head.end())
+        if close < 0:
+            return None
+        q = masked.find("?", close)
+    else:
+        q = masked.find("?")
+    return None if q < 0 else q + 1
+
+
+def _mask(url: str, spans: list[tuple[int, int]], token: Callable[[int, str], str]) -> str:
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:  # overlapping: one span
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    out, pos = [], 0
+    for n, (a, b) in enumerate(merged):
+        out.append(url[pos:a])
+        out.append(token(n, url[a:b]))
+        pos = b
+    out.append(url[pos:])
+    return "".join(out)
+
+
+def _secrets(url: str, lenient: bool) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for loose in (False, True) if lenient else (False,):
+        found = _password_spans(url, loose)
+        # Query secrets are looked for with the passwords blanked (same length, same places).
+        blank = _mask(url, found, lambda n, text: "\x01" * len(text))
+        q = _query_start(blank)
+        spans += found
+        if q is not None:
+            spans += _query_secret_spans(blank, q)
+    if lenient:  # and where the query would start if no password held a '?'
+        q = _query_start(url)
+        if q is not None:
+            spans += _query_secret_spans(url, q)
+    return spans
 
 
 def redact(url: str) -> str:
-    """``url`` with every password replaced by ``***`` (for messages and logs)."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+    """``url`` with every password replaced by ``***`` (for messages and logs): a broker's
+    ``user:password@`` (whatever characters the password holds, raw or percent-encoded) and
+    the value of a ``passcode=`` (any option whose name holds "pass") in the query."""
+    return _mask(url, _secrets(url, lenient=True), lambda n, text: "***")
+
+
+def _hide(url: str) -> tuple[str, list[str]]:
+    """A copy of ``url`` with each password replaced by a token (NUL, its index, NUL), and the
+    passwords."""
+    secrets: list[str] = []
+
+    def token(n: int, text: str) -> str:
+        secrets.append(text)
+        return f"\x00{len(secrets) - 1}\x00"
+
+    return _mask(url, _secrets(url, lenient=False), token), secrets
+
+
+def _show(text: str, whole: str) -> str:
+    """A part of a hidden copy, for a message about the URL whose ``redact()`` is ``whole``:
+    each token as ``***``, and only if ``whole`` shows it too (``redact()`` hides more, where
+    a URL reads two ways); else a note that it is not shown."""
+    text = _TOKEN.sub("***", text)
+    return text if text in whole else "(not shown: it may hold a password)"
+
+
+def _reveal(text: str, secrets: list[str], decode: Callable[[str], str] = unquote) -> str:
+    """A part of a hidden copy with its tokens replaced by the passwords, ``decode``-d."""
+    return _TOKEN.sub(lambda m: decode(secrets[int(m[1])]), text)
 
 
 class PasscodeFilter(logging.Filter):
@@ -281,81 +468,85 @@ PASSCODE_FILTER = PasscodeFilter()
 logging.getLogger("stomp.py").addFilter(PASSCODE_FILTER)
 
 
-def _broker(text: str, whole: str) -> BrokerAddress:
-    shown = redact(text)
+def _broker(text: str, whole: str, secrets: list[str]) -> BrokerAddress:
+    # ``text``: one broker of the hidden copy; ``whole``: the redacted URL.
+    shown = _show(text, whole)
     scheme, sep, rest = text.partition("://")
     if not sep:
         raise ValueError(
-            f"url {redact(whole)!r}: broker {shown!r} is not a URL; expected 'stomp://host:port'"
+            f"url {whole!r}: broker {shown!r} is not a URL; expected 'stomp://host:port'"
         )
     if scheme.lower() not in ("stomp", "stomp+ssl"):
         raise ValueError(
-            f"url {redact(whole)!r}: broker {shown!r} has the scheme {redact(scheme)!r}; "
+            f"url {whole!r}: broker {shown!r} has the scheme {_show(scheme, whole)!r}; "
             "only 'stomp' and 'stomp+ssl' are supported"
         )
     tls = scheme.lower() == "stomp+ssl"
     if "?" in rest or "#" in rest:
         raise ValueError(
-            f"url {redact(whole)!r}: broker {shown!r} has its own options; "
+            f"url {whole!r}: broker {shown!r} has its own options; "
             "put options after the whole URL ('failover:(...)?option=value')"
         )
     rest = rest.rstrip("/")
     if "/" in rest:
-        raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has a path; expected host:port")
+        raise ValueError(f"url {whole!r}: broker {shown!r} has a path; expected host:port")
     login = passcode = None
     userinfo, at, hostport = rest.rpartition("@")
     if at:
         user, colon, password = userinfo.partition(":")
         login = unquote(user)
-        passcode = unquote(password) if colon else None
+        passcode = _reveal(password, secrets) if colon else None
     if hostport.startswith("["):
         host, bracket, tail = hostport[1:].partition("]")
         if not bracket or (tail and not tail.startswith(":")):
-            raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has a malformed IPv6 host")
+            raise ValueError(f"url {whole!r}: broker {shown!r} has a malformed IPv6 host")
         port_text = tail[1:] if tail else ""
     else:
         host, colon, port_text = hostport.partition(":")
         if colon and not port_text:
-            raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has an empty port")
+            raise ValueError(f"url {whole!r}: broker {shown!r} has an empty port")
     if not host:
-        raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has no host")
+        raise ValueError(f"url {whole!r}: broker {shown!r} has no host")
     if not re.fullmatch(r"[A-Za-z0-9._:%-]+", host):
-        raise ValueError(f"url {redact(whole)!r}: broker {shown!r} has an invalid host {host!r}")
+        raise ValueError(
+            f"url {whole!r}: broker {shown!r} has an invalid host {_show(host, whole)!r}"
+        )
     port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
     if port_text:
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
             raise ValueError(
-                f"url {redact(whole)!r}: broker {shown!r} has the port {port_text!r}; "
+                f"url {whole!r}: broker {shown!r} has the port {_show(port_text, whole)!r}; "
                 "expected a number from 1 to 65535"
             )
         port = int(port_text)
     return BrokerAddress(host, port, login, passcode, tls)
 
 
-def _split_failover(url: str) -> tuple[list[str], str]:
+def _split_failover(url: str, whole: str) -> tuple[list[str], str]:
+    # ``url``: the hidden copy; ``whole``: the redacted URL.
     body = url[len("failover:") :]
     if body.startswith("//"):
         body = body[2:]
     if not body.startswith("("):
         raise ValueError(
-            f"url {redact(url)!r}: a failover URL lists its brokers in parentheses: "
+            f"url {whole!r}: a failover URL lists its brokers in parentheses: "
             "'failover:(stomp://a:61613,stomp://b:61614)?option=value'"
         )
     inner, paren, query = body[1:].partition(")")
     if not paren:
-        raise ValueError(f"url {redact(url)!r}: the broker list has no closing parenthesis")
+        raise ValueError(f"url {whole!r}: the broker list has no closing parenthesis")
     if query and not query.startswith("?"):
         raise ValueError(
-            f"url {redact(url)!r}: unexpected {redact(query)!r} after the broker list; "
+            f"url {whole!r}: unexpected {_show(query, whole)!r} after the broker list; "
             "options follow a '?'"
         )
     parts = [p.strip() for p in inner.split(",")]
     if not inner.strip() or any(not p for p in parts):
-        raise ValueError(f"url {redact(url)!r}: the broker list has an empty entry")
+        raise ValueError(f"url {whole!r}: the broker list has an empty entry")
     return parts, query[1:]
 
 
-def _query(query: str, url: str) -> dict[str, str]:
+def _query(query: str, whole: str, secrets: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     if not query:
         return out
@@ -363,12 +554,12 @@ def _query(query: str, url: str) -> dict[str, str]:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
     except ValueError:
         raise ValueError(
-            f"url {redact(url)!r}: the options {redact(query)!r} are not 'name=value&...'"
+            f"url {whole!r}: the options {_show(query, whole)!r} are not 'name=value&...'"
         ) from None
     for name, value in pairs:
         if name in out:
-            raise ValueError(f"url {redact(url)!r}: option {name} is given twice")
-        out[name] = value
+            raise ValueError(f"url {whole!r}: option {name} is given twice")
+        out[name] = _reveal(value, secrets, unquote_plus)
     return out
 
 
@@ -377,21 +568,24 @@ def parse_url(url: str, **options: Any) -> StompOptions:
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {type(url).__name__}")
     text = url.strip()
-    if text.lower().startswith("failover:"):
-        parts, query = _split_failover(text)
+    # Passwords are taken out before anything is split (see _password_spans).
+    hidden, secrets = _hide(text)
+    shown = redact(text)
+    if hidden.lower().startswith("failover:"):
+        parts, query = _split_failover(hidden, shown)
         failover = True
     else:
-        head, _, query = text.partition("?")
+        head, _, query = hidden.partition("?")
         parts = [head]
         failover = False
-    brokers = tuple(_broker(p, text) for p in parts)
+    brokers = tuple(_broker(p, shown, secrets) for p in parts)
     seen: set[tuple[str, int]] = set()
     for b in brokers:
         key = (b.host.lower(), b.port)
         if key in seen:
-            raise ValueError(f"url {redact(text)!r} lists the broker {b} twice")
+            raise ValueError(f"url {shown!r} lists the broker {b} twice")
         seen.add(key)
-    given: dict[str, Any] = dict(_query(query, text))
+    given: dict[str, Any] = dict(_query(query, shown, secrets))
     given.update(options)
     values: dict[str, Any] = {}
     for name, value in given.items():
@@ -410,7 +604,7 @@ def parse_url(url: str, **options: Any) -> StompOptions:
     tls_given = sorted(n for n in values if n.startswith("ssl_"))
     if tls_given and not any(b.tls for b in brokers):
         raise ValueError(
-            f"url {redact(text)!r} has no stomp+ssl:// broker; the options {', '.join(tls_given)} "
+            f"url {shown!r} has no stomp+ssl:// broker; the options {', '.join(tls_given)} "
             "apply only to brokers reached over TLS"
         )
     interval = values.get("keepalive_interval", _DEFAULTS["keepalive_interval"])

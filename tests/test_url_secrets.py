@@ -1,0 +1,139 @@
+"""Passwords in URLs never show (issue 14, item 8), whatever characters they hold.
+
+Passwords are drawn from the characters that split URLs (``/ ? # @ : % space ! ( ) , &``) and
+non-ASCII letters, written raw or percent-encoded, in single URLs, in ``failover:(...)`` lists
+and as ``passcode=`` in the query. For each, ``redact()``, the error of every URL that does not
+parse, the reprs and ``url`` of what parses, and every log record of a failed connection attempt
+(to a closed port) must hold no non-trivial part of the password: none of its non-ASCII letters,
+raw or percent-encoded, and no run of two or more percent escapes of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from heartwire.transport import ConnectFailed, connect
+from heartwire.transport.urls import parse_url, redact
+
+AWKWARD = "/?#@:% !(),&=+"
+LETTERS = "λжé密€ßΩ"  # never in a user, host, option or message: any of them shown is a leak
+QUICK = "connect_timeout=0.5&keepalive_interval=0&heartbeat=0"
+
+passwords = st.text(alphabet=AWKWARD + LETTERS, min_size=1, max_size=16).filter(
+    lambda p: any(c in LETTERS for c in p)
+)
+
+
+def _escapes(text: str) -> list[str]:
+    """Runs of two percent escapes of ``text``'s percent-encoded form (both letter cases)."""
+    encoded = quote(text, safe="")
+    triplets = re.findall(r"%[0-9A-F]{2}", encoded)
+    runs = ["".join(triplets[i : i + 2]) for i in range(len(triplets) - 1)]
+    return runs + [r.lower() for r in runs]
+
+
+def assert_hidden(password: str, *texts: str) -> None:
+    letters = [c for c in password if c in LETTERS]
+    encoded = [quote(c, safe="") for c in letters]
+    for text in texts:
+        for c, e in zip(letters, encoded, strict=True):
+            assert c not in text, f"{c!r} of the password shown: {text!r}"
+            assert e not in text and e.lower() not in text, f"{e} shown: {text!r}"
+        for run in _escapes(password):
+            assert run not in text, f"{run} (the encoded password) shown: {text!r}"
+
+
+def urls_for(password: str) -> list[str]:
+    enc = quote(password, safe="")
+    return [
+        f"stomp://svc:{password}@127.0.0.1:1?{QUICK}",
+        f"stomp://svc:{enc}@127.0.0.1:1?{QUICK}",
+        f"stomp://svc:{password}@127.0.0.1:1",
+        f"stomp+ssl://svc:{password}@127.0.0.1:1/",
+        f"failover:(stomp://svc:{password}@127.0.0.1:1,stomp://127.0.0.1:2)?{QUICK}",
+        f"failover:(stomp://127.0.0.1:2,stomp://svc:{password}@127.0.0.1:1)?{QUICK}",
+        f"failover:(stomp://svc:{enc}@127.0.0.1:1,stomp://u:{password}@127.0.0.1:2)",
+        f"stomp://127.0.0.1:1?passcode={password}&{QUICK}",
+        f"stomp://127.0.0.1:1?{QUICK}&passcode={enc}",
+        f"failover:(stomp://127.0.0.1:1)?passcode={password}",
+        f"tcp://svc:{password}@127.0.0.1:1",
+        f"memory://svc:{password}@x",
+        f"svc:{password}@127.0.0.1:1",
+    ]
+
+
+def _exception_text(exc: BaseException) -> str:
+    parts = [str(exc), repr(exc), "".join(traceback.format_exception(exc))]
+    parts += [repr(a) for a in exc.args]
+    return "\n".join(parts)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
+)
+@given(password=passwords)
+@example(password="S3cr/t!λ")
+@example(password="p@ssw0rdλ")
+@example(password="a bλ?c")
+@example(password="(λ),x")
+def test_no_part_of_a_password_shows(password: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="stomp.py")
+    caplog.clear()
+    shown: list[str] = []
+    for url in urls_for(password):
+        shown.append(redact(url))
+        try:
+            options = parse_url(url)
+        except (ValueError, TypeError) as exc:
+            shown.append(_exception_text(exc))
+        else:
+            shown += [repr(options), options.url, *map(repr, options.brokers)]
+            shown += [str(b) for b in options.brokers]
+        try:
+            connect(url)
+        except (ValueError, TypeError, ConnectFailed) as exc:
+            shown.append(_exception_text(exc))
+            shown.append(repr(getattr(exc, "reasons", None)))
+    shown += [r.getMessage() for r in caplog.records]
+    assert_hidden(password, *shown)
+
+
+@pytest.mark.parametrize(
+    ("url", "login", "passcode", "host", "port"),
+    [
+        ("stomp://svc:S3cr/t!@h:61613", "svc", "S3cr/t!", "h", 61613),
+        ("stomp://svc:p@ssw0rd@h:1?heartbeat=1", "svc", "p@ssw0rd", "h", 1),
+        ("stomp://svc:a b?c#d@h", "svc", "a b?c#d", "h", 61613),
+        ("stomp://svc:a%40b@h:2", "svc", "a@b", "h", 2),
+        ("stomp://h:1?login=a@b&heartbeat=1", "a@b", None, "h", 1),  # an '@' in a query value
+        ("failover:(stomp://u:x),y@h:3,stomp://v:w@g:4)", "u", "x),y", "h", 3),
+        ("stomp://h:5?passcode=a&b%26c&heartbeat=1", None, "a&b&c", "h", 5),
+    ],
+)
+def test_awkward_passwords_parse(
+    url: str, login: str | None, passcode: str | None, host: str, port: int
+) -> None:
+    options = parse_url(url)
+    broker = options.brokers[0]
+    assert (broker.host, broker.port) == (host, port)
+    assert options.credentials(broker) == (login, passcode)
+    if passcode:
+        assert passcode not in redact(url) and passcode not in repr(options)
+
+
+def test_redact_keeps_what_is_not_a_password() -> None:
+    assert redact("failover:(stomp://u:pw@a:1,stomp://v:p(w@b:2)?heartbeat=1") == (
+        "failover:(stomp://u:***@a:1,stomp://v:***@b:2)?heartbeat=1"
+    )
+    assert redact("stomp://h:1?passcode=x&heartbeat=2") == "stomp://h:1?passcode=***&heartbeat=2"
+    assert redact("stomp://u@h:1") == "stomp://u@h:1"
