@@ -341,13 +341,15 @@ class HeartbeatPublisher:
             self._key = self._watch = None
             self._next_at = None
             attempt = self._inflight
+            assert sched is not None and key is not None
+            # Its result will be dropped: drain() need not wait. Not started yet: it never will.
+            job = None if attempt is None else attempt.job
+            if job is not None and sched.abandon(job) == "queued":
+                self._inflight = None
             _running.discard(self)
-        assert sched is not None and key is not None
         sched.remove(key)
         if watch is not None:
             sched.remove(watch)
-        if attempt is not None and attempt.job is not None:
-            sched.abandon(attempt.job)  # its result will be dropped: drain() need not wait
         self._connection_events.detach(self._broker)
         self._listeners.emit("on_stopped", Stopped(self._topic))
 
@@ -380,25 +382,27 @@ class HeartbeatPublisher:
                 self._firing = True
             else:
                 attempt = self._inflight
-                if attempt is None:
+                if attempt is not None:
+                    # The last beat's work is still going: start no second job (one thread per
+                    # publisher at most). Past its limit, this beat fails too.
+                    in_time = (
+                        attempt.state == _WORKING and now < attempt.started + self._timeout - _EPS
+                    )
+                    just_reported = attempt.state == _TIMED_OUT and now <= attempt.reported + _EPS
+                    if attempt.state == _FINISHED or in_time or just_reported:
+                        return  # within its limit, or sending: this slot is skipped
+                    overdue = self._time_out(attempt, now)
+                if self._inflight is None:  # (a job that never got a thread is gone)
                     attempt = self._inflight = _Attempt(self._generation, now)
                     assert self._watch is not None
                     sched.schedule(self._watch, now + self._timeout)
                     attempt.job = sched.submit(functools.partial(self._work, attempt))
-                    return
-                # The last beat's work is still running: start no second one (one thread per
-                # publisher at most). Past its limit, this beat fails too.
-                in_time = attempt.state == _WORKING and now < attempt.started + self._timeout - _EPS
-                just_reported = attempt.state == _TIMED_OUT and now <= attempt.reported + _EPS
-                if attempt.state == _FINISHED or in_time or just_reported:
-                    return  # within its limit, or sending: this slot is skipped
-                overdue = self._time_out(attempt, now)
-        if overdue is not None:
-            self._report(*overdue)
+        if self._slow:
+            if overdue is not None:
+                self._report(*overdue)
             return
         try:
-            payload = self._payload
-            self._send(payload)
+            self._send(self._payload)
         finally:
             with self._lock:
                 self._firing = False
@@ -409,6 +413,8 @@ class HeartbeatPublisher:
             attempt = self._inflight
             if attempt is None or attempt.state != _WORKING:
                 return
+            if at < attempt.started + self._timeout - _EPS:
+                return  # the limit of an earlier job, popped with the beat that replaced it
             assert self._scheduler is not None
             overdue = self._time_out(attempt, self._scheduler.now())
             report = self._state == _RUNNING
@@ -422,9 +428,13 @@ class HeartbeatPublisher:
         if attempt.state == _WORKING:
             attempt.state = _TIMED_OUT
             detail = f"{name}: timed out after {self._timeout:g} s"
-            if attempt.job is not None:
-                assert self._scheduler is not None
-                self._scheduler.abandon(attempt.job)
+            assert self._scheduler is not None and attempt.job is not None
+            if self._scheduler.abandon(attempt.job) == "queued":
+                # No check thread took it in time: it holds none and will never run, so the
+                # next beat starts afresh.
+                detail += " waiting for a check thread"
+                if self._inflight is attempt:
+                    self._inflight = None
         else:
             detail = f"{name}: timed out, still running after {now - attempt.started:g} s"
         attempt.reported = now
