@@ -129,14 +129,16 @@ def test_a_check_that_never_got_a_thread_is_retried_at_the_next_beat(
         ok.start()  # its check waits: the one thread is hung
         assert _wait_until(lambda: sched.stats()["jobs"] == 2, 2.0)
         clock.advance(1.0)  # both limits pass; ok's next check is queued again
-        assert _wait_until(lambda: rec.events, 2.0)
+        assert _wait_until(lambda: ok.stats()["check_failures"] == 1, 2.0)
         assert not sched.drain(timeout=0.05)  # that new check is still due
+        assert calls == []
+        gate.set()  # the thread is free: ok's new check (started at this beat) runs
+        assert _wait_until(lambda: ok.sent == 1, 2.0)
+        assert sched.drain(timeout=2)  # (the report waited for a thread too: one in all)
         assert [e.detail for e in rec.events] == [
             f"{ok._dependency!r}: timed out after 1 s waiting for a check thread"
         ]
-        assert isinstance(rec.events[0].error, CheckFailed) and calls == []
-        gate.set()  # the thread is free: ok's new check (started at this beat) runs
-        assert _wait_until(lambda: ok.sent == 1, 2.0)
+        assert isinstance(rec.events[0].error, CheckFailed)
         clock.advance(1.0)
         assert sched.drain(timeout=2)
         assert (ok.sent, hung.sent, len(calls)) == (2, 1, 2)
