@@ -169,7 +169,11 @@ class tcp(Check):  # lower case: used like a function, checks.tcp("db", 5432)
 
 
 class path(Check):
-    """Healthy when the path exists (a file, a directory, a socket: anything)."""
+    """Healthy when the path exists (a file, a directory, a socket: anything).
+
+    It has no timeout of its own: a hung file system (a dead NFS mount) blocks it, and then the
+    publisher's ``timeout`` bounds the beat (the check keeps its thread until the call returns).
+    """
 
     def __init__(self, p: str | os.PathLike[str]) -> None:
         if not isinstance(p, (str, os.PathLike)) or not os.fspath(p):
