@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import pickle
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,3 +206,165 @@ def test_check_failed_carries_the_reason_and_pickles() -> None:
     err = CheckFailed("tcp db:5432: timed out")
     assert str(err) == err.reason == "tcp db:5432: timed out"
     assert pickle.loads(pickle.dumps(err)).reason == err.reason
+
+
+# -- a check's timeout is its deadline (issue 14, item 18) ----------------------------------
+
+
+def _timed(check: checks.Check, limit: float) -> tuple[object, float]:
+    """Run ``check`` on a thread; (its result or exception, seconds taken). Fails the test if
+    it is still running after ``limit`` seconds."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(check())
+        except Exception as exc:
+            out.append(exc)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit)
+    took = time.monotonic() - started
+    assert out, f"{check!r} still running after {took:.1f} s"
+    return out[0], took
+
+
+class TrickleServer:
+    """A real HTTP server that answers 200, one byte every ``gap`` seconds."""
+
+    RESPONSE = b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\nX-Pad: trickle\r\n\r\n"
+
+    def __init__(self, gap: float) -> None:
+        self.gap = gap
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            for i in range(len(self.RESPONSE)):
+                if self.stop.wait(self.gap):
+                    return
+                try:
+                    conn.sendall(self.RESPONSE[i : i + 1])
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
+@pytest.fixture
+def trickle() -> Iterator[TrickleServer]:
+    srv = TrickleServer(gap=0.1)  # the whole answer takes about 5 s
+    yield srv
+    srv.close()
+
+
+def test_http_timeout_bounds_the_whole_check_against_a_trickling_server(
+    trickle: TrickleServer,
+) -> None:
+    url = f"http://127.0.0.1:{trickle.port}/"
+    result, took = _timed(checks.http(url, timeout=0.5), limit=2.0)
+    assert isinstance(result, CheckFailed), f"returned {result!r} after {took:.1f} s"
+    assert result.reason == f"http GET {url}: timed out"
+    assert took < 0.5 + 0.3
+
+
+@pytest.fixture
+def blackhole() -> Iterator[tuple[str, int]]:
+    """A loopback port whose accept queue is full: connects to it hang (SYNs are dropped)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    address = listener.getsockname()
+    fillers = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.connect(address)
+        fillers.append(s)
+    time.sleep(0.05)  # let the handshakes complete and fill the queue
+    yield address
+    for s in fillers:
+        s.close()
+    listener.close()
+
+
+def _addresses_times(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS answers every name with ``n`` copies of its address (n A records)."""
+    real = socket.getaddrinfo
+
+    def many(*args: Any, **kwargs: Any) -> Any:
+        return real(*args, **kwargs) * n
+
+    monkeypatch.setattr(socket, "getaddrinfo", many)
+
+
+def test_tcp_timeout_is_shared_by_every_resolved_address(
+    blackhole: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _addresses_times(3, monkeypatch)
+    host, port = blackhole
+    result, took = _timed(checks.tcp(host, port, timeout=0.3), limit=3.0)
+    assert isinstance(result, CheckFailed), result
+    assert result.reason == f"tcp {host}:{port}: timed out"
+    assert took < 0.3 + 0.25, f"took {took:.2f} s for a 0.3 s timeout"
+
+
+def _slow_dns(seconds: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow DNS server: resolving a name (not an address literal) takes ``seconds``."""
+    real = socket.getaddrinfo
+
+    def slow(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "localhost":
+            time.sleep(seconds)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+
+
+def test_tcp_timeout_includes_name_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        assert checks.tcp("localhost", port, timeout=1.0)() is True
+        _slow_dns(1.5, monkeypatch)
+        result, took = _timed(checks.tcp("localhost", port, timeout=0.3), limit=3.0)
+    assert isinstance(result, CheckFailed), f"returned {result!r} after {took:.1f} s"
+    assert result.reason == f"tcp localhost:{port}: timed out"
+    assert took < 0.3 + 0.25
+
+
+def test_http_timeout_includes_name_resolution(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = server.replace("127.0.0.1", "localhost") + "/200"
+    assert checks.http(url, timeout=1.0)() is True
+    _slow_dns(1.5, monkeypatch)
+    result, took = _timed(checks.http(url, timeout=0.3), limit=3.0)
+    assert isinstance(result, CheckFailed), f"returned {result!r} after {took:.1f} s"
+    assert result.reason == f"http GET {url}: timed out"
+    assert took < 0.3 + 0.25
+
+
+def test_https_handshake_with_a_silent_server_fits_in_the_timeout() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # accepts, never answers
+        port = listener.getsockname()[1]
+        url = f"https://127.0.0.1:{port}/"
+        result, took = _timed(checks.http(url, timeout=0.3), limit=3.0)
+    assert isinstance(result, CheckFailed) and result.reason == f"http GET {url}: timed out"
+    assert took < 0.3 + 0.25

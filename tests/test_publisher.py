@@ -895,3 +895,55 @@ def test_time_limit_defaults_and_an_explicit_limit(rig: Rig) -> None:
         assert pub.sent == 0
     finally:
         gate.set()
+
+
+class HangingListener(PublisherListener):
+    """Records events; ``on_sent`` blocks until ``gate`` opens."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+        self.events: list[Any] = []
+        self.threads: set[str] = set()
+
+    def on_started(self, event: Started) -> None:
+        self.events.append(event)
+
+    def on_stopped(self, event: Stopped) -> None:
+        self.events.append(event)
+
+    def on_sent(self, event: Sent) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.gate.wait(20)
+        self.events.append(event)
+
+
+def test_a_hanging_listener_delays_only_its_own_publishers_events(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(publisher_module, "EVENT_QUEUE", 3)
+    gate = threading.Event()
+    listener = HangingListener(gate)
+    slow = rig.make("svc.heard", listeners=[listener])
+    other = rig.make("svc.other", listeners=[Recorder()])
+    try:
+        slow.start()
+        other.start()
+        assert listener.events == [Started("svc.heard")]  # delivered by start() itself
+        rig.clock.advance(0.0)
+        assert _wait_until(lambda: other.sent == 1, 2.0), "a hanging listener stalled the others"
+        for n in range(2, 7):  # the publisher itself goes on beating
+            rig.clock.advance(1.0)
+            assert _wait_until(lambda n=n: other.sent == slow.sent == n, 2.0)  # type: ignore[misc]
+        assert slow.sent == 6 and other.sent == 6
+        # 1 event being delivered (hung), 3 queued, the 2 oldest queued dropped.
+        assert slow.stats()["events_dropped"] == 2
+        slow.stop()  # queued behind the hung delivery: on_stopped comes last, in order
+        assert listener.events == [Started("svc.heard")]
+        gate.set()
+        assert rig.sched.drain(timeout=5)
+        assert [type(e).__name__ for e in listener.events] == ["Started", *["Sent"] * 3, "Stopped"]
+        assert [e.seq for e in listener.events if isinstance(e, Sent)] == [1, 5, 6]  # 4 made room
+        assert slow.stats()["events_dropped"] == 3
+        assert all("-check-" in name for name in listener.threads)
+    finally:
+        gate.set()

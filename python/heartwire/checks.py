@@ -7,18 +7,28 @@ so monitors see the service as down while what it depends on is down::
 
 Each check is a small callable object: calling it returns ``True`` when healthy and raises
 :class:`CheckFailed` (with a readable ``reason``) when not. Checks run on the publisher
-scheduler's check threads, so each one bounds its own time with a ``timeout``.
+scheduler's check threads, and a check's ``timeout`` is its deadline: name resolution,
+connecting (to every address the name resolves to, together) and reading the answer all fit in
+it, however the server trickles its bytes. A name lookup cannot be interrupted, so one that
+outlives its check goes on on a thread of its own (``heartwire-dns``), one per name and port
+being looked up, which later checks of that name wait for instead of starting another.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
+import ipaddress
 import math
 import os
 import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Container
+from http import client as http_client
 from typing import Any, Callable
 
 __all__ = ["Check", "CheckFailed", "http", "path", "sql", "tcp"]
@@ -45,6 +55,87 @@ def _timeout(value: object, field: str = "timeout") -> float:
     return float(value)
 
 
+class _Lookup:
+    """One name lookup in flight (see the module docs)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: list[Any] = []
+        self.error: OSError | None = None
+
+
+_lookups: dict[tuple[str, int], _Lookup] = {}
+_lookups_lock = threading.Lock()
+
+
+def _run_lookup(host: str, port: int, lookup: _Lookup) -> None:
+    try:
+        lookup.result = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        lookup.error = exc
+    finally:
+        with _lookups_lock:
+            if _lookups.get((host, port)) is lookup:
+                del _lookups[(host, port)]
+        lookup.done.set()
+
+
+def _resolve(host: str, port: int, deadline: float) -> list[Any]:
+    """``getaddrinfo`` for a stream socket, by ``deadline`` (``time.monotonic()``)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:  # an address literal needs no lookup
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    with _lookups_lock:
+        lookup = _lookups.get((host, port))
+        if lookup is None:
+            lookup = _lookups[(host, port)] = _Lookup()
+            threading.Thread(
+                target=_run_lookup, args=(host, port, lookup), name="heartwire-dns", daemon=True
+            ).start()
+    if not lookup.done.wait(max(0.0, deadline - time.monotonic())):
+        raise TimeoutError("timed out")
+    if lookup.error is not None:
+        raise lookup.error
+    return lookup.result
+
+
+def _connect(
+    host: str, port: int, deadline: float, source_address: tuple[str, int] | None = None
+) -> socket.socket:
+    """A TCP connection to ``host:port`` by ``deadline``: the lookup and every address share it
+    (each address left gets an equal part of the time left), unlike
+    :func:`socket.create_connection`, which gives each its own whole timeout."""
+    infos = _resolve(host, port, deadline)
+    if not infos:
+        raise OSError(f"getaddrinfo returned no address for {host}")
+    error: OSError = TimeoutError("timed out")
+    for i, (family, kind, proto, _, address) in enumerate(infos):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            error = TimeoutError("timed out")
+            break
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(left / (len(infos) - i))
+            if source_address is not None:
+                sock.bind(source_address)
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            sock.close()
+            raise TimeoutError("timed out")
+        sock.settimeout(left)  # what follows (a TLS handshake, a request) by the deadline too
+        return sock
+    raise error
+
+
 class Check:
     """Base class of the stock checks: ``check()`` returns True or raises CheckFailed."""
 
@@ -67,7 +158,7 @@ class tcp(Check):  # lower case: used like a function, checks.tcp("db", 5432)
 
     def __call__(self) -> bool:
         try:
-            conn = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            conn = _connect(self.host, self.port, time.monotonic() + self.timeout)
         except OSError as exc:
             raise CheckFailed(f"tcp {self.host}:{self.port}: {_describe(exc)}") from exc
         conn.close()
@@ -78,7 +169,11 @@ class tcp(Check):  # lower case: used like a function, checks.tcp("db", 5432)
 
 
 class path(Check):
-    """Healthy when the path exists (a file, a directory, a socket: anything)."""
+    """Healthy when the path exists (a file, a directory, a socket: anything).
+
+    It has no timeout of its own: a hung file system (a dead NFS mount) blocks it, and then the
+    publisher's ``timeout`` bounds the beat (the check keeps its thread until the call returns).
+    """
 
     def __init__(self, p: str | os.PathLike[str]) -> None:
         if not isinstance(p, (str, os.PathLike)) or not os.fspath(p):
@@ -100,7 +195,9 @@ class sql(Check):
     Each check opens a connection, executes ``query`` (default ``SELECT 1``), fetches one row
     and closes the connection, so a dead server, bad credentials or a broken pool all show.
     Pass a factory that sets the driver's own connect timeout, e.g.
-    ``functools.partial(psycopg.connect, dsn, connect_timeout=2)``.
+    ``functools.partial(psycopg.connect, dsn, connect_timeout=2)``: this check cannot interrupt
+    a driver. Without one, a hung driver is bounded by the publisher's ``timeout`` (the beat
+    fails as timed out), but holds its check thread until the driver returns.
     """
 
     def __init__(self, connect_factory: Callable[[], Any], query: str = "SELECT 1") -> None:
@@ -142,12 +239,87 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # a 3xx is an answer in its own right, judged by ``expect``
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reader (``sock.makefile("rb")``'s raw stream) whose every read ends by the
+    deadline: the socket's timeout is set to the time left before each one."""
+
+    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._raw = raw
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        self._sock.settimeout(left)
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _DeadlineResponse(http_client.HTTPResponse):
+    def __init__(self, sock: socket.socket, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        raw = self.fp.detach()
+        self.fp = io.BufferedReader(_DeadlineReader(raw, sock, deadline))  # type: ignore[arg-type]
+
+
+def _by_deadline(conn: http_client.HTTPConnection, deadline: float) -> None:
+    """Make ``conn`` connect (lookup included) and read its answer by ``deadline``."""
+
+    def create_connection(
+        address: tuple[str, int], timeout: object = None, source: Any = None
+    ) -> socket.socket:
+        return _connect(address[0], address[1], deadline, source)
+
+    conn._create_connection = create_connection  # type: ignore[attr-defined]
+    conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)  # type: ignore[assignment]
+
+
+class _DeadlineHTTPConnection(http_client.HTTPConnection):
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _by_deadline(self, deadline)
+
+
+class _DeadlineHTTPSConnection(http_client.HTTPSConnection):
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _by_deadline(self, deadline)
+
+
+class _DeadlineHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    """Opens http and https URLs with connections that keep one deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        urllib.request.HTTPHandler.__init__(self)
+        urllib.request.HTTPSHandler.__init__(self)
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http_client.HTTPResponse:
+        conn = functools.partial(_DeadlineHTTPConnection, deadline=self._deadline)
+        return self.do_open(conn, req)  # type: ignore[arg-type]
+
+    def https_open(self, req: urllib.request.Request) -> http_client.HTTPResponse:
+        conn = functools.partial(_DeadlineHTTPSConnection, deadline=self._deadline)
+        return self.do_open(conn, req)  # type: ignore[arg-type]
+
+
 class http(Check):
     """Healthy when a GET of ``url`` answers with a status in ``expect`` within ``timeout``.
 
     ``expect`` is one status or a container of them (default ``range(200, 400)``); redirects are
     not followed, so a 3xx status is judged like any other. Proxies come from the environment,
-    as for :func:`urllib.request.urlopen`.
+    as for :func:`urllib.request.urlopen`. ``timeout`` bounds the whole check: lookup, connect,
+    request, status line and headers (the body is not read).
     """
 
     def __init__(
@@ -160,7 +332,6 @@ class http(Check):
         self.url = url
         self.expect = expect
         self.timeout = _timeout(timeout)
-        self._opener = urllib.request.build_opener(_NoRedirect)
 
     def _ok(self, status: int) -> bool:
         if isinstance(self.expect, int):
@@ -168,9 +339,11 @@ class http(Check):
         return status in self.expect
 
     def __call__(self) -> bool:
+        deadline = time.monotonic() + self.timeout
         request = urllib.request.Request(self.url, method="GET")
+        opener = urllib.request.build_opener(_NoRedirect, _DeadlineHandler(deadline))
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
+            with opener.open(request, timeout=self.timeout) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
             status = exc.code

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -39,14 +40,24 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def _finite_positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heartwire", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="a simulated fleet with a live status view")
     demo.add_argument("--topics", type=_positive(int), default=300, help="services (default 300)")
-    demo.add_argument("--period", type=_positive(float), default=0.2, help="beat period, s")
-    demo.add_argument("--duration", type=_positive(float), default=10.0, help="run time, s")
+    demo.add_argument("--period", type=_finite_positive, default=0.2, help="beat period, s")
+    demo.add_argument("--duration", type=_finite_positive, default=10.0, help="run time, s")
     demo.add_argument("--seed", type=int, default=7, help="chaos seed")
 
     publish = commands.add_parser("publish", help="publish heartbeats to a topic")

@@ -9,9 +9,13 @@
 
 A publisher owns no thread: running publishers are tasks of the shared
 :class:`~heartwire.scheduling.PublisherScheduler` of their clock, so ten thousand of them use a
-handful of threads. Beats are sent, and ``on_sent`` and ``on_exception`` called, on the
-scheduler's thread (or, for publishers with slow work, on one of its check threads): keep those
-listener methods short. ``on_started`` and ``on_stopped`` are called by ``start()`` and ``stop()``.
+handful of threads. Beats are sent on the scheduler's thread (or, for publishers with slow work,
+on one of its check threads). Listener methods are never called on the scheduler's thread: each
+publisher's events go through its own queue (:data:`EVENT_QUEUE` deep, the oldest dropped and
+counted in ``stats()["events_dropped"]`` when full) and are delivered in order, one at a time,
+on a check thread, or by ``start()``/``stop()`` themselves when nothing is queued (so
+``on_started`` and ``on_stopped`` are then called before they return). A listener that hangs
+holds one check thread and delays only its own publisher's events.
 
 Slow work (the ``dependency`` check and a ``payload`` callable) never runs on the scheduler
 thread, which every publisher shares: at each beat it is handed to the scheduler's check threads,
@@ -36,6 +40,7 @@ slot after the present: it skips the beats it missed instead of sending a burst.
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import logging
 import math
@@ -55,17 +60,22 @@ from heartwire.scheduling import Job, PublisherScheduler, shared_scheduler
 from heartwire.transport import Transport
 from heartwire.transport.patterns import validate_topic
 
-__all__ = ["MIN_PERIOD", "HeartbeatPublisher"]
+__all__ = ["CHECK_GRACE", "EVENT_QUEUE", "MIN_PERIOD", "HeartbeatPublisher"]
 
 #: The shortest period accepted, seconds (the scheduler's resolution).
 MIN_PERIOD = 0.001
 
 _STOPPED, _RUNNING, _PAUSED = "stopped", "running", "paused"
 
+#: Events a publisher keeps for its listeners while one of them is slow.
+EVENT_QUEUE = 1000
+
 #: Added to a dependency's own ``timeout`` for the default time limit, so that a stock check
 #: reports its own timeout before the publisher gives up on it.
 CHECK_GRACE = 0.25
 
+# How _emit delivers: on the calling thread, in a check-thread job, or later by the caller.
+_INLINE, _JOB, _LATER = "inline", "job", "later"
 # A beat's slow work (_Attempt.state): running; past its limit (given up on); finished.
 _WORKING, _TIMED_OUT, _FINISHED = "working", "timed out", "finished"
 # Deadlines on the scheduler's clock come back through nanoseconds.
@@ -188,6 +198,9 @@ class HeartbeatPublisher:
         self._watch: int | None = None  # the scheduler key of the time limit of _inflight
         self._inflight: _Attempt | None = None
         self._firing = False
+        self._outbox: collections.deque[tuple[str, object]] = collections.deque()
+        self._delivering = False  # a thread is delivering the outbox (or a job will)
+        self._events_dropped = 0
         self._generation = 0
         self._next_at: float | None = None
         self._seq = 0
@@ -257,13 +270,15 @@ class HeartbeatPublisher:
 
     def stats(self) -> dict[str, int]:
         """Counters: ``sent``, ``send_failures``, ``check_failures``, ``other_failures``
-        (payload or encoding errors), ``listener_errors``."""
+        (payload or encoding errors), ``listener_errors``, ``events_dropped`` (listener events
+        dropped from a full queue)."""
         return {
             "sent": self._sent,
             "send_failures": self._send_failures,
             "check_failures": self._check_failures,
             "other_failures": self._other_failures,
             "listener_errors": self._listeners.errors,
+            "events_dropped": self._events_dropped,
         }
 
     # -- listeners --------------------------------------------------------------------------
@@ -298,7 +313,7 @@ class HeartbeatPublisher:
             sched.schedule(self._key, self._next_at)
             _running.add(self)
         self._connection_events.attach(self._broker)
-        self._listeners.emit("on_started", Started(self._topic))
+        self._emit("on_started", Started(self._topic), _INLINE)
         return self
 
     def pause(self) -> None:
@@ -341,15 +356,17 @@ class HeartbeatPublisher:
             self._key = self._watch = None
             self._next_at = None
             attempt = self._inflight
+            assert sched is not None and key is not None
+            # Its result will be dropped: drain() need not wait. Not started yet: it never will.
+            job = None if attempt is None else attempt.job
+            if job is not None and sched.abandon(job) == "queued":
+                self._inflight = None
             _running.discard(self)
-        assert sched is not None and key is not None
         sched.remove(key)
         if watch is not None:
             sched.remove(watch)
-        if attempt is not None and attempt.job is not None:
-            sched.abandon(attempt.job)  # its result will be dropped: drain() need not wait
         self._connection_events.detach(self._broker)
-        self._listeners.emit("on_stopped", Stopped(self._topic))
+        self._emit("on_stopped", Stopped(self._topic), _INLINE)
 
     def __enter__(self) -> HeartbeatPublisher:
         return self.start()
@@ -380,25 +397,27 @@ class HeartbeatPublisher:
                 self._firing = True
             else:
                 attempt = self._inflight
-                if attempt is None:
+                if attempt is not None:
+                    # The last beat's work is still going: start no second job (one thread per
+                    # publisher at most). Past its limit, this beat fails too.
+                    in_time = (
+                        attempt.state == _WORKING and now < attempt.started + self._timeout - _EPS
+                    )
+                    just_reported = attempt.state == _TIMED_OUT and now <= attempt.reported + _EPS
+                    if attempt.state == _FINISHED or in_time or just_reported:
+                        return  # within its limit, or sending: this slot is skipped
+                    overdue = self._time_out(attempt, now)
+                if self._inflight is None:  # (a job that never got a thread is gone)
                     attempt = self._inflight = _Attempt(self._generation, now)
                     assert self._watch is not None
                     sched.schedule(self._watch, now + self._timeout)
                     attempt.job = sched.submit(functools.partial(self._work, attempt))
-                    return
-                # The last beat's work is still running: start no second one (one thread per
-                # publisher at most). Past its limit, this beat fails too.
-                in_time = attempt.state == _WORKING and now < attempt.started + self._timeout - _EPS
-                just_reported = attempt.state == _TIMED_OUT and now <= attempt.reported + _EPS
-                if attempt.state == _FINISHED or in_time or just_reported:
-                    return  # within its limit, or sending: this slot is skipped
-                overdue = self._time_out(attempt, now)
-        if overdue is not None:
-            self._report(*overdue)
+        if self._slow:
+            if overdue is not None:
+                self._report(*overdue, deliver=_JOB)
             return
         try:
-            payload = self._payload
-            self._send(payload)
+            self._send(self._payload, deliver=_JOB)
         finally:
             with self._lock:
                 self._firing = False
@@ -409,11 +428,13 @@ class HeartbeatPublisher:
             attempt = self._inflight
             if attempt is None or attempt.state != _WORKING:
                 return
+            if at < attempt.started + self._timeout - _EPS:
+                return  # the limit of an earlier job, popped with the beat that replaced it
             assert self._scheduler is not None
             overdue = self._time_out(attempt, self._scheduler.now())
             report = self._state == _RUNNING
         if report:
-            self._report(*overdue)
+            self._report(*overdue, deliver=_JOB)
 
     def _time_out(self, attempt: _Attempt, now: float) -> tuple[str, BaseException, str]:
         """Give up on ``attempt`` (under the lock): count the failure, return its report."""
@@ -422,9 +443,13 @@ class HeartbeatPublisher:
         if attempt.state == _WORKING:
             attempt.state = _TIMED_OUT
             detail = f"{name}: timed out after {self._timeout:g} s"
-            if attempt.job is not None:
-                assert self._scheduler is not None
-                self._scheduler.abandon(attempt.job)
+            assert self._scheduler is not None and attempt.job is not None
+            if self._scheduler.abandon(attempt.job) == "queued":
+                # No check thread took it in time: it holds none and will never run, so the
+                # next beat starts afresh.
+                detail += " waiting for a check thread"
+                if self._inflight is attempt:
+                    self._inflight = None
         else:
             detail = f"{name}: timed out, still running after {now - attempt.started:g} s"
         attempt.reported = now
@@ -473,9 +498,9 @@ class HeartbeatPublisher:
                     self._other_failures += 1
         try:
             if failure is not None:
-                self._report(*failure)
+                self._report(*failure, deliver=_LATER)
             else:
-                self._send(payload)
+                self._send(payload, deliver=_LATER)
         finally:
             with self._lock:
                 if self._inflight is attempt:
@@ -483,6 +508,9 @@ class HeartbeatPublisher:
                 sched, watch = self._scheduler, self._watch
                 if sched is not None and watch is not None:
                     sched.cancel(watch)
+        # The beat is done: its events are delivered on this thread, which a listener that
+        # hangs then holds (not the publisher, whose next beat takes another thread).
+        self._deliver_queued()
 
     def _next_slot(self, deadline: float, now: float) -> float:
         """The slot after ``deadline``; if that has passed too, the first slot after ``now``."""
@@ -494,10 +522,52 @@ class HeartbeatPublisher:
                 nxt += period
         return nxt
 
-    def _report(self, reason: str, error: BaseException | None, detail: str) -> None:
-        self._listeners.emit("on_exception", ExceptionEvent(self._topic, reason, error, detail))
+    def _report(
+        self, reason: str, error: BaseException | None, detail: str, *, deliver: str
+    ) -> None:
+        event = ExceptionEvent(self._topic, reason, error, detail)
+        self._emit("on_exception", event, deliver)
 
-    def _send(self, payload: Any) -> None:
+    # -- listener events ----------------------------------------------------------------------
+
+    def _emit(self, method: str, event: object, deliver: str) -> None:
+        """Queue ``event`` for the listeners overriding ``method``, then deliver the queue:
+        on this thread (``_INLINE``), in a check-thread job (``_JOB``), or not yet (``_LATER``:
+        the caller calls :meth:`_deliver_queued`)."""
+        if not self._listeners.wants(method):
+            return
+        with self._lock:
+            if len(self._outbox) >= EVENT_QUEUE:
+                self._outbox.popleft()
+                self._events_dropped += 1
+            self._outbox.append((method, event))
+            if deliver == _LATER or self._delivering:
+                return  # whoever delivers now takes this one too
+            self._delivering = True
+            sched = self._scheduler
+        if deliver == _JOB and sched is not None:
+            sched.submit(self._deliver)
+        else:
+            self._deliver()
+
+    def _deliver_queued(self) -> None:
+        with self._lock:
+            if self._delivering or not self._outbox:
+                return
+            self._delivering = True
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """Call the listeners for every queued event, in order (one deliverer at a time)."""
+        while True:
+            with self._lock:
+                if not self._outbox:
+                    self._delivering = False
+                    return
+                method, event = self._outbox.popleft()
+            self._listeners.emit(method, event)
+
+    def _send(self, payload: Any, *, deliver: str) -> None:
         """Encode and send one beat (never two at once for one publisher)."""
         sent_at = time.time()
         seq = self._seq + 1
@@ -507,7 +577,7 @@ class HeartbeatPublisher:
         except (TypeError, ValueError) as exc:
             with self._lock:
                 self._other_failures += 1
-            self._report("encode_failed", exc, str(exc))
+            self._report("encode_failed", exc, str(exc), deliver=deliver)
             return
         headers: dict[str, str] = {}
         if self._ttl is not None:
@@ -522,12 +592,11 @@ class HeartbeatPublisher:
         except Exception as exc:
             with self._lock:
                 self._send_failures += 1
-            self._report("send_failed", exc, repr(exc))
+            self._report("send_failed", exc, repr(exc), deliver=deliver)
             return
         with self._lock:
             self._sent += 1
-        if self._listeners.wants("on_sent"):
-            self._listeners.emit("on_sent", Sent(self._topic, seq, sent_at))
+        self._emit("on_sent", Sent(self._topic, seq, sent_at), deliver)
 
 
 # Running publishers, stopped at interpreter exit (the scheduler holds them while they run).

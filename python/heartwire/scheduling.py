@@ -18,10 +18,12 @@ holding the GIL) moves the wheel every ``tick``; with a manual clock, ``clock.ad
 Slow work (a dependent publisher's check, a payload callable, a network call) never runs on
 the scheduler thread: it is :meth:`PublisherScheduler.submit` ted to a pool of check threads, and
 the pool cannot be held hostage by work that hangs. It keeps ``check_threads`` threads (started
-on demand, ended after 10 s idle) and, whenever the oldest job has waited ``stall`` seconds
-(real time) for a thread, because every thread is busy (hung checks, or a burst of slow ones),
-it starts up to ``check_threads`` more, at most once per ``stall`` and never more than
-``max_check_threads`` in all. A job its owner gives up on (:meth:`PublisherScheduler.abandon`,
+on demand, ended after 10 s idle). When the oldest queued job has waited ``stall`` seconds (real
+time) for a thread while some thread has been running one job for ``stall`` or more (a hung or
+slow check, not just a burst of quick ones, which the pool works through), it starts a thread
+for every job waiting, up to twice the stalled threads (at least ``check_threads``) at a time,
+at most once per ``stall`` and never more than ``max_check_threads`` in all. A job its owner
+gives up on (:meth:`PublisherScheduler.abandon`,
 when a check passes its time limit) is no longer waited for by :meth:`~PublisherScheduler.drain`
 and, if it had not started, never runs; one that is running keeps its thread until it returns
 (Python cannot stop a thread). So a hung check costs one thread, for as long as it hangs, and
@@ -74,6 +76,7 @@ class _CheckPool:
         self._jobs: deque[tuple[float, Callable[[], None]]] = deque()  # (queued at, job)
         self._threads = 0
         self._idle = 0  # threads waiting for a job
+        self._busy: dict[int, float] = {}  # thread ident -> when its running job started
         self._started = 0
         self._grown_at = -math.inf
         self._closed = False
@@ -109,8 +112,16 @@ class _CheckPool:
                 return self._stall - waited
             if now - self._grown_at < self._stall:
                 return self._grown_at + self._stall - now
-            # Every thread is busy (hung, or slow under a burst): add up to `size` more.
-            n = min(len(self._jobs) - self._idle, self._size, self._max - self._threads)
+            stalled = sum(now - since >= self._stall for since in self._busy.values())
+            if not stalled:
+                return self._stall  # busy with quick jobs: the queue drains at its own pace
+            # Jobs wait behind hung or slow ones: a thread for each, at most twice as many as
+            # there are stalled threads (or `size`) at a time.
+            n = min(
+                len(self._jobs) - self._idle,
+                max(self._size, 2 * stalled),
+                self._max - self._threads,
+            )
             if n <= 0:
                 return self._stall
             self._threads += n
@@ -133,7 +144,13 @@ class _CheckPool:
                     self._threads -= 1
                     return
                 _, job = self._jobs.popleft()
-            job()
+                me = threading.get_ident()
+                self._busy[me] = time.monotonic()
+            try:
+                job()
+            finally:
+                with self._cond:
+                    del self._busy[me]
 
     @property
     def threads(self) -> int:
@@ -295,19 +312,21 @@ class PublisherScheduler:
         self._pool.submit(functools.partial(self._run_job, job))
         return job
 
-    def abandon(self, job: Job) -> bool:
+    def abandon(self, job: Job) -> str:
         """Give up on ``job``: :meth:`drain` stops waiting for it and, if no thread has taken it
-        yet, it never runs; a running one keeps its thread until it returns. False if it had
-        already finished (or was abandoned). Idempotent."""
+        yet, it never runs; a running one keeps its thread until it returns. Returns the state
+        it was found in: ``"queued"`` (it will never run), ``"running"``, ``"done"`` or
+        ``"abandoned"`` (nothing changes). Idempotent."""
         with self._cond:
-            if job.state not in (_QUEUED, _RUNNING):
-                return False
-            if job.state == _RUNNING:
+            found = job.state
+            if found not in (_QUEUED, _RUNNING):
+                return found
+            if found == _RUNNING:
                 self._abandoned_running += 1
             job.state = _ABANDONED
             self._pool_inflight -= 1
             self._cond.notify_all()
-        return True
+        return found
 
     def now(self) -> float:
         """The scheduler clock's reading, seconds (``time.monotonic()``'s frame, or manual)."""

@@ -1,0 +1,149 @@
+"""The publisher scheduler's check threads: hung jobs cost a thread each and never hold up the
+others; quick bursts do not grow the pool; abandoned jobs are not waited for."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import heartwire as hw
+from heartwire import scheduling
+from heartwire.checks import CheckFailed
+from heartwire.events import ExceptionEvent
+from heartwire.listeners import PublisherListener
+from heartwire.publisher import HeartbeatPublisher
+from heartwire.scheduling import PublisherScheduler
+from heartwire.transport.memory import MemoryBroker
+
+
+def _wait_until(condition: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()  # let every hung job return
+
+
+def test_hung_blocking_tasks_do_not_hold_up_the_others(gate: threading.Event) -> None:
+    clock = hw.ManualClock()
+    sched = PublisherScheduler(clock, check_threads=2)
+    ran: list[float] = []
+    try:
+        hung = [sched.add(lambda d: gate.wait(20), blocking=True) for _ in range(2)]
+        quick = sched.add(ran.append, blocking=True)
+        for key in (*hung, quick):
+            sched.schedule(key, 0.0)
+        clock.advance(0.0)
+        assert _wait_until(lambda: ran == [0.0], 2.0), "a quick task waited behind 2 hung ones"
+        assert sched.stats()["check_threads"] == 3
+    finally:
+        gate.set()
+        sched.close()
+
+
+def test_a_burst_of_quick_jobs_does_not_grow_the_pool() -> None:
+    sched = PublisherScheduler(hw.ManualClock(), check_threads=2)
+    sched.add(lambda d: None)  # runs the scheduler thread (it looks after the pool)
+    done: list[int] = []
+    try:
+        for i in range(20_000):  # the queue waits more than a stall; no job is slow
+            sched.submit(functools.partial(done.append, i))
+        assert sched.drain(timeout=30)
+        assert len(done) == 20_000
+        assert sched.stats()["check_threads"] <= 2
+    finally:
+        sched.close()
+
+
+def test_threads_never_exceed_max_check_threads(gate: threading.Event) -> None:
+    sched = PublisherScheduler(hw.ManualClock(), check_threads=1, max_check_threads=3, stall=0.02)
+    sched.add(lambda d: None)
+    started = []
+    try:
+        jobs = [sched.submit(lambda: (started.append(1), gate.wait(20))) for _ in range(5)]
+        assert _wait_until(lambda: len(started) == 3, 2.0)
+        time.sleep(0.1)  # several stalls: no fourth thread
+        assert len(started) == 3 and sched.stats()["check_threads"] == 3
+        assert sched.stats()["jobs"] == 5
+        assert [sched.abandon(j) for j in jobs] == ["running"] * 3 + ["queued"] * 2
+        assert sched.drain(timeout=1)  # abandoned jobs are not waited for
+        assert sched.stats()["abandoned"] == 3
+        gate.set()
+        assert _wait_until(lambda: sched.stats()["abandoned"] == 0, 5.0)
+        assert len(started) == 3  # the two abandoned while queued never ran
+        assert sched.abandon(jobs[0]) == "done"
+    finally:
+        sched.close()
+
+
+def test_scheduler_pool_arguments_are_checked() -> None:
+    with pytest.raises(
+        ValueError, match=r"max_check_threads must be >= check_threads \(4\), got 2"
+    ):
+        PublisherScheduler(max_check_threads=2)
+    with pytest.raises(TypeError, match=r"max_check_threads must be an int, got 2\.0"):
+        PublisherScheduler(max_check_threads=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"stall must be a positive finite number .* got 0"):
+        PublisherScheduler(stall=0)
+    with pytest.raises(TypeError, match="stall must be a number of seconds, got '1'"):
+        PublisherScheduler(stall="1")  # type: ignore[arg-type]
+
+
+class _Exceptions(PublisherListener):
+    def __init__(self) -> None:
+        self.events: list[ExceptionEvent] = []
+
+    def on_exception(self, event: ExceptionEvent) -> None:
+        self.events.append(event)
+
+
+def test_a_check_that_never_got_a_thread_is_retried_at_the_next_beat(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = hw.ManualClock()
+    sched = PublisherScheduler(clock, check_threads=1, max_check_threads=1)
+    monkeypatch.setitem(scheduling._manual, id(clock), sched)  # a one-thread pool for this clock
+    broker = MemoryBroker()
+    rec = _Exceptions()
+    calls = []
+    hung = HeartbeatPublisher(broker, "svc.hung", dependency=lambda: gate.wait(20), clock=clock)
+    ok = HeartbeatPublisher(
+        broker, "svc.ok", dependency=lambda: calls.append(1), clock=clock, listeners=[rec]
+    )
+    try:
+        hung.start()
+        assert _wait_until(lambda: sched.stats()["jobs"] == 1 and sched.stats()["check_threads"], 2)
+        ok.start()  # its check waits: the one thread is hung
+        assert _wait_until(lambda: sched.stats()["jobs"] == 2, 2.0)
+        clock.advance(1.0)  # both limits pass; ok's next check is queued again
+        assert _wait_until(lambda: ok.stats()["check_failures"] == 1, 2.0)
+        assert not sched.drain(timeout=0.05)  # that new check is still due
+        assert calls == []
+        gate.set()  # the thread is free: ok's new check (started at this beat) runs
+        assert _wait_until(lambda: ok.sent == 1, 2.0)
+        assert sched.drain(timeout=2)  # (the report waited for a thread too: one in all)
+        assert [e.detail for e in rec.events] == [
+            f"{ok._dependency!r}: timed out after 1 s waiting for a check thread"
+        ]
+        assert isinstance(rec.events[0].error, CheckFailed)
+        clock.advance(1.0)
+        assert sched.drain(timeout=2)
+        assert (ok.sent, hung.sent, len(calls)) == (2, 1, 2)
+    finally:
+        gate.set()
+        hung.stop()
+        ok.stop()
+        sched.close()
