@@ -58,7 +58,7 @@ EXPECTED = {
 def event_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("report") / "events"
     clock = hw.ManualClock()
-    log = EventLog(path, roll_seconds=30, wall_offset=T0)
+    log = EventLog(path, roll_seconds=30, wall_offset=T0, clock=clock)
     mon = hw.HeartbeatMonitor(
         None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[log]
     )

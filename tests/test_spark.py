@@ -284,8 +284,8 @@ def test_availability_hand_made_log(spark: Any) -> None:
     got = both(hs.availability, df, period_ms=1000, start=start, end=end)
     down = 10 + 9 + 9  # clipped at start, complete, open at end
     assert got == [
-        ("a", start, end, 100.0 * (100 - down) / 100, 3, float(down), 9.0, (100 - down) / 2),
-        ("b", start, end, 100.0, 0, 0.0, None, None),
+        ("a", start, end, 100.0 * (100 - down) / 100, 3, float(down), 9.0, (100 - down) / 2, 0.0),
+        ("b", start, end, 100.0, 0, 0.0, None, None, 0.0),
     ]
     out = both(hs.outages, df, period_ms=1000, start=start, end=end)
     assert [r[1:] for r in out] == [
@@ -446,7 +446,7 @@ def test_outages_match_the_monitor_through_the_event_log(spark: Any, tmp_path: P
     schedule.sort()
 
     clock = hw.ManualClock()
-    log = EventLog(tmp_path / "events", roll_seconds=10, wall_offset=t0)
+    log = EventLog(tmp_path / "events", roll_seconds=10, wall_offset=t0, clock=clock)
     recorder = Recorder()
     mon = hw.HeartbeatMonitor(
         None,
@@ -570,3 +570,99 @@ def test_time_and_period_columns_of_other_types_are_named_errors(spark: Any) -> 
     ok = spark.createDataFrame([("a", 1, 1.5)], "topic string, ts long, p double")
     with pytest.raises(TypeError, match="period_ms: column 'p' must be an integer"):
         hs.availability(ok, period_ms="p")
+
+
+# -- topics that never beat, unmonitored time (issue 14, items 21, 15, 13) ----------------------
+
+T1 = 1_730_000_000  # Unix time of the manual clock's zero in these logs
+
+
+def at(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(T1 + seconds, UTC)
+
+
+def run_monitor(
+    path: Path,
+    beats: dict[str, list[float]],
+    *,
+    start_at: float = 0.0,
+    until: float,
+    expect: tuple[str, ...] = (),
+    crash: bool = False,
+) -> None:
+    """A monitor (period 1 s, allowed 1, grace 0) on a ManualClock from ``start_at`` to
+    ``until``, logging to ``path``; ``crash``: its log is closed before it stops (no stopped
+    row, as when the process dies)."""
+    clock = hw.ManualClock(start_at)
+    log = EventLog(path, roll_seconds=30, wall_offset=T1, clock=clock)
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[log]
+    )
+    for topic in expect:
+        mon.expect(topic)
+    mon.start()
+    for t, topic in sorted((t, topic) for topic, ts in beats.items() for t in ts):
+        clock.set(t)
+        assert mon.beat(topic)
+    clock.set(until)
+    assert mon.drain(timeout=5.0)
+    if crash:
+        log.close()
+    mon.stop()
+    log.close()
+
+
+def avail_rows(df: Any) -> dict[str, tuple[Any, ...]]:
+    return {
+        r.topic: (r.uptime_pct, r.outages, r.downtime, r.unmonitored)
+        for r in df.select("topic", "uptime_pct", "outages", "downtime", "unmonitored").collect()
+    }
+
+
+def test_expected_topic_that_never_beat_is_down_not_missing(spark: Any, tmp_path: Path) -> None:
+    run_monitor(
+        tmp_path / "ev", {"svc.a": [x / 2 for x in range(120)]}, until=60, expect=("svc.x",)
+    )
+    events = hs.read_events(spark, str(tmp_path / "ev"))
+    kw: dict[str, Any] = dict(period_ms=1000, start=at(10), end=at(60))
+    for engine in ("rust", "rust-grouped", "native"):
+        got = avail_rows(hs.availability(events, engine=engine, **kw))
+        assert "svc.x" in got, f"{engine}: the topic that never beat is missing"
+        assert got["svc.x"] == (0.0, 1, 50.0, 0.0), engine
+        assert got["svc.a"] == (100.0, 0, 0.0, 0.0), engine
+        outs = [tuple(r) for r in hs.outages(events, engine=engine, **kw).collect()]
+        assert [(r[0], ms_of(r[1]), ms_of(r[2]), r[4]) for r in outs] == [
+            ("svc.x", ms_of(at(10)), ms_of(at(60)), True)
+        ], engine
+
+
+def test_time_the_monitor_did_not_run_is_not_downtime(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "ev"
+    every = [x / 2 for x in range(400)]
+    # first run 20..40 s (stopped), a second 50..70 that crashes (no stopped row; its last row
+    # is at 65), a third from 80 to 100
+    run_monitor(path, {"svc.a": [t for t in every if 20 <= t < 40]}, start_at=20, until=40)
+    beats_2 = {"svc.a": [t for t in every if 50 <= t <= 65]}
+    run_monitor(path, beats_2, start_at=50, until=65, crash=True)
+    run_monitor(path, {"svc.a": [t for t in every if 80 <= t < 100]}, start_at=80, until=100)
+    events = hs.read_events(spark, str(path))
+    kw: dict[str, Any] = dict(period_ms=1000, start=at(0), end=at(100))
+    for engine in ("rust", "rust-grouped", "native"):
+        got = avail_rows(hs.availability(events, engine=engine, **kw))
+        # watched 20..40, 50..65, 80..100; svc.a, first heard at 20 s (its window's start),
+        # beat all along: never down, and 40..50 and 65..80 not watched
+        assert got == {"svc.a": (100.0, 0, 0.0, 25.0)}, engine
+        (row,) = hs.availability(events, engine=engine, **kw).collect()
+        assert (aware(row.window_start), aware(row.window_end)) == (at(20), at(100))
+        assert hs.outages(events, engine=engine, **kw).count() == 0, engine
+
+
+def test_periods_near_the_long_limit_give_the_same_rows_in_every_engine(spark: Any) -> None:
+    # allowed 2 x 2^62 overflows a long: no gap exceeds that allowance (both engines)
+    huge = 2**62
+    rows = [("a", 0, huge), ("a", 5000, huge), ("b", 0, 1000), ("b", 5000, 1000)]
+    df = spark.createDataFrame(rows, "topic string, ts long, period long")
+    got = both(hs.outages, df, period_ms="period", allowed_misses=2, end=10_000)
+    assert got == [("b", 2000, 5000, 4, False), ("b", 7000, 10_000, 4, True)]
+    got = both(hs.outages, df, period_ms=huge, allowed_misses=2, end=10_000)
+    assert got == []

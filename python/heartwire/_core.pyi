@@ -274,7 +274,8 @@ class Scheduler:
     def __len__(self) -> int: ...
 
 # -- Spark kernels (heartwire.spark) ----------------------------------------------------------
-# Times: Arrow timestamps (any unit, rounded down to ms) or integers (epoch ms); periods: ms.
+# Times: Arrow timestamps (any unit, rounded down to ms; without a time zone: UTC wall-clock
+# time) or integers (epoch ms); periods: ms.
 # Arrays come in through the Arrow PyCapsule interface and are computed with the GIL released.
 
 def freshness_kernel(last_seen: Any, period_ms: Any, as_of: Any, allowed_misses: int = 1) -> Any:
@@ -283,16 +284,27 @@ def freshness_kernel(last_seen: Any, period_ms: Any, as_of: Any, allowed_misses:
     ``as_of``: Arrow arrays of the same length, or an int or None for every row."""
 
 def outages_kernel(
-    ts: Any, period_ms: Any, allowed_misses: int, end_ms: int, start_ms: int | None = None
+    ts: Any,
+    period_ms: Any,
+    allowed_misses: int,
+    end_ms: int,
+    start_ms: int | None = None,
+    expect_from_start: bool = True,
 ) -> tuple[int, Any] | None:
     """Outages of one topic from its beat times ``ts`` (an Arrow array, chunked array or list
     of arrays, any order) over ``[start_ms, end_ms)``: ``(window_start_ms, batch)``, the
     ``pyarrow.RecordBatch`` with columns ``down_from_ms``, ``down_to_ms``, ``missed``,
     ``open``, ``began_in_window``; None if no beat is before ``end_ms``. ``period_ms``: an int,
-    or arrays chunked like ``ts`` (each beat's period)."""
+    or arrays chunked like ``ts`` (each beat's period). ``expect_from_start``: a topic with no
+    beat before ``start_ms`` is expected from it (False: judged from its first beat)."""
 
 def availability_kernel(
-    ts: Any, period_ms: Any, allowed_misses: int, end_ms: int, start_ms: int | None = None
+    ts: Any,
+    period_ms: Any,
+    allowed_misses: int,
+    end_ms: int,
+    start_ms: int | None = None,
+    expect_from_start: bool = True,
 ) -> tuple[int, int, float, int, int, float | None, float | None] | None:
     """Availability of one topic (arguments as :func:`outages_kernel`): ``(window_start_ms,
     window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms)``; None if no beat is
@@ -306,8 +318,10 @@ def partition_kernel(
     end_ms: int,
     start_ms: int | None = None,
     availability: bool = False,
+    expect_from_start: bool = True,
 ) -> Any:
     """Outages (or with ``availability=True`` availability rows) of every topic in beats of
     many topics in any order: ``topics`` (Arrow string arrays) and ``ts`` chunked alike. A
-    ``pyarrow.RecordBatch``: ``topic, down_from_ms, down_to_ms, missed, open`` or ``topic,
+    ``pyarrow.RecordBatch``: ``topic, down_from_ms, down_to_ms, missed, open,
+    began_in_window`` or ``topic,
     window_start_ms, window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms``."""

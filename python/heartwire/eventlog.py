@@ -19,9 +19,19 @@ time, timestamp µs UTC), ``seq`` and ``latency`` (received), ``missed`` (failed
 ``since`` (failed: the deadline at which the topic was declared failed), ``downtime`` (resumed,
 seconds).
 
+The monitor's own life is logged too, so that analysis can tell "down" from "not watched":
+``"started"`` and ``"stopped"`` rows (``topic`` the monitor's pattern, ``ts`` read from
+``clock`` when the event arrives) and ``"paused"`` rows for a local pause of the monitor
+(``ts`` its end, ``since`` its start, ``downtime`` its length in seconds). A run of the monitor
+is covered from its ``started`` row to its ``stopped`` row; a run that ends without one (a
+crash) is covered up to its last row, and what follows is unknown. Older files have none of
+these rows (nothing else changed in the schema): their whole log is one run, from its first
+row to its last.
+
 Event times are on the monitor's clock; ``wall_offset`` (seconds) turns them into Unix time. The
 default suits the real clock (which reads like :func:`time.monotonic`); give it with a
-:class:`~heartwire._core.ManualClock` (e.g. the Unix time its zero stands for).
+:class:`~heartwire._core.ManualClock` (e.g. the Unix time its zero stands for), and give that
+clock as ``clock`` too (``started`` and ``stopped`` events carry no time of their own).
 
 Files are cut by event time: rows go to the window ``[k * roll_seconds, (k+1) * roll_seconds)``
 of Unix time that the newest event falls in; when an event of a later window arrives, the rows
@@ -46,13 +56,14 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from heartwire.events import Failed, Received, Resumed, Stopped
+from heartwire.events import Failed, LocalPause, Received, Resumed, Started, Stopped
 from heartwire.listeners import SubscriberListener
 
 __all__ = ["SCHEMA", "EventLog"]
@@ -87,6 +98,9 @@ class EventLog(SubscriberListener):
       ``time.time() - time.monotonic()`` (the monitor's real clock).
     - ``max_rows``: rows buffered before they are written even within a window.
     - ``compression``: Parquet codec.
+    - ``clock``: the monitor's clock (a :class:`~heartwire._core.ManualClock`, or a function
+      returning seconds), read for the times of ``started`` and ``stopped`` rows; default
+      :func:`time.monotonic`, the monitor's real clock.
 
     Thread-safe: events may arrive on the monitor's dispatch thread while another thread calls
     :meth:`flush` or :meth:`close`.
@@ -102,6 +116,7 @@ class EventLog(SubscriberListener):
         wall_offset: float | None = None,
         max_rows: int = 1_000_000,
         compression: str = "zstd",
+        clock: Any = None,
     ) -> None:
         if isinstance(roll_seconds, bool) or not isinstance(roll_seconds, (int, float)):
             raise TypeError(f"roll_seconds must be a number, got {type(roll_seconds).__name__}")
@@ -111,6 +126,20 @@ class EventLog(SubscriberListener):
             raise ValueError(f"max_rows must be an int >= 1, got {max_rows!r}")
         if wall_offset is None:
             wall_offset = time.time() - time.monotonic()
+        now: Callable[[], float]
+        if clock is None:
+            now = time.monotonic
+        elif callable(getattr(clock, "now", None)):
+            now = clock.now
+        elif callable(clock):
+            now = clock
+        else:
+            raise TypeError(
+                f"clock must be a ManualClock or a function returning seconds, got "
+                f"{type(clock).__name__}"
+            )
+        self._now = now
+        self._pattern = ""
         self._path = os.fspath(path)
         self._roll_us = round(roll_seconds * 1_000_000)
         self._offset_us = round(wall_offset * 1_000_000)
@@ -179,8 +208,22 @@ class EventLog(SubscriberListener):
     def on_resumed(self, event: Resumed) -> None:
         self._add("resumed", event.topic, event.at, missed=event.missed, downtime=event.downtime)
 
+    def on_started(self, event: Started) -> None:
+        self._pattern = event.source
+        self._add("started", event.source, self._now())
+
     def on_stopped(self, event: Stopped) -> None:
+        self._add("stopped", event.source, self._now())
         self.flush()
+
+    def on_local_pause(self, event: LocalPause) -> None:
+        self._add(
+            "paused",
+            self._pattern,
+            event.at,
+            since=self._us(event.at - event.duration),
+            downtime=event.duration,
+        )
 
     # -- writing ---------------------------------------------------------------------------
 

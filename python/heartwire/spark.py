@@ -312,18 +312,95 @@ def _freshness_udf(allowed: int, period: int | None, as_of: int | None) -> Any:
 def read_events(spark: SparkSession, path: str) -> DataFrame:
     """The Parquet event log written by :class:`heartwire.eventlog.EventLog` under ``path``.
 
-    Columns: ``kind`` (``received``, ``failed``, ``resumed``), ``topic``, ``ts`` (timestamp),
-    ``seq``, ``missed``, ``since``, ``downtime``, ``latency`` and the ``date`` partition.
+    Columns: ``kind`` (``received``, ``failed``, ``resumed``; ``started``, ``stopped``,
+    ``paused`` for the monitor itself), ``topic``, ``ts`` (timestamp), ``seq``, ``missed``,
+    ``since``, ``downtime``, ``latency`` and the ``date`` partition.
     """
     return spark.read.parquet(path)
 
 
-def _same(ms: pa.Array) -> pa.Array:
-    return ms
+_LIFE = ("started", "stopped", "paused")
+"""Event-log kinds about the monitor itself."""
+
+Spans = list[tuple[int, int]]
+
+
+def _merge(spans: Spans) -> Spans:
+    out: Spans = []
+    for a, b in sorted(s for s in spans if s[0] < s[1]):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _subtract(spans: Spans, holes: Spans) -> Spans:
+    out: Spans = []
+    holes = _merge(holes)
+    for a, b in _merge(spans):
+        for h0, h1 in holes:
+            if h1 <= a or h0 >= b:
+                continue
+            if h0 > a:
+                out.append((a, h0))
+            a = max(a, h1)
+        if a < b:
+            out.append((a, b))
+    return out
+
+
+def monitored_spans(
+    events: DataFrame,
+    ts: str = "ts",
+    *,
+    start: TimeLike | None = None,
+    end: TimeLike | None = None,
+) -> list[tuple[int, int]]:
+    """When the monitor that wrote an event log was watching: sorted, disjoint ``[from, to)``
+    spans in epoch ms, clipped to ``[start, end)``.
+
+    A run is covered from its ``started`` row to its ``stopped`` row; a run without a
+    ``stopped`` row (a crash, or a monitor still running) up to its last row; local pauses
+    (``paused`` rows, from ``since`` to ``ts``) are cut out. Rows before the first ``started``
+    row (a log written before these rows existed) form a run from their first row to their
+    last.
+    """
+    fields = {f.name: f for f in events.schema.fields}
+    for name in ("kind", ts):
+        if name not in fields:
+            raise ValueError(f"events: no column {name!r}: not an event log")
+    ts_type = fields[ts].dataType
+    t = _ms_of_type(F.col(ts), ts_type).alias("t")
+    since_type = fields["since"].dataType if "since" in fields else ts_type
+    since = (_ms_of_type(F.col("since"), since_type) if "since" in fields else F.lit(None)).alias(
+        "since"
+    )
+    life = events.where(F.col("kind").isin(*_LIFE)).select("kind", t, since).collect()
+    starts = sorted({r.t for r in life if r.kind == "started" and r.t is not None})
+    stops = sorted(r.t for r in life if r.kind == "stopped" and r.t is not None)
+    pauses = [(r.since, r.t) for r in life if r.kind == "paused" and None not in (r.since, r.t)]
+    run = sum((F.when(F.col("t") >= F.lit(s), 1).otherwise(0) for s in starts), F.lit(0)).alias(
+        "run"
+    )
+    rows = events.select(t).where(F.col("t").isNotNull())
+    runs: Spans = []
+    for r in rows.groupBy(run).agg(F.min("t").alias("lo"), F.max("t").alias("hi")).collect():
+        k = int(r.run)
+        begin = starts[k - 1] if k > 0 else r.lo
+        limit = starts[k] if k < len(starts) else None
+        ended = [x for x in stops if x >= begin and (limit is None or x < limit)]
+        runs.append((begin, ended[0] if ended else r.hi))
+    spans = _subtract(runs, pauses)
+    lo = None if start is None else _epoch_ms(start, "start")
+    hi = None if end is None else _epoch_ms(end, "end")
+    clipped = [(a if lo is None else max(a, lo), b if hi is None else min(b, hi)) for a, b in spans]
+    return [(a, b) for a, b in clipped if a < b]
 
 
 class _Plan:
-    """The checked arguments of :func:`outages` / :func:`availability`."""
+    """The checked arguments of :func:`outages` / :func:`availability`, and the beats (``topic``,
+    ``ts`` in epoch ms, ``p``) the engines read."""
 
     def __init__(
         self,
@@ -370,6 +447,8 @@ class _Plan:
         elif isinstance(period_ms, Integral) and not isinstance(period_ms, bool):
             if period_ms <= 0:
                 raise ValueError(f"period_ms must be > 0, got {period_ms!r}")
+            if period_ms >= 2**63:
+                raise ValueError(f"period_ms must fit in a long, got {period_ms!r}")
             self.period_col, self.period = None, int(period_ms)
         else:
             raise TypeError(
@@ -381,26 +460,53 @@ class _Plan:
         if self.start_ms is not None and self.start_ms >= self.end_ms:
             raise ValueError(f"start must be before end, got {start!r} >= {end!r}")
 
-        beats = events
-        if "kind" in fields and topic != "kind":
-            beats = beats.where(F.col("kind") == "received")
         period = (
             F.col(self.period_col).cast("long")
             if self.period_col is not None
             else F.lit(self.period).cast("long")
         )
-        ts_ms = _ms_of_type(F.col(ts), self.ts_type)
-        self.beats = beats.select(
-            F.col(topic).cast("string").alias("topic"), F.col(ts).alias("ts"), period.alias("p")
-        ).where(F.col("topic").isNotNull() & ts_ms.isNotNull() & (ts_ms < self.end_ms))
+        ts_ms = _ms_of_type(F.col(ts), ts_type)
+        # an event log (a kind column): it says which topics the monitor expected and when it
+        # was watching; other DataFrames are beats only, watched all along
+        self.logged = "kind" in fields and topic not in ("kind", "missed")
+        extra = [F.col("kind")] if self.logged else []
+        if self.logged and "missed" in fields:
+            extra.append(F.col("missed").cast("long").alias("missed"))
+        rows = events.select(
+            F.col(topic).cast("string").alias("topic"), ts_ms.alias("ts"), period.alias("p"), *extra
+        ).where(F.col("topic").isNotNull() & F.col("ts").isNotNull() & (F.col("ts") < self.end_ms))
+        self.monitored: Spans | None = None
+        if not self.logged:
+            self.beats = rows.select("topic", "ts", "p")
+            return
+        self.monitored = monitored_spans(events, ts, start=self.start_ms, end=self.end_ms)
+        kind = F.col("kind")
+        beats = rows.where(kind == "received").select("topic", "ts", "p")
+        # a failed row: the monitor expected the topic at ts - missed * period (its last beat,
+        # or the moment it began to expect it: the first beat of a topic that never beat)
+        if "missed" in fields:
+            expected = rows.where((kind == "failed") & F.col("missed").isNotNull()).select(
+                "topic", (F.col("ts") - F.col("missed") * F.col("p")).alias("ts"), "p"
+            )
+            beats = beats.unionByName(expected.where(F.col("ts").isNotNull()))
+        # after a span not watched the monitor gives each topic it knew a fresh allowance: a
+        # virtual beat at the start of every later monitored span
+        resets = [a for a, _ in self.monitored[1:]]
+        if resets:
+            known = beats.groupBy("topic").agg(
+                F.min("ts").alias("first"), F.max_by("p", "ts").alias("p")
+            )
+            reset = known.select(
+                "topic", "p", "first", F.explode(F.array(*[F.lit(a) for a in resets])).alias("ts")
+            ).where(F.col("first") < F.col("ts"))
+            beats = beats.unionByName(reset.select("topic", "ts", "p"))
+        self.beats = beats
 
-    def out_time(self) -> Any:
-        """A function turning epoch-ms Arrow results into the type of the input times (it
-        holds no reference to the plan, so it pickles for the workers)."""
-        if isinstance(self.ts_type, LongType):
-            return _same
-        tz = None if isinstance(self.ts_type, TimestampNTZType) else "UTC"
-        return lambda ms: pc.multiply(ms, 1000).cast(pa.timestamp("us", tz=tz))
+    @property
+    def expect_from_start(self) -> bool:
+        """A topic with no beat before ``start`` is expected from ``start``: not in an event
+        log, where the log says when the monitor expected each topic."""
+        return not self.logged
 
     def out_time_col(self, ms: Column) -> Column:
         """Epoch-ms results in the type of the input times (Spark side)."""
@@ -410,9 +516,17 @@ class _Plan:
             return F.timestamp_add("MILLISECOND", ms, _epoch_ntz())
         return F.timestamp_millis(ms)
 
-    def ms_col(self, c: Column) -> Column:
-        """Epoch ms of a column of the input times' type (Spark side)."""
-        return _ms_of_type(c, self.ts_type)
+
+_OUTAGE_MS = StructType(
+    [
+        StructField("topic", StringType(), True),
+        StructField("down_from", LongType(), False),
+        StructField("down_to", LongType(), False),
+        StructField("missed", LongType(), False),
+        StructField("open", BooleanType(), False),
+        StructField("began", BooleanType(), False),
+    ]
+)
 
 
 def outages(
@@ -428,8 +542,7 @@ def outages(
 ) -> DataFrame:
     """One row per outage: ``topic`` (as a string), ``down_from, down_to, missed, open``.
 
-    ``events`` has a topic column and a beat-time column ``ts`` (timestamp or epoch ms); if it
-    has a ``kind`` column (the event log), only ``kind = 'received'`` rows are beats.
+    ``events`` has a topic column and a beat-time column ``ts`` (timestamp or epoch ms).
     ``period_ms`` is an int or the name of a column of each beat's period (the period in force
     after that beat). ``down_from``/``down_to`` have the type of ``ts``.
 
@@ -443,29 +556,29 @@ def outages(
       outage clipped to begin at ``start``; outages over before ``start`` are left out;
     - a topic still down at ``end`` has an ``open`` outage with ``down_to = end`` and the
       periods missed by then.
+
+    An event log (``events`` with a ``kind`` column, as :func:`read_events` reads it) says
+    more, and these rules replace the first one:
+
+    - its beats are the ``received`` rows;
+    - a topic is judged from the moment the monitor expected it: its first beat, or for a
+      topic it was told to expect, ``failed`` rows (``ts - missed * period``); a topic first
+      heard inside the window is not judged before that beat (the monitor did not know it). So
+      an expected topic that never beat is down from its deadline on;
+    - only the time the monitor was watching counts (:func:`monitored_spans`): outages are cut
+      to it, a piece ending where watching stopped being ``open`` (its end is unknown), and
+      after a span not watched each known topic gets a fresh allowance, as the monitor gives
+      it on a restart or after a local pause.
     """
     plan = _Plan(events, topic, ts, period_ms, allowed_misses, start, end, engine)
-    schema = StructType(
-        [
-            plan.topic_field,
-            StructField("down_from", plan.ts_type, False),
-            StructField("down_to", plan.ts_type, False),
-            StructField("missed", LongType(), False),
-            StructField("open", BooleanType(), False),
-        ]
+    rows = _outage_rows(plan)
+    return rows.select(
+        "topic",
+        plan.out_time_col(F.col("down_from")).alias("down_from"),
+        plan.out_time_col(F.col("down_to")).alias("down_to"),
+        "missed",
+        "open",
     )
-    if plan.engine == "native":
-        rows = _outages_native(plan).where(F.col("o").isNotNull())
-        return rows.select(
-            "topic",
-            plan.out_time_col(F.col("o.down_from")).alias("down_from"),
-            plan.out_time_col(F.col("o.down_to")).alias("down_to"),
-            F.col("o.missed").alias("missed"),
-            F.col("o.open").alias("open"),
-        )
-    if plan.engine == "rust-grouped":
-        return plan.beats.groupBy("topic").applyInArrow(_outages_rust(plan, schema), schema)
-    return _partitioned(plan, schema, availability=False)
 
 
 def availability(
@@ -485,17 +598,25 @@ def availability(
     at the topic's first beat when ``start`` is None), ``uptime_pct``, ``outages`` (count,
     clipped ones included), ``downtime`` (seconds inside the window), ``mttr`` (mean length in
     seconds of the outages wholly inside the window; null if none), ``mtbf`` (uptime seconds
-    per failure that began inside the window; null if none). Edges as TimescaleDB's
-    ``heartbeat_agg``: only time inside the window counts, and the outages cut by its edges
-    (down at ``start``, still down at ``end``) count as downtime but not towards MTTR, whose
-    true lengths they do not show, nor (down at ``start``) as failures for MTBF.
+    per failure that began inside the window; null if none), ``unmonitored`` (seconds of the
+    topic's window the monitor was not watching; 0 but for an event log). Edges as
+    TimescaleDB's ``heartbeat_agg``: only time inside the window counts, and the outages cut by
+    its edges (down at ``start``, still down at ``end``) count as downtime but not towards
+    MTTR, whose true lengths they do not show, nor (down at ``start``) as failures for MTBF.
+
+    For an event log (see :func:`outages`) a topic's window begins when the monitor first
+    expected it, or at ``start``; time not watched is neither up nor down: ``uptime_pct`` is
+    the uptime over the watched time (null if none of it was watched), and outages cut where
+    watching stopped do not count towards MTTR.
     """
     plan = _Plan(events, topic, ts, period_ms, allowed_misses, start, end, engine)
+    if plan.logged:
+        return _availability_logged(plan, _outage_rows(plan))
     schema = StructType(
         [
             plan.topic_field,
-            StructField("window_start", plan.ts_type, False),
-            StructField("window_end", plan.ts_type, False),
+            StructField("window_start", LongType(), False),
+            StructField("window_end", LongType(), False),
             StructField("uptime_pct", DoubleType(), False),
             StructField("outages", LongType(), False),
             StructField("downtime", DoubleType(), False),
@@ -504,36 +625,137 @@ def availability(
         ]
     )
     if plan.engine == "native":
-        return _availability_native(plan)
-    if plan.engine == "rust-grouped":
-        return plan.beats.groupBy("topic").applyInArrow(_availability_rust(plan, schema), schema)
-    return _partitioned(plan, schema, availability=True)
+        rows = _availability_native(plan)
+    elif plan.engine == "rust-grouped":
+        rows = plan.beats.groupBy("topic").applyInArrow(_availability_rust(plan, schema), schema)
+    else:
+        rows = _partitioned(plan, schema, availability=True)
+    return rows.select(
+        "topic",
+        plan.out_time_col(F.col("window_start")).alias("window_start"),
+        plan.out_time_col(F.col("window_end")).alias("window_end"),
+        "uptime_pct",
+        "outages",
+        "downtime",
+        "mttr",
+        "mtbf",
+        F.lit(0.0).alias("unmonitored"),
+    )
+
+
+def _outage_rows(plan: _Plan) -> DataFrame:
+    """The outages of the chosen engine, times in epoch ms, with ``began`` (the failure was
+    declared inside the window), cut to the monitored spans of an event log."""
+    if plan.engine == "native":
+        rows = (
+            _outages_native(plan)
+            .where(F.col("o").isNotNull())
+            .select("topic", "o.down_from", "o.down_to", "o.missed", "o.open", "o.began")
+        )
+    elif plan.engine == "rust-grouped":
+        rows = plan.beats.groupBy("topic").applyInArrow(_outages_rust(plan), _OUTAGE_MS)
+    else:
+        rows = _partitioned(plan, _OUTAGE_MS, availability=False)
+    if plan.monitored is None:
+        return rows
+    return _cut(rows, plan.monitored)
+
+
+def _cut(rows: DataFrame, spans: Spans) -> DataFrame:
+    """Outages (epoch ms) cut to the monitored ``spans``: one piece per span they overlap; a
+    piece that ends where the span ends, before the outage did, is ``open``; one that begins
+    where the span begins, after the outage did, did not begin in the window."""
+    if not spans:
+        return rows.where(F.lit(False))
+    span = F.explode(
+        F.array(*[F.struct(F.lit(a).alias("a"), F.lit(b).alias("b")) for a, b in spans])
+    ).alias("s")
+    pieces = rows.select("*", span).where(
+        (F.col("down_from") < F.col("s.b")) & (F.col("down_to") > F.col("s.a"))
+    )
+    return pieces.select(
+        "topic",
+        F.greatest("down_from", "s.a").alias("down_from"),
+        F.least("down_to", "s.b").alias("down_to"),
+        "missed",
+        (F.col("open") | (F.col("down_to") > F.col("s.b"))).alias("open"),
+        (F.col("began") & (F.col("down_from") >= F.col("s.a"))).alias("began"),
+    )
+
+
+def _availability_logged(plan: _Plan, rows: DataFrame) -> DataFrame:
+    """Availability of an event log's topics from their cut outages and monitored spans."""
+    spans = plan.monitored or []
+    end = F.lit(plan.end_ms).cast("long")
+    first = plan.beats.groupBy("topic").agg(F.min("ts").alias("first"))
+    w0 = (
+        F.col("first")
+        if plan.start_ms is None
+        else F.greatest(F.col("first"), F.lit(plan.start_ms).cast("long"))
+    )
+    watched = sum(
+        (
+            F.greatest(F.lit(0).cast("long"), F.least(end, F.lit(b)) - F.greatest(w0, F.lit(a)))
+            for a, b in spans
+        ),
+        F.lit(0).cast("long"),
+    )
+    topics = first.select("topic", w0.alias("w0"), watched.alias("watched"))
+    duration = F.col("down_to") - F.col("down_from")
+    complete = F.col("began") & ~F.col("open")
+    per_topic = rows.groupBy("topic").agg(
+        F.count("*").alias("outages"),
+        F.sum(duration).alias("downtime_ms"),
+        F.sum(F.when(complete, duration)).alias("complete_ms"),
+        F.count(F.when(complete, 1)).alias("complete"),
+        F.count(F.when(F.col("began"), 1)).alias("failures"),
+    )
+    joined = topics.join(per_topic, "topic", "left").na.fill(
+        0, ["outages", "downtime_ms", "complete", "failures"]
+    )
+    uptime = F.col("watched") - F.col("downtime_ms")
+    return joined.select(
+        "topic",
+        plan.out_time_col(F.col("w0")).alias("window_start"),
+        plan.out_time_col(end).alias("window_end"),
+        F.when(F.col("watched") > 0, F.lit(100.0) * uptime / F.col("watched")).alias("uptime_pct"),
+        F.col("outages").cast("long").alias("outages"),
+        (F.col("downtime_ms") / 1000.0).alias("downtime"),
+        F.when(F.col("complete") > 0, F.col("complete_ms") / F.col("complete") / 1000.0).alias(
+            "mttr"
+        ),
+        F.when(F.col("failures") > 0, uptime / F.col("failures") / 1000.0).alias("mtbf"),
+        ((end - F.col("w0") - F.col("watched")) / 1000.0).alias("unmonitored"),
+    )
 
 
 def _partitioned(plan: _Plan, schema: StructType, availability: bool) -> DataFrame:
-    """The ``rust`` engine: each hash partition of the beats through the partition kernel."""
+    """The ``rust`` engine: each hash partition of the beats through the partition kernel;
+    times come back as epoch ms."""
     kernel = _core.partition_kernel
     period, allowed, start_ms, end_ms = plan.period, plan.allowed, plan.start_ms, plan.end_ms
+    expect = plan.expect_from_start
     names = schema.fieldNames()
-    out_time = plan.out_time()
-    beats = plan.beats if period is None else plan.beats.select("topic", "ts")
-    # (kernel column, seconds?) for each output column after the topic
+    uniform = period is not None and not plan.logged  # virtual beats carry their own period
+    beats = plan.beats.select("topic", "ts") if uniform else plan.beats
+    # (kernel column, ms -> seconds?) for each output column after the topic
     columns = (
         [
-            ("window_start_ms", False, True),
-            ("window_end_ms", False, True),
-            ("uptime_pct", False, False),
-            ("outages", False, False),
-            ("downtime_ms", True, False),
-            ("mttr_ms", True, False),
-            ("mtbf_ms", True, False),
+            ("window_start_ms", False),
+            ("window_end_ms", False),
+            ("uptime_pct", False),
+            ("outages", False),
+            ("downtime_ms", True),
+            ("mttr_ms", True),
+            ("mtbf_ms", True),
         ]
         if availability
         else [
-            ("down_from_ms", False, True),
-            ("down_to_ms", False, True),
-            ("missed", False, False),
-            ("open", False, False),
+            ("down_from_ms", False),
+            ("down_to_ms", False),
+            ("missed", False),
+            ("open", False),
+            ("began_in_window", False),
         ]
     )
 
@@ -542,28 +764,27 @@ def _partitioned(plan: _Plan, schema: StructType, availability: bool) -> DataFra
         for batch in batches:
             topics.append(batch.column("topic"))
             ts.append(batch.column("ts"))
-            if period is None:
+            if not uniform:
                 periods.append(batch.column("p"))
         if not topics:
             return
         out = kernel(
             topics,
             ts,
-            periods if period is None else period,
+            period if uniform else periods,
             allowed,
             end_ms,
             start_ms,
             availability,
+            expect,
         )
         if out.num_rows == 0:
             return
         arrays = [out.column("topic")]
-        for column, seconds, is_time in columns:
+        for column, seconds in columns:
             values = out.column(column)
             if seconds:
                 values = pc.divide(pc.cast(values, pa.float64()), 1000.0)
-            elif is_time:
-                values = out_time(values)
             arrays.append(values)
         yield pa.RecordBatch.from_arrays(arrays, names=names)
 
@@ -579,54 +800,45 @@ def _beat_chunks(batches: Iterator[pa.RecordBatch]) -> tuple[list[pa.Array], lis
     return ts, periods
 
 
-def _outages_rust(plan: _Plan, schema: StructType) -> Any:
+def _outages_rust(plan: _Plan) -> Any:
     kernel = _core.outages_kernel
-    period, allowed, start_ms, end_ms = plan.period, plan.allowed, plan.start_ms, plan.end_ms
-    names = schema.fieldNames()
-    out_time = plan.out_time()
+    allowed, start_ms, end_ms = plan.allowed, plan.start_ms, plan.end_ms
+    expect = plan.expect_from_start
+    names = _OUTAGE_MS.fieldNames()
 
     def per_topic(
         key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
     ) -> Iterator[pa.RecordBatch]:
         ts, periods = _beat_chunks(batches)
-        result = kernel(ts, periods if period is None else period, allowed, end_ms, start_ms)
+        result = kernel(ts, periods, allowed, end_ms, start_ms, expect)
         if result is None or result[1].num_rows == 0:
             return
         rows = result[1]
         topic = pa.array([key[0].as_py()] * rows.num_rows, type=key[0].type)
-        yield pa.RecordBatch.from_arrays(
-            [
-                topic,
-                out_time(rows.column(0)),
-                out_time(rows.column(1)),
-                rows.column(2),
-                rows.column(3),
-            ],
-            names=names,
-        )
+        yield pa.RecordBatch.from_arrays([topic, *rows.columns], names=names)
 
     return per_topic
 
 
 def _availability_rust(plan: _Plan, schema: StructType) -> Any:
     kernel = _core.availability_kernel
-    period, allowed, start_ms, end_ms = plan.period, plan.allowed, plan.start_ms, plan.end_ms
+    allowed, start_ms, end_ms = plan.allowed, plan.start_ms, plan.end_ms
+    expect = plan.expect_from_start
     names = schema.fieldNames()
-    out_time = plan.out_time()
 
     def per_topic(
         key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
     ) -> Iterator[pa.RecordBatch]:
         ts, periods = _beat_chunks(batches)
-        row = kernel(ts, periods if period is None else period, allowed, end_ms, start_ms)
+        row = kernel(ts, periods, allowed, end_ms, start_ms, expect)
         if row is None:
             return
         w_start, w_end, uptime_pct, count, downtime_ms, mttr_ms, mtbf_ms = row
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array([key[0].as_py()], type=key[0].type),
-                out_time(pa.array([w_start], pa.int64())),
-                out_time(pa.array([w_end], pa.int64())),
+                pa.array([w_start], pa.int64()),
+                pa.array([w_end], pa.int64()),
                 pa.array([uptime_pct], pa.float64()),
                 pa.array([count], pa.int64()),
                 pa.array([downtime_ms / 1000.0], pa.float64()),
@@ -644,12 +856,12 @@ def _outages_native(plan: _Plan) -> DataFrame:
     the outage ending at the beat, and for a topic's last beat the one open at ``end``. Rows
     also carry ``first_ms`` (the topic's first beat) so that topics with no outage remain."""
     allowed, start_ms, end_ms = plan.allowed, plan.start_ms, plan.end_ms
-    b = plan.beats.select("topic", plan.ms_col(F.col("ts")).alias("t"), "p")
+    b = plan.beats.select("topic", F.col("ts").alias("t"), "p")
     ordered = Window.partitionBy("topic").orderBy("t", "p")
     first = F.lag("t").over(ordered).isNull()
     prev_t = F.lag("t").over(ordered)
     prev_p = F.lag("p").over(ordered)
-    if start_ms is not None:
+    if start_ms is not None and plan.expect_from_start:
         # the first beat of a topic not heard before start follows a virtual beat at start
         virtual = first & (F.col("t") >= start_ms)
         prev_t = F.when(virtual, F.lit(start_ms).cast("long")).otherwise(prev_t)
@@ -657,9 +869,12 @@ def _outages_native(plan: _Plan) -> DataFrame:
     last = F.lead("t").over(ordered).isNull()
 
     def gap(pt: Column, pp: Column, nt: Column, is_open: bool) -> Column:
-        g = nt - pt
-        threshold = pp * allowed
-        raw_from = pt + threshold
+        # try_*: an allowance or deadline beyond the range of a long is null, and no gap
+        # exceeds it (the Rust kernel's 128-bit arithmetic gives the same), where a plain
+        # product would raise an ANSI overflow error or wrap into invented outages
+        g = F.try_subtract(nt, pt)
+        threshold = F.try_multiply(pp, F.lit(allowed).cast("long"))
+        raw_from = F.try_add(pt, threshold)
         ok = pp.isNotNull() & (pp > 0) & (g > threshold)
         began: Column = F.lit(True)
         down_from = raw_from
@@ -703,13 +918,14 @@ def _availability_native(plan: _Plan) -> DataFrame:
         F.count(F.when(F.col("o.began"), 1)).alias("failures"),
     )
     w_start = F.col("first_ms") if plan.start_ms is None else F.lit(plan.start_ms).cast("long")
+    # (an event log's availability is _availability_logged: expect_from_start holds here)
     w_end = F.lit(plan.end_ms).cast("long")
     window = w_end - w_start
     uptime = window - F.col("downtime_ms")
     return per_topic.select(
         "topic",
-        plan.out_time_col(w_start).alias("window_start"),
-        plan.out_time_col(w_end).alias("window_end"),
+        w_start.alias("window_start"),
+        w_end.alias("window_end"),
         (F.lit(100.0) * uptime / window).alias("uptime_pct"),
         "outages",
         (F.col("downtime_ms") / 1000.0).alias("downtime"),

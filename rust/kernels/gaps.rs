@@ -14,6 +14,9 @@
 //!   `start` carries its state in: the last of them decides whether it is already down at
 //!   `start`. Outages that end at or before `start` are dropped; one in progress at `start` is
 //!   clipped to begin at `start` (its `missed` stays the monitor's count at `down_to`).
+//! - `start` given but `expect_from_start` false (an event log that says when the monitor
+//!   watched): a topic first heard at or after `start` is judged from its first beat (or the
+//!   moment the monitor expected it, which the caller passes as a beat); nothing before it.
 //! - `start` absent: each topic's window begins at its first beat.
 //! - A topic still down at `end` has an open outage ending at `end`, `missed` counted at `end`.
 //!
@@ -37,6 +40,9 @@ pub struct GapConfig {
     pub allowed_misses: i64,
     pub start_ms: Option<i64>,
     pub end_ms: i64,
+    /// A topic with no beat before `start` is expected from `start` (a virtual beat there);
+    /// false: its window begins at its first beat.
+    pub expect_from_start: bool,
 }
 
 /// One outage, clipped to the window.
@@ -75,7 +81,10 @@ pub fn outages(beats: &mut Vec<Beat>, cfg: &GapConfig) -> Option<(i64, Vec<Outag
     beats.retain(|b| b.ts_ms < cfg.end_ms);
     beats.sort_unstable();
     let first = *beats.first()?;
-    let window_start = cfg.start_ms.unwrap_or(first.ts_ms);
+    let window_start = match cfg.start_ms {
+        Some(start) if cfg.expect_from_start || first.ts_ms < start => start,
+        _ => first.ts_ms,
+    };
     let allowed = i128::from(cfg.allowed_misses.max(1));
     let mut out = Vec::new();
     let mut gap = |prev: Beat, next_ms: i64, open: bool| {
@@ -103,7 +112,7 @@ pub fn outages(beats: &mut Vec<Beat>, cfg: &GapConfig) -> Option<(i64, Vec<Outag
         });
     };
     let mut prev = match cfg.start_ms {
-        Some(start) if first.ts_ms >= start => Some(Beat {
+        Some(start) if cfg.expect_from_start && first.ts_ms >= start => Some(Beat {
             ts_ms: start,
             period_ms: first.period_ms,
         }),
@@ -187,6 +196,7 @@ mod tests {
             allowed_misses,
             start_ms,
             end_ms,
+            expect_from_start: true,
         }
     }
 
@@ -265,6 +275,21 @@ mod tests {
         assert_eq!(run(&[11_000], cfg(1, Some(10_000), 11_500)).1, vec![]);
         // first beat exactly at start
         assert_eq!(run(&[10_000], cfg(1, Some(10_000), 10_500)).1, vec![]);
+    }
+
+    #[test]
+    fn without_expect_from_start_a_topic_starts_at_its_first_beat() {
+        let lazy = GapConfig {
+            expect_from_start: false,
+            ..cfg(1, Some(10_000), 14_400)
+        };
+        // first beat 3.5 s after start: nothing before it is judged
+        let (start, rows) = run(&[13_500, 14_000], lazy);
+        assert_eq!((start, rows), (13_500, vec![]));
+        // a topic heard before start carries its state in as before
+        let (start, rows) = run(&[5000, 13_500], lazy);
+        assert_eq!(start, 10_000);
+        assert_eq!(rows, vec![(10_000, 13_500, 8, false, false)]);
     }
 
     #[test]

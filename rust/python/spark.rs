@@ -251,7 +251,12 @@ fn read_beats(ts: &Bound<'_, PyAny>, period_ms: &Bound<'_, PyAny>) -> PyResult<V
     Ok(beats)
 }
 
-fn gap_config(allowed_misses: i64, start_ms: Option<i64>, end_ms: i64) -> PyResult<GapConfig> {
+fn gap_config(
+    allowed_misses: i64,
+    start_ms: Option<i64>,
+    end_ms: i64,
+    expect_from_start: bool,
+) -> PyResult<GapConfig> {
     if allowed_misses < 1 {
         return Err(PyValueError::new_err(format!(
             "allowed_misses must be an int >= 1, got {allowed_misses}"
@@ -266,14 +271,16 @@ fn gap_config(allowed_misses: i64, start_ms: Option<i64>, end_ms: i64) -> PyResu
         allowed_misses,
         start_ms,
         end_ms,
+        expect_from_start,
     })
 }
 
 /// Outages of one topic (see `kernels::gaps`): `(window_start_ms, batch)` with the batch's
 /// columns `down_from_ms`, `down_to_ms`, `missed` (int64), `open`, `began_in_window` (bool),
-/// or None when the topic has no beat before `end_ms`.
+/// or None when the topic has no beat before `end_ms`. `expect_from_start`: a topic with no
+/// beat before `start_ms` is expected from it (false: judged from its first beat).
 #[pyfunction]
-#[pyo3(signature = (ts, period_ms, allowed_misses, end_ms, start_ms = None))]
+#[pyo3(signature = (ts, period_ms, allowed_misses, end_ms, start_ms = None, expect_from_start = true))]
 pub fn outages_kernel<'py>(
     py: Python<'py>,
     ts: &Bound<'py, PyAny>,
@@ -281,8 +288,9 @@ pub fn outages_kernel<'py>(
     allowed_misses: i64,
     end_ms: i64,
     start_ms: Option<i64>,
+    expect_from_start: bool,
 ) -> PyResult<Option<(i64, Bound<'py, PyAny>)>> {
-    let cfg = gap_config(allowed_misses, start_ms, end_ms)?;
+    let cfg = gap_config(allowed_misses, start_ms, end_ms, expect_from_start)?;
     let mut beats = read_beats(ts, period_ms)?;
     let result = py.detach(move || {
         let (window_start, rows) = gaps::outages(&mut beats, &cfg)?;
@@ -323,10 +331,10 @@ pub fn outages_kernel<'py>(
 
 /// One topic's availability row (see `kernels::gaps`): `(window_start_ms, window_end_ms,
 /// uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms)`, or None when the topic has no beat
-/// before `end_ms`.
+/// before `end_ms` (`expect_from_start` as for `outages_kernel`).
 #[allow(clippy::type_complexity)]
 #[pyfunction]
-#[pyo3(signature = (ts, period_ms, allowed_misses, end_ms, start_ms = None))]
+#[pyo3(signature = (ts, period_ms, allowed_misses, end_ms, start_ms = None, expect_from_start = true))]
 pub fn availability_kernel(
     py: Python<'_>,
     ts: &Bound<'_, PyAny>,
@@ -334,8 +342,9 @@ pub fn availability_kernel(
     allowed_misses: i64,
     end_ms: i64,
     start_ms: Option<i64>,
+    expect_from_start: bool,
 ) -> PyResult<Option<(i64, i64, f64, i64, i64, Option<f64>, Option<f64>)>> {
-    let cfg = gap_config(allowed_misses, start_ms, end_ms)?;
+    let cfg = gap_config(allowed_misses, start_ms, end_ms, expect_from_start)?;
     let mut beats = read_beats(ts, period_ms)?;
     Ok(py.detach(move || {
         let (window_start, rows) = gaps::outages(&mut beats, &cfg)?;
@@ -371,13 +380,14 @@ fn strs<'a>(
 
 /// Outages or availability of every topic in a batch of beats of many topics, in any order
 /// (one Spark partition, hash partitioned by topic): a `pyarrow.RecordBatch` with columns
-/// `topic, down_from_ms, down_to_ms, missed, open` (outages) or `topic, window_start_ms,
-/// window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms` (`availability=True`).
-/// `topics` and `ts` are Arrow arrays or lists of them chunked alike; `period_ms` an int or
-/// arrays chunked like them. Rows with a null topic or time are skipped.
+/// `topic, down_from_ms, down_to_ms, missed, open, began_in_window` (outages) or `topic,
+/// window_start_ms, window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms`
+/// (`availability=True`). `topics` and `ts` are Arrow arrays or lists of them chunked alike;
+/// `period_ms` an int or arrays chunked like them. Rows with a null topic or time are skipped.
+/// `expect_from_start` as for `outages_kernel`.
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (topics, ts, period_ms, allowed_misses, end_ms, start_ms = None, availability = false))]
+#[pyo3(signature = (topics, ts, period_ms, allowed_misses, end_ms, start_ms = None, availability = false, expect_from_start = true))]
 pub fn partition_kernel<'py>(
     py: Python<'py>,
     topics: &Bound<'py, PyAny>,
@@ -387,8 +397,9 @@ pub fn partition_kernel<'py>(
     end_ms: i64,
     start_ms: Option<i64>,
     availability: bool,
+    expect_from_start: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let cfg = gap_config(allowed_misses, start_ms, end_ms)?;
+    let cfg = gap_config(allowed_misses, start_ms, end_ms, expect_from_start)?;
     let arrays = |name: &str, obj: &Bound<'py, PyAny>| -> PyResult<Vec<ArrayRef>> {
         chunks(obj)?.ok_or_else(|| {
             PyTypeError::new_err(format!(
@@ -475,6 +486,7 @@ fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
     let mut to = Int64Builder::new();
     let mut missed = Int64Builder::new();
     let mut open = BooleanBuilder::new();
+    let mut began = BooleanBuilder::new();
     for (name, mut beats) in groups {
         let Some((_, rows)) = gaps::outages(&mut beats, cfg) else {
             continue;
@@ -485,6 +497,7 @@ fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
             to.append_value(o.down_to_ms);
             missed.append_value(o.missed);
             open.append_value(o.open);
+            began.append_value(o.began_in_window);
         }
     }
     let schema = Schema::new(vec![
@@ -493,6 +506,7 @@ fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
         Field::new("down_to_ms", DataType::Int64, false),
         Field::new("missed", DataType::Int64, false),
         Field::new("open", DataType::Boolean, false),
+        Field::new("began_in_window", DataType::Boolean, false),
     ]);
     let columns: Vec<ArrayRef> = vec![
         Arc::new(topic.finish()),
@@ -500,6 +514,7 @@ fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
         Arc::new(to.finish()),
         Arc::new(missed.finish()),
         Arc::new(open.finish()),
+        Arc::new(began.finish()),
     ];
     RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns")
 }
