@@ -597,6 +597,7 @@ def test_the_exit_hook_stops_running_publishers(rig: Rig) -> None:
     stopped = rig.make("svc.stopped")
     publisher_module._stop_running()
     assert not running.running and not stopped.running
+    assert rig.sched.drain()  # events queued behind a delivery under way come after stop()
     kinds = rec.kinds()  # the first beat is due at once and may have gone out
     assert kinds in (["Started", "Stopped"], ["Started", "Sent", "Stopped"])
 
@@ -771,8 +772,10 @@ def test_four_hung_checks_do_not_silence_a_healthy_dependent_publisher(
         assert silent_server.accepted() == 4
         assert [p.sent for p in hung] == [0, 0, 0, 0]
         stats = shared_scheduler().stats()
-        assert stats["abandoned"] == 4
-        assert stats["check_threads"] <= 4 + 4  # one per hung check, plus the pool's own
+        assert stats["abandoned"] >= 4
+        # Threads: one held by each hung check, the pool's 4, and the ones it may add while
+        # jobs wait behind the hung ones (at most a check and an event delivery per publisher).
+        assert stats["check_threads"] <= 4 + 4 + 2 * 5
         assert time.monotonic() - started < 5
     finally:
         for pub in (*hung, ok):
@@ -813,7 +816,7 @@ def test_hung_checks_past_their_limit_fail_and_never_delay_other_publishers(rig:
         assert all(len(rec.exceptions()) == 2 for rec in recs)
         assert all(p.stats()["check_failures"] == 2 for p in hung_pubs)
         assert rig.sched.stats()["abandoned"] == 6
-        assert rig.sched.stats()["check_threads"] <= 6 + 4  # one per hung check, plus the pool's
+        assert rig.sched.stats()["check_threads"] <= 6 + 4 + 2 * 7  # (see the test above)
         # The hung checks return late: their results are stale and send nothing.
         gate.set()
         assert _wait_until(lambda: rig.sched.stats()["abandoned"] == 0, 5.0)

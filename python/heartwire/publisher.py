@@ -309,11 +309,13 @@ class HeartbeatPublisher:
             self._scheduler = sched
             self._state = _RUNNING
             self._generation += 1
+            if self._listeners.wants("on_started"):  # queued ahead of the first beat's events
+                self._outbox.append(("on_started", Started(self._topic)))
             self._next_at = sched.now()
             sched.schedule(self._key, self._next_at)
             _running.add(self)
         self._connection_events.attach(self._broker)
-        self._emit("on_started", Started(self._topic), _INLINE)
+        self._deliver_queued()  # on this thread, unless a delivery is under way
         return self
 
     def pause(self) -> None:
