@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
@@ -39,7 +40,7 @@ def monitor(clock: hw.ManualClock, log: EventLog, **kw: object) -> hw.HeartbeatM
 
 def test_records_received_failed_resumed(tmp_path: Path) -> None:
     clock = hw.ManualClock()
-    log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0)
+    log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0, clock=clock)
     mon = monitor(clock, log, allowed_misses=2).start()
     mon.beat("svc.a", seq=7)
     clock.advance(3.5)  # deadlines 1, 2 (failed, missed 2), 3 (missed 3)
@@ -47,10 +48,10 @@ def test_records_received_failed_resumed(tmp_path: Path) -> None:
     clock.advance(0.25)
     mon.drain()
     mon.stop()  # on_stopped writes the buffer
-    assert log.buffered == 0 and log.rows_written == 5
+    assert log.buffered == 0 and log.rows_written == 7  # and the monitor's start and stop
     table = read(tmp_path)
     assert table.schema.names[: len(SCHEMA)] == SCHEMA.names
-    rows = table.to_pylist()
+    rows = [r for r in table.to_pylist() if r["kind"] not in ("started", "stopped")]
     assert [(r["kind"], r["topic"], r["ts"], r["missed"]) for r in rows] == [
         ("received", "svc.a", us(0), None),
         ("failed", "svc.a", us(2), 2),
@@ -67,7 +68,7 @@ def test_records_received_failed_resumed(tmp_path: Path) -> None:
 
 def test_partitioned_by_date_and_rolled_by_window(tmp_path: Path) -> None:
     clock = hw.ManualClock()
-    log = EventLog(tmp_path, roll_seconds=20, wall_offset=T0)
+    log = EventLog(tmp_path, roll_seconds=20, wall_offset=T0, clock=clock)
     mon = monitor(clock, log).start()
     for _ in range(90):  # 23:59:00 .. 00:00:29, one beat a second
         mon.beat("svc.a")
@@ -80,7 +81,7 @@ def test_partitioned_by_date_and_rolled_by_window(tmp_path: Path) -> None:
     assert [f.split("/")[0] for f in written] == ["date=2024-03-01"] * 3 + ["date=2024-03-02"]
     assert log.buffered == 10
     assert log.flush() and log.buffered == 0
-    table = read(tmp_path)
+    table = read(tmp_path).filter(pc.equal(pc.field("kind"), "received"))
     assert table.num_rows == 90
     dates = table.column("date").to_pylist()
     assert dates.count("2024-03-01") == 60 and dates.count("2024-03-02") == 30
@@ -225,3 +226,25 @@ def test_failure_after_the_first_date_writes_it_once(tmp_path: Path) -> None:
     (tmp_path / "date=2024-03-02").unlink()
     log.close()
     assert read(tmp_path).column("seq").to_pylist() == [0, 1, 2, 3]  # no row twice
+
+
+def test_monitor_start_stop_and_local_pause_are_logged(tmp_path: Path) -> None:
+    clock = hw.ManualClock(5.0)
+    log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0, clock=clock)
+    mon = monitor(clock, log).start()
+    clock.set(6.0)
+    mon.beat("svc.a")
+    log.on_local_pause(hw.LocalPause(7.5, 20.0))  # the monitor stalled from 12.5 to 20 s
+    clock.set(30.0)
+    mon.drain()
+    mon.stop()
+    rows = [r for r in read(tmp_path).to_pylist() if r["kind"] in ("started", "stopped", "paused")]
+    assert [(r["kind"], r["topic"], r["ts"]) for r in rows] == [
+        ("started", "svc.>", us(5)),
+        ("paused", "svc.>", us(20)),
+        ("stopped", "svc.>", us(30)),
+    ]
+    assert rows[1]["since"] == us(12.5) and rows[1]["downtime"] == 7.5
+    log.close()
+    with pytest.raises(TypeError, match="clock"):
+        EventLog(tmp_path, clock=3)

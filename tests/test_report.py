@@ -46,11 +46,11 @@ BEATS = {
     "svc.d": [100, 101, 102],
 }
 
-# (uptime %, outages, downtime s, MTTR s, MTBF s), by hand
+# (uptime %, outages, downtime s, MTTR s, MTBF s, not monitored s), by hand
 EXPECTED = {
-    "svc.a": (100 * 72 / 90, 2, 18.0, 9.0, 72 / 2),  # MTTR: the complete 9 s outage only
-    "svc.b": (100.0, 0, 0.0, None, None),
-    "svc.c": (100 * 85 / 90, 1, 5.0, None, None),  # clipped: no MTTR, no failure began
+    "svc.a": (100 * 72 / 90, 2, 18.0, 9.0, 72 / 2, 0.0),  # MTTR: the complete 9 s outage only
+    "svc.b": (100.0, 0, 0.0, None, None, 0.0),
+    "svc.c": (100 * 85 / 90, 1, 5.0, None, None, 0.0),  # clipped: no MTTR, no failure began
 }
 
 
@@ -167,12 +167,13 @@ def test_report_writes_html_and_png_with_the_exact_figures(
         end=rp.parse_time(END, "end"),
     ).collect()
     assert {
-        r.topic: (r.uptime_pct, float(r.outages), r.downtime, r.mttr, r.mtbf) for r in lib
+        r.topic: (r.uptime_pct, float(r.outages), r.downtime, r.mttr, r.mtbf, r.unmonitored)
+        for r in lib
     } == got
     texts = {r[0][0]: [t for t, _ in r[1:]] for r in rows}
-    assert texts["svc.a"] == ["80.000", "2", "18.000 s", "9.000 s", "36.000 s"]
-    assert texts["svc.b"] == ["100.000", "0", "0.000 s", "—", "—"]
-    assert texts["svc.c"] == ["94.444", "1", "5.000 s", "—", "—"]
+    assert texts["svc.a"] == ["80.000", "2", "18.000 s", "9.000 s", "36.000 s", "0.000 s"]
+    assert texts["svc.b"] == ["100.000", "0", "0.000 s", "—", "—", "0.000 s"]
+    assert texts["svc.c"] == ["94.444", "1", "5.000 s", "—", "—", "0.000 s"]
 
     outages = [[t for t, _ in r] for r in table(text, "outages")]
     assert outages == [  # longest first
@@ -320,7 +321,17 @@ def test_html_escapes_topics_and_formats_times(tmp_path: Path) -> None:
     )
     topic = 'svc.<b>&"x"'
     tables = rp._Tables(
-        [dict(topic=topic, uptime_pct=50.0, outages=1, downtime=300.0, mttr=None, mtbf=None)],
+        [
+            dict(
+                topic=topic,
+                uptime_pct=50.0,
+                outages=1,
+                downtime=300.0,
+                mttr=None,
+                mtbf=None,
+                unmonitored=12.5,
+            )
+        ],
         [
             dict(
                 topic=topic,
@@ -343,6 +354,7 @@ def test_html_escapes_topics_and_formats_times(tmp_path: Path) -> None:
             ("5 min 00.000 s", "300.0"),
             ("—", ""),
             ("—", ""),
+            ("12.500 s", "12.5"),
         ]
     ]
     assert [t for t, _ in table(text, "outages")[0]] == [
@@ -356,3 +368,110 @@ def test_html_escapes_topics_and_formats_times(tmp_path: Path) -> None:
     assert rp.format_duration(12.3456) == "12.346 s"
     assert rp.format_duration(7400) == "2 h 03 min 20 s"
     assert rp.format_duration(93_784) == "1 d 02 h 03 min"
+
+
+# -- window clipping, unmonitored spans, crashes (issue 14, items 14, 15, 13) -------------------
+
+
+def run_monitor(
+    path: Path,
+    beats: dict[str, list[float]],
+    *,
+    start_at: float,
+    until: float,
+    crash: bool = False,
+) -> None:
+    """A monitor (period 1 s, allowed 1, grace 0) on a ManualClock from ``start_at`` to
+    ``until`` logging to ``path``; ``crash``: its log is closed before the monitor stops (no
+    ``stopped`` row, as when the process dies)."""
+    clock = hw.ManualClock(start_at)
+    log = EventLog(path, roll_seconds=30, wall_offset=T0, clock=clock)
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[log]
+    )
+    mon.start()
+    for t, topic in sorted((t, topic) for topic, ts in beats.items() for t in ts):
+        clock.set(t)
+        assert mon.beat(topic)
+    clock.set(until)
+    assert mon.drain(timeout=5.0)
+    if crash:
+        log.close()
+    mon.stop()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def gappy_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Run A from 20 s to 40 s (stopped); run B from 50 s, crashed after its row at 65 s.
+    svc.a beats every 0.5 s while watched; svc.b only from 20 to 30 s."""
+    path = tmp_path_factory.mktemp("gappy") / "events"
+    every = [x / 2 for x in range(200)]
+    run_a = {
+        "svc.a": [t for t in every if 20 <= t < 40],
+        "svc.b": [t for t in every if 20 <= t <= 30],
+    }
+    run_monitor(path, run_a, start_at=20, until=40)
+    run_monitor(
+        path, {"svc.a": [t for t in every if 50 <= t <= 65]}, start_at=50, until=65, crash=True
+    )
+    return path
+
+
+def test_window_is_clipped_to_what_the_log_covers(
+    spark: Any, event_log: Path, tmp_path: Path
+) -> None:
+    # the log ends with the monitor's stop at 103 s; --end a day later (the future)
+    out = tmp_path / "r.html"
+    args = ["report", "--events", str(event_log), "--start", START, "--end", "2026-01-02"]
+    assert main([*args, "--out", str(out), "--period", "1"]) == 0
+    text = out.read_text(encoding="utf-8")
+    outages = [[t for t, _ in r] for r in table(text, "outages")]
+    open_a = [o for o in outages if o[0] == "svc.a" and o[5]]
+    assert open_a == [
+        [
+            "svc.a",
+            "2026-01-01 00:01:31.000Z",
+            "2026-01-01 00:01:43.000Z",
+            "12.000 s",
+            "12",
+            "still down",
+        ]
+    ], "the report counted time after the log's end as downtime"
+    assert 'id="covered">2026-01-01 00:01:43.000Z<' in text
+    got = {r[0][0]: figure(r[1][1]) for r in table(text, "availability")}
+    assert got["svc.a"] == pytest.approx(100 * (93 - 21) / 93)
+
+
+def test_time_not_monitored_is_neither_up_nor_down(
+    spark: Any, gappy_log: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.html"
+    args = ["report", "--events", str(gappy_log), "--start", "2026-01-01", "--end", END]
+    assert main([*args, "--out", str(out), "--period", "1"]) == 0
+    text = out.read_text(encoding="utf-8")
+    rows = {r[0][0]: [figure(v) for _, v in r[1:]] for r in table(text, "availability")}
+    # uptime %, outages, downtime, MTTR, MTBF, not monitored (s)
+    assert rows["svc.a"] == [100.0, 0.0, 0.0, None, None, 10.0]
+    assert rows["svc.b"] == [
+        pytest.approx(100 * 12 / 35),
+        2.0,
+        23.0,
+        None,  # both outages end where watching stopped: their lengths are unknown
+        6.0,
+        10.0,
+    ]
+    spans = [[t for t, _ in r] for r in table(text, "unmonitored")]
+    assert spans == [
+        ["2026-01-01 00:00:00.000Z", "2026-01-01 00:00:20.000Z", "20.000 s"],
+        ["2026-01-01 00:00:40.000Z", "2026-01-01 00:00:50.000Z", "10.000 s"],
+    ]
+    assert 'id="covered">2026-01-01 00:01:05.000Z<' in text  # the crash: unknown after 65 s
+
+
+def test_format_duration_rounds_before_it_splits() -> None:
+    assert rp.format_duration(3599.9996) == "1 h 00 min 00 s"
+    assert rp.format_duration(59.9996) == "1 min 00.000 s"
+    assert rp.format_duration(119.9999) == "2 min 00.000 s"
+    assert rp.format_duration(86_399.6) == "1 d 00 h 00 min"
+    assert rp.format_duration(7199.4) == "1 h 59 min 59 s"

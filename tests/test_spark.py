@@ -666,3 +666,33 @@ def test_periods_near_the_long_limit_give_the_same_rows_in_every_engine(spark: A
     assert got == [("b", 2000, 5000, 4, False), ("b", 7000, 10_000, 4, True)]
     got = both(hs.outages, df, period_ms=huge, allowed_misses=2, end=10_000)
     assert got == []
+
+
+def test_monitored_spans_from_starts_stops_crashes_and_pauses(spark: Any) -> None:
+    rows = [
+        ("received", "old", 1000, None),  # a log from before started rows: its own run
+        ("received", "old", 4000, None),
+        ("started", "svc.>", 10_000, None),
+        ("received", "a", 11_000, None),
+        ("paused", "svc.>", 15_000, 13_000),  # not watching 13..15 s
+        ("stopped", "svc.>", 20_000, None),
+        ("started", "svc.>", 30_000, None),
+        ("received", "a", 34_000, None),  # a crash: covered up to its last row
+        ("started", "svc.>", 40_000, None),
+        ("received", "a", 41_000, None),
+    ]
+    df = spark.createDataFrame(rows, "kind string, topic string, ts long, since long")
+    assert hs.monitored_spans(df) == [
+        (1000, 4000),
+        (10_000, 13_000),
+        (15_000, 20_000),
+        (30_000, 34_000),
+        (40_000, 41_000),
+    ]
+    assert hs.monitored_spans(df, start=12_000, end=33_000) == [
+        (12_000, 13_000),
+        (15_000, 20_000),
+        (30_000, 33_000),
+    ]
+    with pytest.raises(ValueError, match="kind"):
+        hs.monitored_spans(df.drop("kind"))

@@ -294,7 +294,8 @@ def outages_kernel(
     """Outages of one topic from its beat times ``ts`` (an Arrow array, chunked array or list
     of arrays, any order) over ``[start_ms, end_ms)``: ``(window_start_ms, batch)``, the
     ``pyarrow.RecordBatch`` with columns ``down_from_ms``, ``down_to_ms``, ``missed``,
-    ``open``, ``began_in_window``; None if no beat is before ``end_ms``. ``period_ms``: an int,
+    ``open``, ``began_in_window``, ``last_beat_ms``, ``period_ms`` (the deadlines are
+    ``last_beat_ms + k * period_ms``); None if no beat is before ``end_ms``. ``period_ms``: an int,
     or arrays chunked like ``ts`` (each beat's period). ``expect_from_start``: a topic with no
     beat before ``start_ms`` is expected from it (False: judged from its first beat)."""
 
@@ -323,5 +324,5 @@ def partition_kernel(
     """Outages (or with ``availability=True`` availability rows) of every topic in beats of
     many topics in any order: ``topics`` (Arrow string arrays) and ``ts`` chunked alike. A
     ``pyarrow.RecordBatch``: ``topic, down_from_ms, down_to_ms, missed, open,
-    began_in_window`` or ``topic,
+    began_in_window, last_beat_ms, period_ms`` or ``topic,
     window_start_ms, window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms``."""

@@ -13,6 +13,20 @@ Spark over ``[start, end)``, and writes:
 The event log holds beats and state changes but not the topics' periods, so the period (one
 for every topic) and ``allowed_misses`` are arguments, as for ``heartwire watch``.
 
+What counts (the rules of :func:`heartwire.spark.availability` for an event log):
+
+- the window is clipped to what the log covers: it ends at ``--end``, now, or the last moment
+  the log covers (the monitor's last ``stopped`` row, or after a crash its last row),
+  whichever is first; the page says where it was clipped;
+- time the monitor was not watching (before it started, between a stop and the next start,
+  after a crash until the next start, its local pauses) is *not monitored*: neither up nor
+  down. It is listed, drawn grey on the timeline and counted per topic in its own column;
+  uptime % is over the monitored time;
+- a topic is judged from the moment the monitor first expected it: its first beat, or for a
+  topic the monitor was told to expect, the deadline it missed (the ``failed`` rows). Before
+  that it is not judged at all; an expected topic that never beat is down from its first
+  deadline on (0 % when that precedes the window).
+
 Spark: a SparkSession already running in the process is used as it is (and left running);
 otherwise one is started on ``master`` (``local[*]`` by default) and stopped at the end. The
 Rust engine needs :mod:`heartwire` importable in the Python workers: ``PYSPARK_PYTHON``
@@ -29,7 +43,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +278,8 @@ class _Tables:
 
     availability: list[dict[str, Any]]  # worst uptime first
     outages: list[dict[str, Any]]  # by topic, then time
+    unmonitored: list[tuple[int, int]] = field(default_factory=list)  # in [start, covered)
+    covered_ms: int | None = None  # the window's end after clipping (None: not clipped)
 
 
 def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
@@ -278,28 +294,49 @@ def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
         raise ValueError(
             f"--events: cannot read the event log {report.events!r}: {_cause(exc)}"
         ) from None
-    missing = {"topic", "ts"} - set(events.columns)
+    missing = {"kind", "topic", "ts"} - set(events.columns)
     if missing:
         raise ValueError(
             f"--events: not an event log (no column {', '.join(sorted(missing))}) under "
             f"{report.events!r}"
         )
+    log("finding when the monitor was watching")
+    start_ms = _epoch_ms(report.start)
+    watched = hs.monitored_spans(events)
+    # clipped to what the log covers: no later than now, nor the log's last covered moment
+    end_ms = min(_epoch_ms(report.end), int(time.time() * 1000))
+    if watched:
+        end_ms = min(end_ms, watched[-1][1])
+    if not watched or end_ms <= start_ms:
+        last = f" (it ends at {_iso(watched[-1][1])})" if watched else ""
+        raise ValueError(
+            f"--start: the event log {report.events!r} covers nothing after "
+            f"{report.start.isoformat()}{last}"
+        )
+    inside = [(max(a, start_ms), min(b, end_ms)) for a, b in watched if a < end_ms and b > start_ms]
+    gaps, at = [], start_ms
+    for a, b in inside:
+        if a > at:
+            gaps.append((at, a))
+        at = max(at, b)
+    if at < end_ms:
+        gaps.append((at, end_ms))
     kw: dict[str, Any] = dict(
         period_ms=report.period_ms,
         allowed_misses=report.allowed_misses,
-        start=report.start,
-        end=report.end,
+        start=start_ms,
+        end=end_ms,
     )
     log("computing availability per topic")
     avail = (
         hs.availability(events, **kw)
-        .select("topic", "uptime_pct", "outages", "downtime", "mttr", "mtbf")
-        .orderBy("uptime_pct", "topic")
+        .select("topic", "uptime_pct", "outages", "downtime", "mttr", "mtbf", "unmonitored")
+        .orderBy(F.col("uptime_pct").asc_nulls_last(), "topic")
         .collect()
     )
     if not avail:
         raise ValueError(
-            f"--end: the event log {report.events!r} has no beats before {report.end.isoformat()}"
+            f"--end: the event log {report.events!r} has no topic before {report.end.isoformat()}"
         )
     log(f"{len(avail)} topics; computing outages")
     outs = (
@@ -315,7 +352,8 @@ def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
         .collect()
     )
     log(f"{len(outs)} outages")
-    return _Tables([r.asDict() for r in avail], [r.asDict() for r in outs])
+    covered = end_ms if end_ms < _epoch_ms(report.end) else None
+    return _Tables([r.asDict() for r in avail], [r.asDict() for r in outs], gaps, covered)
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -323,17 +361,20 @@ def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
 
 def format_duration(seconds: float | None) -> str:
     """Seconds for a reader: ``12.345 s``, ``3 min 20.000 s``, ``2 h 03 min 20 s``,
-    ``1 d 02 h 03 min``; ``—`` for None."""
+    ``1 d 02 h 03 min``; ``—`` for None. Rounded to the last unit shown before it is split
+    (3599.9996 s is ``1 h 00 min 00 s``, not ``59 min 60.000 s``)."""
     if seconds is None:
         return "—"
-    if seconds < 60:
-        return f"{seconds:.3f} s"
-    whole = int(seconds)
-    if seconds < 3600:
-        return f"{whole // 60} min {seconds - whole // 60 * 60:06.3f} s"
-    if seconds < 86_400:
+    ms = round(seconds * 1000)
+    if ms < 60_000:
+        return f"{ms / 1000:.3f} s"
+    if ms < 3_600_000:
+        return f"{ms // 60_000} min {ms % 60_000 / 1000:06.3f} s"
+    whole = round(seconds)
+    if whole < 86_400:
         return f"{whole // 3600} h {whole % 3600 // 60:02d} min {whole % 60:02d} s"
-    return f"{whole // 86_400} d {whole % 86_400 // 3600:02d} h {whole % 3600 // 60:02d} min"
+    minutes = round(seconds / 60)
+    return f"{minutes // 1440} d {minutes % 1440 // 60:02d} h {minutes % 60:02d} min"
 
 
 def _iso(ms: int) -> str:
@@ -343,7 +384,7 @@ def _iso(ms: int) -> str:
 
 def _plotted(tables: _Tables) -> list[str]:
     """The topics drawn, top to bottom: most downtime first, then by name."""
-    ranked = sorted(tables.availability, key=lambda r: (-r["downtime"], r["topic"]))
+    ranked = sorted(tables.availability, key=lambda r: (-(r["downtime"] or 0), r["topic"]))
     return [r["topic"] for r in ranked[:MAX_PLOTTED_TOPICS]]
 
 
@@ -370,6 +411,17 @@ def _plot(report: Report, tables: _Tables) -> bytes:
     fig = Figure(figsize=(10, 1.2 + 0.3 * len(topics)), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    for a, b in tables.unmonitored:  # not monitored: neither up nor down
+        ax.axvspan((a - start_ms) / unit_ms, (b - start_ms) / unit_ms, color="#bbbbbb", lw=0)
+    if tables.covered_ms is not None:  # after what the log covers
+        ax.axvspan(
+            (tables.covered_ms - start_ms) / unit_ms,
+            span,
+            facecolor="none",
+            edgecolor="#bbbbbb",
+            hatch="//",
+            lw=0,
+        )
     for o in tables.outages:
         i = row.get(o["topic"])
         if i is None:
@@ -386,7 +438,10 @@ def _plot(report: Report, tables: _Tables) -> bytes:
     ax.set_xlabel(f"{unit} since {_iso(start_ms)}")
     shown = len(topics)
     total = len(tables.availability)
-    title = "Outages per topic (red: over; orange: still down at the end)"
+    title = (
+        "Outages per topic (red: over; orange: still down when the window or the watching "
+        "ended; grey: not monitored; hatched: after the log)"
+    )
     if shown < total:
         title += f" — the {shown} of {total} topics with the most downtime"
     ax.set_title(title, fontsize=10)
@@ -420,15 +475,29 @@ def _html(report: Report, tables: _Tables, png: bytes) -> str:
     rows = []
     for r in tables.availability:
         cls = ' class="down"' if r["outages"] else ""
+        pct = "—" if r["uptime_pct"] is None else f"{r['uptime_pct']:.3f}"
         rows.append(
             f'<tr{cls}><td class="topic">{e(r["topic"])}</td>'
-            + _cell(r["uptime_pct"], f"{r['uptime_pct']:.3f}")
+            + _cell(r["uptime_pct"], pct)
             + _cell(r["outages"], str(r["outages"]))
             + _cell(r["downtime"], format_duration(r["downtime"]))
             + _cell(r["mttr"], format_duration(r["mttr"]))
             + _cell(r["mtbf"], format_duration(r["mtbf"]))
+            + _cell(r["unmonitored"], format_duration(r["unmonitored"]))
             + "</tr>"
         )
+    unmonitored_rows = [
+        f"<tr><td>{_iso(a)}</td><td>{_iso(b)}</td>"
+        + _cell((b - a) / 1000, format_duration((b - a) / 1000))
+        + "</tr>"
+        for a, b in tables.unmonitored
+    ]
+    covered_ms = end_ms if tables.covered_ms is None else tables.covered_ms
+    clipped = (
+        ""
+        if tables.covered_ms is None
+        else " (clipped: the log covers nothing later, or it is now)"
+    )
     longest = sorted(
         tables.outages, key=lambda o: (o["down_from"] - o["down_to"], o["topic"], o["down_from"])
     )[:MAX_LISTED_OUTAGES]
@@ -460,7 +529,7 @@ def _html(report: Report, tables: _Tables, png: bytes) -> str:
 <h1>Availability</h1>
 <ul id="settings">
 <li>Window: <span id="start">{e(_iso(start_ms))}</span> to <span id="end">{e(_iso(end_ms))}</span>
-(end excluded)</li>
+(end excluded); counted up to <span id="covered">{e(_iso(covered_ms))}</span>{clipped}</li>
 <li>Event log: <code>{e(os.path.abspath(report.events))}</code></li>
 <li>Period: {report.period_ms / 1000:g} s; allowed misses: {report.allowed_misses}
 (a topic is down from its last beat + {report.allowed_misses} &times; period until its next
@@ -471,14 +540,25 @@ beat)</li>
 <p><img alt="outages per topic" src="data:image/png;base64,{image}"></p>
 <p>Also in <a href="{e(report.png.name)}">{e(report.png.name)}</a>.</p>
 <h2>Per topic</h2>
-<p>Worst uptime first. Outages cut by the window's edges count as downtime but not towards
-MTTR (their true length is unknown) and, when already down at the start, not as failures for
-MTBF (uptime per failure).</p>
+<p>Worst uptime first. Uptime % is over the time the monitor was watching (a topic is judged
+from its first beat, or from the deadline it missed if the monitor was told to expect it).
+Outages cut by the window's edges or by the end of the watching count as downtime but not
+towards MTTR (their true length is unknown) and, when already down at the start, not as
+failures for MTBF (uptime per failure).</p>
 <table id="availability">
 <thead><tr><th>topic</th><th>uptime %</th><th>outages</th><th>downtime</th><th>MTTR</th>
-<th>MTBF</th></tr></thead>
+<th>MTBF</th><th>not monitored</th></tr></thead>
 <tbody>
 {chr(10).join(rows)}
+</tbody>
+</table>
+<h2>Not monitored</h2>
+<p>Spans of the window when the monitor was not watching (not started, stopped, crashed or
+paused): neither up nor down ({len(tables.unmonitored)}).</p>
+<table id="unmonitored">
+<thead><tr><th>from</th><th>to</th><th>length</th></tr></thead>
+<tbody>
+{chr(10).join(unmonitored_rows)}
 </tbody>
 </table>
 <h2>Outages</h2>

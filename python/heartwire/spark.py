@@ -525,8 +525,12 @@ _OUTAGE_MS = StructType(
         StructField("missed", LongType(), False),
         StructField("open", BooleanType(), False),
         StructField("began", BooleanType(), False),
+        StructField("last", LongType(), False),
+        StructField("period", LongType(), False),
     ]
 )
+"""Engine outages in epoch ms; ``last`` (the beat before, or the moment the topic was
+expected) and ``period`` give the deadlines ``last + k * period``."""
 
 
 def outages(
@@ -650,7 +654,16 @@ def _outage_rows(plan: _Plan) -> DataFrame:
         rows = (
             _outages_native(plan)
             .where(F.col("o").isNotNull())
-            .select("topic", "o.down_from", "o.down_to", "o.missed", "o.open", "o.began")
+            .select(
+                "topic",
+                "o.down_from",
+                "o.down_to",
+                "o.missed",
+                "o.open",
+                "o.began",
+                "o.last",
+                "o.period",
+            )
         )
     elif plan.engine == "rust-grouped":
         rows = plan.beats.groupBy("topic").applyInArrow(_outages_rust(plan), _OUTAGE_MS)
@@ -664,7 +677,8 @@ def _outage_rows(plan: _Plan) -> DataFrame:
 def _cut(rows: DataFrame, spans: Spans) -> DataFrame:
     """Outages (epoch ms) cut to the monitored ``spans``: one piece per span they overlap; a
     piece that ends where the span ends, before the outage did, is ``open``; one that begins
-    where the span begins, after the outage did, did not begin in the window."""
+    where the span begins, after the outage did, did not begin in the window. A piece cut
+    at its end has the periods missed by then."""
     if not spans:
         return rows.where(F.lit(False))
     span = F.explode(
@@ -673,13 +687,19 @@ def _cut(rows: DataFrame, spans: Spans) -> DataFrame:
     pieces = rows.select("*", span).where(
         (F.col("down_from") < F.col("s.b")) & (F.col("down_to") > F.col("s.a"))
     )
+    cut = F.col("down_to") > F.col("s.b")
     return pieces.select(
         "topic",
         F.greatest("down_from", "s.a").alias("down_from"),
         F.least("down_to", "s.b").alias("down_to"),
-        "missed",
-        (F.col("open") | (F.col("down_to") > F.col("s.b"))).alias("open"),
+        # deadlines last + k * period strictly before the cut
+        F.when(cut, _div(F.col("s.b") - F.col("last") - 1, F.col("period")))
+        .otherwise(F.col("missed"))
+        .alias("missed"),
+        (F.col("open") | cut).alias("open"),
         (F.col("began") & (F.col("down_from") >= F.col("s.a"))).alias("began"),
+        "last",
+        "period",
     )
 
 
@@ -756,6 +776,8 @@ def _partitioned(plan: _Plan, schema: StructType, availability: bool) -> DataFra
             ("missed", False),
             ("open", False),
             ("began_in_window", False),
+            ("last_beat_ms", False),
+            ("period_ms", False),
         ]
     )
 
@@ -890,6 +912,8 @@ def _outages_native(plan: _Plan) -> DataFrame:
                 _div(g - 1, pp).alias("missed"),
                 F.lit(is_open).alias("open"),
                 began.alias("began"),
+                pt.alias("last"),
+                pp.alias("period"),
             ),
         )
 

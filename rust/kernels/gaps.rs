@@ -55,6 +55,10 @@ pub struct Outage {
     pub open: bool,
     /// The failure was declared inside the window (not clipped at its start).
     pub began_in_window: bool,
+    /// The beat before the outage (or the moment the topic was expected) and the period in
+    /// force after it: the deadlines are `last_beat_ms + k × period_ms`.
+    pub last_beat_ms: i64,
+    pub period_ms: i64,
 }
 
 impl Outage {
@@ -109,6 +113,8 @@ pub fn outages(beats: &mut Vec<Beat>, cfg: &GapConfig) -> Option<(i64, Vec<Outag
             missed: ((g - 1) / period) as i64,
             open,
             began_in_window: down_from >= window_start,
+            last_beat_ms: prev.ts_ms,
+            period_ms: period as i64,
         });
     };
     let mut prev = match cfg.start_ms {
@@ -330,7 +336,9 @@ mod tests {
                 down_to_ms: 12_000,
                 missed: 2,
                 open: true,
-                began_in_window: true
+                began_in_window: true,
+                last_beat_ms: 9000,
+                period_ms: 1000,
             }]
         );
     }

@@ -277,6 +277,7 @@ fn gap_config(
 
 /// Outages of one topic (see `kernels::gaps`): `(window_start_ms, batch)` with the batch's
 /// columns `down_from_ms`, `down_to_ms`, `missed` (int64), `open`, `began_in_window` (bool),
+/// `last_beat_ms`, `period_ms` (int64: the deadlines are `last_beat_ms + k × period_ms`),
 /// or None when the topic has no beat before `end_ms`. `expect_from_start`: a topic with no
 /// beat before `start_ms` is expected from it (false: judged from its first beat).
 #[pyfunction]
@@ -300,12 +301,16 @@ pub fn outages_kernel<'py>(
         let mut missed = Int64Builder::with_capacity(n);
         let mut open = BooleanBuilder::with_capacity(n);
         let mut began = BooleanBuilder::with_capacity(n);
+        let mut last = Int64Builder::with_capacity(n);
+        let mut period = Int64Builder::with_capacity(n);
         for o in &rows {
             from.append_value(o.down_from_ms);
             to.append_value(o.down_to_ms);
             missed.append_value(o.missed);
             open.append_value(o.open);
             began.append_value(o.began_in_window);
+            last.append_value(o.last_beat_ms);
+            period.append_value(o.period_ms);
         }
         let schema = Schema::new(vec![
             Field::new("down_from_ms", DataType::Int64, false),
@@ -313,6 +318,8 @@ pub fn outages_kernel<'py>(
             Field::new("missed", DataType::Int64, false),
             Field::new("open", DataType::Boolean, false),
             Field::new("began_in_window", DataType::Boolean, false),
+            Field::new("last_beat_ms", DataType::Int64, false),
+            Field::new("period_ms", DataType::Int64, false),
         ]);
         let columns: Vec<ArrayRef> = vec![
             Arc::new(from.finish()),
@@ -320,6 +327,8 @@ pub fn outages_kernel<'py>(
             Arc::new(missed.finish()),
             Arc::new(open.finish()),
             Arc::new(began.finish()),
+            Arc::new(last.finish()),
+            Arc::new(period.finish()),
         ];
         let batch = RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns");
         Some((window_start, batch))
@@ -380,7 +389,8 @@ fn strs<'a>(
 
 /// Outages or availability of every topic in a batch of beats of many topics, in any order
 /// (one Spark partition, hash partitioned by topic): a `pyarrow.RecordBatch` with columns
-/// `topic, down_from_ms, down_to_ms, missed, open, began_in_window` (outages) or `topic,
+/// `topic, down_from_ms, down_to_ms, missed, open, began_in_window, last_beat_ms, period_ms`
+/// (outages) or `topic,
 /// window_start_ms, window_end_ms, uptime_pct, outages, downtime_ms, mttr_ms, mtbf_ms`
 /// (`availability=True`). `topics` and `ts` are Arrow arrays or lists of them chunked alike;
 /// `period_ms` an int or arrays chunked like them. Rows with a null topic or time are skipped.
@@ -487,6 +497,8 @@ fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
     let mut missed = Int64Builder::new();
     let mut open = BooleanBuilder::new();
     let mut began = BooleanBuilder::new();
+    let mut last = Int64Builder::new();
+    let mut period = Int64Builder::new();
     for (name, mut beats) in groups {
         let Some((_, rows)) = gaps::outages(&mut beats, cfg) else {
             continue;
@@ -498,6 +510,8 @@ fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
             missed.append_value(o.missed);
             open.append_value(o.open);
             began.append_value(o.began_in_window);
+            last.append_value(o.last_beat_ms);
+            period.append_value(o.period_ms);
         }
     }
     let schema = Schema::new(vec![
@@ -507,6 +521,8 @@ fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
         Field::new("missed", DataType::Int64, false),
         Field::new("open", DataType::Boolean, false),
         Field::new("began_in_window", DataType::Boolean, false),
+        Field::new("last_beat_ms", DataType::Int64, false),
+        Field::new("period_ms", DataType::Int64, false),
     ]);
     let columns: Vec<ArrayRef> = vec![
         Arc::new(topic.finish()),
@@ -515,6 +531,8 @@ fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
         Arc::new(missed.finish()),
         Arc::new(open.finish()),
         Arc::new(began.finish()),
+        Arc::new(last.finish()),
+        Arc::new(period.finish()),
     ];
     RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns")
 }
