@@ -313,3 +313,15 @@ def test_a_long_gap_below_allowed_misses_is_counted_without_walking_it() -> None
     first, last = events[0], events[-1]
     assert (first.missed, ms(first.at), ms(first.since)) == (1_000_000, 1_000_000, 1_000_000)
     assert (last.missed, ms(last.at), ms(last.since)) == (1_999_999, 1_999_999, 1_000_000)
+
+
+def test_a_restart_stamped_in_the_past_does_not_count_the_time_stopped(rig: Rig) -> None:
+    rig.det.add("svc.a", now=0.0)
+    assert rig.det.beat("svc.a", now=0.5)
+    rig.det.stop()
+    rig.clock.set(10.0)
+    rig.det.start(now=2.0)  # older than the detector's last run (10.0)
+    rig.clock.set(10.9)
+    assert rig.take() == [], "nothing due for the time stopped"
+    rig.clock.set(11.001)
+    assert summary(rig.take()) == [("failed", "svc.a", 1, 11_000)]

@@ -571,10 +571,12 @@ impl Detector {
     /// missed period is due one period (plus grace) after `now`, one that has missed some counts
     /// on, its next missed period one period after `now` (as after a local pause).
     pub fn start(&self, now: Option<u64>) {
-        let now = self.rel_now(now);
         let mut inner = self.inner.lock();
         inner.running = true;
-        inner.now = inner.now.max(now);
+        // The time stopped ends here, not earlier: an old explicit `now` counts as the latest
+        // time the detector was moved to.
+        let now = inner.now.max(self.rel_now(now));
+        inner.now = now;
         let held = std::mem::take(&mut inner.held);
         for id in 0..inner.slots.len() as TopicId {
             let w = self.word(id).load(Ordering::Acquire);
