@@ -325,3 +325,16 @@ def test_a_restart_stamped_in_the_past_does_not_count_the_time_stopped(rig: Rig)
     assert rig.take() == [], "nothing due for the time stopped"
     rig.clock.set(11.001)
     assert summary(rig.take()) == [("failed", "svc.a", 1, 11_000)]
+
+
+def test_resume_or_a_period_change_stamped_in_the_past_never_fires_in_the_past(rig: Rig) -> None:
+    rig.det.add("svc.a", now=0.0)
+    rig.det.add("svc.b", now=0.0)
+    assert rig.det.pause("svc.a")
+    rig.clock.set(0.5)
+    rig.det.set_period("svc.b", 2.0, now=0.1)  # older than the last run (0.5): from 0.5
+    rig.clock.set(10.0)
+    assert [ms(e.at) for e in rig.take()] == [2500, 4500, 6500, 8500]
+    assert rig.det.resume("svc.a", now=1.0)  # older than the last run (10.0): from 10.0
+    rig.clock.set(11.001)
+    assert [x for x in summary(rig.take()) if x[1] == "svc.a"] == [("failed", "svc.a", 1, 11_000)]
