@@ -122,6 +122,14 @@ impl BeatFixture {
         }
     }
 
+    /// By handle (what Python's `beat_handles` uses): the generation check on top.
+    fn record_handles(&self, ids: &[TopicId]) {
+        let batch = self
+            .det
+            .record_handles(ids.iter().map(|&id| u64::from(id)), Some(self.next_now()));
+        assert_eq!(self.det.finish(batch), (N, 0));
+    }
+
     fn record_names(&self, names: &[String]) {
         let batch = self.det.record_names(names.iter(), Some(self.next_now()));
         let (recorded, unknown) = self.det.finish(batch);
@@ -147,6 +155,10 @@ fn beats(c: &mut Criterion) {
     g.bench_function("record/shuffled", |b| {
         let f = f();
         b.iter(|| f.record_all(&f.shuffled_ids))
+    });
+    g.bench_function("record_handles/shuffled", |b| {
+        let f = f();
+        b.iter(|| f.record_handles(&f.shuffled_ids))
     });
     g.bench_function("record_names/in_order", |b| {
         let f = f();

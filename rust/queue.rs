@@ -169,8 +169,8 @@ struct Drain {
     drained: AtomicU64,
     /// 1 + a pass that found the queue empty after handing out events not handed back yet.
     pending: AtomicU64,
-    /// The consumer is inside a pop (it may hold events it took out, not counted yet).
-    in_pop: AtomicBool,
+    /// Pops in progress (a consumer inside one may hold events it took out, not counted yet).
+    in_pop: AtomicUsize,
 }
 
 /// Written by producers.
@@ -470,7 +470,7 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
     /// [`release_popped`](Self::release_popped)).
     pub fn try_pop_batch(&self, out: &mut Vec<T>, max: usize) -> usize {
         self.release_popped();
-        self.drain.in_pop.store(true, Ordering::SeqCst);
+        self.drain.in_pop.fetch_add(1, Ordering::SeqCst);
         let mut n = self.pop_ring(out, max);
         if self.overflow == Overflow::Coalesce && self.flags.side_len.load(Ordering::Acquire) > 0 {
             self.refill_from_side();
@@ -495,7 +495,7 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
                 d.pending.store(pass, Ordering::SeqCst);
             }
         }
-        d.in_pop.store(false, Ordering::SeqCst);
+        d.in_pop.fetch_sub(1, Ordering::SeqCst);
         n
     }
 
@@ -521,7 +521,7 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
         let mark = d.passes.load(Ordering::SeqCst);
         let idle = self.ring.is_empty()
             && self.flags.side_len.load(Ordering::SeqCst) == 0
-            && !d.in_pop.load(Ordering::SeqCst)
+            && d.in_pop.load(Ordering::SeqCst) == 0
             && d.pending.load(Ordering::SeqCst) == 0;
         (!idle).then_some(mark)
     }
@@ -1193,5 +1193,32 @@ mod tests {
         for o in Overflow::ALL {
             stress(o, 1, 3, 10_000);
         }
+    }
+
+    #[test]
+    fn drained_since_waits_for_an_empty_pass_and_the_hand_back() {
+        let q = EventQueue::new(4, Overflow::Coalesce);
+        assert_eq!(q.mark(), None, "idle and empty: nothing in flight");
+        q.push(ev(1, 1));
+        let m = q.mark().expect("an event is waiting");
+        assert!(!q.drained_since(m));
+        let mut out = Vec::new();
+        assert_eq!(q.try_pop_batch(&mut out, 8), 1);
+        assert!(!q.drained_since(m), "popped, not handed back yet");
+        assert!(q.mark().is_some(), "the consumer still holds it");
+        q.release_popped();
+        assert!(q.drained_since(m));
+        assert_eq!(q.mark(), None);
+        // A pass that leaves events behind proves nothing; the next empty one does.
+        q.push(ev(1, 2));
+        q.push(ev(2, 3));
+        let m = q.mark().unwrap();
+        out.clear();
+        assert_eq!(q.try_pop_batch(&mut out, 1), 1);
+        assert!(!q.drained_since(m));
+        assert_eq!(q.try_pop_batch(&mut out, 1), 1); // hands back the first, pops the last
+        assert!(!q.drained_since(m));
+        assert_eq!(q.try_pop_batch(&mut out, 1), 0); // hands back, finds it empty
+        assert!(q.drained_since(m));
     }
 }

@@ -276,3 +276,65 @@ def test_a_deadline_past_the_end_of_the_range_never_fires_nor_spins() -> None:
     assert state == "ALIVE"
     assert float(deadline) >= 1.8e10
     assert "svc.far" not in topics and "svc.near" in topics
+
+
+# -- risky spot: a long gap with no local-pause guard does bounded work ----------------------
+
+
+def test_a_long_gap_gives_a_bounded_number_of_failed_events_with_the_exact_count() -> None:
+    clock = hw.ManualClock()
+    det = hw.Detector(clock=clock, period=0.001, max_local_pause=None)
+    q = det.subscribe(capacity=1 << 20)
+    det.add("svc.a")
+    clock.set(1000.0)  # 999 999 periods missed (the one ending at 1000.0 is not over yet)
+    events = q.try_pop(1 << 20)
+    assert len(events) == 64, len(events)
+    assert [e.missed for e in events[:63]] == list(range(1, 64))
+    assert [ms(e.at) for e in events[:63]] == list(range(1, 64))
+    last = events[-1]
+    assert (last.kind, last.missed, ms(last.at), ms(last.since)) == ("failed", 999_999, 999_999, 1)
+    st = det.status("svc.a")
+    assert (st.missed, ms(st.next_deadline)) == (999_999, 1_000_000)
+    clock.set(1000.0105)  # a short step: every period has its event again
+    assert [e.missed for e in q.try_pop()] == list(range(1_000_000, 1_000_011))
+
+
+def test_a_long_gap_below_allowed_misses_is_counted_without_walking_it() -> None:
+    clock = hw.ManualClock()
+    det = hw.Detector(clock=clock, period=0.001, allowed_misses=1_000_000, max_local_pause=None)
+    q = det.subscribe()
+    det.add("svc.a")
+    clock.set(999.9995)  # 999 999 missed: one short of failing
+    assert q.try_pop() == []
+    assert det.status("svc.a").missed == 999_999
+    clock.set(2000.0)
+    events = q.try_pop()
+    assert len(events) == 64
+    first, last = events[0], events[-1]
+    assert (first.missed, ms(first.at), ms(first.since)) == (1_000_000, 1_000_000, 1_000_000)
+    assert (last.missed, ms(last.at), ms(last.since)) == (1_999_999, 1_999_999, 1_000_000)
+
+
+def test_a_restart_stamped_in_the_past_does_not_count_the_time_stopped(rig: Rig) -> None:
+    rig.det.add("svc.a", now=0.0)
+    assert rig.det.beat("svc.a", now=0.5)
+    rig.det.stop()
+    rig.clock.set(10.0)
+    rig.det.start(now=2.0)  # older than the detector's last run (10.0)
+    rig.clock.set(10.9)
+    assert rig.take() == [], "nothing due for the time stopped"
+    rig.clock.set(11.001)
+    assert summary(rig.take()) == [("failed", "svc.a", 1, 11_000)]
+
+
+def test_resume_or_a_period_change_stamped_in_the_past_never_fires_in_the_past(rig: Rig) -> None:
+    rig.det.add("svc.a", now=0.0)
+    rig.det.add("svc.b", now=0.0)
+    assert rig.det.pause("svc.a")
+    rig.clock.set(0.5)
+    rig.det.set_period("svc.b", 2.0, now=0.1)  # older than the last run (0.5): from 0.5
+    rig.clock.set(10.0)
+    assert [ms(e.at) for e in rig.take()] == [2500, 4500, 6500, 8500]
+    assert rig.det.resume("svc.a", now=1.0)  # older than the last run (10.0): from 10.0
+    rig.clock.set(11.001)
+    assert [x for x in summary(rig.take()) if x[1] == "svc.a"] == [("failed", "svc.a", 1, 11_000)]

@@ -62,8 +62,11 @@ def test_an_ordinary_advance_is_never_a_pause_however_long() -> None:
     det.add("quiet")
     clock.advance(100.0)
     got = take(events)
+    # Every missed period is counted, none re-based; one run reports the first 63 one by one,
+    # then the latest with the exact count (issue 14: bounded events per topic per run).
     assert [(e.kind, e.missed, e.at) for e in got] == [
-        ("failed", n, float(n)) for n in range(1, 100)
+        *(("failed", n, float(n)) for n in range(1, 64)),
+        ("failed", 99, 99.0),
     ]
     assert det.stats()["local_pauses"] == 0
 

@@ -160,6 +160,10 @@ class Detector:
     has been found empty since); the new topic gets a new generation, so the old handle
     raises ``KeyError`` (or beats with it are counted unknown) and never reaches the new one.
 
+    A topic gets at most 64 ``failed`` events from one run of the detector: after a long gap
+    (a long ``advance``, a stall with ``max_local_pause=None``) the first 63 missed periods
+    fire one by one, then one for the latest deadline passed, with the exact count.
+
     ``stop()`` then ``start()`` keeps each topic as it was: a FAILED topic stays FAILED (count
     and ``since`` kept) until a beat is heard, a paused one stays paused. A beat stamped at or
     before a FAILED topic's latest missed deadline (``now=`` in the past) is old news: it raises

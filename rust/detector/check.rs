@@ -6,6 +6,9 @@ use super::*;
 const PREFETCH: usize = 64;
 /// Events a run pushes before it wakes the consumers anyway (see [`Detector::advance`]).
 const FLUSH_EVERY: u64 = 256;
+/// The most `failed` events one topic gets from one run of the driver (see
+/// [`Detector::check`]).
+pub(crate) const MAX_FAILED_PER_CHECK: u32 = 64;
 
 impl Detector {
     /// Process every deadline up to `now` (absolute ns; default: the clock's now). Returns the
@@ -80,8 +83,15 @@ impl Detector {
 
     /// A due topic: take in a fresh beat (re-arm from it, or resume), count missed periods up
     /// to `now`, and put it back on the wheel at its next deadline.
+    ///
+    /// Bounded work, whatever the gap since the last run (an ordinary `advance` of hours, or
+    /// no local-pause guard): missed periods below `allowed_misses` are counted in one step,
+    /// and a topic gets at most [`MAX_FAILED_PER_CHECK`] `failed` events per run, the first
+    /// ones period by period and then one for the latest deadline passed, carrying the exact
+    /// count (the periods between are counted, not reported one by one).
     pub(super) fn check(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId, now: u64) {
         let word = self.word(id);
+        let mut emitted = 0u32;
         loop {
             if !self.take_fresh(inner, subs, id) {
                 return; // not watched any more
@@ -99,6 +109,9 @@ impl Detector {
             }
             if inner.pause.contains(&d) {
                 self.rebase(inner, id);
+                continue;
+            }
+            if self.skip_misses(inner, id, now, emitted) {
                 continue;
             }
             // A period ended at `d` with no beat.
@@ -127,6 +140,7 @@ impl Detector {
                     slot.since = d;
                 }
                 let since = slot.since;
+                emitted += 1;
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 // Only `advance` runs `check`, and it wakes the consumers when done.
                 let ev = Event::failed(id, missed, self.abs(d), self.abs(since));
@@ -135,6 +149,41 @@ impl Detector {
                 }
             }
         }
+    }
+
+    /// Count at once the missed periods of a due topic (its next deadline `d` is before `now`)
+    /// that need no event of their own: the quiet ones below `allowed_misses`, and, once the
+    /// topic has had `MAX_FAILED_PER_CHECK - 1` events in this run, all but the latest one
+    /// due. Never across a local pause (its deadlines are re-based, not counted). Returns
+    /// whether any were counted; the caller then goes on from the next deadline as usual.
+    fn skip_misses(&self, inner: &mut Inner, id: TopicId, now: u64, emitted: u32) -> bool {
+        let step = self.step(inner, id);
+        let slot = inner.slots[id as usize];
+        let d = slot.next_deadline;
+        // Deadlines after `d` that are due too (`d < now`).
+        let more = (now - 1 - d) / step;
+        let quiet = slot.allowed.saturating_sub(slot.missed).saturating_sub(1);
+        let mut skip = if quiet > 0 {
+            more.min(u64::from(quiet))
+        } else if emitted + 1 >= MAX_FAILED_PER_CHECK {
+            more
+        } else {
+            0
+        };
+        let pause = &inner.pause;
+        if !pause.is_empty() && d < pause.start {
+            skip = skip.min((pause.start - 1 - d) / step + 1);
+        }
+        if skip == 0 {
+            return false;
+        }
+        let slot = &mut inner.slots[id as usize];
+        slot.missed = slot
+            .missed
+            .saturating_add(u32::try_from(skip).unwrap_or(u32::MAX));
+        slot.missed_at = d.saturating_add((skip - 1).saturating_mul(step));
+        slot.next_deadline = d.saturating_add(skip.saturating_mul(step));
+        true
     }
 
     /// Take in a FRESH beat, if any: reset the missed count, set the next deadline one first

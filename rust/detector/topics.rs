@@ -39,6 +39,7 @@ impl Detector {
         // Names are only registered under the detector lock, so this lookup stays true.
         if let Some(id) = self.registry.lookup(name) {
             if let Some(config) = config.filter(|c| *c != self.config_of(inner, id)) {
+                let now = now.max(inner.now); // a known topic: never re-armed in the past
                 self.configure(inner, id, config, now);
             }
             return Ok(id);
@@ -264,6 +265,7 @@ impl Detector {
             ..self.config_of(&inner, id)
         };
         config.validate()?;
+        let now = now.max(inner.now); // never re-armed before the last run
         self.configure(&mut inner, id, config, now);
         Ok(())
     }
@@ -279,6 +281,7 @@ impl Detector {
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
         let id = self.check_id(&inner, topic.into())?;
+        let now = now.max(inner.now); // never re-armed before the last run
         self.configure(&mut inner, id, config, now);
         Ok(())
     }
@@ -381,6 +384,7 @@ impl Detector {
         let now = self.rel_now(now);
         let mut inner = self.inner.lock();
         let id = self.check_id(&inner, topic.into())?;
+        let now = now.max(inner.now); // the time paused ends here, not earlier
         let word = self.word(id);
         let mut w = word.load(Ordering::Acquire);
         let missed_at = inner.slots[id as usize].missed_at;
@@ -571,10 +575,12 @@ impl Detector {
     /// missed period is due one period (plus grace) after `now`, one that has missed some counts
     /// on, its next missed period one period after `now` (as after a local pause).
     pub fn start(&self, now: Option<u64>) {
-        let now = self.rel_now(now);
         let mut inner = self.inner.lock();
         inner.running = true;
-        inner.now = inner.now.max(now);
+        // The time stopped ends here, not earlier: an old explicit `now` counts as the latest
+        // time the detector was moved to.
+        let now = inner.now.max(self.rel_now(now));
+        inner.now = now;
         let held = std::mem::take(&mut inner.held);
         for id in 0..inner.slots.len() as TopicId {
             let w = self.word(id).load(Ordering::Acquire);

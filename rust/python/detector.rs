@@ -97,6 +97,10 @@ impl PyPhi {
 /// with the last beat at ``last``, the n-th period counts as missed once the clock is past
 /// ``last + n * period + grace``. Phi-accrual topics ignore it (``Phi.acceptable_pause`` is
 /// theirs).
+///
+/// A topic gets at most 64 ``failed`` events from one run: after a long gap (a long
+/// ``advance``, a stall with ``max_local_pause=None``) the first 63 missed periods fire one by
+/// one, then one for the latest deadline passed, with the exact count.
 #[pyclass(name = "Detector", module = "heartwire._core", frozen)]
 pub struct PyDetector {
     det: Arc<Detector>,
