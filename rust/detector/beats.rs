@@ -140,15 +140,18 @@ impl Detector {
     /// Takes the detector lock; may block on a full `block`-policy queue.
     pub fn settle(&self, id: TopicId) {
         let mut inner = self.inner.lock();
-        if self.note_paused_recovery(&mut inner, id) {
+        self.settle_locked(&mut inner, &self.subscribers.read(), id);
+    }
+
+    fn settle_locked(&self, inner: &mut Inner, subscribers: &[Subscriber], id: TopicId) {
+        if self.note_paused_recovery(inner, id) {
             return;
         }
-        let subscribers = self.subscribers.read();
         let now = inner.now;
-        if self.take_fresh(&mut inner, &subscribers, id) {
+        if self.take_fresh(inner, subscribers, id) {
             // Re-arm at the deadline the beat set: a beat stamped with an old explicit time
             // can make it earlier than the entry already on the wheel.
-            self.arm(&mut inner, id, now);
+            self.arm(inner, id, now);
         }
     }
 
@@ -166,11 +169,21 @@ impl Detector {
     /// Emit a `received` event for a beat (to the subscribers that asked for them).
     pub fn emit_received(&self, id: TopicId, now_abs: u64, seq: u64, latency_ns: i64) {
         let _order = self.inner.lock();
+        self.emit_received_locked(&self.subscribers.read(), id, now_abs, seq, latency_ns);
+    }
+
+    fn emit_received_locked(
+        &self,
+        subscribers: &[Subscriber],
+        id: TopicId,
+        now_abs: u64,
+        seq: u64,
+        latency_ns: i64,
+    ) {
         if word::state(self.word(id).load(Ordering::Acquire)) == State::Removed {
             return; // removed since the beat: its queues must not see it again (see `remove`)
         }
-        let subscribers = self.subscribers.read();
-        self.emit(&subscribers, Event::received(id, now_abs, seq, latency_ns));
+        self.emit(subscribers, Event::received(id, now_abs, seq, latency_ns));
     }
 
     /// A full beat: record, emit `resumed` if it ends an outage, then `received` if wanted.
@@ -197,14 +210,24 @@ impl Detector {
 
     /// The part of a beat that may take the detector lock (and block on a full `block` queue):
     /// emit `resumed` if the beat ended an outage, then `received` if wanted.
+    ///
+    /// Both under one hold of the detector lock, so nothing (a `failed` the driver counts
+    /// from an old beat) can come between a beat's `resumed` and its `received`.
     pub fn complete(&self, id: TopicId, result: Beat, now_abs: u64, seq: u64, latency_ns: i64) {
-        if let Beat::Recorded { resume } = result {
-            if resume {
-                self.settle(id);
-            }
-            if self.wants_received() {
-                self.emit_received(id, now_abs, seq, latency_ns);
-            }
+        let Beat::Recorded { resume } = result else {
+            return;
+        };
+        let received = self.wants_received();
+        if !resume && !received {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let subscribers = self.subscribers.read();
+        if resume {
+            self.settle_locked(&mut inner, &subscribers, id);
+        }
+        if received {
+            self.emit_received_locked(&subscribers, id, now_abs, seq, latency_ns);
         }
     }
 

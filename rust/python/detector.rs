@@ -334,7 +334,8 @@ impl PyDetector {
         self.det.lookup(name).is_some()
     }
 
-    /// Forget a topic for good.
+    /// Forget a topic for good. Its slot is reused by a later topic once no queued event can
+    /// name it; its handle then raises ``KeyError`` (beats with it count as unknown).
     fn remove(&self, py: Python<'_>, topic: &Bound<'_, PyAny>) -> PyResult<()> {
         let id = self.id(topic)?;
         let det = self.det.clone();
