@@ -472,9 +472,15 @@ class _Plan:
         extra = [F.col("kind")] if self.logged else []
         if self.logged and "missed" in fields:
             extra.append(F.col("missed").cast("long").alias("missed"))
+        summaries = self.logged and "since" in fields
+        if summaries:
+            extra.append(_ms_of_type(F.col("since"), fields["since"].dataType).alias("since"))
+        in_window = F.col("ts") < self.end_ms
+        if summaries:  # a beats row counts from its first beat
+            in_window = in_window | ((F.col("kind") == "beats") & (F.col("since") < self.end_ms))
         rows = events.select(
             F.col(topic).cast("string").alias("topic"), ts_ms.alias("ts"), period.alias("p"), *extra
-        ).where(F.col("topic").isNotNull() & F.col("ts").isNotNull() & (F.col("ts") < self.end_ms))
+        ).where(F.col("topic").isNotNull() & F.col("ts").isNotNull() & in_window)
         self.monitored: Spans | None = None
         if not self.logged:
             self.beats = rows.select("topic", "ts", "p")
@@ -489,12 +495,32 @@ class _Plan:
                 "topic", (F.col("ts") - F.col("missed") * F.col("p")).alias("ts"), "p"
             )
             beats = beats.unionByName(expected.where(F.col("ts").isNotNull()))
+        if summaries:
+            # a summary log (EventLog(beats="summary")): per topic and file window its first
+            # and last beat; between them the monitor declared every outage (failed rows: the
+            # beat before it, above; resumed rows: the beat after it). So virtual beats with
+            # no period (the gap after them is not judged: no outage the monitor did not
+            # report) at the first beats and the resumed beats; the last beats keep the period
+            # (the gap to the next window's first beat is judged, as between real beats).
+            # Exact for allowed_misses >= the monitor's.
+            no_period = F.lit(None).cast("long").alias("p")
+            summary = rows.where(kind == "beats")
+            beats = beats.unionByName(
+                summary.select("topic", F.col("since").alias("ts"), no_period)
+            )
+            beats = beats.unionByName(
+                summary.where(F.col("ts") < self.end_ms).select("topic", "ts", "p")
+            )
+            beats = beats.unionByName(
+                rows.where(kind == "resumed").select("topic", "ts", no_period)
+            )
         # after a span not watched the monitor gives each topic it knew a fresh allowance: a
         # virtual beat at the start of every later monitored span
         resets = [a for a, _ in self.monitored[1:]]
         if resets:
+            latest = F.when(F.col("p").isNotNull(), F.col("ts"))  # the last period given
             known = beats.groupBy("topic").agg(
-                F.min("ts").alias("first"), F.max_by("p", "ts").alias("p")
+                F.min("ts").alias("first"), F.max_by("p", latest).alias("p")
             )
             reset = known.select(
                 "topic", "p", "first", F.explode(F.array(*[F.lit(a) for a in resets])).alias("ts")
@@ -564,7 +590,10 @@ def outages(
     An event log (``events`` with a ``kind`` column, as :func:`read_events` reads it) says
     more, and these rules replace the first one:
 
-    - its beats are the ``received`` rows;
+    - its beats are the ``received`` rows (in a summary log, ``EventLog(beats="summary")``,
+      the first and last beat of each topic per file and the beats after each outage; its
+      outages, the monitor's own, are then exact for ``allowed_misses`` at least the
+      monitor's);
     - a topic is judged from the moment the monitor expected it: its first beat, or for a
       topic it was told to expect, ``failed`` rows (``ts - missed * period``); a topic first
       heard inside the window is not judged before that beat (the monitor did not know it). So
