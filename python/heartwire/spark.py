@@ -38,8 +38,11 @@ monitor counts (``floor(gap / period)``, a beat exactly on a deadline being on t
 :func:`outages` for the window ``[start, end)``.
 
 The monitor's Parquet event log (:class:`heartwire.eventlog.EventLog`) reads back with
-:func:`read_events`; :func:`outages` and :func:`availability` take it as it is (only its
-``received`` rows are beats).
+:func:`read_events`; :func:`outages` and :func:`availability` take it as it is and apply the
+event-log rules (see :func:`outages`): a topic is judged from when the monitor expected it
+(its first beat, or the deadline it missed: so a topic that never beat is down, not missing),
+and only the time the monitor was watching counts (:func:`monitored_spans`: not started,
+stopped, crashed or paused is "not monitored", neither up nor down).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ __all__ = [
     "FRESHNESS_TYPE",
     "availability",
     "freshness",
+    "monitored_spans",
     "outages",
     "read_events",
 ]
