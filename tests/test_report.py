@@ -467,6 +467,25 @@ def test_time_not_monitored_is_neither_up_nor_down(
         ["2026-01-01 00:00:40.000Z", "2026-01-01 00:00:50.000Z", "10.000 s"],
     ]
     assert 'id="covered">2026-01-01 00:01:05.000Z<' in text  # the crash: unknown after 65 s
+    outages = sorted([t for t, _ in r] for r in table(text, "outages"))
+    assert outages == [
+        [
+            "svc.b",
+            "2026-01-01 00:00:31.000Z",
+            "2026-01-01 00:00:40.000Z",
+            "9.000 s",
+            "9",  # deadlines 31 .. 39 s
+            "still down when watching stopped",
+        ],
+        [
+            "svc.b",
+            "2026-01-01 00:00:51.000Z",
+            "2026-01-01 00:01:05.000Z",
+            "14.000 s",
+            "14",
+            "still down",
+        ],
+    ]
 
 
 def test_format_duration_rounds_before_it_splits() -> None:

@@ -696,3 +696,46 @@ def test_monitored_spans_from_starts_stops_crashes_and_pauses(spark: Any) -> Non
     ]
     with pytest.raises(ValueError, match="kind"):
         hs.monitored_spans(df.drop("kind"))
+
+
+def test_a_summary_log_gives_the_rows_of_a_full_log(spark: Any, tmp_path: Path) -> None:
+    """EventLog(beats="summary") keeps a row per topic and file window instead of one per beat:
+    outages and availability are the same as from the full log (allowed >= the monitor's)."""
+    rng = random.Random(14)
+    clock = hw.ManualClock()
+    full = EventLog(tmp_path / "full", roll_seconds=10, wall_offset=T1, clock=clock)
+    lean = EventLog(
+        tmp_path / "lean", roll_seconds=10, wall_offset=T1, clock=clock, beats="summary"
+    )
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[full, lean]
+    )
+    mon.expect("svc.never")
+    mon.start()
+    schedule = []
+    for i in range(6):
+        t = rng.choice([0.0, 0.4, 3.0])
+        while t < 58:
+            schedule.append((t, f"svc.t{i}"))
+            t = round(
+                t + (rng.randint(1, 99) / 100 if rng.random() < 0.85 else rng.randint(2, 9)), 2
+            )
+    for t, topic in sorted(schedule):
+        clock.set(t)
+        mon.beat(topic)
+    clock.set(60.0)
+    mon.drain()
+    mon.stop()
+    full.close()
+    lean.close()
+    a = hs.read_events(spark, str(tmp_path / "full"))
+    b = hs.read_events(spark, str(tmp_path / "lean"))
+    assert b.where("kind = 'received'").count() == 0
+    # a row per topic and 10 s window, not per beat
+    assert b.where("kind = 'beats'").count() <= 6 * 6 < a.where("kind = 'received'").count() / 5
+    for allowed in (1, 2):
+        kw: dict[str, Any] = dict(period_ms=1000, allowed_misses=allowed, start=at(5), end=at(60))
+        want = both(hs.outages, a, **kw)
+        assert any(r[0] == "svc.never" for r in want) and len(want) > 8
+        assert both(hs.outages, b, **kw) == want, allowed
+        assert both(hs.availability, b, **kw) == both(hs.availability, a, **kw), allowed

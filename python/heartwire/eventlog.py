@@ -28,6 +28,15 @@ crash) is covered up to its last row, and what follows is unknown. Older files h
 these rows (nothing else changed in the schema): their whole log is one run, from its first
 row to its last.
 
+``beats="summary"`` records less at scale (every beat of 100 000 topics at 1 Hz is 8.6 billion
+rows a day): instead of a ``received`` row per beat, one ``"beats"`` row per topic and file
+window (``ts`` its last beat, ``since`` its first, ``seq`` how many), written with the window's
+other rows; ``failed`` and ``resumed`` rows and the monitor's own rows are kept. That is what
+availability needs: the outages are then the monitor's own (``failed`` ... ``resumed``), exact
+for the monitor's ``allowed_misses`` (which the analysis cannot change afterwards), and the
+first beats say from when each topic was known. The schema is unchanged; readers that only
+know ``received`` rows see no beats in such a log.
+
 Event times are on the monitor's clock; ``wall_offset`` (seconds) turns them into Unix time. The
 default suits the real clock (which reads like :func:`time.monotonic`); give it with a
 :class:`~heartwire._core.ManualClock` (e.g. the Unix time its zero stands for), and give that
@@ -98,6 +107,8 @@ class EventLog(SubscriberListener):
       ``time.time() - time.monotonic()`` (the monitor's real clock).
     - ``max_rows``: rows buffered before they are written even within a window.
     - ``compression``: Parquet codec.
+    - ``beats``: ``"all"`` (a row per beat) or ``"summary"`` (one row per topic and window;
+      see the module docs).
     - ``clock``: the monitor's clock (a :class:`~heartwire._core.ManualClock`, or a function
       returning seconds), read for the times of ``started`` and ``stopped`` rows; default
       :func:`time.monotonic`, the monitor's real clock.
@@ -117,6 +128,7 @@ class EventLog(SubscriberListener):
         max_rows: int = 1_000_000,
         compression: str = "zstd",
         clock: Any = None,
+        beats: str = "all",
     ) -> None:
         if isinstance(roll_seconds, bool) or not isinstance(roll_seconds, (int, float)):
             raise TypeError(f"roll_seconds must be a number, got {type(roll_seconds).__name__}")
@@ -138,8 +150,12 @@ class EventLog(SubscriberListener):
                 f"clock must be a ManualClock or a function returning seconds, got "
                 f"{type(clock).__name__}"
             )
+        if beats not in ("all", "summary"):
+            raise ValueError(f"beats must be 'all' or 'summary', got {beats!r}")
         self._now = now
         self._pattern = ""
+        self._summary = beats == "summary"
+        self._beats: dict[str, list[int]] = {}  # summary: topic -> [first, last, count] (µs)
         self._path = os.fspath(path)
         self._roll_us = round(roll_seconds * 1_000_000)
         self._offset_us = round(wall_offset * 1_000_000)
@@ -187,9 +203,9 @@ class EventLog(SubscriberListener):
 
     @property
     def buffered(self) -> int:
-        """Rows recorded but not written yet."""
+        """Rows recorded but not written yet (in summary mode, with a row per topic heard)."""
         with self._lock:
-            return len(self._rows["kind"])
+            return len(self._rows["kind"]) + len(self._beats)
 
     def __repr__(self) -> str:
         return (
@@ -200,7 +216,21 @@ class EventLog(SubscriberListener):
     # -- listener --------------------------------------------------------------------------
 
     def on_received(self, event: Received) -> None:
-        self._add("received", event.topic, event.at, seq=event.seq, latency=event.latency)
+        if not self._summary:
+            self._add("received", event.topic, event.at, seq=event.seq, latency=event.latency)
+            return
+        ts = self._us(event.at)
+        with self._lock:
+            if self._closed:
+                return
+            self._roll_locked(ts // self._roll_us)
+            seen = self._beats.get(event.topic)
+            if seen is None:
+                self._beats[event.topic] = [ts, ts, 1]
+            else:
+                seen[0] = min(seen[0], ts)
+                seen[1] = max(seen[1], ts)
+                seen[2] += 1
 
     def on_failed(self, event: Failed) -> None:
         self._add("failed", event.topic, event.at, missed=event.missed, since=self._us(event.since))
@@ -247,11 +277,7 @@ class EventLog(SubscriberListener):
         with self._lock:
             if self._closed:
                 return
-            if self._window is None:
-                self._window = window
-            elif window > self._window:
-                self._window = window
-                self._try_write_locked()
+            self._roll_locked(window)
             rows = self._rows
             rows["kind"].append(kind)
             rows["topic"].append(topic)
@@ -263,6 +289,28 @@ class EventLog(SubscriberListener):
             rows["latency"].append(latency)
             if len(rows["kind"]) >= self._size_trigger:
                 self._try_write_locked()
+
+    def _roll_locked(self, window: int) -> None:
+        """An event of ``window``: a later window than the buffered rows' writes them."""
+        if self._window is None:
+            self._window = window
+        elif window > self._window:
+            self._window = window
+            self._try_write_locked()
+
+    def _summarise_locked(self) -> None:
+        """Summary mode: the beats noted so far become ``beats`` rows in the buffer."""
+        rows = self._rows
+        for topic, (first, last, count) in self._beats.items():
+            rows["kind"].append("beats")
+            rows["topic"].append(topic)
+            rows["ts"].append(last)
+            rows["seq"].append(count)
+            rows["missed"].append(None)
+            rows["since"].append(first)
+            rows["downtime"].append(None)
+            rows["latency"].append(None)
+        self._beats = {}
 
     def _try_write_locked(self) -> None:
         """A write on an event's behalf: a failure is counted, not raised (the rows stay)."""
@@ -301,6 +349,7 @@ class EventLog(SubscriberListener):
     def _write_locked(self) -> list[str]:
         """Write the buffer, one file per date; rows leave the buffer only once their file is in
         place. On failure the unwritten dates' rows stay, the error is recorded and raised."""
+        self._summarise_locked()
         rows = self._rows
         if not rows["kind"]:
             return []

@@ -469,9 +469,18 @@ def _cell(value: Any, text: str) -> str:
     return f'<td class="num" data-value="{raw}">{html.escape(text)}</td>'
 
 
+def _open_label(outage: dict[str, Any], covered_ms: int) -> str:
+    """What the last column says of an outage: over (nothing), still down at the end of the
+    window, or still down when the monitor stopped watching (its end is unknown)."""
+    if not outage["open"]:
+        return ""
+    return "still down" if outage["down_to"] >= covered_ms else "still down when watching stopped"
+
+
 def _html(report: Report, tables: _Tables, png: bytes) -> str:
     e = html.escape
     start_ms, end_ms = _epoch_ms(report.start), _epoch_ms(report.end)
+    covered_ms = end_ms if tables.covered_ms is None else tables.covered_ms
     rows = []
     for r in tables.availability:
         cls = ' class="down"' if r["outages"] else ""
@@ -492,7 +501,6 @@ def _html(report: Report, tables: _Tables, png: bytes) -> str:
         + "</tr>"
         for a, b in tables.unmonitored
     ]
-    covered_ms = end_ms if tables.covered_ms is None else tables.covered_ms
     clipped = (
         ""
         if tables.covered_ms is None
@@ -509,7 +517,7 @@ def _html(report: Report, tables: _Tables, png: bytes) -> str:
             format_duration((o["down_to"] - o["down_from"]) / 1000),
         )
         + _cell(o["missed"], str(o["missed"]))
-        + f"<td>{'still down' if o['open'] else ''}</td></tr>"
+        + f"<td>{_open_label(o, covered_ms)}</td></tr>"
         for o in longest
     ]
     image = base64.b64encode(png).decode("ascii")

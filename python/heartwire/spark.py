@@ -38,8 +38,11 @@ monitor counts (``floor(gap / period)``, a beat exactly on a deadline being on t
 :func:`outages` for the window ``[start, end)``.
 
 The monitor's Parquet event log (:class:`heartwire.eventlog.EventLog`) reads back with
-:func:`read_events`; :func:`outages` and :func:`availability` take it as it is (only its
-``received`` rows are beats).
+:func:`read_events`; :func:`outages` and :func:`availability` take it as it is and apply the
+event-log rules (see :func:`outages`): a topic is judged from when the monitor expected it
+(its first beat, or the deadline it missed: so a topic that never beat is down, not missing),
+and only the time the monitor was watching counts (:func:`monitored_spans`: not started,
+stopped, crashed or paused is "not monitored", neither up nor down).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ __all__ = [
     "FRESHNESS_TYPE",
     "availability",
     "freshness",
+    "monitored_spans",
     "outages",
     "read_events",
 ]
@@ -169,15 +173,20 @@ def _ms(c: Column) -> Column:
 
     ``typeof`` is folded when the plan is analysed, so only one branch is ever evaluated; but
     Spark type-checks every branch against the column's type, and no cast leads from
-    TIMESTAMP_NTZ to BIGINT, nor from BIGINT to TIMESTAMP_NTZ. So the NTZ and integer branches
-    go through the column's text, which every type casts to and from (about 30 ns a row more
-    than a plain cast); timestamps take the direct path.
+    TIMESTAMP_NTZ to BIGINT, nor from BIGINT to TIMESTAMP_NTZ. So each branch must be valid for
+    every type: the NTZ branch goes through the column's text (exact, some 100 ns a row); the
+    integer branch reads the integer as seconds of a TIMESTAMP and back (exact and cheap below
+    ±9 223 372 036 854, where the cast saturates) and only beyond through its text.
     """
     kind = F.typeof(c)
+    seconds = F.unix_seconds(c.try_cast("timestamp"))
+    as_integer = F.when(F.abs(seconds) < 9_223_372_036_854, seconds).otherwise(
+        c.cast("string").cast("long")
+    )
     return (
         F.when(kind == "timestamp", F.unix_millis(c.cast("timestamp")))
         .when(kind == "timestamp_ntz", _ntz_ms(c.cast("string").cast("timestamp_ntz")))
-        .otherwise(c.cast("string").cast("long"))
+        .otherwise(as_integer)
     )
 
 
@@ -472,9 +481,15 @@ class _Plan:
         extra = [F.col("kind")] if self.logged else []
         if self.logged and "missed" in fields:
             extra.append(F.col("missed").cast("long").alias("missed"))
+        summaries = self.logged and "since" in fields
+        if summaries:
+            extra.append(_ms_of_type(F.col("since"), fields["since"].dataType).alias("since"))
+        in_window = F.col("ts") < self.end_ms
+        if summaries:  # a beats row counts from its first beat
+            in_window = in_window | ((F.col("kind") == "beats") & (F.col("since") < self.end_ms))
         rows = events.select(
             F.col(topic).cast("string").alias("topic"), ts_ms.alias("ts"), period.alias("p"), *extra
-        ).where(F.col("topic").isNotNull() & F.col("ts").isNotNull() & (F.col("ts") < self.end_ms))
+        ).where(F.col("topic").isNotNull() & F.col("ts").isNotNull() & in_window)
         self.monitored: Spans | None = None
         if not self.logged:
             self.beats = rows.select("topic", "ts", "p")
@@ -489,12 +504,32 @@ class _Plan:
                 "topic", (F.col("ts") - F.col("missed") * F.col("p")).alias("ts"), "p"
             )
             beats = beats.unionByName(expected.where(F.col("ts").isNotNull()))
+        if summaries:
+            # a summary log (EventLog(beats="summary")): per topic and file window its first
+            # and last beat; between them the monitor declared every outage (failed rows: the
+            # beat before it, above; resumed rows: the beat after it). So virtual beats with
+            # no period (the gap after them is not judged: no outage the monitor did not
+            # report) at the first beats and the resumed beats; the last beats keep the period
+            # (the gap to the next window's first beat is judged, as between real beats).
+            # Exact for allowed_misses >= the monitor's.
+            no_period = F.lit(None).cast("long").alias("p")
+            summary = rows.where(kind == "beats")
+            beats = beats.unionByName(
+                summary.select("topic", F.col("since").alias("ts"), no_period)
+            )
+            beats = beats.unionByName(
+                summary.where(F.col("ts") < self.end_ms).select("topic", "ts", "p")
+            )
+            beats = beats.unionByName(
+                rows.where(kind == "resumed").select("topic", "ts", no_period)
+            )
         # after a span not watched the monitor gives each topic it knew a fresh allowance: a
         # virtual beat at the start of every later monitored span
         resets = [a for a, _ in self.monitored[1:]]
         if resets:
+            latest = F.when(F.col("p").isNotNull(), F.col("ts"))  # the last period given
             known = beats.groupBy("topic").agg(
-                F.min("ts").alias("first"), F.max_by("p", "ts").alias("p")
+                F.min("ts").alias("first"), F.max_by("p", latest).alias("p")
             )
             reset = known.select(
                 "topic", "p", "first", F.explode(F.array(*[F.lit(a) for a in resets])).alias("ts")
@@ -564,7 +599,10 @@ def outages(
     An event log (``events`` with a ``kind`` column, as :func:`read_events` reads it) says
     more, and these rules replace the first one:
 
-    - its beats are the ``received`` rows;
+    - its beats are the ``received`` rows (in a summary log, ``EventLog(beats="summary")``,
+      the first and last beat of each topic per file and the beats after each outage; its
+      outages, the monitor's own, are then exact for ``allowed_misses`` at least the
+      monitor's);
     - a topic is judged from the moment the monitor expected it: its first beat, or for a
       topic it was told to expect, ``failed`` rows (``ts - missed * period``); a topic first
       heard inside the window is not judged before that beat (the monitor did not know it). So
