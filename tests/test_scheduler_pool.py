@@ -147,3 +147,122 @@ def test_a_check_that_never_got_a_thread_is_retried_at_the_next_beat(
         hung.stop()
         ok.stop()
         sched.close()
+
+
+# -- a check thread that cannot start (issue 14, review R2 F5) -------------------------------
+
+
+class _FailingStarts:
+    """Makes ``Thread.start`` fail, as at a pids limit, for threads named ``prefix...``."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.on = False
+        self.failed = 0
+
+
+@pytest.fixture
+def failing_starts(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def make(prefix: str) -> _FailingStarts:
+        ctl = _FailingStarts(prefix)
+        real = threading.Thread.start
+
+        def start(thread: threading.Thread) -> None:
+            if ctl.on and thread.name.startswith(ctl.prefix):
+                ctl.failed += 1
+                raise RuntimeError("can't start new thread")
+            real(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", start)
+        return ctl
+
+    return make
+
+
+def test_a_check_thread_that_cannot_start_does_not_end_the_scheduler_thread(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch, failing_starts: Any
+) -> None:
+    clock = hw.ManualClock()
+    sched = PublisherScheduler(clock, check_threads=2, max_check_threads=8, stall=0.02, name="t-f5")
+    monkeypatch.setitem(scheduling._manual, id(clock), sched)
+    fails = failing_starts("t-f5-check-")
+    broker = MemoryBroker()
+    entered: list[int] = []
+
+    def hang() -> bool:
+        entered.append(1)
+        return gate.wait(20)
+
+    plain = HeartbeatPublisher(broker, "svc.plain", clock=clock)
+    hung = [HeartbeatPublisher(broker, f"svc.h{i}", dependency=hang, clock=clock) for i in range(2)]
+    ok = HeartbeatPublisher(broker, "svc.ok", dependency=lambda: True, clock=clock)
+    try:
+        plain.start()
+        for pub in hung:
+            pub.start()
+        assert _wait_until(lambda: len(entered) == 2, 2.0), "the hung checks did not start"
+        fails.on = True  # from now on no check thread can start
+        ok.start()  # its check waits behind the hung ones: the pool tries to grow, and fails
+        assert _wait_until(lambda: fails.failed >= 1, 2.0), "the pool never tried to grow"
+        thread = sched._thread
+        assert thread is not None and thread.is_alive(), "the scheduler thread died"
+        assert sched.stats()["check_threads"] == 2  # the thread that never started not counted
+        assert sched.stats()["spawn_failures"] >= 1
+        clock.advance(1.0)
+        assert _wait_until(lambda: plain.sent == 2, 2.0), "a plain publisher stopped beating"
+        fails.on = False  # threads can start again: the pool retries by itself
+        assert _wait_until(lambda: ok.sent == 1, 3.0), "the waiting check never got a thread"
+    finally:
+        gate.set()
+        for pub in (plain, *hung, ok):
+            pub.stop()
+        sched.close()
+
+
+def test_a_beat_whose_check_thread_cannot_start_is_run_once_one_can(
+    monkeypatch: pytest.MonkeyPatch, failing_starts: Any
+) -> None:
+    clock = hw.ManualClock()
+    sched = PublisherScheduler(clock, check_threads=1, name="t-f5s")
+    monkeypatch.setitem(scheduling._manual, id(clock), sched)
+    fails = failing_starts("t-f5s-check-")
+    fails.on = True
+    pub = HeartbeatPublisher(MemoryBroker(), "svc.dep", dependency=lambda: True, clock=clock)
+    try:
+        pub.start()  # the first beat's submit (on the scheduler thread) cannot start a thread
+        assert _wait_until(lambda: fails.failed >= 1, 2.0)
+        assert sched.stats()["check_threads"] == 0  # not counted: the pool knows to retry
+        fails.on = False
+        assert _wait_until(lambda: pub.sent == 1, 3.0), "the queued check never ran"
+        assert pub.stats()["check_failures"] == 0
+    finally:
+        pub.stop()
+        sched.close()
+
+
+def test_a_scheduler_round_that_raises_is_counted_and_the_thread_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = hw.ManualClock()
+    sched = PublisherScheduler(clock, name="t-round")
+    rounds: list[int] = []
+    real = sched._pool.rebalance
+
+    def rebalance() -> float | None:
+        rounds.append(1)
+        if len(rounds) == 1:
+            raise MemoryError("injected")
+        return real()
+
+    monkeypatch.setattr(sched._pool, "rebalance", rebalance)
+    ran: list[float] = []
+    try:
+        key = sched.add(ran.append)
+        sched.schedule(key, 0.5)
+        clock.advance(1.0)
+        assert sched.drain(timeout=2.0), "the scheduler thread died"
+        assert ran == [0.5]
+        assert sched.stats()["errors"] == 1
+        assert "t-round: a scheduler round raised MemoryError('injected')" in caplog.text
+    finally:
+        sched.close()

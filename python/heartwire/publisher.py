@@ -410,10 +410,13 @@ class HeartbeatPublisher:
                         return  # within its limit, or sending: this slot is skipped
                     overdue = self._time_out(attempt, now)
                 if self._inflight is None:  # (a job that never got a thread is gone)
-                    attempt = self._inflight = _Attempt(self._generation, now)
+                    # Submitted first: if that raises, no attempt is left "in flight" that
+                    # nothing runs (the job cannot start before the lock is released).
+                    attempt = _Attempt(self._generation, now)
+                    attempt.job = sched.submit(functools.partial(self._work, attempt))
+                    self._inflight = attempt
                     assert self._watch is not None
                     sched.schedule(self._watch, now + self._timeout)
-                    attempt.job = sched.submit(functools.partial(self._work, attempt))
         if self._slow:
             if overdue is not None:
                 self._report(*overdue, deliver=_JOB)
@@ -548,7 +551,12 @@ class HeartbeatPublisher:
             self._delivering = True
             sched = self._scheduler
         if deliver == _JOB and sched is not None:
-            sched.submit(self._deliver)
+            try:
+                sched.submit(self._deliver)
+            except BaseException:
+                with self._lock:  # no delivery under way after all: the next event starts one
+                    self._delivering = False
+                raise
         else:
             self._deliver()
 
