@@ -266,3 +266,43 @@ def test_a_scheduler_round_that_raises_is_counted_and_the_thread_goes_on(
         assert "t-round: a scheduler round raised MemoryError('injected')" in caplog.text
     finally:
         sched.close()
+
+
+def test_jobs_abandoned_while_queued_leave_the_queue(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every thread held by a hung check, each starved beat's job is abandoned and a new
+    one queued: the queue keeps one entry per publisher, not one per beat (review R2 F9)."""
+    clock = hw.ManualClock()
+    sched = PublisherScheduler(clock, check_threads=1, max_check_threads=1)
+    monkeypatch.setitem(scheduling._manual, id(clock), sched)
+    broker = MemoryBroker()
+    hung = HeartbeatPublisher(broker, "svc.hung", dependency=lambda: gate.wait(20), clock=clock)
+    starved = [
+        HeartbeatPublisher(broker, f"svc.s{i}", dependency=lambda: True, clock=clock)
+        for i in range(5)
+    ]
+    pool = sched._pool
+    try:
+        hung.start()
+        assert _wait_until(lambda: sched.stats()["check_threads"] == 1 and not pool._jobs, 2.0)
+        for pub in starved:
+            pub.start()
+        sizes = []
+        for beat in range(1, 41):
+            clock.advance(1.0)  # each starved check times out waiting and is queued afresh
+
+            def failed(n: int = beat) -> bool:
+                return all(p.stats()["check_failures"] == n for p in starved)
+
+            assert _wait_until(failed, 2.0), f"beat {beat} not reported as failed"
+            sizes.append(len(pool._jobs))
+        assert max(sizes) <= len(starved), f"the queue grew: {sizes}"
+        gate.set()  # the thread is free: each publisher's one queued check runs
+        assert _wait_until(lambda: all(p.sent == 1 for p in starved), 2.0)
+        assert _wait_until(lambda: not pool._jobs, 2.0)
+    finally:
+        gate.set()
+        for pub in (hung, *starved):
+            pub.stop()
+        sched.close()

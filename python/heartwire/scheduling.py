@@ -23,9 +23,10 @@ time) for a thread while some thread has been running one job for ``stall`` or m
 slow check, not just a burst of quick ones, which the pool works through), it starts a thread
 for every job waiting, up to twice the stalled threads (at least ``check_threads``) at a time,
 at most once per ``stall`` and never more than ``max_check_threads`` (64 by default) in all.
-A job its owner gives up on (:meth:`PublisherScheduler.abandon`,
-when a check passes its time limit) is no longer waited for by :meth:`~PublisherScheduler.drain`
-and, if it had not started, never runs; one that is running keeps its thread until it returns
+A job its owner gives up on (:meth:`PublisherScheduler.abandon`, when a check passes its time
+limit) is no longer waited for by :meth:`~PublisherScheduler.drain` and, if it had not started,
+leaves the queue at once and never runs (so a publisher whose checks keep waiting for a thread
+has one job queued, not one per beat); one that is running keeps its thread until it returns
 (Python cannot stop a thread). So a hung check costs one thread, for as long as it hangs, and
 other jobs never wait behind it for more than ``stall``; publishers keep at most one job in
 flight each, so hung checks hold at most one thread per publisher.
@@ -49,7 +50,7 @@ import math
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict
 from typing import Callable
 
 from heartwire import _core
@@ -110,7 +111,8 @@ class _CheckPool:
         self._stall = stall
         self._name = name
         self._cond = threading.Condition(threading.Lock())
-        self._jobs: deque[tuple[float, Callable[[], None]]] = deque()  # (queued at, job)
+        # Waiting jobs, oldest first: their key -> (queued at, job); discard() drops one.
+        self._jobs: OrderedDict[object, tuple[float, Callable[[], None]]] = OrderedDict()
         self._threads = 0
         self._idle = 0  # threads waiting for a job
         self._busy: dict[int, float] = {}  # thread ident -> when its running job started
@@ -153,9 +155,10 @@ class _CheckPool:
             )
         return started
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, key: object, job: Callable[[], None]) -> None:
+        """Queue ``job`` under ``key`` (unique among waiting jobs; see :meth:`discard`)."""
         with self._cond:
-            self._jobs.append((time.monotonic(), job))
+            self._jobs[key] = (time.monotonic(), job)
             spawn = len(self._jobs) > self._idle and self._threads < self._size
             if spawn:
                 self._threads += 1
@@ -163,6 +166,11 @@ class _CheckPool:
                 self._cond.notify()
         if spawn:
             self._spawn(1)
+
+    def discard(self, key: object) -> bool:
+        """Drop the waiting job queued under ``key``; False if no job waits under it."""
+        with self._cond:
+            return self._jobs.pop(key, None) is not None
 
     def rebalance(self) -> float | None:
         """Add threads if the oldest job has waited ``stall``; seconds until the next look
@@ -178,7 +186,7 @@ class _CheckPool:
                 # Below `size` with jobs waiting happens only after a thread failed to start.
                 n = min(waiting, self._size - self._threads)
             else:
-                waited = now - self._jobs[0][0]
+                waited = now - next(iter(self._jobs.values()))[0]
                 if waited < self._stall:
                     return self._stall - waited
                 if now - self._grown_at < self._stall:
@@ -210,7 +218,7 @@ class _CheckPool:
                     self._idle -= 1
                     if not self._jobs:  # idle too long, or closed
                         return
-                    _, job = self._jobs.popleft()
+                    _, (_, job) = self._jobs.popitem(last=False)
                     me = threading.get_ident()
                     self._busy[me] = time.monotonic()
                 try:
@@ -385,20 +393,22 @@ class PublisherScheduler:
                 job.state = _ABANDONED
                 return job
             self._pool_inflight += 1
-        self._pool.submit(functools.partial(self._run_job, job))
+        self._pool.submit(job, functools.partial(self._run_job, job))
         return job
 
     def abandon(self, job: Job) -> str:
         """Give up on ``job``: :meth:`drain` stops waiting for it and, if no thread has taken it
-        yet, it never runs; a running one keeps its thread until it returns. Returns the state
-        it was found in: ``"queued"`` (it will never run), ``"running"``, ``"done"`` or
-        ``"abandoned"`` (nothing changes). Idempotent."""
+        yet, it leaves the queue and never runs; a running one keeps its thread until it
+        returns. Returns the state it was found in: ``"queued"`` (it will never run),
+        ``"running"``, ``"done"`` or ``"abandoned"`` (nothing changes). Idempotent."""
         with self._cond:
             found = job.state
             if found not in (_QUEUED, _RUNNING):
                 return found
             if found == _RUNNING:
                 self._abandoned_running += 1
+            else:  # out of the pool's queue at once: each replaced job would pile up there
+                self._pool.discard(job)
             job.state = _ABANDONED
             self._pool_inflight -= 1
             self._cond.notify_all()
