@@ -306,3 +306,86 @@ def test_jobs_abandoned_while_queued_leave_the_queue(
         for pub in (hung, *starved):
             pub.stop()
         sched.close()
+
+
+# -- checks that raise BaseException (issue 14, review R2 F1 remainder) ----------------------
+
+
+def test_a_job_raising_system_exit_is_counted_and_its_thread_goes_on() -> None:
+    sched = PublisherScheduler(hw.ManualClock(), check_threads=1, max_check_threads=1)
+    sched.add(lambda d: None)
+    ran_on: list[int] = []
+
+    def exits() -> None:
+        ran_on.append(threading.get_ident())
+        raise SystemExit(3)
+
+    try:
+        sched.submit(exits)
+        assert sched.drain(timeout=2)
+        sched.submit(lambda: ran_on.append(threading.get_ident()))
+        assert sched.drain(timeout=2), "the next job never ran"
+        assert len(ran_on) == 2 and ran_on[0] == ran_on[1], "the check thread died"
+        assert sched.stats()["errors"] == 1 and sched.stats()["check_threads"] == 1
+    finally:
+        sched.close()
+
+
+@pytest.mark.parametrize("where", ["dependency", "payload"])
+@pytest.mark.parametrize("exc", [SystemExit(1), KeyboardInterrupt()])
+def test_a_check_or_payload_raising_a_base_exception_fails_one_beat_only(
+    where: str, exc: BaseException
+) -> None:
+    clock = hw.ManualClock()
+    broker = MemoryBroker()
+    rec = _Exceptions()
+    calls: list[int] = []
+
+    def flaky() -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise exc
+        return True
+
+    kw: dict[str, Any] = {where: flaky}
+    pub = HeartbeatPublisher(broker, "svc.x", clock=clock, listeners=[rec], **kw)
+    sched = pub.scheduler
+    try:
+        pub.start()
+        assert sched.drain(timeout=2)
+        threads = sched.stats()["check_threads"]
+        clock.advance(1.0)
+        assert sched.drain(timeout=2)
+        assert pub.sent == 1, f"the beat after the {type(exc).__name__} was not sent"
+        assert len(calls) == 2
+        reason = "check_failed" if where == "dependency" else "payload_failed"
+        assert [(e.reason, type(e.error)) for e in rec.events] == [(reason, type(exc))]
+        assert sched.stats()["check_threads"] == threads  # no check thread lost
+    finally:
+        pub.stop()
+
+
+class _ExitsOnce(PublisherListener):
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+
+    def on_sent(self, event: Any) -> None:
+        self.seqs.append(event.seq)
+        if len(self.seqs) == 1:
+            raise SystemExit(2)
+
+
+def test_a_listener_raising_system_exit_does_not_stop_later_events() -> None:
+    clock = hw.ManualClock()
+    rec = _ExitsOnce()
+    pub = HeartbeatPublisher(MemoryBroker(), "svc.l", clock=clock, listeners=[rec])
+    sched = pub.scheduler
+    try:
+        pub.start()
+        assert sched.drain(timeout=2)
+        assert _wait_until(lambda: rec.seqs == [1], 2.0)
+        clock.advance(1.0)
+        assert sched.drain(timeout=2)
+        assert _wait_until(lambda: rec.seqs == [1, 2], 2.0), f"events stopped: {rec.seqs}"
+    finally:
+        pub.stop()

@@ -119,8 +119,9 @@ def _own_timeout(dependency: object) -> float | None:
 class HeartbeatPublisher:
     """Publishes a heartbeat for ``topic`` to ``broker`` every ``period`` seconds once started.
 
-    - ``dependency``: a callable run before each beat. ``False`` or an exception means unhealthy:
-      the beat is not sent and listeners get ``on_exception`` with reason ``"check_failed"``.
+    - ``dependency``: a callable run before each beat. ``False`` or an exception (any, even
+      ``SystemExit``) means unhealthy: the beat is not sent and listeners get
+      ``on_exception`` with reason ``"check_failed"``.
       Any other result (``True``, ``None``, ...) means healthy. See :mod:`heartwire.checks`.
     - ``payload``: a JSON-able value sent with each beat, or a zero-argument callable evaluated
       for each beat (if it raises, the beat is not sent: reason ``"payload_failed"``).
@@ -466,13 +467,32 @@ class HeartbeatPublisher:
 
     def _work(self, attempt: _Attempt) -> None:
         """One beat's slow work, on a check thread: the check, the payload, then the send."""
+        try:
+            self._run_attempt(attempt)
+        finally:
+            # However the work ended (a BaseException out of a transport or a listener too),
+            # the publisher learns it is over: the next beat starts afresh, never "still
+            # running" for good.
+            with self._lock:
+                if attempt.state == _WORKING:
+                    attempt.state = _FINISHED
+                if self._inflight is attempt:
+                    self._inflight = None
+                    sched, watch = self._scheduler, self._watch
+                    if sched is not None and watch is not None:
+                        sched.cancel(watch)  # (the watch is the limit of _inflight)
+        # The beat is done: its events are delivered on this thread, which a listener that
+        # hangs then holds (not the publisher, whose next beat takes another thread).
+        self._deliver_queued()
+
+    def _run_attempt(self, attempt: _Attempt) -> None:
         failure: tuple[str, BaseException | None, str] | None = None
         payload = self._payload
         dependency = self._dependency
         if dependency is not None:
             try:
                 healthy = dependency()
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: a failed check, not a lost thread
                 detail = exc.reason if isinstance(exc, CheckFailed) else repr(exc)
                 failure = ("check_failed", exc, detail)
             else:
@@ -482,7 +502,7 @@ class HeartbeatPublisher:
             attempt.stage = "payload"
             try:
                 payload = payload()
-            except Exception as exc:
+            except BaseException as exc:
                 failure = ("payload_failed", exc, repr(exc))
         with self._lock:
             current = (
@@ -493,29 +513,16 @@ class HeartbeatPublisher:
             if attempt.state == _WORKING:
                 attempt.state = _FINISHED
             if not current:  # timed out, paused or stopped meanwhile: the result is stale
-                if self._inflight is attempt:
-                    self._inflight = None
                 return
             if failure is not None:
                 if failure[0] == "check_failed":
                     self._check_failures += 1
                 else:
                     self._other_failures += 1
-        try:
-            if failure is not None:
-                self._report(*failure, deliver=_LATER)
-            else:
-                self._send(payload, deliver=_LATER)
-        finally:
-            with self._lock:
-                if self._inflight is attempt:
-                    self._inflight = None
-                sched, watch = self._scheduler, self._watch
-                if sched is not None and watch is not None:
-                    sched.cancel(watch)
-        # The beat is done: its events are delivered on this thread, which a listener that
-        # hangs then holds (not the publisher, whose next beat takes another thread).
-        self._deliver_queued()
+        if failure is not None:
+            self._report(*failure, deliver=_LATER)
+        else:
+            self._send(payload, deliver=_LATER)
 
     def _next_slot(self, deadline: float, now: float) -> float:
         """The slot after ``deadline``; if that has passed too, the first slot after ``now``."""
@@ -569,13 +576,20 @@ class HeartbeatPublisher:
 
     def _deliver(self) -> None:
         """Call the listeners for every queued event, in order (one deliverer at a time)."""
-        while True:
+        try:
+            while True:
+                with self._lock:
+                    if not self._outbox:
+                        self._delivering = False
+                        return
+                    method, event = self._outbox.popleft()
+                self._listeners.emit(method, event)
+        except BaseException:
+            # A listener raised what ListenerSet does not catch (SystemExit, ...): this
+            # delivery ends, but the next event starts another instead of waiting for good.
             with self._lock:
-                if not self._outbox:
-                    self._delivering = False
-                    return
-                method, event = self._outbox.popleft()
-            self._listeners.emit(method, event)
+                self._delivering = False
+            raise
 
     def _send(self, payload: Any, *, deliver: str) -> None:
         """Encode and send one beat (never two at once for one publisher)."""

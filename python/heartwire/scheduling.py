@@ -505,7 +505,7 @@ class PublisherScheduler:
         try:
             job.fn()
             ok = True
-        except Exception:
+        except BaseException:  # (SystemExit too: the check thread goes on to the next job)
             log.exception("publisher job %r raised", job.fn)
         finally:
             with self._cond:
