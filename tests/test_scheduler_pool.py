@@ -389,3 +389,40 @@ def test_a_listener_raising_system_exit_does_not_stop_later_events() -> None:
         assert _wait_until(lambda: rec.seqs == [1, 2], 2.0), f"events stopped: {rec.seqs}"
     finally:
         pub.stop()
+
+
+def test_the_scheduler_thread_starts_one_check_thread_per_growth_step(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starting a thread takes milliseconds under load (the new thread must get the GIL):
+    the scheduler thread, which every publisher shares, starts one per growth step and the
+    new threads start the rest."""
+    sched = PublisherScheduler(
+        hw.ManualClock(), check_threads=1, max_check_threads=40, stall=0.02, name="t-grow"
+    )
+    starters: list[str] = []
+    real = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name.startswith("t-grow-check-"):
+            starters.append(threading.current_thread().name)
+        real(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    sched.add(lambda d: None)  # runs the scheduler thread (it grows the pool)
+    entered: list[int] = []
+
+    def hang() -> None:
+        entered.append(1)
+        gate.wait(20)
+
+    try:
+        for _ in range(32):
+            sched.submit(hang)
+        assert _wait_until(lambda: len(entered) == 32, 5.0), f"{len(entered)} of 32 started"
+        assert len(starters) == 32
+        on_scheduler = starters.count("t-grow")
+        assert on_scheduler <= 5, f"{on_scheduler} of 32 thread starts on the scheduler thread"
+    finally:
+        gate.set()
+        sched.close()

@@ -22,7 +22,9 @@ on demand, ended after 10 s idle). When the oldest queued job has waited ``stall
 time) for a thread while some thread has been running one job for ``stall`` or more (a hung or
 slow check, not just a burst of quick ones, which the pool works through), it starts a thread
 for every job waiting, up to twice the stalled threads (at least ``check_threads``) at a time,
-at most once per ``stall`` and never more than ``max_check_threads`` (64 by default) in all.
+at most once per ``stall`` and never more than ``max_check_threads`` (64 by default) in all;
+the scheduler thread starts one of them, which starts the next, and so on (a thread start can
+take milliseconds under load).
 A job its owner gives up on (:meth:`PublisherScheduler.abandon`, when a check passes its time
 limit) is no longer waited for by :meth:`~PublisherScheduler.drain` and, if it had not started,
 leaves the queue at once and never runs (so a publisher whose checks keep waiting for a thread
@@ -123,24 +125,26 @@ class _CheckPool:
         self._log_spawn = _Throttled()
         self._closed = False
 
-    def _spawn(self, n: int) -> int:
-        """Start ``n`` threads (already counted in ``_threads``); returns how many started.
+    def _spawn(self, n: int) -> None:
+        """Start ``n`` threads (already counted in ``_threads``): one here, which starts the
+        next before it takes a job, and so on. A thread start takes milliseconds under load
+        (the new thread must get the GIL); so the caller, often the scheduler thread every
+        publisher shares, pays for one, however many the pool adds.
 
         A thread that cannot start (``RuntimeError: can't start new thread``: a pids limit,
-        memory) is uncounted, logged (throttled) and counted in ``spawn_failures``; the pool
-        tries again after ``_SPAWN_RETRY`` seconds (:meth:`rebalance`). Never raises: callers
-        are the scheduler thread and publishers' beats."""
-        started = 0
+        memory) is uncounted with the ones it would have started, logged (throttled) and
+        counted in ``spawn_failures``; the pool tries again after ``_SPAWN_RETRY`` seconds
+        (:meth:`rebalance`). Never raises."""
+        if n <= 0:
+            return
         try:
-            for _ in range(n):
-                with self._cond:
-                    self._started += 1
-                    name = f"{self._name}-check-{self._started}"
-                threading.Thread(target=self._work, name=name, daemon=True).start()
-                started += 1
+            with self._cond:
+                self._started += 1
+                name = f"{self._name}-check-{self._started}"
+            threading.Thread(target=self._work, args=(n - 1,), name=name, daemon=True).start()
         except Exception as exc:
             with self._cond:
-                self._threads -= n - started
+                self._threads -= n
                 self._spawn_failures += 1
                 self._retry_at = time.monotonic() + _SPAWN_RETRY
                 threads, waiting = self._threads, len(self._jobs)
@@ -153,7 +157,6 @@ class _CheckPool:
                 waiting,
                 _SPAWN_RETRY,
             )
-        return started
 
     def submit(self, key: object, job: Callable[[], None]) -> None:
         """Queue ``job`` under ``key`` (unique among waiting jobs; see :meth:`discard`)."""
@@ -204,8 +207,11 @@ class _CheckPool:
         self._spawn(n)
         return self._stall
 
-    def _work(self) -> None:
+    def _work(self, more: int = 0) -> None:
+        """A check thread: starts ``more`` more (see :meth:`_spawn`), then runs jobs until it
+        has been idle ``_CHECK_IDLE`` seconds or the pool is closed."""
         try:
+            self._spawn(more)
             while True:
                 with self._cond:
                     self._idle += 1
