@@ -426,3 +426,42 @@ def test_the_scheduler_thread_starts_one_check_thread_per_growth_step(
     finally:
         gate.set()
         sched.close()
+
+
+class _OddCheck:
+    """A check that hangs and whose ``repr`` raises (and records the thread it is asked on)."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+        self.entered = threading.Event()
+        self.repr_on: list[str] = []
+
+    def __call__(self) -> bool:
+        self.entered.set()
+        return self.gate.wait(20)
+
+    def __repr__(self) -> str:
+        self.repr_on.append(threading.current_thread().name)
+        raise RuntimeError("no repr")
+
+
+def test_a_timed_out_check_is_described_without_calling_its_repr_on_the_scheduler_thread(
+    gate: threading.Event,
+) -> None:
+    clock = hw.ManualClock()
+    check = _OddCheck(gate)
+    rec = _Exceptions()
+    pub = HeartbeatPublisher(
+        MemoryBroker(), "svc.odd", clock=clock, dependency=check, timeout=0.5, listeners=[rec]
+    )
+    sched = pub.scheduler
+    try:
+        pub.start()
+        assert check.entered.wait(2.0), "the check did not start"
+        clock.advance(0.5)  # its limit: reported from the scheduler thread
+        assert _wait_until(lambda: len(rec.events) == 1, 2.0), "the time-out was not reported"
+        assert rec.events[0].detail == "<_OddCheck object>: timed out after 0.5 s"
+        assert sched.name not in check.repr_on
+    finally:
+        gate.set()
+        pub.stop()

@@ -108,6 +108,15 @@ def _seconds(value: object, field: str, *, minimum: float = 0.0) -> float:
     return seconds
 
 
+def _name(obj: object, limit: int = 200) -> str:
+    """``repr(obj)`` for failure details, taken once (a repr may be slow, raise or be huge)."""
+    try:
+        text = repr(obj)
+    except Exception:
+        text = f"<{type(obj).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _own_timeout(dependency: object) -> float | None:
     """A dependency's own ``timeout`` attribute (the stock checks'), if it is a usable one."""
     own = getattr(dependency, "timeout", None)
@@ -182,6 +191,9 @@ class HeartbeatPublisher:
         self._broker = broker
         self._dependency = dependency
         self._payload = payload
+        # Their names in failure details, taken here: never a user's repr on the shared thread.
+        self._dependency_name = _name(dependency)
+        self._payload_name = _name(payload) if callable(payload) else "payload"
         self._persistent = persistent
         self._listeners: ListenerSet[PublisherListener] = ListenerSet(
             PublisherListener, self._topic
@@ -445,7 +457,7 @@ class HeartbeatPublisher:
     def _time_out(self, attempt: _Attempt, now: float) -> tuple[str, BaseException, str]:
         """Give up on ``attempt`` (under the lock): count the failure, return its report."""
         what = "payload" if attempt.stage == "payload" else "check"
-        name = repr(self._payload if what == "payload" else self._dependency)
+        name = self._payload_name if what == "payload" else self._dependency_name
         if attempt.state == _WORKING:
             attempt.state = _TIMED_OUT
             detail = f"{name}: timed out after {self._timeout:g} s"
@@ -497,7 +509,7 @@ class HeartbeatPublisher:
                 failure = ("check_failed", exc, detail)
             else:
                 if healthy is False:
-                    failure = ("check_failed", None, f"{dependency!r} returned {healthy!r}")
+                    failure = ("check_failed", None, f"{self._dependency_name} returned False")
         if failure is None and callable(payload):
             attempt.stage = "payload"
             try:
