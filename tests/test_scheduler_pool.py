@@ -288,6 +288,8 @@ def test_jobs_abandoned_while_queued_leave_the_queue(
         assert _wait_until(lambda: sched.stats()["check_threads"] == 1 and not pool._jobs, 2.0)
         for pub in starved:
             pub.start()
+        # Every first check queued (its beat at 0 fired) before the clock moves.
+        assert _wait_until(lambda: sched.stats()["jobs"] == 1 + len(starved), 2.0)
         sizes = []
         for beat in range(1, 41):
             clock.advance(1.0)  # each starved check times out waiting and is queued afresh

@@ -117,6 +117,7 @@ class _CheckPool:
         self._jobs: OrderedDict[object, tuple[float, Callable[[], None]]] = OrderedDict()
         self._threads = 0
         self._idle = 0  # threads waiting for a job
+        self._starting = 0  # threads counted, not yet running (see _spawn): each takes a job
         self._busy: dict[int, float] = {}  # thread ident -> when its running job started
         self._started = 0
         self._grown_at = -math.inf
@@ -145,6 +146,7 @@ class _CheckPool:
         except Exception as exc:
             with self._cond:
                 self._threads -= n
+                self._starting -= n
                 self._spawn_failures += 1
                 self._retry_at = time.monotonic() + _SPAWN_RETRY
                 threads, waiting = self._threads, len(self._jobs)
@@ -162,9 +164,10 @@ class _CheckPool:
         """Queue ``job`` under ``key`` (unique among waiting jobs; see :meth:`discard`)."""
         with self._cond:
             self._jobs[key] = (time.monotonic(), job)
-            spawn = len(self._jobs) > self._idle and self._threads < self._size
+            spawn = len(self._jobs) > self._idle + self._starting and self._threads < self._size
             if spawn:
                 self._threads += 1
+                self._starting += 1
             else:
                 self._cond.notify()
         if spawn:
@@ -184,7 +187,7 @@ class _CheckPool:
                 return None
             if now < self._retry_at:
                 return self._retry_at - now  # a thread failed to start lately
-            waiting = len(self._jobs) - self._idle
+            waiting = len(self._jobs) - self._idle - self._starting  # no thread coming for them
             if waiting > 0 and self._threads < self._size:
                 # Below `size` with jobs waiting happens only after a thread failed to start.
                 n = min(waiting, self._size - self._threads)
@@ -204,16 +207,21 @@ class _CheckPool:
                     return self._stall
                 self._grown_at = now
             self._threads += n
+            self._starting += n
         self._spawn(n)
         return self._stall
 
     def _work(self, more: int = 0) -> None:
         """A check thread: starts ``more`` more (see :meth:`_spawn`), then runs jobs until it
         has been idle ``_CHECK_IDLE`` seconds or the pool is closed."""
+        starting = True
         try:
             self._spawn(more)
             while True:
                 with self._cond:
+                    if starting:  # idle from now on, in the same step (see rebalance)
+                        self._starting -= 1
+                        starting = False
                     self._idle += 1
                     until = time.monotonic() + _CHECK_IDLE
                     while not self._jobs and not self._closed:
@@ -236,6 +244,8 @@ class _CheckPool:
             # However the thread ends; one that died is replaced by rebalance() if jobs wait.
             with self._cond:
                 self._threads -= 1
+                if starting:
+                    self._starting -= 1
 
     @property
     def threads(self) -> int:
