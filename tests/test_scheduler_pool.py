@@ -467,3 +467,24 @@ def test_a_timed_out_check_is_described_without_calling_its_repr_on_the_schedule
     finally:
         gate.set()
         pub.stop()
+
+
+def test_a_scheduler_thread_that_cannot_start_is_started_by_the_next_add(
+    failing_starts: Any,
+) -> None:
+    sched = PublisherScheduler(hw.ManualClock(), name="t-sched")
+    fails = failing_starts("t-sched")
+    ran: list[float] = []
+    try:
+        fails.on = True
+        with pytest.raises(RuntimeError, match="t-sched: could not start the scheduler thread"):
+            sched.add(ran.append)
+        assert len(sched) == 0  # nothing registered that no thread would run
+        fails.on = False
+        key = sched.add(ran.append)
+        sched.schedule(key, 0.0)
+        sched.clock.advance(1.0)  # type: ignore[union-attr]
+        assert sched.drain(timeout=2.0), "no scheduler thread runs the task"
+        assert ran == [0.0]
+    finally:
+        sched.close()

@@ -347,7 +347,8 @@ class PublisherScheduler:
         A ``blocking`` task runs on a check thread instead of the scheduler thread (as a
         :meth:`submit` ted job). A key is never run by two threads at once unless the task is
         rescheduled while it runs. Tasks that are not blocking must return quickly: every task
-        of the scheduler waits while one runs.
+        of the scheduler waits while one runs. :class:`RuntimeError` if the scheduler thread
+        is needed and cannot start (nothing is registered then).
         """
         if not callable(task):
             raise TypeError(f"task must be callable, got {type(task).__name__}")
@@ -360,8 +361,19 @@ class PublisherScheduler:
             self._tasks[key] = (task, bool(blocking))
             if self._thread is None:
                 self._core.start()
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                try:
+                    thread.start()  # (it waits for this lock before it looks at _thread)
+                except Exception as exc:
+                    # Registered nothing, and the next add() tries again: a thread object
+                    # that never started must not pass for the running thread.
+                    self._core.stop()
+                    del self._tasks[key]
+                    self._free.append(key)
+                    raise RuntimeError(
+                        f"{self.name}: could not start the scheduler thread: {exc}"
+                    ) from exc
+                self._thread = thread
         return key
 
     def remove(self, key: int) -> None:
