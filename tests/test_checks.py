@@ -349,6 +349,37 @@ def test_tcp_timeout_includes_name_resolution(monkeypatch: pytest.MonkeyPatch) -
     assert took < 0.3 + 0.25
 
 
+def test_a_lookup_thread_that_cannot_start_fails_that_check_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = threading.Thread.start
+    failing = [True]
+
+    def start(thread: threading.Thread) -> None:
+        if failing[0] and thread.name == "heartwire-dns":
+            raise RuntimeError("can't start new thread")  # as at a pids limit
+        real(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        first, _ = _timed(checks.tcp("localhost", port, timeout=0.5), limit=3.0)
+        failing[0] = False  # threads start again: the next lookup must not wait on a dead one
+        second, took = _timed(checks.tcp("localhost", port, timeout=0.5), limit=3.0)
+    assert second is True, f"after threads could start again: {second!r} after {took:.1f} s"
+    assert isinstance(first, CheckFailed), repr(first)
+    assert first.reason == (
+        f"tcp localhost:{port}: OSError: name lookup not started: can't start new thread"
+    )
+
+
+def test_a_name_the_resolver_refuses_gives_its_reason() -> None:
+    host = "a" * 70 + ".example"  # a label over 63 characters: the idna codec refuses it
+    reason = _failure(checks.tcp(host, 80, timeout=1.0))
+    assert reason.startswith(f"tcp {host}:80: "), reason
+    assert "label empty or too long" in reason, reason
+
+
 def test_http_timeout_includes_name_resolution(
     server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -61,7 +61,7 @@ class _Lookup:
     def __init__(self) -> None:
         self.done = threading.Event()
         self.result: list[Any] = []
-        self.error: OSError | None = None
+        self.error: Exception | None = None  # OSError, or ValueError for a name refused
 
 
 _lookups: dict[tuple[str, int], _Lookup] = {}
@@ -71,7 +71,7 @@ _lookups_lock = threading.Lock()
 def _run_lookup(host: str, port: int, lookup: _Lookup) -> None:
     try:
         lookup.result = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
+    except Exception as exc:  # (a label too long for the idna codec is a UnicodeError)
         lookup.error = exc
     finally:
         with _lookups_lock:
@@ -92,9 +92,13 @@ def _resolve(host: str, port: int, deadline: float) -> list[Any]:
         lookup = _lookups.get((host, port))
         if lookup is None:
             lookup = _lookups[(host, port)] = _Lookup()
-            threading.Thread(
-                target=_run_lookup, args=(host, port, lookup), name="heartwire-dns", daemon=True
-            ).start()
+            try:
+                threading.Thread(
+                    target=_run_lookup, args=(host, port, lookup), name="heartwire-dns", daemon=True
+                ).start()
+            except RuntimeError as exc:  # can't start new thread: this check fails, not later
+                del _lookups[(host, port)]  # ones (they would wait for a lookup never made)
+                raise OSError(f"name lookup not started: {exc}") from exc
     if not lookup.done.wait(max(0.0, deadline - time.monotonic())):
         raise TimeoutError("timed out")
     if lookup.error is not None:
@@ -159,7 +163,7 @@ class tcp(Check):  # lower case: used like a function, checks.tcp("db", 5432)
     def __call__(self) -> bool:
         try:
             conn = _connect(self.host, self.port, time.monotonic() + self.timeout)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise CheckFailed(f"tcp {self.host}:{self.port}: {_describe(exc)}") from exc
         conn.close()
         return True

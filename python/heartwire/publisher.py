@@ -108,6 +108,15 @@ def _seconds(value: object, field: str, *, minimum: float = 0.0) -> float:
     return seconds
 
 
+def _name(obj: object, limit: int = 200) -> str:
+    """``repr(obj)`` for failure details, taken once (a repr may be slow, raise or be huge)."""
+    try:
+        text = repr(obj)
+    except Exception:
+        text = f"<{type(obj).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _own_timeout(dependency: object) -> float | None:
     """A dependency's own ``timeout`` attribute (the stock checks'), if it is a usable one."""
     own = getattr(dependency, "timeout", None)
@@ -119,8 +128,9 @@ def _own_timeout(dependency: object) -> float | None:
 class HeartbeatPublisher:
     """Publishes a heartbeat for ``topic`` to ``broker`` every ``period`` seconds once started.
 
-    - ``dependency``: a callable run before each beat. ``False`` or an exception means unhealthy:
-      the beat is not sent and listeners get ``on_exception`` with reason ``"check_failed"``.
+    - ``dependency``: a callable run before each beat. ``False`` or an exception (any, even
+      ``SystemExit``) means unhealthy: the beat is not sent and listeners get
+      ``on_exception`` with reason ``"check_failed"``.
       Any other result (``True``, ``None``, ...) means healthy. See :mod:`heartwire.checks`.
     - ``payload``: a JSON-able value sent with each beat, or a zero-argument callable evaluated
       for each beat (if it raises, the beat is not sent: reason ``"payload_failed"``).
@@ -181,6 +191,9 @@ class HeartbeatPublisher:
         self._broker = broker
         self._dependency = dependency
         self._payload = payload
+        # Their names in failure details, taken here: never a user's repr on the shared thread.
+        self._dependency_name = _name(dependency)
+        self._payload_name = _name(payload) if callable(payload) else "payload"
         self._persistent = persistent
         self._listeners: ListenerSet[PublisherListener] = ListenerSet(
             PublisherListener, self._topic
@@ -410,10 +423,13 @@ class HeartbeatPublisher:
                         return  # within its limit, or sending: this slot is skipped
                     overdue = self._time_out(attempt, now)
                 if self._inflight is None:  # (a job that never got a thread is gone)
-                    attempt = self._inflight = _Attempt(self._generation, now)
+                    # Submitted first: if that raises, no attempt is left "in flight" that
+                    # nothing runs (the job cannot start before the lock is released).
+                    attempt = _Attempt(self._generation, now)
+                    attempt.job = sched.submit(functools.partial(self._work, attempt))
+                    self._inflight = attempt
                     assert self._watch is not None
                     sched.schedule(self._watch, now + self._timeout)
-                    attempt.job = sched.submit(functools.partial(self._work, attempt))
         if self._slow:
             if overdue is not None:
                 self._report(*overdue, deliver=_JOB)
@@ -441,7 +457,7 @@ class HeartbeatPublisher:
     def _time_out(self, attempt: _Attempt, now: float) -> tuple[str, BaseException, str]:
         """Give up on ``attempt`` (under the lock): count the failure, return its report."""
         what = "payload" if attempt.stage == "payload" else "check"
-        name = repr(self._payload if what == "payload" else self._dependency)
+        name = self._payload_name if what == "payload" else self._dependency_name
         if attempt.state == _WORKING:
             attempt.state = _TIMED_OUT
             detail = f"{name}: timed out after {self._timeout:g} s"
@@ -463,23 +479,42 @@ class HeartbeatPublisher:
 
     def _work(self, attempt: _Attempt) -> None:
         """One beat's slow work, on a check thread: the check, the payload, then the send."""
+        try:
+            self._run_attempt(attempt)
+        finally:
+            # However the work ended (a BaseException out of a transport or a listener too),
+            # the publisher learns it is over: the next beat starts afresh, never "still
+            # running" for good.
+            with self._lock:
+                if attempt.state == _WORKING:
+                    attempt.state = _FINISHED
+                if self._inflight is attempt:
+                    self._inflight = None
+                    sched, watch = self._scheduler, self._watch
+                    if sched is not None and watch is not None:
+                        sched.cancel(watch)  # (the watch is the limit of _inflight)
+        # The beat is done: its events are delivered on this thread, which a listener that
+        # hangs then holds (not the publisher, whose next beat takes another thread).
+        self._deliver_queued()
+
+    def _run_attempt(self, attempt: _Attempt) -> None:
         failure: tuple[str, BaseException | None, str] | None = None
         payload = self._payload
         dependency = self._dependency
         if dependency is not None:
             try:
                 healthy = dependency()
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: a failed check, not a lost thread
                 detail = exc.reason if isinstance(exc, CheckFailed) else repr(exc)
                 failure = ("check_failed", exc, detail)
             else:
                 if healthy is False:
-                    failure = ("check_failed", None, f"{dependency!r} returned {healthy!r}")
+                    failure = ("check_failed", None, f"{self._dependency_name} returned False")
         if failure is None and callable(payload):
             attempt.stage = "payload"
             try:
                 payload = payload()
-            except Exception as exc:
+            except BaseException as exc:
                 failure = ("payload_failed", exc, repr(exc))
         with self._lock:
             current = (
@@ -490,29 +525,16 @@ class HeartbeatPublisher:
             if attempt.state == _WORKING:
                 attempt.state = _FINISHED
             if not current:  # timed out, paused or stopped meanwhile: the result is stale
-                if self._inflight is attempt:
-                    self._inflight = None
                 return
             if failure is not None:
                 if failure[0] == "check_failed":
                     self._check_failures += 1
                 else:
                     self._other_failures += 1
-        try:
-            if failure is not None:
-                self._report(*failure, deliver=_LATER)
-            else:
-                self._send(payload, deliver=_LATER)
-        finally:
-            with self._lock:
-                if self._inflight is attempt:
-                    self._inflight = None
-                sched, watch = self._scheduler, self._watch
-                if sched is not None and watch is not None:
-                    sched.cancel(watch)
-        # The beat is done: its events are delivered on this thread, which a listener that
-        # hangs then holds (not the publisher, whose next beat takes another thread).
-        self._deliver_queued()
+        if failure is not None:
+            self._report(*failure, deliver=_LATER)
+        else:
+            self._send(payload, deliver=_LATER)
 
     def _next_slot(self, deadline: float, now: float) -> float:
         """The slot after ``deadline``; if that has passed too, the first slot after ``now``."""
@@ -548,7 +570,12 @@ class HeartbeatPublisher:
             self._delivering = True
             sched = self._scheduler
         if deliver == _JOB and sched is not None:
-            sched.submit(self._deliver)
+            try:
+                sched.submit(self._deliver)
+            except BaseException:
+                with self._lock:  # no delivery under way after all: the next event starts one
+                    self._delivering = False
+                raise
         else:
             self._deliver()
 
@@ -561,13 +588,20 @@ class HeartbeatPublisher:
 
     def _deliver(self) -> None:
         """Call the listeners for every queued event, in order (one deliverer at a time)."""
-        while True:
+        try:
+            while True:
+                with self._lock:
+                    if not self._outbox:
+                        self._delivering = False
+                        return
+                    method, event = self._outbox.popleft()
+                self._listeners.emit(method, event)
+        except BaseException:
+            # A listener raised what ListenerSet does not catch (SystemExit, ...): this
+            # delivery ends, but the next event starts another instead of waiting for good.
             with self._lock:
-                if not self._outbox:
-                    self._delivering = False
-                    return
-                method, event = self._outbox.popleft()
-            self._listeners.emit(method, event)
+                self._delivering = False
+            raise
 
     def _send(self, payload: Any, *, deliver: str) -> None:
         """Encode and send one beat (never two at once for one publisher)."""

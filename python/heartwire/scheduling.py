@@ -22,13 +22,25 @@ on demand, ended after 10 s idle). When the oldest queued job has waited ``stall
 time) for a thread while some thread has been running one job for ``stall`` or more (a hung or
 slow check, not just a burst of quick ones, which the pool works through), it starts a thread
 for every job waiting, up to twice the stalled threads (at least ``check_threads``) at a time,
-at most once per ``stall`` and never more than ``max_check_threads`` in all. A job its owner
-gives up on (:meth:`PublisherScheduler.abandon`,
-when a check passes its time limit) is no longer waited for by :meth:`~PublisherScheduler.drain`
-and, if it had not started, never runs; one that is running keeps its thread until it returns
+at most once per ``stall`` and never more than ``max_check_threads`` (64 by default) in all;
+the scheduler thread starts one of them, which starts the next, and so on (a thread start can
+take milliseconds under load).
+A job its owner gives up on (:meth:`PublisherScheduler.abandon`, when a check passes its time
+limit) is no longer waited for by :meth:`~PublisherScheduler.drain` and, if it had not started,
+leaves the queue at once and never runs (so a publisher whose checks keep waiting for a thread
+has one job queued, not one per beat); one that is running keeps its thread until it returns
 (Python cannot stop a thread). So a hung check costs one thread, for as long as it hangs, and
 other jobs never wait behind it for more than ``stall``; publishers keep at most one job in
 flight each, so hung checks hold at most one thread per publisher.
+
+A thread costs a process id (counted against a container's pids limit or ``ulimit -u``), a stack
+(8 MiB of address space by default, ~20 KiB resident for a check hung a few frames deep) and a
+start that, under load, takes milliseconds. Past ``max_check_threads`` hung checks, other
+dependent publishers' checks wait for a thread and their beats fail ("timed out ... waiting for a
+check thread") until one returns: give checks their own timeouts (the stock ones have one). A
+thread that cannot start (``can't start new thread``) is logged (throttled) and counted in
+``stats()["spawn_failures"]``, and the pool tries again later; the jobs wait meanwhile. Nothing a
+round of the scheduler thread raises ends that thread: it is logged and counted.
 """
 
 from __future__ import annotations
@@ -40,7 +52,7 @@ import math
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict
 from typing import Callable
 
 from heartwire import _core
@@ -62,6 +74,34 @@ _IDLE_WAIT = 1.0
 _CHECK_IDLE = 10.0
 # Seconds the oldest job may wait for a check thread before the pool adds threads.
 _STALL = 0.05
+# After a check thread failed to start, seconds before the pool tries again.
+_SPAWN_RETRY = 0.5
+# A recurring error (a thread that cannot start, a scheduler round that raised) is logged at
+# most once per this many seconds.
+_LOG_EVERY = 60.0
+
+
+class _Throttled:
+    """Logs a recurring error at most once per ``every`` seconds, saying how many were not."""
+
+    def __init__(self, every: float = _LOG_EVERY) -> None:
+        self._every = every
+        self._last = -math.inf
+        self._skipped = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, msg: str, *args: object, exc_info: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last < self._every:
+                self._skipped += 1
+                return
+            self._last = now
+            skipped, self._skipped = self._skipped, 0
+        if skipped:
+            msg += " (and %d more since the last such message)"
+            args = (*args, skipped)
+        log.error(msg, *args, exc_info=exc_info)
 
 
 class _CheckPool:
@@ -73,32 +113,70 @@ class _CheckPool:
         self._stall = stall
         self._name = name
         self._cond = threading.Condition(threading.Lock())
-        self._jobs: deque[tuple[float, Callable[[], None]]] = deque()  # (queued at, job)
+        # Waiting jobs, oldest first: their key -> (queued at, job); discard() drops one.
+        self._jobs: OrderedDict[object, tuple[float, Callable[[], None]]] = OrderedDict()
         self._threads = 0
         self._idle = 0  # threads waiting for a job
+        self._starting = 0  # threads counted, not yet running (see _spawn): each takes a job
         self._busy: dict[int, float] = {}  # thread ident -> when its running job started
         self._started = 0
         self._grown_at = -math.inf
+        self._retry_at = -math.inf  # after a thread failed to start: no new one before this
+        self._spawn_failures = 0
+        self._log_spawn = _Throttled()
         self._closed = False
 
     def _spawn(self, n: int) -> None:
-        """Start ``n`` threads (already counted in ``_threads``)."""
-        for _ in range(n):
+        """Start ``n`` threads (already counted in ``_threads``): one here, which starts the
+        next before it takes a job, and so on. A thread start takes milliseconds under load
+        (the new thread must get the GIL); so the caller, often the scheduler thread every
+        publisher shares, pays for one, however many the pool adds.
+
+        A thread that cannot start (``RuntimeError: can't start new thread``: a pids limit,
+        memory) is uncounted with the ones it would have started, logged (throttled) and
+        counted in ``spawn_failures``; the pool tries again after ``_SPAWN_RETRY`` seconds
+        (:meth:`rebalance`). Never raises."""
+        if n <= 0:
+            return
+        try:
             with self._cond:
                 self._started += 1
                 name = f"{self._name}-check-{self._started}"
-            threading.Thread(target=self._work, name=name, daemon=True).start()
+            threading.Thread(target=self._work, args=(n - 1,), name=name, daemon=True).start()
+        except Exception as exc:
+            with self._cond:
+                self._threads -= n
+                self._starting -= n
+                self._spawn_failures += 1
+                self._retry_at = time.monotonic() + _SPAWN_RETRY
+                threads, waiting = self._threads, len(self._jobs)
+            self._log_spawn(
+                "%s: could not start a check thread (%r); %d running, %d jobs waiting; "
+                "retrying in %g s",
+                self._name,
+                exc,
+                threads,
+                waiting,
+                _SPAWN_RETRY,
+            )
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, key: object, job: Callable[[], None]) -> None:
+        """Queue ``job`` under ``key`` (unique among waiting jobs; see :meth:`discard`)."""
         with self._cond:
-            self._jobs.append((time.monotonic(), job))
-            spawn = len(self._jobs) > self._idle and self._threads < self._size
+            self._jobs[key] = (time.monotonic(), job)
+            spawn = len(self._jobs) > self._idle + self._starting and self._threads < self._size
             if spawn:
                 self._threads += 1
+                self._starting += 1
             else:
                 self._cond.notify()
         if spawn:
             self._spawn(1)
+
+    def discard(self, key: object) -> bool:
+        """Drop the waiting job queued under ``key``; False if no job waits under it."""
+        with self._cond:
+            return self._jobs.pop(key, None) is not None
 
     def rebalance(self) -> float | None:
         """Add threads if the oldest job has waited ``stall``; seconds until the next look
@@ -107,54 +185,75 @@ class _CheckPool:
         with self._cond:
             if not self._jobs:
                 return None
-            waited = now - self._jobs[0][0]
-            if waited < self._stall:
-                return self._stall - waited
-            if now - self._grown_at < self._stall:
-                return self._grown_at + self._stall - now
-            stalled = sum(now - since >= self._stall for since in self._busy.values())
-            if not stalled:
-                return self._stall  # busy with quick jobs: the queue drains at its own pace
-            # Jobs wait behind hung or slow ones: a thread for each, at most twice as many as
-            # there are stalled threads (or `size`) at a time.
-            n = min(
-                len(self._jobs) - self._idle,
-                max(self._size, 2 * stalled),
-                self._max - self._threads,
-            )
-            if n <= 0:
-                return self._stall
+            if now < self._retry_at:
+                return self._retry_at - now  # a thread failed to start lately
+            waiting = len(self._jobs) - self._idle - self._starting  # no thread coming for them
+            if waiting > 0 and self._threads < self._size:
+                # Below `size` with jobs waiting happens only after a thread failed to start.
+                n = min(waiting, self._size - self._threads)
+            else:
+                waited = now - next(iter(self._jobs.values()))[0]
+                if waited < self._stall:
+                    return self._stall - waited
+                if now - self._grown_at < self._stall:
+                    return self._grown_at + self._stall - now
+                stalled = sum(now - since >= self._stall for since in self._busy.values())
+                if not stalled:
+                    return self._stall  # busy with quick jobs: the queue drains at its pace
+                # Jobs wait behind hung or slow ones: a thread for each, at most twice as many
+                # as there are stalled threads (or `size`) at a time.
+                n = min(waiting, max(self._size, 2 * stalled), self._max - self._threads)
+                if n <= 0:
+                    return self._stall
+                self._grown_at = now
             self._threads += n
-            self._grown_at = now
+            self._starting += n
         self._spawn(n)
         return self._stall
 
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                self._idle += 1
-                until = time.monotonic() + _CHECK_IDLE
-                while not self._jobs and not self._closed:
-                    left = until - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                self._idle -= 1
-                if not self._jobs:  # idle too long, or closed
-                    self._threads -= 1
-                    return
-                _, job = self._jobs.popleft()
-                me = threading.get_ident()
-                self._busy[me] = time.monotonic()
-            try:
-                job()
-            finally:
+    def _work(self, more: int = 0) -> None:
+        """A check thread: starts ``more`` more (see :meth:`_spawn`), then runs jobs until it
+        has been idle ``_CHECK_IDLE`` seconds or the pool is closed."""
+        starting = True
+        try:
+            self._spawn(more)
+            while True:
                 with self._cond:
-                    del self._busy[me]
+                    if starting:  # idle from now on, in the same step (see rebalance)
+                        self._starting -= 1
+                        starting = False
+                    self._idle += 1
+                    until = time.monotonic() + _CHECK_IDLE
+                    while not self._jobs and not self._closed:
+                        left = until - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                    self._idle -= 1
+                    if not self._jobs:  # idle too long, or closed
+                        return
+                    _, (_, job) = self._jobs.popitem(last=False)
+                    me = threading.get_ident()
+                    self._busy[me] = time.monotonic()
+                try:
+                    job()  # (PublisherScheduler._run_job: raises nothing)
+                finally:
+                    with self._cond:
+                        del self._busy[me]
+        finally:
+            # However the thread ends; one that died is replaced by rebalance() if jobs wait.
+            with self._cond:
+                self._threads -= 1
+                if starting:
+                    self._starting -= 1
 
     @property
     def threads(self) -> int:
         return self._threads
+
+    @property
+    def spawn_failures(self) -> int:
+        return self._spawn_failures
 
     def close(self) -> None:
         with self._cond:
@@ -194,7 +293,7 @@ class PublisherScheduler:
         resolution: float = 0.001,
         tick: float = 0.01,
         check_threads: int = 4,
-        max_check_threads: int = 256,
+        max_check_threads: int = 64,
         stall: float = _STALL,
         name: str = "heartwire-publishers",
     ) -> None:
@@ -238,6 +337,7 @@ class PublisherScheduler:
         self._closed = False
         self._ran = 0
         self._errors = 0
+        self._log_round = _Throttled()
 
     # -- tasks ------------------------------------------------------------------------------
 
@@ -247,7 +347,8 @@ class PublisherScheduler:
         A ``blocking`` task runs on a check thread instead of the scheduler thread (as a
         :meth:`submit` ted job). A key is never run by two threads at once unless the task is
         rescheduled while it runs. Tasks that are not blocking must return quickly: every task
-        of the scheduler waits while one runs.
+        of the scheduler waits while one runs. :class:`RuntimeError` if the scheduler thread
+        is needed and cannot start (nothing is registered then).
         """
         if not callable(task):
             raise TypeError(f"task must be callable, got {type(task).__name__}")
@@ -260,8 +361,19 @@ class PublisherScheduler:
             self._tasks[key] = (task, bool(blocking))
             if self._thread is None:
                 self._core.start()
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                try:
+                    thread.start()  # (it waits for this lock before it looks at _thread)
+                except Exception as exc:
+                    # Registered nothing, and the next add() tries again: a thread object
+                    # that never started must not pass for the running thread.
+                    self._core.stop()
+                    del self._tasks[key]
+                    self._free.append(key)
+                    raise RuntimeError(
+                        f"{self.name}: could not start the scheduler thread: {exc}"
+                    ) from exc
+                self._thread = thread
         return key
 
     def remove(self, key: int) -> None:
@@ -309,20 +421,22 @@ class PublisherScheduler:
                 job.state = _ABANDONED
                 return job
             self._pool_inflight += 1
-        self._pool.submit(functools.partial(self._run_job, job))
+        self._pool.submit(job, functools.partial(self._run_job, job))
         return job
 
     def abandon(self, job: Job) -> str:
         """Give up on ``job``: :meth:`drain` stops waiting for it and, if no thread has taken it
-        yet, it never runs; a running one keeps its thread until it returns. Returns the state
-        it was found in: ``"queued"`` (it will never run), ``"running"``, ``"done"`` or
-        ``"abandoned"`` (nothing changes). Idempotent."""
+        yet, it leaves the queue and never runs; a running one keeps its thread until it
+        returns. Returns the state it was found in: ``"queued"`` (it will never run),
+        ``"running"``, ``"done"`` or ``"abandoned"`` (nothing changes). Idempotent."""
         with self._cond:
             found = job.state
             if found not in (_QUEUED, _RUNNING):
                 return found
             if found == _RUNNING:
                 self._abandoned_running += 1
+            else:  # out of the pool's queue at once: each replaced job would pile up there
+                self._pool.discard(job)
             job.state = _ABANDONED
             self._pool_inflight -= 1
             self._cond.notify_all()
@@ -342,24 +456,38 @@ class PublisherScheduler:
         self._core.schedule(_WAKE, 0.0)
 
     def _run(self) -> None:
-        core = self._core
+        # This thread serves every publisher of the process: whatever a round raises, it is
+        # logged (throttled), counted in stats()["errors"], and the thread goes on.
         while True:
-            look = self._pool.rebalance()  # add check threads if jobs wait behind busy ones
-            batch = core.try_pop(1024)
+            try:
+                if not self._round():
+                    return
+            except BaseException as exc:
+                with self._lock:
+                    self._errors += 1
+                self._log_round("%s: a scheduler round raised %r", self.name, exc, exc_info=True)
+                time.sleep(_STALL)  # not a busy loop if it keeps raising
+
+    def _round(self) -> bool:
+        """Run the tasks due now (or wait a while for some); False once the thread must end."""
+        core = self._core
+        look = self._pool.rebalance()  # add check threads if jobs wait behind busy ones
+        batch = core.try_pop(1024)
+        if not batch:
+            with self._cond:
+                if self._completed != self._wake_seen:
+                    self._completed = self._wake_seen
+                    self._cond.notify_all()
+                if self._closed or not self._tasks:
+                    self._core.stop()
+                    self._thread = None
+                    return False
+            wait = _IDLE_WAIT if look is None else min(_IDLE_WAIT, look)
+            batch = core.pop(1024, timeout=wait)
             if not batch:
-                with self._cond:
-                    if self._completed != self._wake_seen:
-                        self._completed = self._wake_seen
-                        self._cond.notify_all()
-                    if self._closed or not self._tasks:
-                        self._core.stop()
-                        self._thread = None
-                        return
-                wait = _IDLE_WAIT if look is None else min(_IDLE_WAIT, look)
-                batch = core.pop(1024, timeout=wait)
-                if not batch:
-                    continue
-            self._run_batch(batch)
+                return True
+        self._run_batch(batch)
+        return True
 
     def _run_batch(self, batch: list[tuple[int, float]]) -> None:
         due: list[tuple[Task, bool, float]] = []
@@ -391,7 +519,7 @@ class PublisherScheduler:
     def _call(task: Task, deadline: float) -> bool:
         try:
             task(deadline)
-        except Exception:
+        except BaseException:  # (SystemExit too: it must not end the thread every task shares)
             log.exception("publisher task %r raised", task)
             return False
         return True
@@ -405,7 +533,7 @@ class PublisherScheduler:
         try:
             job.fn()
             ok = True
-        except Exception:
+        except BaseException:  # (SystemExit too: the check thread goes on to the next job)
             log.exception("publisher job %r raised", job.fn)
         finally:
             with self._cond:
@@ -454,8 +582,9 @@ class PublisherScheduler:
 
     def stats(self) -> dict[str, int]:
         """``tasks``, ``scheduled`` (with a pending deadline), ``ran``, ``errors`` (tasks and
-        jobs that raised), ``check_threads`` (running now), ``jobs`` (submitted, not finished
-        nor abandoned), ``abandoned`` (abandoned jobs still holding a thread)."""
+        jobs that raised, and scheduler rounds that raised), ``check_threads`` (running now),
+        ``jobs`` (submitted, not finished nor abandoned), ``abandoned`` (abandoned jobs still
+        holding a thread), ``spawn_failures`` (check threads that could not be started)."""
         return {
             "tasks": len(self._tasks),
             "scheduled": len(self._armed),
@@ -464,6 +593,7 @@ class PublisherScheduler:
             "check_threads": self._pool.threads,
             "jobs": self._pool_inflight,
             "abandoned": self._abandoned_running,
+            "spawn_failures": self._pool.spawn_failures,
         }
 
     @property
