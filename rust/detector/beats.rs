@@ -137,10 +137,10 @@ impl Detector {
 
     /// Emit `resumed` for a FAILED topic that has been beaten ([`Beat::Recorded`] with
     /// `resume: true`); for one paused while FAILED, note the beat for `resume` to report.
-    /// Takes the detector lock; may block on a full `block`-policy queue.
+    /// Takes the detector lock; may wait (with the lock released) for room in a full
+    /// `block`-policy queue.
     pub fn settle(&self, id: TopicId) {
-        let mut inner = self.inner.lock();
-        self.settle_locked(&mut inner, &self.subscribers.read(), id);
+        self.emitting(|inner, subs| self.settle_locked(inner, subs, id));
     }
 
     fn settle_locked(&self, inner: &mut Inner, subscribers: &[Subscriber], id: TopicId) {
@@ -168,12 +168,14 @@ impl Detector {
 
     /// Emit a `received` event for a beat (to the subscribers that asked for them).
     pub fn emit_received(&self, id: TopicId, now_abs: u64, seq: u64, latency_ns: i64) {
-        let _order = self.inner.lock();
-        self.emit_received_locked(&self.subscribers.read(), id, now_abs, seq, latency_ns);
+        self.emitting(|inner, subs| {
+            self.emit_received_locked(inner, subs, id, now_abs, seq, latency_ns)
+        });
     }
 
     fn emit_received_locked(
         &self,
+        inner: &mut Inner,
         subscribers: &[Subscriber],
         id: TopicId,
         now_abs: u64,
@@ -183,7 +185,11 @@ impl Detector {
         if word::state(self.word(id).load(Ordering::Acquire)) == State::Removed {
             return; // removed since the beat: its queues must not see it again (see `remove`)
         }
-        self.emit(subscribers, Event::received(id, now_abs, seq, latency_ns));
+        self.emit(
+            inner,
+            subscribers,
+            Event::received(id, now_abs, seq, latency_ns),
+        );
     }
 
     /// A full beat: record, emit `resumed` if it ends an outage, then `received` if wanted.
@@ -208,8 +214,9 @@ impl Detector {
         matches!(result, Beat::Recorded { resume } if resume || self.wants_received())
     }
 
-    /// The part of a beat that may take the detector lock (and block on a full `block` queue):
-    /// emit `resumed` if the beat ended an outage, then `received` if wanted.
+    /// The part of a beat that may take the detector lock (and wait, with the lock released,
+    /// for room in a full `block` queue): emit `resumed` if the beat ended an outage, then
+    /// `received` if wanted.
     ///
     /// Both under one hold of the detector lock, so nothing (a `failed` the driver counts
     /// from an old beat) can come between a beat's `resumed` and its `received`.
@@ -221,14 +228,14 @@ impl Detector {
         if !resume && !received {
             return;
         }
-        let mut inner = self.inner.lock();
-        let subscribers = self.subscribers.read();
-        if resume {
-            self.settle_locked(&mut inner, &subscribers, id);
-        }
-        if received {
-            self.emit_received_locked(&subscribers, id, now_abs, seq, latency_ns);
-        }
+        self.emitting(|inner, subs| {
+            if resume {
+                self.settle_locked(inner, subs, id);
+            }
+            if received {
+                self.emit_received_locked(inner, subs, id, now_abs, seq, latency_ns);
+            }
+        });
     }
 
     /// A beat by name; an unknown name is added first when auto-add is on.

@@ -1,6 +1,8 @@
 //! The driver side: pop due topics off the wheel, take in beats, count missed periods.
 
+use super::emit::DELIVER_EVERY;
 use super::*;
+use parking_lot::MutexGuard;
 
 /// Due topics whose state [`Detector::prefetch_due`] touches in one go.
 const PREFETCH: usize = 64;
@@ -31,7 +33,7 @@ impl Detector {
             inner.now = inner.now.max(now);
             return 0;
         }
-        let subscribers = self.subscribers.read();
+        let mut subscribers = self.subscribers.read();
         if woke {
             self.guard_pause(&mut inner, &subscribers, now);
         }
@@ -56,6 +58,17 @@ impl Detector {
                     flushed = now_emitted;
                     Self::flush(&subscribers);
                 }
+                if inner.pending.len() >= DELIVER_EVERY {
+                    // Events put aside (a `block` queue is subscribed): push them with the
+                    // locks released, as a wait for room requires (see `emit.rs`).
+                    drop(subscribers);
+                    let upto = self.commit(&mut inner);
+                    MutexGuard::unlocked(&mut inner, || self.deliver(upto));
+                    subscribers = self.subscribers.read();
+                    if !inner.running {
+                        break; // stopped meanwhile: nothing is due any more
+                    }
+                }
             }
             let Some((id, _when)) = inner.wheel.pop_expired(now_tick) else {
                 break;
@@ -64,6 +77,10 @@ impl Detector {
             self.check(&mut inner, &subscribers, id, now);
         }
         Self::flush(&subscribers);
+        drop(subscribers);
+        let upto = self.commit(&mut inner);
+        drop(inner);
+        self.deliver(upto);
         emitted() - before
     }
 
@@ -144,9 +161,7 @@ impl Detector {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 // Only `advance` runs `check`, and it wakes the consumers when done.
                 let ev = Event::failed(id, missed, self.abs(d), self.abs(since));
-                for sub in subs {
-                    sub.queue.push_deferred(ev);
-                }
+                self.emit_deferred(inner, subs, ev);
             }
         }
     }
@@ -222,13 +237,14 @@ impl Detector {
         }
         let beat_at = word::ts(w);
         let first = self.first_offset(inner, id);
-        let slot = &mut inner.slots[id as usize];
         if word::state(w) == State::Failed {
+            let slot = &inner.slots[id as usize];
             let downtime = beat_at.saturating_sub(slot.since);
             let ev = Event::resumed(id, slot.missed, self.abs(beat_at), downtime);
             self.counters.resumed.fetch_add(1, Ordering::Relaxed);
-            self.emit(subs, ev);
+            self.emit(inner, subs, ev);
         }
+        let slot = &mut inner.slots[id as usize];
         slot.missed = 0;
         slot.next_deadline = beat_at.saturating_add(first);
         true
@@ -273,23 +289,5 @@ impl Detector {
             }
         }
         slot.period_ns
-    }
-
-    /// Wake the consumers of events pushed with `push_deferred`.
-    fn flush(subs: &[Subscriber]) {
-        for sub in subs {
-            sub.queue.flush_wake();
-        }
-    }
-
-    pub(super) fn emit(&self, subs: &[Subscriber], ev: Event) {
-        if ev.kind == EventKind::Received {
-            self.counters.received.fetch_add(1, Ordering::Relaxed);
-        }
-        for sub in subs {
-            if ev.kind != EventKind::Received || sub.received {
-                sub.queue.push(ev);
-            }
-        }
     }
 }

@@ -138,6 +138,6 @@ impl Detector {
             + inner.slots.capacity() * std::mem::size_of::<Slot>()
             + inner.wheel.heap_bytes()
             + inner.free.capacity() * std::mem::size_of::<TopicId>()
-            + inner.limbo.capacity() * std::mem::size_of::<(TopicId, Arc<[QueueMark]>)>()
+            + inner.limbo.capacity() * std::mem::size_of::<Limbo>()
     }
 }

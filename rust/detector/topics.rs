@@ -96,18 +96,44 @@ impl Detector {
     /// queues have drained; None for a new id.
     fn reclaim(&self, inner: &mut Inner) -> Option<TopicId> {
         if inner.free.is_empty() {
-            while let Some((id, marks)) = inner.limbo.front() {
+            let delivered = self.delivered.load(Ordering::Acquire);
+            while let Some(front) = inner.limbo.front() {
+                let (id, after) = (front.id, front.after);
+                let marks = match &front.marks {
+                    Some(marks) => marks.clone(),
+                    None if delivered >= after => {
+                        // Its last events are pushed now: mark the queues after them.
+                        let marks: Arc<[QueueMark]> = self.queue_marks(inner).into();
+                        inner.limbo[0].marks = Some(marks.clone());
+                        marks
+                    }
+                    None => break,
+                };
                 let drained = marks
                     .iter()
                     .all(|(queue, mark)| queue.upgrade().is_none_or(|q| q.drained_since(*mark)));
                 if !drained {
                     break;
                 }
-                inner.free.push(*id);
+                inner.free.push(id);
                 inner.limbo.pop_front();
             }
         }
         inner.free.pop()
+    }
+
+    /// A mark ([`EventQueue::mark`]) of every queue that may hold an event pushed so far: the
+    /// subscribed ones and those unsubscribed but not found empty yet.
+    fn queue_marks(&self, inner: &mut Inner) -> Vec<QueueMark> {
+        inner
+            .retired
+            .retain(|q| q.upgrade().is_some_and(|q| q.mark().is_some()));
+        let retired = inner.retired.iter().filter_map(Weak::upgrade);
+        let subscribers = self.subscribers.read();
+        let queues = subscribers.iter().map(|s| s.queue.clone()).chain(retired);
+        queues
+            .filter_map(|q| Some((Arc::downgrade(&q), q.mark()?)))
+            .collect()
     }
 
     /// The handle of `id` now.
@@ -382,8 +408,18 @@ impl Detector {
         now: Option<u64>,
     ) -> Result<bool, DetectorError> {
         let now = self.rel_now(now);
-        let mut inner = self.inner.lock();
-        let id = self.check_id(&inner, topic.into())?;
+        let topic = topic.into();
+        self.emitting(|inner, subs| self.resume_locked(inner, subs, topic, now))
+    }
+
+    fn resume_locked(
+        &self,
+        inner: &mut Inner,
+        subs: &[Subscriber],
+        topic: Handle,
+        now: u64,
+    ) -> Result<bool, DetectorError> {
+        let id = self.check_id(inner, topic)?;
         let now = now.max(inner.now); // the time paused ends here, not earlier
         let word = self.word(id);
         let mut w = word.load(Ordering::Acquire);
@@ -405,10 +441,10 @@ impl Detector {
                             continue;
                         }
                     }
-                    let step = self.step(&inner, id);
+                    let step = self.step(inner, id);
                     let base = now.max(missed_at); // never at or before a counted deadline
                     inner.slots[id as usize].next_deadline = base.saturating_add(step);
-                    self.arm(&mut inner, id, now);
+                    self.arm(inner, id, now);
                     return Ok(true);
                 }
                 _ => return Ok(false),
@@ -423,9 +459,9 @@ impl Detector {
                 back_at.saturating_sub(slot.since),
             );
             self.counters.resumed.fetch_add(1, Ordering::Relaxed);
-            self.emit(&self.subscribers.read(), ev);
+            self.emit(inner, subs, ev);
         }
-        Ok(self.rearm_from(&mut inner, id, State::is_paused, now))
+        Ok(self.rearm_from(inner, id, State::is_paused, now))
     }
 
     /// For a topic paused while FAILED whose first beat since just landed: note the beat's time
@@ -486,11 +522,11 @@ impl Detector {
     /// Forget a topic: no more events, its name is free for a new topic, and its handle names
     /// no topic any more once its id is reused.
     ///
-    /// The id is reused (with a new generation) once no event naming it can be waiting: each
-    /// queue subscribed now has been found empty by a pop started after the removal, the events
-    /// of that pop handed back ([`EventQueue::release_popped`]). Until then the id's name stays
-    /// readable for those events. A subscriber that never empties its queue keeps removed ids
-    /// from being reused.
+    /// The id is reused (with a new generation) once no event naming it can be waiting: its
+    /// events put aside for pushing (see `emit.rs`) are pushed, and then each queue has been
+    /// found empty by a pop started after that, the events of that pop handed back
+    /// ([`EventQueue::release_popped`]). Until then the id's name stays readable for those
+    /// events. A subscriber that never empties its queue keeps removed ids from being reused.
     pub fn remove(&self, topic: impl Into<Handle>) -> Result<(), DetectorError> {
         let mut inner = self.inner.lock();
         let id = self.check_id(&inner, topic.into())?;
@@ -499,33 +535,42 @@ impl Detector {
         inner.held.remove(&id);
         self.phi.lock().remove(&id);
         self.registry.unindex(id);
-        // Every event for the topic was pushed under this lock, before these marks.
-        inner
-            .retired
-            .retain(|q| q.upgrade().is_some_and(|q| q.mark().is_some()));
-        let retired = inner.retired.iter().filter_map(Weak::upgrade);
-        let subscribers = self.subscribers.read();
-        let queues = subscribers.iter().map(|s| s.queue.clone()).chain(retired);
-        let marks: Vec<QueueMark> = queues
-            .filter_map(|q| Some((Arc::downgrade(&q), q.mark()?)))
-            .collect();
-        drop(subscribers);
+        // Every event for the topic was emitted under this lock; those put aside (up to
+        // `after`) must be pushed before the queues are marked.
+        let after = inner.appended;
+        if self.delivered.load(Ordering::Acquire) < after {
+            inner.limbo.push_back(Limbo {
+                id,
+                after,
+                marks: None,
+            });
+            return Ok(());
+        }
+        let marks = self.queue_marks(&mut inner);
         if marks.is_empty() {
             inner.free.push(id); // no event for it can be waiting anywhere
             return Ok(());
         }
-        let same = inner.limbo.back().filter(|(_, last)| {
-            last.len() == marks.len()
-                && last
-                    .iter()
-                    .zip(&marks)
-                    .all(|(a, b)| a.1 == b.1 && Weak::ptr_eq(&a.0, &b.0))
-        });
+        let same = inner
+            .limbo
+            .back()
+            .and_then(|last| last.marks.as_ref())
+            .filter(|last| {
+                last.len() == marks.len()
+                    && last
+                        .iter()
+                        .zip(&marks)
+                        .all(|(a, b)| a.1 == b.1 && Weak::ptr_eq(&a.0, &b.0))
+            });
         let marks = match same {
-            Some((_, last)) => last.clone(),
+            Some(last) => last.clone(),
             None => marks.into(),
         };
-        inner.limbo.push_back((id, marks));
+        inner.limbo.push_back(Limbo {
+            id,
+            after,
+            marks: Some(marks),
+        });
         Ok(())
     }
 
@@ -535,9 +580,11 @@ impl Detector {
     ///
     /// [`start`]: Detector::start
     pub fn stop(&self) {
-        let mut inner = self.inner.lock();
+        self.emitting(|inner, subscribers| self.stop_locked(inner, subscribers));
+    }
+
+    fn stop_locked(&self, inner: &mut Inner, subscribers: &[Subscriber]) {
         inner.running = false;
-        let subscribers = self.subscribers.read();
         for id in 0..inner.slots.len() as TopicId {
             let word = self.word(id);
             loop {
@@ -547,11 +594,11 @@ impl Detector {
                     break;
                 }
                 if w & FRESH != 0 && st.is_watched() {
-                    self.take_fresh(&mut inner, &subscribers, id);
+                    self.take_fresh(inner, subscribers, id);
                     continue;
                 }
                 if w & FRESH != 0 && st == State::PausedFailed {
-                    self.note_paused_recovery(&mut inner, id);
+                    self.note_paused_recovery(inner, id);
                     continue;
                 }
                 let stopped = word::with_state(w & !FRESH, State::Stopped);

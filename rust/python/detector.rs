@@ -660,6 +660,10 @@ impl PyDetector {
     /// ``"drop-oldest"``, ``"drop-newest"``, or ``"block"`` (the detector waits for the
     /// consumer, so a consumer that stalls stalls detection: use it only with a consumer that
     /// always keeps up). Every loss is counted. ``received=True`` adds one event per beat.
+    ///
+    /// Under ``"block"`` the detector waits for room with its locks released: the consumer may
+    /// call it meanwhile (subscribe, unsubscribe, pause, expect, remove, status...), but not
+    /// emit into its own full queue (beat, resume, advance) or it waits for itself.
     #[pyo3(signature = (capacity = 65536, overflow = "coalesce", received = false))]
     fn subscribe(
         &self,
@@ -679,7 +683,8 @@ impl PyDetector {
         })
     }
 
-    /// Stop feeding ``queue`` and close it. False if it was not subscribed.
+    /// Stop feeding ``queue`` and close it, releasing a producer waiting for room in it. No
+    /// push into it is in flight once this returns. False if it was not subscribed.
     fn unsubscribe(&self, py: Python<'_>, queue: &Bound<'_, PyEventQueue>) -> bool {
         let det = self.det.clone();
         let q = queue.get().queue.clone();
