@@ -150,7 +150,7 @@ impl Detector {
             let step = self.step(inner, id);
             let slot = &mut inner.slots[id as usize];
             slot.missed = missed;
-            slot.missed_at = d;
+            slot.known_until = d;
             slot.next_deadline = d.saturating_add(step);
             if failing {
                 if st != State::Failed {
@@ -196,7 +196,7 @@ impl Detector {
         slot.missed = slot
             .missed
             .saturating_add(u32::try_from(skip).unwrap_or(u32::MAX));
-        slot.missed_at = d.saturating_add((skip - 1).saturating_mul(step));
+        slot.known_until = d.saturating_add((skip - 1).saturating_mul(step));
         slot.next_deadline = d.saturating_add(skip.saturating_mul(step));
         true
     }
@@ -205,13 +205,14 @@ impl Detector {
     /// offset after the beat, and emit `resumed` if the topic was FAILED. Returns false when
     /// the topic is not watched.
     ///
-    /// A FAILED topic's latest beat at or before its latest missed deadline ([`Slot::missed_at`],
-    /// e.g. a beat recorded late with an old explicit time) is old news: the outage was already
-    /// reported past it, so it stays FAILED with its count, `since` and next deadline (the beat
-    /// still raised `last_seen`). Only a beat after that deadline ends the outage.
+    /// A latest beat at or before [`Slot::known_until`] (e.g. a beat recorded late with an old
+    /// explicit time) is old news: the topic is known past it (missed periods counted, an
+    /// outage reported, or watched again only since then), so it keeps its state, count,
+    /// `since` and next deadline (the beat still raised `last_seen`). Only a later beat ends an
+    /// outage, resets the count, or moves the next deadline.
     pub(super) fn take_fresh(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId) -> bool {
         let word = self.word(id);
-        let missed_at = inner.slots[id as usize].missed_at;
+        let known_until = inner.slots[id as usize].known_until;
         let mut w = word.load(Ordering::Acquire);
         let mut stale;
         loop {
@@ -222,7 +223,7 @@ impl Detector {
             if w & FRESH == 0 {
                 return true;
             }
-            stale = st == State::Failed && word::ts(w) <= missed_at;
+            stale = word::ts(w) <= known_until;
             let mut new = w & !FRESH;
             if st == State::Failed && !stale {
                 new = word::with_state(new, State::Alive);

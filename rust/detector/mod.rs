@@ -11,8 +11,8 @@
 //! A period is missed once the clock is *past* its deadline with no beat. The n-th deadline
 //! after the last beat (or after the topic was added) is `last + n * period + grace`, so a beat
 //! exactly at `last + period + grace` is on time. A `failed` event's `at` is the deadline
-//! itself, whenever the driver got to it. Deadlines that passed while the monitor itself was not running (a local
-//! pause, see `pause.rs`) are re-based instead of counted.
+//! itself, whenever the driver got to it. Deadlines that passed while the monitor itself was not
+//! running (a local pause, see `pause.rs`) are re-based instead of counted.
 //!
 //! Every event is emitted while the detector lock is held, which is what keeps each topic's
 //! events in order across the two paths. It is pushed into the subscriber queues at once when
@@ -167,10 +167,13 @@ struct Slot {
     next_deadline: u64,
     /// When the current outage began.
     since: u64,
-    /// The deadline of the latest period counted as missed (the `at` of the latest `failed`
-    /// while FAILED). A beat at or before it is old news: it cannot end an outage already
-    /// reported up to there (see [`Detector::take_fresh`]).
-    missed_at: u64,
+    /// Up to when the topic's state is known: the deadline of the latest period counted as
+    /// missed (the `at` of the latest `failed` while FAILED), or just before the moment it was
+    /// last put under watch (added, resumed, restarted), whichever is later. A beat at or
+    /// before it is old news: it cannot end an outage already reported up to there, reset a
+    /// count already made, or count the time the topic was not watched (see
+    /// [`Detector::take_fresh`]).
+    known_until: u64,
     missed: u32,
     allowed: u32,
 }

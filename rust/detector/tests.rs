@@ -547,3 +547,30 @@ fn a_deadline_at_the_end_of_the_range_never_fires_and_never_spins() {
     let mut out = Vec::new();
     assert_eq!(events.try_pop_batch(&mut out, 16), 0);
 }
+
+#[test]
+fn a_late_beat_older_than_a_counted_quiet_miss_does_not_reset_the_count() {
+    // allowed_misses 3: misses at 1 and 2 are counted quietly; a beat stamped 0.5 recorded
+    // after them is old news, as it is for a FAILED topic (issue 14 item 5).
+    let r = Rig::new(S, 3);
+    let a = r.add("a");
+    r.at(2 * S + 500 * MS);
+    assert_eq!(r.det.status(a).unwrap().missed, 2);
+    r.det.beat(a, Some(500 * MS));
+    r.at(3 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 3, 3 * S, 3 * S)]);
+}
+
+#[test]
+fn a_beat_stamped_before_a_topic_was_added_does_not_pull_its_first_deadline_earlier() {
+    let r = Rig::new(S, 1);
+    r.at(10 * S);
+    let a = r.add("a");
+    r.det.beat(a, Some(9 * S + 500 * MS)); // in flight from before the topic was expected
+    let st = r.det.status(a).unwrap();
+    assert_eq!(st.next_deadline_ns, Some(11 * S));
+    r.at(11 * S);
+    assert_eq!(r.take(), vec![]);
+    r.at(11 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 1, 11 * S, 11 * S)]);
+}

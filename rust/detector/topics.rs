@@ -8,7 +8,7 @@ pub(super) const NOT_HEARD: u64 = u64::MAX;
 
 impl Detector {
     /// Expect `name` from `now` on: it must be heard within its first period (plus grace, or
-    /// the phi suspicion time). Returns its id; a
+    /// the phi suspicion time); a beat stamped before `now` is old news. Returns its id; a
     /// name already known keeps its id and gets `config` if one is given.
     pub fn add(
         &self,
@@ -61,7 +61,7 @@ impl Detector {
             grace_ns: config.grace_ns,
             next_deadline: 0,
             since: 0,
-            missed_at: 0,
+            known_until: now.saturating_sub(1), // a beat stamped before it was expected: old news
             missed: 0,
             allowed: config.allowed_misses,
         };
@@ -267,7 +267,7 @@ impl Detector {
             let slot = &mut inner.slots[id as usize];
             // Never at or before a deadline already counted (an old explicit `now`).
             let base = if slot.missed > 0 {
-                now.max(slot.missed_at)
+                now.max(slot.known_until)
             } else {
                 now
             };
@@ -402,6 +402,9 @@ impl Detector {
     ///   beat's time minus `since`; then as above.
     /// - FAILED when paused and not heard: FAILED again, count and `since` kept; it counts on
     ///   from `now`, the next `failed(missed + 1)` one period after it (as after a local pause).
+    ///
+    /// A beat stamped before `now` but recorded after the resume is old news: it neither ends
+    /// the outage nor moves the next deadline back into the time paused.
     pub fn resume(
         &self,
         topic: impl Into<Handle>,
@@ -423,11 +426,11 @@ impl Detector {
         let now = now.max(inner.now); // the time paused ends here, not earlier
         let word = self.word(id);
         let mut w = word.load(Ordering::Acquire);
-        let missed_at = inner.slots[id as usize].missed_at;
+        let known_until = inner.slots[id as usize].known_until;
         let back_at = loop {
             match word::state(w) {
                 State::Paused => break inner.slots[id as usize].next_deadline,
-                State::PausedFailed if w & FRESH != 0 && word::ts(w) > missed_at => {
+                State::PausedFailed if w & FRESH != 0 && word::ts(w) > known_until => {
                     break word::ts(w)
                 }
                 State::PausedFailed => {
@@ -442,8 +445,9 @@ impl Detector {
                         }
                     }
                     let step = self.step(inner, id);
-                    let base = now.max(missed_at); // never at or before a counted deadline
+                    let base = now.max(known_until); // never at or before a counted deadline
                     inner.slots[id as usize].next_deadline = base.saturating_add(step);
+                    Self::watched_from(inner, id, now);
                     self.arm(inner, id, now);
                     return Ok(true);
                 }
@@ -461,7 +465,18 @@ impl Detector {
             self.counters.resumed.fetch_add(1, Ordering::Relaxed);
             self.emit(inner, subs, ev);
         }
-        Ok(self.rearm_from(inner, id, State::is_paused, now))
+        let resumed = self.rearm_from(inner, id, State::is_paused, now);
+        if resumed {
+            Self::watched_from(inner, id, now);
+        }
+        Ok(resumed)
+    }
+
+    /// A topic is watched again from `now` (added, resumed, restarted): a beat stamped before,
+    /// recorded later, is old news (see [`Slot::known_until`]).
+    pub(super) fn watched_from(inner: &mut Inner, id: TopicId, now: u64) {
+        let slot = &mut inner.slots[id as usize];
+        slot.known_until = slot.known_until.max(now.saturating_sub(1));
     }
 
     /// For a topic paused while FAILED whose first beat since just landed: note the beat's time
@@ -470,13 +485,13 @@ impl Detector {
     /// that case.
     pub(super) fn note_paused_recovery(&self, inner: &mut Inner, id: TopicId) -> bool {
         let word = self.word(id);
-        let missed_at = inner.slots[id as usize].missed_at;
+        let known_until = inner.slots[id as usize].known_until;
         let mut w = word.load(Ordering::Acquire);
         loop {
             if word::state(w) != State::PausedFailed || w & FRESH == 0 {
                 return false;
             }
-            if word::ts(w) <= missed_at {
+            if word::ts(w) <= known_until {
                 // Old news (see `take_fresh`): still not heard since the failure.
                 match word.compare_exchange_weak(w, w & !FRESH, Ordering::AcqRel, Ordering::Acquire)
                 {
@@ -621,6 +636,9 @@ impl Detector {
     /// others are ALIVE (heard) or PENDING. The time stopped is not counted: a topic with no
     /// missed period is due one period (plus grace) after `now`, one that has missed some counts
     /// on, its next missed period one period after `now` (as after a local pause).
+    ///
+    /// A beat stamped before the restart (an explicit old `now`, recorded after it) is old
+    /// news: it neither ends a held outage nor moves a deadline back into the time stopped.
     pub fn start(&self, now: Option<u64>) {
         let mut inner = self.inner.lock();
         inner.running = true;
@@ -639,6 +657,8 @@ impl Detector {
                 None if w & HEARD != 0 => State::Alive,
                 None => State::Pending,
             };
+            // A beat stamped before the restart, while it was not watched, is old news.
+            Self::watched_from(&mut inner, id, now);
             if self.transition(id, to, |s| s == State::Stopped).is_none() || !to.is_watched() {
                 continue;
             }
@@ -647,7 +667,7 @@ impl Detector {
                 (now, self.first_offset(&inner, id))
             } else {
                 // Never at or before a deadline already counted (an old explicit `now`).
-                (now.max(slot.missed_at), self.step(&inner, id))
+                (now.max(slot.known_until), self.step(&inner, id))
             };
             inner.slots[id as usize].next_deadline = base.saturating_add(offset);
             self.arm(&mut inner, id, now);

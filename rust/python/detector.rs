@@ -241,8 +241,8 @@ impl PyDetector {
         Ok(this)
     }
 
-    /// Expect ``name``: it must be heard within one period (plus grace) from ``now``. Returns
-    /// its handle. A name already known keeps its handle; given settings are applied to it.
+    /// Expect ``name``: it must be heard within one period (plus grace) from ``now`` (a beat
+    /// stamped before ``now`` is old news). Returns its handle. A name already known keeps its handle; given settings are applied to it.
     #[pyo3(signature = (name, period = None, allowed_misses = None, phi = None, *, grace = None, now = None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn add(
@@ -356,7 +356,7 @@ impl PyDetector {
     /// FAILED when paused and was heard while paused first gets a ``resumed`` event (``at``:
     /// the first beat after the failure, ``downtime``: that beat's time minus ``since``); one
     /// that was not heard stays FAILED with its count, the next ``failed`` one period after
-    /// ``now``.
+    /// ``now``. A beat stamped before ``now`` but recorded after the resume is old news.
     #[pyo3(signature = (topic, *, now = None))]
     fn resume(&self, py: Python<'_>, topic: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<bool> {
         let id = self.id(topic)?;
@@ -536,7 +536,8 @@ impl PyDetector {
     /// Watch every topic again (after :meth:`stop`) as it was when stopped: a FAILED topic stays
     /// FAILED (count and ``since`` kept, the next ``failed`` one period after ``now``) until a
     /// beat is heard, a paused one stays paused, the others are expected within a period (plus
-    /// grace) from ``now``. The time stopped is not counted.
+    /// grace) from ``now``. The time stopped is not counted: a beat stamped before ``now`` but
+    /// recorded after the restart is old news (it ends no outage and moves no deadline back).
     #[pyo3(signature = (*, now = None))]
     fn start(&self, py: Python<'_>, now: Option<f64>) -> PyResult<()> {
         let now = opt_time("now", now)?;
