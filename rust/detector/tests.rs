@@ -574,3 +574,29 @@ fn a_beat_stamped_before_a_topic_was_added_does_not_pull_its_first_deadline_earl
     r.at(11 * S + MS);
     assert_eq!(r.take(), vec![Event::failed(a, 1, 11 * S, 11 * S)]);
 }
+
+#[test]
+fn a_beat_whose_topic_is_removed_and_its_id_reused_before_it_completes_owes_the_new_one_nothing() {
+    let r = Rig::new(S, 1);
+    let beats = r.det.subscribe(64, Overflow::Block, true).unwrap();
+    let a = r.det.add_handle("a", None, None).unwrap();
+    // The lock-free half of a beat of `a` (as `beat` by handle does it) ...
+    let result = r.det.record_handle(a, 5 * MS);
+    assert!(r.det.needs_completion(result));
+    // ... then, before its events are emitted, `a` is removed and its id goes to `b`.
+    r.det.remove(a).unwrap();
+    let b = r.det.add_handle("b", None, None).unwrap();
+    assert_eq!(
+        b as TopicId, a as TopicId,
+        "the id is reused at once: no event waits"
+    );
+    r.det.complete(a, result, 5 * MS, 7, 0);
+    let mut got = Vec::new();
+    beats.try_pop_batch(&mut got, 64);
+    assert_eq!(got, vec![], "a's beat must not become a `received` of b");
+    // b's own beats are emitted as usual.
+    r.det.beat_handle(b, Some(6 * MS), 8, 0);
+    beats.try_pop_batch(&mut got, 64);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].kind, got[0].at_ns), (Received, 6 * MS));
+}

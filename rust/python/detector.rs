@@ -9,7 +9,7 @@ use crate::driver::Driver;
 use crate::event::{NO_LATENCY, NO_SEQ};
 use crate::phi::PhiConfig;
 use crate::queue::Overflow;
-use crate::registry::{Handle, TopicId};
+use crate::registry::Handle;
 use crate::word::State;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
@@ -469,8 +469,7 @@ impl PyDetector {
         let result = self.det.record_handle(handle, now);
         if self.det.needs_completion(result) {
             let det = self.det.clone();
-            let id = handle as TopicId;
-            py.detach(move || det.complete(id, result, now, seq.unwrap_or(NO_SEQ), latency));
+            py.detach(move || det.complete(handle, result, now, seq.unwrap_or(NO_SEQ), latency));
         }
         Ok(matches!(result, Beat::Recorded { .. }))
     }
