@@ -148,3 +148,18 @@ def test_stop_returns_while_a_beat_waits_for_room_in_a_queue_nobody_reads() -> N
         halt.set()
     t.join(BOUND)
     assert not t.is_alive(), "deadlock: beat_many did not return after stop()"
+
+
+def test_stop_from_a_listener_on_the_dispatch_thread_returns() -> None:
+    """``mon.stop()`` from ``on_failed`` while the (manual-clock) driver waits for room: the
+    detector's stop emits nothing of its own, so it does not wait for the driver's events."""
+    stopped = threading.Event()
+
+    def stop(event: hw.Failed) -> None:
+        if not stopped.is_set():
+            stopped.set()
+            mon.stop(0.1)
+
+    clock, mon, _topics = block_monitor(200, CallsBack(stop))
+    bounded("ManualClock.advance (the driver)", lambda: clock.advance(1.5))
+    assert stopped.is_set() and not mon.running

@@ -67,13 +67,15 @@ impl Detector {
 
     /// Append the events put aside under this hold of the lock to the outbox (still under the
     /// lock, so the outbox is in the order emitted). Returns the outbox position that
-    /// [`deliver`](Detector::deliver) must reach for them to be pushed.
+    /// [`deliver`](Detector::deliver) must reach for them to be pushed: 0 if there were none,
+    /// so that a caller that emitted nothing never waits for others' events.
     pub(super) fn commit(&self, inner: &mut Inner) -> u64 {
-        if !inner.pending.is_empty() {
-            let events = std::mem::take(&mut inner.pending);
-            inner.appended += events.len() as u64;
-            self.outbox.lock().push_back(events);
+        if inner.pending.is_empty() {
+            return 0;
         }
+        let events = std::mem::take(&mut inner.pending);
+        inner.appended += events.len() as u64;
+        self.outbox.lock().push_back(events);
         inner.appended
     }
 

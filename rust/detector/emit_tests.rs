@@ -243,3 +243,33 @@ fn a_beats_resumed_comes_before_its_received_and_after_the_failed_it_ends() {
         assert_eq!(received, 20, "{got:?}");
     }
 }
+
+#[test]
+fn a_call_that_emits_nothing_does_not_wait_for_others_events() {
+    let (clock, det) = manual_detector();
+    let q = det.subscribe(1, Overflow::Block, false).unwrap();
+    for i in 0..4 {
+        det.add(&format!("t{i}"), None, Some(0)).unwrap();
+    }
+    let driver = {
+        let clock = clock.clone();
+        thread::spawn(move || clock.set(S + MS).unwrap())
+    };
+    let first = pop_one(&q); // the driver now waits for room for the others
+    let det2 = det.clone();
+    bounded(
+        "stop and start from the consumer",
+        std::slice::from_ref(&q),
+        move || {
+            det2.stop(); // nothing of its own to push: no waiting for the driver's events
+            det2.start(None);
+            assert!(det2.resume(first.topic, None).is_ok());
+        },
+    );
+    for _ in 0..3 {
+        pop_one(&q);
+    }
+    bounded("the driver", std::slice::from_ref(&q), move || {
+        driver.join().unwrap()
+    });
+}

@@ -547,6 +547,8 @@ impl PyDetector {
 
     /// Stop watching: every topic goes STOPPED, beats are refused, the driver thread ends.
     /// Beats already recorded are taken in first (a FAILED topic's ``resumed`` is emitted).
+    /// It waits for the driver thread: called by the consumer of a full ``"block"`` queue
+    /// while the driver waits for room in it, close (or unsubscribe) that queue first.
     fn stop(&self, py: Python<'_>) {
         let det = self.det.clone();
         let driver = self.driver.lock().take();
