@@ -176,6 +176,17 @@ fn beats(c: &mut Criterion) {
         let f = f();
         b.iter(|| f.beat_ids(&f.shuffled_ids))
     });
+    // With a subscriber that wants `received`: every beat takes the detector lock to emit
+    // one (into a small drop-oldest queue nobody reads, so the queue never waits).
+    g.bench_function("beat_ids_received/sequential", |b| {
+        let f = f();
+        let queue = f
+            .det
+            .subscribe(1 << 12, Overflow::DropOldest, true)
+            .expect("valid subscription");
+        b.iter(|| f.beat_ids(&f.ids));
+        assert!(f.det.unsubscribe(&queue));
+    });
     g.finish();
     if let Some(f) = fixture.get() {
         // Sanity: every beat above was recorded, none refused or unknown.
@@ -209,6 +220,27 @@ fn expiries(c: &mut Criterion) {
             },
             |(det, queue)| {
                 assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
+                (det, queue)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    // The same into a `block` queue with room for every event: the cost of handing events
+    // to a queue that may block (they are pushed after the detector lock is released).
+    g.bench_function("advance/fail_all_block", |b| {
+        let names = names();
+        b.iter_batched(
+            || {
+                let det = detector(names);
+                let queue: Arc<EventQueue<Event>> = det
+                    .subscribe(QUEUE_CAPACITY, Overflow::Block, false)
+                    .expect("valid subscription");
+                (det, queue)
+            },
+            |(det, queue)| {
+                assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
+                assert_eq!(queue.len(), N);
                 (det, queue)
             },
             BatchSize::PerIteration,

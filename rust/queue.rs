@@ -310,6 +310,35 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
         true
     }
 
+    /// [`push_deferred`](Self::push_deferred) that never waits: under [`Overflow::Block`] a
+    /// full ring hands the event back (`Err`) instead of waiting for room, so that the caller
+    /// can let go of its locks first and then [`wait_for_room`](Self::wait_for_room). Under the
+    /// other policies it is `push_deferred` (`Ok(accepted)`).
+    pub fn try_push_deferred(&self, ev: T) -> Result<bool, T> {
+        if self.overflow != Overflow::Block || self.flags.closed.load(Ordering::Acquire) {
+            return Ok(self.push_deferred(ev));
+        }
+        self.ring.push(ev)?;
+        self.producer_counters
+            .pushed
+            .fetch_add(1, Ordering::Relaxed);
+        self.flags.wake_pending.store(true, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Wait until the ring has room or the queue is closed (at once under the policies that
+    /// never wait). Wakes the consumer first, for events pushed with a deferred wake-up.
+    pub fn wait_for_room(&self) {
+        self.flush_wake();
+        let backoff = Backoff::new();
+        while self.overflow == Overflow::Block
+            && self.ring.is_full()
+            && !self.flags.closed.load(Ordering::Acquire)
+        {
+            self.await_room(&backoff);
+        }
+    }
+
     /// [`Overflow::Block`]: push, waiting for room. Returns false if the queue was closed first.
     fn push_blocking(&self, mut ev: T) -> bool {
         let backoff = Backoff::new();
@@ -321,26 +350,33 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
             if self.flags.closed.load(Ordering::Acquire) {
                 return false;
             }
-            // The consumer usually frees a slot within microseconds: spin and yield first.
-            if !backoff.is_completed() {
-                backoff.snooze();
-                continue;
-            }
-            // Then park, after waking the consumer: deferred pushes may have left it asleep.
-            // The same eventcount handshake as in `park_consumer`, mirrored: our
-            // fence pairs with the one in `wake_producers` after the consumer's pop, so either
-            // our `is_full` sees the freed slot or the consumer sees us registered and notifies
-            // under `producer_gate`, which we hold until `wait` has released it.
-            self.flags.wake_pending.store(false, Ordering::Relaxed);
-            self.wake_consumer();
-            let mut gate = self.producer_gate.lock();
-            self.flags.producer_waiters.fetch_add(1, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            if self.ring.is_full() && !self.flags.closed.load(Ordering::SeqCst) {
-                self.not_full.wait(&mut gate);
-            }
-            self.flags.producer_waiters.fetch_sub(1, Ordering::SeqCst);
+            self.await_room(&backoff);
         }
+    }
+
+    /// One step of waiting for a full ring to get room: spin and yield while `backoff`
+    /// allows, then park until a pop frees a slot or the queue is closed. Spurious returns are
+    /// allowed; the caller re-checks.
+    fn await_room(&self, backoff: &Backoff) {
+        // The consumer usually frees a slot within microseconds: spin and yield first.
+        if !backoff.is_completed() {
+            backoff.snooze();
+            return;
+        }
+        // Then park, after waking the consumer: deferred pushes may have left it asleep.
+        // The same eventcount handshake as in `park_consumer`, mirrored: our
+        // fence pairs with the one in `wake_producers` after the consumer's pop, so either
+        // our `is_full` sees the freed slot or the consumer sees us registered and notifies
+        // under `producer_gate`, which we hold until `wait` has released it.
+        self.flags.wake_pending.store(false, Ordering::Relaxed);
+        self.wake_consumer();
+        let mut gate = self.producer_gate.lock();
+        self.flags.producer_waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.ring.is_full() && !self.flags.closed.load(Ordering::SeqCst) {
+            self.not_full.wait(&mut gate);
+        }
+        self.flags.producer_waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// [`Overflow::Coalesce`]: push into the ring, or into the side table if the ring is full or

@@ -134,8 +134,9 @@ def test_a_restart_keeps_a_topic_paused_while_failed_for_resume(rig: Rig) -> Non
     assert summary(rig.take()) == [("failed", "svc.a", 2, 6000)]
 
 
-def test_a_beat_taken_before_stop_still_resumes_its_topic(rig: Rig) -> None:
-    """A FAILED topic's beat recorded (lock-free) but not settled when stop() comes."""
+def test_a_beat_while_stopped_is_refused_and_the_topic_stays_failed(rig: Rig) -> None:
+    """(A beat recorded but not settled when stop() comes is the Rust test
+    ``stop_takes_in_a_recorded_beat_before_it_stops_a_failed_topic``.)"""
     h = rig.det.add("svc.a", now=0.0)
     rig.clock.set(1.5)
     rig.take()
@@ -325,6 +326,64 @@ def test_a_restart_stamped_in_the_past_does_not_count_the_time_stopped(rig: Rig)
     assert rig.take() == [], "nothing due for the time stopped"
     rig.clock.set(11.001)
     assert summary(rig.take()) == [("failed", "svc.a", 1, 11_000)]
+
+
+def test_a_late_beat_stamped_while_stopped_does_not_end_a_held_outage(rig: Rig) -> None:
+    """R1 F4 (B): FAILED when stopped at 5, restarted at 100, then a beat stamped 50."""
+    rig.det.add("svc.a", now=0.0)
+    rig.clock.set(5.0)
+    assert len(rig.take()) == 4
+    rig.det.stop()
+    rig.clock.set(100.0)
+    rig.det.start()
+    assert rig.det.beat("svc.a", now=50.0)  # recorded, but the topic was FAILED up to 100
+    rig.clock.set(100.5)
+    assert rig.take() == [], "no resumed at 50, no failed for every period of 50..100"
+    st = rig.det.status("svc.a")
+    assert (st.state, st.missed, ms(st.failed_since), ms(st.last_seen)) == (
+        "FAILED",
+        4,
+        1000,
+        50_000,
+    )
+    rig.clock.set(101.001)
+    assert summary(rig.take()) == [("failed", "svc.a", 5, 101_000)]
+
+
+def test_a_late_beat_stamped_while_stopped_does_not_count_the_time_stopped(rig: Rig) -> None:
+    """R1 F4 (D): ALIVE when stopped (beat 4.5), restarted at 100, then a beat stamped 50."""
+    rig.det.add("svc.a", now=0.0)
+    rig.clock.set(4.5)
+    assert rig.det.beat("svc.a")
+    rig.clock.set(5.0)
+    rig.take()
+    rig.det.stop()
+    rig.clock.set(100.0)
+    rig.det.start()
+    assert rig.det.beat("svc.a", now=50.0)
+    rig.clock.set(101.0)
+    assert rig.take() == []
+    rig.clock.set(101.5)
+    assert summary(rig.take()) == [("failed", "svc.a", 1, 101_000)]
+
+
+def test_a_late_beat_stamped_while_paused_is_old_news_after_the_resume(rig: Rig) -> None:
+    """The same for one topic paused 1..100: FAILED svc.a stays FAILED, ALIVE svc.b gets one
+    period from the resume."""
+    rig.det.add("svc.a", now=0.0)
+    rig.det.add("svc.b", now=0.0)
+    assert rig.det.beat("svc.b", now=0.5)
+    rig.clock.set(1.2)
+    assert summary(rig.take()) == [("failed", "svc.a", 1, 1000)]
+    assert rig.det.pause("svc.a") and rig.det.pause("svc.b")
+    rig.clock.set(100.0)
+    assert rig.det.resume("svc.a") and rig.det.resume("svc.b")
+    assert rig.det.beat("svc.a", now=50.0) and rig.det.beat("svc.b", now=50.0)
+    rig.clock.set(101.001)
+    assert sorted(summary(rig.take())) == [
+        ("failed", "svc.a", 2, 101_000),
+        ("failed", "svc.b", 1, 101_000),
+    ]
 
 
 def test_resume_or_a_period_change_stamped_in_the_past_never_fires_in_the_past(rig: Rig) -> None:

@@ -13,8 +13,8 @@ pub struct Batch {
     pub unknown: usize,
     /// Beats refused (stopped or removed topics).
     refused: usize,
-    /// Topics whose beat still owes an event: (id, ends an outage).
-    follow: Vec<(TopicId, bool)>,
+    /// Topics whose beat still owes an event: (handle when recorded, ends an outage).
+    follow: Vec<(Handle, bool)>,
     /// Unknown names to add (auto-add on).
     missing: Vec<String>,
 }
@@ -31,13 +31,15 @@ impl Batch {
         }
     }
 
+    /// Count a beat's outcome; `handle` (read only if the beat owes an event) is the topic's
+    /// handle when it was recorded.
     #[inline]
-    fn take(&mut self, id: TopicId, result: Beat, want_received: bool) {
+    fn take(&mut self, handle: impl FnOnce() -> Handle, result: Beat, want_received: bool) {
         match result {
             Beat::Recorded { resume } => {
                 self.recorded += 1;
                 if resume || want_received {
-                    self.follow.push((id, resume));
+                    self.follow.push((handle(), resume));
                 }
             }
             Beat::Unknown => self.unknown += 1,
@@ -137,10 +139,10 @@ impl Detector {
 
     /// Emit `resumed` for a FAILED topic that has been beaten ([`Beat::Recorded`] with
     /// `resume: true`); for one paused while FAILED, note the beat for `resume` to report.
-    /// Takes the detector lock; may block on a full `block`-policy queue.
+    /// Takes the detector lock; may wait (with the lock released) for room in a full
+    /// `block`-policy queue.
     pub fn settle(&self, id: TopicId) {
-        let mut inner = self.inner.lock();
-        self.settle_locked(&mut inner, &self.subscribers.read(), id);
+        self.emitting(|inner, subs| self.settle_locked(inner, subs, id));
     }
 
     fn settle_locked(&self, inner: &mut Inner, subscribers: &[Subscriber], id: TopicId) {
@@ -168,12 +170,14 @@ impl Detector {
 
     /// Emit a `received` event for a beat (to the subscribers that asked for them).
     pub fn emit_received(&self, id: TopicId, now_abs: u64, seq: u64, latency_ns: i64) {
-        let _order = self.inner.lock();
-        self.emit_received_locked(&self.subscribers.read(), id, now_abs, seq, latency_ns);
+        self.emitting(|inner, subs| {
+            self.emit_received_locked(inner, subs, id, now_abs, seq, latency_ns)
+        });
     }
 
     fn emit_received_locked(
         &self,
+        inner: &mut Inner,
         subscribers: &[Subscriber],
         id: TopicId,
         now_abs: u64,
@@ -183,7 +187,11 @@ impl Detector {
         if word::state(self.word(id).load(Ordering::Acquire)) == State::Removed {
             return; // removed since the beat: its queues must not see it again (see `remove`)
         }
-        self.emit(subscribers, Event::received(id, now_abs, seq, latency_ns));
+        self.emit(
+            inner,
+            subscribers,
+            Event::received(id, now_abs, seq, latency_ns),
+        );
     }
 
     /// A full beat: record, emit `resumed` if it ends an outage, then `received` if wanted.
@@ -195,9 +203,10 @@ impl Detector {
     /// carries.
     pub fn beat_with(&self, id: TopicId, now: Option<u64>, seq: u64, latency_ns: i64) -> Beat {
         let now = now.unwrap_or_else(|| self.clock.now_ns());
+        let handle = self.handle_of(id); // the topic the id names now, for `complete`
         let result = self.record(id, now);
         if self.needs_completion(result) {
-            self.complete(id, result, now, seq, latency_ns);
+            self.complete(handle, result, now, seq, latency_ns);
         }
         result
     }
@@ -208,12 +217,23 @@ impl Detector {
         matches!(result, Beat::Recorded { resume } if resume || self.wants_received())
     }
 
-    /// The part of a beat that may take the detector lock (and block on a full `block` queue):
-    /// emit `resumed` if the beat ended an outage, then `received` if wanted.
+    /// The part of a beat that may take the detector lock (and wait, with the lock released,
+    /// for room in a full `block` queue): emit `resumed` if the beat ended an outage, then
+    /// `received` if wanted.
     ///
     /// Both under one hold of the detector lock, so nothing (a `failed` the driver counts
     /// from an old beat) can come between a beat's `resumed` and its `received`.
-    pub fn complete(&self, id: TopicId, result: Beat, now_abs: u64, seq: u64, latency_ns: i64) {
+    ///
+    /// `topic` is the handle of the beat's topic when the beat was recorded: if its id was
+    /// removed and reused since, the beat owes the new topic nothing and nothing is emitted.
+    pub fn complete(
+        &self,
+        topic: impl Into<Handle>,
+        result: Beat,
+        now_abs: u64,
+        seq: u64,
+        latency_ns: i64,
+    ) {
         let Beat::Recorded { resume } = result else {
             return;
         };
@@ -221,14 +241,18 @@ impl Detector {
         if !resume && !received {
             return;
         }
-        let mut inner = self.inner.lock();
-        let subscribers = self.subscribers.read();
-        if resume {
-            self.settle_locked(&mut inner, &subscribers, id);
-        }
-        if received {
-            self.emit_received_locked(&subscribers, id, now_abs, seq, latency_ns);
-        }
+        let (id, gen) = crate::registry::split_handle(topic.into());
+        self.emitting(|inner, subs| {
+            if self.registry.gen(id) != gen {
+                return; // reused (under this lock) since the beat: not this beat's topic
+            }
+            if resume {
+                self.settle_locked(inner, subs, id);
+            }
+            if received {
+                self.emit_received_locked(inner, subs, id, now_abs, seq, latency_ns);
+            }
+        });
     }
 
     /// A beat by name; an unknown name is added first when auto-add is on.
@@ -268,7 +292,8 @@ impl Detector {
         let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
         let want_received = self.wants_received();
         for id in ids {
-            batch.take(id, self.record_uncounted(id, batch.now), want_received);
+            let handle = || self.handle_of(id); // an id names whatever topic holds it now
+            batch.take(handle, self.record_uncounted(id, batch.now), want_received);
         }
         self.count_batch(&batch);
         batch
@@ -284,8 +309,8 @@ impl Detector {
         let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
         let want_received = self.wants_received();
         for handle in handles {
-            let (result, id) = self.record_handle_uncounted(handle, batch.now);
-            batch.take(id, result, want_received);
+            let (result, _) = self.record_handle_uncounted(handle, batch.now);
+            batch.take(|| handle, result, want_received);
         }
         self.count_batch(&batch);
         batch
@@ -296,8 +321,7 @@ impl Detector {
         let now = now.unwrap_or_else(|| self.clock.now_ns());
         let result = self.record_handle(handle, now);
         if self.needs_completion(result) {
-            let id = crate::registry::split_handle(handle).0;
-            self.complete(id, result, now, seq, latency_ns);
+            self.complete(handle, result, now, seq, latency_ns);
         }
         result
     }
@@ -333,8 +357,11 @@ impl Detector {
                 }
                 n += 1;
             }
-            for id in ids[..n].iter().flatten() {
-                batch.take(*id, self.record_uncounted(*id, batch.now), want_received);
+            for &id in ids[..n].iter().flatten() {
+                // Under the name index's read lock, which an id's reuse needs: the id's
+                // generation read here is the one the name had.
+                let handle = || self.handle_of(id);
+                batch.take(handle, self.record_uncounted(id, batch.now), want_received);
             }
             if n < CHUNK {
                 break;
@@ -363,16 +390,23 @@ impl Detector {
     /// unknown names when auto-add is on. May take the detector lock. Returns
     /// `(recorded, unknown)`.
     pub fn finish(&self, mut batch: Batch) -> (usize, usize) {
-        for &(id, resume) in &batch.follow {
-            self.complete(id, Beat::Recorded { resume }, batch.now, NO_SEQ, NO_LATENCY);
+        for &(handle, resume) in &batch.follow {
+            self.complete(
+                handle,
+                Beat::Recorded { resume },
+                batch.now,
+                NO_SEQ,
+                NO_LATENCY,
+            );
         }
         for name in std::mem::take(&mut batch.missing) {
-            match self.add(&name, None, Some(batch.now)) {
-                Ok(id) => {
+            match self.add_handle(&name, None, Some(batch.now)) {
+                Ok(handle) => {
+                    let id = crate::registry::split_handle(handle).0;
                     let result = self.record(id, batch.now);
                     if let Beat::Recorded { .. } = result {
                         batch.recorded += 1;
-                        self.complete(id, result, batch.now, NO_SEQ, NO_LATENCY);
+                        self.complete(handle, result, batch.now, NO_SEQ, NO_LATENCY);
                     }
                 }
                 Err(_) => {

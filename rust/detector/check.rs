@@ -1,6 +1,8 @@
 //! The driver side: pop due topics off the wheel, take in beats, count missed periods.
 
+use super::emit::DELIVER_EVERY;
 use super::*;
+use parking_lot::MutexGuard;
 
 /// Due topics whose state [`Detector::prefetch_due`] touches in one go.
 const PREFETCH: usize = 64;
@@ -31,7 +33,7 @@ impl Detector {
             inner.now = inner.now.max(now);
             return 0;
         }
-        let subscribers = self.subscribers.read();
+        let mut subscribers = self.subscribers.read();
         if woke {
             self.guard_pause(&mut inner, &subscribers, now);
         }
@@ -56,6 +58,17 @@ impl Detector {
                     flushed = now_emitted;
                     Self::flush(&subscribers);
                 }
+                if inner.pending.len() >= DELIVER_EVERY {
+                    // Events put aside (a `block` queue is subscribed): push them with the
+                    // locks released, as a wait for room requires (see `emit.rs`).
+                    drop(subscribers);
+                    let upto = self.commit(&mut inner);
+                    MutexGuard::unlocked(&mut inner, || self.deliver(upto));
+                    subscribers = self.subscribers.read();
+                    if !inner.running {
+                        break; // stopped meanwhile: nothing is due any more
+                    }
+                }
             }
             let Some((id, _when)) = inner.wheel.pop_expired(now_tick) else {
                 break;
@@ -64,6 +77,10 @@ impl Detector {
             self.check(&mut inner, &subscribers, id, now);
         }
         Self::flush(&subscribers);
+        drop(subscribers);
+        let upto = self.commit(&mut inner);
+        drop(inner);
+        self.deliver(upto);
         emitted() - before
     }
 
@@ -133,7 +150,7 @@ impl Detector {
             let step = self.step(inner, id);
             let slot = &mut inner.slots[id as usize];
             slot.missed = missed;
-            slot.missed_at = d;
+            slot.known_until = d;
             slot.next_deadline = d.saturating_add(step);
             if failing {
                 if st != State::Failed {
@@ -144,9 +161,7 @@ impl Detector {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 // Only `advance` runs `check`, and it wakes the consumers when done.
                 let ev = Event::failed(id, missed, self.abs(d), self.abs(since));
-                for sub in subs {
-                    sub.queue.push_deferred(ev);
-                }
+                self.emit_deferred(inner, subs, ev);
             }
         }
     }
@@ -181,7 +196,7 @@ impl Detector {
         slot.missed = slot
             .missed
             .saturating_add(u32::try_from(skip).unwrap_or(u32::MAX));
-        slot.missed_at = d.saturating_add((skip - 1).saturating_mul(step));
+        slot.known_until = d.saturating_add((skip - 1).saturating_mul(step));
         slot.next_deadline = d.saturating_add(skip.saturating_mul(step));
         true
     }
@@ -190,13 +205,14 @@ impl Detector {
     /// offset after the beat, and emit `resumed` if the topic was FAILED. Returns false when
     /// the topic is not watched.
     ///
-    /// A FAILED topic's latest beat at or before its latest missed deadline ([`Slot::missed_at`],
-    /// e.g. a beat recorded late with an old explicit time) is old news: the outage was already
-    /// reported past it, so it stays FAILED with its count, `since` and next deadline (the beat
-    /// still raised `last_seen`). Only a beat after that deadline ends the outage.
+    /// A latest beat at or before [`Slot::known_until`] (e.g. a beat recorded late with an old
+    /// explicit time) is old news: the topic is known past it (missed periods counted, an
+    /// outage reported, or watched again only since then), so it keeps its state, count,
+    /// `since` and next deadline (the beat still raised `last_seen`). Only a later beat ends an
+    /// outage, resets the count, or moves the next deadline.
     pub(super) fn take_fresh(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId) -> bool {
         let word = self.word(id);
-        let missed_at = inner.slots[id as usize].missed_at;
+        let known_until = inner.slots[id as usize].known_until;
         let mut w = word.load(Ordering::Acquire);
         let mut stale;
         loop {
@@ -207,7 +223,7 @@ impl Detector {
             if w & FRESH == 0 {
                 return true;
             }
-            stale = st == State::Failed && word::ts(w) <= missed_at;
+            stale = word::ts(w) <= known_until;
             let mut new = w & !FRESH;
             if st == State::Failed && !stale {
                 new = word::with_state(new, State::Alive);
@@ -222,13 +238,14 @@ impl Detector {
         }
         let beat_at = word::ts(w);
         let first = self.first_offset(inner, id);
-        let slot = &mut inner.slots[id as usize];
         if word::state(w) == State::Failed {
+            let slot = &inner.slots[id as usize];
             let downtime = beat_at.saturating_sub(slot.since);
             let ev = Event::resumed(id, slot.missed, self.abs(beat_at), downtime);
             self.counters.resumed.fetch_add(1, Ordering::Relaxed);
-            self.emit(subs, ev);
+            self.emit(inner, subs, ev);
         }
+        let slot = &mut inner.slots[id as usize];
         slot.missed = 0;
         slot.next_deadline = beat_at.saturating_add(first);
         true
@@ -273,23 +290,5 @@ impl Detector {
             }
         }
         slot.period_ns
-    }
-
-    /// Wake the consumers of events pushed with `push_deferred`.
-    fn flush(subs: &[Subscriber]) {
-        for sub in subs {
-            sub.queue.flush_wake();
-        }
-    }
-
-    pub(super) fn emit(&self, subs: &[Subscriber], ev: Event) {
-        if ev.kind == EventKind::Received {
-            self.counters.received.fetch_add(1, Ordering::Relaxed);
-        }
-        for sub in subs {
-            if ev.kind != EventKind::Received || sub.received {
-                sub.queue.push(ev);
-            }
-        }
     }
 }

@@ -11,11 +11,15 @@
 //! A period is missed once the clock is *past* its deadline with no beat. The n-th deadline
 //! after the last beat (or after the topic was added) is `last + n * period + grace`, so a beat
 //! exactly at `last + period + grace` is on time. A `failed` event's `at` is the deadline
-//! itself, whenever the driver got to it. Deadlines that passed while the monitor itself was not running (a local
-//! pause, see `pause.rs`) are re-based instead of counted.
+//! itself, whenever the driver got to it. Deadlines that passed while the monitor itself was not
+//! running (a local pause, see `pause.rs`) are re-based instead of counted.
 //!
-//! Every event is pushed while the detector lock is held, which is what keeps each topic's events
-//! in order across the two paths.
+//! Every event is emitted while the detector lock is held, which is what keeps each topic's
+//! events in order across the two paths. It is pushed into the subscriber queues at once when
+//! no queue can block; otherwise it is put aside under the lock and pushed once the lock is
+//! released (`emit.rs`): a thread never waits for room in a `block` queue while it holds the
+//! detector lock, so a queue's consumer may call the detector (subscribe, pause, ...) while
+//! the driver waits for it.
 
 use crate::clock::{ClockSource, Driven};
 use crate::event::{Event, EventKind, NO_LATENCY, NO_SEQ};
@@ -32,6 +36,9 @@ use std::sync::{Arc, Weak};
 
 mod beats;
 mod check;
+mod emit;
+#[cfg(test)]
+mod emit_tests;
 #[cfg(test)]
 mod grace_tests;
 mod pause;
@@ -160,10 +167,13 @@ struct Slot {
     next_deadline: u64,
     /// When the current outage began.
     since: u64,
-    /// The deadline of the latest period counted as missed (the `at` of the latest `failed`
-    /// while FAILED). A beat at or before it is old news: it cannot end an outage already
-    /// reported up to there (see [`Detector::take_fresh`]).
-    missed_at: u64,
+    /// Up to when the topic's state is known: the deadline of the latest period counted as
+    /// missed (the `at` of the latest `failed` while FAILED), or just before the moment it was
+    /// last put under watch (added, resumed, restarted), whichever is later. A beat at or
+    /// before it is old news: it cannot end an outage already reported up to there, reset a
+    /// count already made, or count the time the topic was not watched (see
+    /// [`Detector::take_fresh`]).
+    known_until: u64,
     missed: u32,
     allowed: u32,
 }
@@ -182,12 +192,27 @@ struct Inner {
     held: HashMap<TopicId, State>,
     /// Ids of removed topics that a new topic may take (see `topics.rs`).
     free: Vec<TopicId>,
-    /// Ids of removed topics that events still queued may name, oldest first, each with the
-    /// queues it waits for: it becomes free once each has drained past its mark.
-    limbo: VecDeque<(TopicId, Arc<[QueueMark]>)>,
+    /// Ids of removed topics that events still queued may name, oldest first (see
+    /// [`Limbo`]).
+    limbo: VecDeque<Limbo>,
     /// Queues unsubscribed that may still hold events to be popped: a removal waits for them
     /// too. Dropped from here once found idle and empty, or gone.
     retired: Vec<Weak<EventQueue<Event>>>,
+    /// Events emitted under this hold of the lock that are to be pushed once it is released
+    /// (see `emit.rs`); empty whenever the lock is free.
+    pending: Vec<Event>,
+    /// Events put aside for pushing so far (see [`Detector::delivered`]).
+    appended: u64,
+}
+
+/// A removed topic's id on its way to reuse: once the events put aside before the removal are
+/// pushed (`after`), the subscriber queues are marked, and once each has drained past its
+/// mark, the id is free.
+struct Limbo {
+    id: TopicId,
+    after: u64,
+    /// None until `after` is reached.
+    marks: Option<Arc<[QueueMark]>>,
 }
 
 /// A subscriber queue and its [`EventQueue::mark`] when a topic was removed.
@@ -226,6 +251,15 @@ pub struct Detector {
     subscribers: RwLock<Vec<Subscriber>>,
     /// How many subscribers want `received`; the beat path skips them all when 0.
     received_wanted: AtomicUsize,
+    /// How many subscriber queues are `block`: while any is, events are pushed outside the
+    /// detector lock (see `emit.rs`).
+    blocking: AtomicUsize,
+    /// Events put aside under the detector lock, in the order emitted, to be pushed outside it.
+    outbox: Mutex<VecDeque<Vec<Event>>>,
+    /// Events of the outbox pushed so far (to every queue subscribed when pushed).
+    delivered: AtomicU64,
+    /// Held while pushing from the outbox: one pusher at a time keeps the order emitted.
+    turn: Mutex<()>,
     /// A wake-up later than this after the last run is a local pause (ns; `u64::MAX`: never).
     max_local_pause_ns: AtomicU64,
     counters: Counters,
@@ -267,10 +301,16 @@ impl Detector {
                 free: Vec::new(),
                 limbo: VecDeque::new(),
                 retired: Vec::new(),
+                pending: Vec::new(),
+                appended: 0,
             }),
             phi: Mutex::new(HashMap::new()),
             subscribers: RwLock::new(Vec::new()),
             received_wanted: AtomicUsize::new(0),
+            blocking: AtomicUsize::new(0),
+            outbox: Mutex::new(VecDeque::new()),
+            delivered: AtomicU64::new(0),
+            turn: Mutex::new(()),
             max_local_pause_ns: AtomicU64::new(DEFAULT_MAX_LOCAL_PAUSE_NS),
             counters: Counters::default(),
         });
@@ -333,7 +373,9 @@ impl Detector {
         self.auto_add.load(Ordering::Relaxed)
     }
 
-    /// A new event queue fed with every event from now on (`received` only if asked for).
+    /// A new event queue fed with every event from now on (`received` only if asked for), and
+    /// with those emitted before but not pushed yet (put aside while a `block` queue is
+    /// subscribed, see `emit.rs`).
     pub fn subscribe(
         &self,
         capacity: usize,
@@ -355,12 +397,19 @@ impl Detector {
         if received {
             self.received_wanted.fetch_add(1, Ordering::Relaxed);
         }
+        if overflow == Overflow::Block {
+            self.blocking.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(queue)
     }
 
-    /// Stop feeding `queue` and close it (a consumer waiting on it wakes up).
+    /// Stop feeding `queue` and close it (a consumer waiting on it wakes up, and so does a
+    /// thread waiting for room in it). No push into it is in flight once this returns.
+    ///
+    /// Never waits for room in a queue: the consumer of a full `block` queue may call it.
     pub fn unsubscribe(&self, queue: &Arc<EventQueue<Event>>) -> bool {
         let mut inner = self.inner.lock();
+        // Pushes hold the list's read lock only while they cannot wait (see `emit.rs`).
         let mut subs = self.subscribers.write();
         let Some(at) = subs.iter().position(|s| Arc::ptr_eq(&s.queue, queue)) else {
             return false;
@@ -369,6 +418,9 @@ impl Detector {
         inner.retired.push(Arc::downgrade(&sub.queue));
         if sub.received {
             self.received_wanted.fetch_sub(1, Ordering::Relaxed);
+        }
+        if sub.queue.overflow() == Overflow::Block {
+            self.blocking.fetch_sub(1, Ordering::Relaxed);
         }
         sub.queue.close();
         true

@@ -59,7 +59,7 @@ impl Detector {
         self.counters
             .local_pause_ns
             .fetch_add(gap, Ordering::Relaxed);
-        self.emit(subs, Event::local_pause(self.abs(now), gap));
+        self.emit(inner, subs, Event::local_pause(self.abs(now), gap));
     }
 
     /// A topic whose deadline fell inside the local pause: due again a full period (or, once

@@ -180,3 +180,67 @@ fn every_subscriber_gets_the_pause_received_or_not() {
     beats.try_pop_batch(&mut got, 16);
     assert_eq!(got, vec![Event::local_pause(6 * S, 6 * S)]);
 }
+
+// -- the time stopped (stop .. start) is not watched, like a local pause ---------------------
+
+#[test]
+fn a_late_beat_stamped_while_stopped_does_not_end_a_held_outage_nor_count_the_stopped_span() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(5 * S);
+    assert_eq!(r.take().len(), 4, "failed(1..4) at 1..4");
+    r.det.stop();
+    r.at(100 * S);
+    r.det.start(None);
+    // A beat stamped inside the stopped span, recorded after the restart: old news.
+    assert!(matches!(r.det.beat(a, Some(50 * S)), Beat::Recorded { .. }));
+    r.at(100 * S + 500 * MS);
+    assert_eq!(r.take(), vec![], "no resumed at 50, no failed for 51..100");
+    let st = r.det.status(a).unwrap();
+    assert_eq!((st.state, st.missed), (State::Failed, 4));
+    assert_eq!(st.last_seen_ns, Some(50 * S));
+    // The count goes on one period after the restart.
+    r.at(101 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 5, 101 * S, S)]);
+    // A beat after the restart ends the outage.
+    r.at(101 * S + 500 * MS);
+    r.beat(a);
+    assert_eq!(
+        r.take(),
+        vec![Event::resumed(a, 5, 101 * S + 500 * MS, 100 * S + 500 * MS)]
+    );
+}
+
+#[test]
+fn a_late_beat_stamped_while_stopped_gives_a_live_topic_one_period_from_the_restart() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(4 * S + 500 * MS);
+    r.beat(a);
+    r.take(); // failed(1..4), resumed at 4.5: ALIVE, due at 5.5
+    r.at(5 * S);
+    r.det.stop();
+    r.at(100 * S);
+    r.det.start(None);
+    assert!(matches!(r.det.beat(a, Some(50 * S)), Beat::Recorded { .. }));
+    r.at(101 * S);
+    assert_eq!(r.take(), vec![], "the stopped span 5..100 is not counted");
+    r.at(101 * S + MS);
+    assert_eq!(
+        failed(&r.take()),
+        vec![Event::failed(a, 1, 101 * S, 101 * S)]
+    );
+}
+
+#[test]
+fn a_beat_stamped_at_the_restart_ends_a_held_outage() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(2 * S + MS);
+    assert_eq!(r.take().len(), 2);
+    r.det.stop();
+    r.at(10 * S);
+    r.det.start(None);
+    r.beat(a); // at 10: not before the restart
+    assert_eq!(r.take(), vec![Event::resumed(a, 2, 10 * S, 9 * S)]);
+}

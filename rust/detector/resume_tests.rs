@@ -222,3 +222,37 @@ fn concurrent_beats_pauses_and_driver_give_well_formed_sequences() {
         }
     }
 }
+
+// -- a beat stamped inside the pause, recorded after the resume, is old news -----------------
+
+#[test]
+fn a_late_beat_stamped_while_paused_gives_a_live_topic_one_period_from_the_resume() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(500 * MS);
+    r.beat(a);
+    r.at(S);
+    assert!(r.det.pause(a).unwrap());
+    r.at(100 * S);
+    assert!(r.det.resume(a, None).unwrap());
+    r.det.beat(a, Some(50 * S));
+    r.at(101 * S);
+    assert_eq!(r.take(), vec![], "the paused span 1..100 is not counted");
+    r.at(101 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 1, 101 * S, 101 * S)]);
+}
+
+#[test]
+fn a_late_beat_stamped_while_paused_does_not_end_the_outage_of_a_topic_resumed_failed() {
+    let r = Rig::new(S, 1);
+    let a = failed_then_paused(&r);
+    r.at(100 * S);
+    assert!(r.det.resume(a, None).unwrap()); // not heard while paused: FAILED, count kept
+    r.det.beat(a, Some(50 * S));
+    r.at(100 * S + 500 * MS);
+    assert_eq!(r.take(), vec![], "no resumed at 50, no failed for 51..100");
+    let st = r.det.status(a).unwrap();
+    assert_eq!((st.state, st.missed), (State::Failed, 2));
+    r.at(101 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 3, 101 * S, S)]);
+}

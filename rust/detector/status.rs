@@ -94,7 +94,7 @@ impl Detector {
         };
         // A beat the driver has not taken in yet (lazy re-arm) already counts: no missed
         // periods, and the next deadline runs from that beat.
-        let stale = state == State::Failed && word::ts(w) <= slot.missed_at;
+        let stale = word::ts(w) <= slot.known_until; // old news (see `take_fresh`)
         let fresh = w & FRESH != 0 && state.is_watched() && !stale;
         let (missed, next_deadline) = if fresh {
             (0, word::ts(w).saturating_add(self.first_offset(inner, id)))
@@ -138,6 +138,6 @@ impl Detector {
             + inner.slots.capacity() * std::mem::size_of::<Slot>()
             + inner.wheel.heap_bytes()
             + inner.free.capacity() * std::mem::size_of::<TopicId>()
-            + inner.limbo.capacity() * std::mem::size_of::<(TopicId, Arc<[QueueMark]>)>()
+            + inner.limbo.capacity() * std::mem::size_of::<Limbo>()
     }
 }

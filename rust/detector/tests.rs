@@ -547,3 +547,56 @@ fn a_deadline_at_the_end_of_the_range_never_fires_and_never_spins() {
     let mut out = Vec::new();
     assert_eq!(events.try_pop_batch(&mut out, 16), 0);
 }
+
+#[test]
+fn a_late_beat_older_than_a_counted_quiet_miss_does_not_reset_the_count() {
+    // allowed_misses 3: misses at 1 and 2 are counted quietly; a beat stamped 0.5 recorded
+    // after them is old news, as it is for a FAILED topic (issue 14 item 5).
+    let r = Rig::new(S, 3);
+    let a = r.add("a");
+    r.at(2 * S + 500 * MS);
+    assert_eq!(r.det.status(a).unwrap().missed, 2);
+    r.det.beat(a, Some(500 * MS));
+    r.at(3 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 3, 3 * S, 3 * S)]);
+}
+
+#[test]
+fn a_beat_stamped_before_a_topic_was_added_does_not_pull_its_first_deadline_earlier() {
+    let r = Rig::new(S, 1);
+    r.at(10 * S);
+    let a = r.add("a");
+    r.det.beat(a, Some(9 * S + 500 * MS)); // in flight from before the topic was expected
+    let st = r.det.status(a).unwrap();
+    assert_eq!(st.next_deadline_ns, Some(11 * S));
+    r.at(11 * S);
+    assert_eq!(r.take(), vec![]);
+    r.at(11 * S + MS);
+    assert_eq!(r.take(), vec![Event::failed(a, 1, 11 * S, 11 * S)]);
+}
+
+#[test]
+fn a_beat_whose_topic_is_removed_and_its_id_reused_before_it_completes_owes_the_new_one_nothing() {
+    let r = Rig::new(S, 1);
+    let beats = r.det.subscribe(64, Overflow::Block, true).unwrap();
+    let a = r.det.add_handle("a", None, None).unwrap();
+    // The lock-free half of a beat of `a` (as `beat` by handle does it) ...
+    let result = r.det.record_handle(a, 5 * MS);
+    assert!(r.det.needs_completion(result));
+    // ... then, before its events are emitted, `a` is removed and its id goes to `b`.
+    r.det.remove(a).unwrap();
+    let b = r.det.add_handle("b", None, None).unwrap();
+    assert_eq!(
+        b as TopicId, a as TopicId,
+        "the id is reused at once: no event waits"
+    );
+    r.det.complete(a, result, 5 * MS, 7, 0);
+    let mut got = Vec::new();
+    beats.try_pop_batch(&mut got, 64);
+    assert_eq!(got, vec![], "a's beat must not become a `received` of b");
+    // b's own beats are emitted as usual.
+    r.det.beat_handle(b, Some(6 * MS), 8, 0);
+    beats.try_pop_batch(&mut got, 64);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].kind, got[0].at_ns), (Received, 6 * MS));
+}

@@ -8,7 +8,7 @@ pub(super) const NOT_HEARD: u64 = u64::MAX;
 
 impl Detector {
     /// Expect `name` from `now` on: it must be heard within its first period (plus grace, or
-    /// the phi suspicion time). Returns its id; a
+    /// the phi suspicion time); a beat stamped before `now` is old news. Returns its id; a
     /// name already known keeps its id and gets `config` if one is given.
     pub fn add(
         &self,
@@ -61,7 +61,7 @@ impl Detector {
             grace_ns: config.grace_ns,
             next_deadline: 0,
             since: 0,
-            missed_at: 0,
+            known_until: now.saturating_sub(1), // a beat stamped before it was expected: old news
             missed: 0,
             allowed: config.allowed_misses,
         };
@@ -96,18 +96,44 @@ impl Detector {
     /// queues have drained; None for a new id.
     fn reclaim(&self, inner: &mut Inner) -> Option<TopicId> {
         if inner.free.is_empty() {
-            while let Some((id, marks)) = inner.limbo.front() {
+            let delivered = self.delivered.load(Ordering::Acquire);
+            while let Some(front) = inner.limbo.front() {
+                let (id, after) = (front.id, front.after);
+                let marks = match &front.marks {
+                    Some(marks) => marks.clone(),
+                    None if delivered >= after => {
+                        // Its last events are pushed now: mark the queues after them.
+                        let marks: Arc<[QueueMark]> = self.queue_marks(inner).into();
+                        inner.limbo[0].marks = Some(marks.clone());
+                        marks
+                    }
+                    None => break,
+                };
                 let drained = marks
                     .iter()
                     .all(|(queue, mark)| queue.upgrade().is_none_or(|q| q.drained_since(*mark)));
                 if !drained {
                     break;
                 }
-                inner.free.push(*id);
+                inner.free.push(id);
                 inner.limbo.pop_front();
             }
         }
         inner.free.pop()
+    }
+
+    /// A mark ([`EventQueue::mark`]) of every queue that may hold an event pushed so far: the
+    /// subscribed ones and those unsubscribed but not found empty yet.
+    fn queue_marks(&self, inner: &mut Inner) -> Vec<QueueMark> {
+        inner
+            .retired
+            .retain(|q| q.upgrade().is_some_and(|q| q.mark().is_some()));
+        let retired = inner.retired.iter().filter_map(Weak::upgrade);
+        let subscribers = self.subscribers.read();
+        let queues = subscribers.iter().map(|s| s.queue.clone()).chain(retired);
+        queues
+            .filter_map(|q| Some((Arc::downgrade(&q), q.mark()?)))
+            .collect()
     }
 
     /// The handle of `id` now.
@@ -241,7 +267,7 @@ impl Detector {
             let slot = &mut inner.slots[id as usize];
             // Never at or before a deadline already counted (an old explicit `now`).
             let base = if slot.missed > 0 {
-                now.max(slot.missed_at)
+                now.max(slot.known_until)
             } else {
                 now
             };
@@ -376,22 +402,35 @@ impl Detector {
     ///   beat's time minus `since`; then as above.
     /// - FAILED when paused and not heard: FAILED again, count and `since` kept; it counts on
     ///   from `now`, the next `failed(missed + 1)` one period after it (as after a local pause).
+    ///
+    /// A beat stamped before `now` but recorded after the resume is old news: it neither ends
+    /// the outage nor moves the next deadline back into the time paused.
     pub fn resume(
         &self,
         topic: impl Into<Handle>,
         now: Option<u64>,
     ) -> Result<bool, DetectorError> {
         let now = self.rel_now(now);
-        let mut inner = self.inner.lock();
-        let id = self.check_id(&inner, topic.into())?;
+        let topic = topic.into();
+        self.emitting(|inner, subs| self.resume_locked(inner, subs, topic, now))
+    }
+
+    fn resume_locked(
+        &self,
+        inner: &mut Inner,
+        subs: &[Subscriber],
+        topic: Handle,
+        now: u64,
+    ) -> Result<bool, DetectorError> {
+        let id = self.check_id(inner, topic)?;
         let now = now.max(inner.now); // the time paused ends here, not earlier
         let word = self.word(id);
         let mut w = word.load(Ordering::Acquire);
-        let missed_at = inner.slots[id as usize].missed_at;
+        let known_until = inner.slots[id as usize].known_until;
         let back_at = loop {
             match word::state(w) {
                 State::Paused => break inner.slots[id as usize].next_deadline,
-                State::PausedFailed if w & FRESH != 0 && word::ts(w) > missed_at => {
+                State::PausedFailed if w & FRESH != 0 && word::ts(w) > known_until => {
                     break word::ts(w)
                 }
                 State::PausedFailed => {
@@ -405,10 +444,11 @@ impl Detector {
                             continue;
                         }
                     }
-                    let step = self.step(&inner, id);
-                    let base = now.max(missed_at); // never at or before a counted deadline
+                    let step = self.step(inner, id);
+                    let base = now.max(known_until); // never at or before a counted deadline
                     inner.slots[id as usize].next_deadline = base.saturating_add(step);
-                    self.arm(&mut inner, id, now);
+                    Self::watched_from(inner, id, now);
+                    self.arm(inner, id, now);
                     return Ok(true);
                 }
                 _ => return Ok(false),
@@ -423,9 +463,20 @@ impl Detector {
                 back_at.saturating_sub(slot.since),
             );
             self.counters.resumed.fetch_add(1, Ordering::Relaxed);
-            self.emit(&self.subscribers.read(), ev);
+            self.emit(inner, subs, ev);
         }
-        Ok(self.rearm_from(&mut inner, id, State::is_paused, now))
+        let resumed = self.rearm_from(inner, id, State::is_paused, now);
+        if resumed {
+            Self::watched_from(inner, id, now);
+        }
+        Ok(resumed)
+    }
+
+    /// A topic is watched again from `now` (added, resumed, restarted): a beat stamped before,
+    /// recorded later, is old news (see [`Slot::known_until`]).
+    pub(super) fn watched_from(inner: &mut Inner, id: TopicId, now: u64) {
+        let slot = &mut inner.slots[id as usize];
+        slot.known_until = slot.known_until.max(now.saturating_sub(1));
     }
 
     /// For a topic paused while FAILED whose first beat since just landed: note the beat's time
@@ -434,13 +485,13 @@ impl Detector {
     /// that case.
     pub(super) fn note_paused_recovery(&self, inner: &mut Inner, id: TopicId) -> bool {
         let word = self.word(id);
-        let missed_at = inner.slots[id as usize].missed_at;
+        let known_until = inner.slots[id as usize].known_until;
         let mut w = word.load(Ordering::Acquire);
         loop {
             if word::state(w) != State::PausedFailed || w & FRESH == 0 {
                 return false;
             }
-            if word::ts(w) <= missed_at {
+            if word::ts(w) <= known_until {
                 // Old news (see `take_fresh`): still not heard since the failure.
                 match word.compare_exchange_weak(w, w & !FRESH, Ordering::AcqRel, Ordering::Acquire)
                 {
@@ -486,11 +537,11 @@ impl Detector {
     /// Forget a topic: no more events, its name is free for a new topic, and its handle names
     /// no topic any more once its id is reused.
     ///
-    /// The id is reused (with a new generation) once no event naming it can be waiting: each
-    /// queue subscribed now has been found empty by a pop started after the removal, the events
-    /// of that pop handed back ([`EventQueue::release_popped`]). Until then the id's name stays
-    /// readable for those events. A subscriber that never empties its queue keeps removed ids
-    /// from being reused.
+    /// The id is reused (with a new generation) once no event naming it can be waiting: its
+    /// events put aside for pushing (see `emit.rs`) are pushed, and then each queue has been
+    /// found empty by a pop started after that, the events of that pop handed back
+    /// ([`EventQueue::release_popped`]). Until then the id's name stays readable for those
+    /// events. A subscriber that never empties its queue keeps removed ids from being reused.
     pub fn remove(&self, topic: impl Into<Handle>) -> Result<(), DetectorError> {
         let mut inner = self.inner.lock();
         let id = self.check_id(&inner, topic.into())?;
@@ -499,33 +550,42 @@ impl Detector {
         inner.held.remove(&id);
         self.phi.lock().remove(&id);
         self.registry.unindex(id);
-        // Every event for the topic was pushed under this lock, before these marks.
-        inner
-            .retired
-            .retain(|q| q.upgrade().is_some_and(|q| q.mark().is_some()));
-        let retired = inner.retired.iter().filter_map(Weak::upgrade);
-        let subscribers = self.subscribers.read();
-        let queues = subscribers.iter().map(|s| s.queue.clone()).chain(retired);
-        let marks: Vec<QueueMark> = queues
-            .filter_map(|q| Some((Arc::downgrade(&q), q.mark()?)))
-            .collect();
-        drop(subscribers);
+        // Every event for the topic was emitted under this lock; those put aside (up to
+        // `after`) must be pushed before the queues are marked.
+        let after = inner.appended;
+        if self.delivered.load(Ordering::Acquire) < after {
+            inner.limbo.push_back(Limbo {
+                id,
+                after,
+                marks: None,
+            });
+            return Ok(());
+        }
+        let marks = self.queue_marks(&mut inner);
         if marks.is_empty() {
             inner.free.push(id); // no event for it can be waiting anywhere
             return Ok(());
         }
-        let same = inner.limbo.back().filter(|(_, last)| {
-            last.len() == marks.len()
-                && last
-                    .iter()
-                    .zip(&marks)
-                    .all(|(a, b)| a.1 == b.1 && Weak::ptr_eq(&a.0, &b.0))
-        });
+        let same = inner
+            .limbo
+            .back()
+            .and_then(|last| last.marks.as_ref())
+            .filter(|last| {
+                last.len() == marks.len()
+                    && last
+                        .iter()
+                        .zip(&marks)
+                        .all(|(a, b)| a.1 == b.1 && Weak::ptr_eq(&a.0, &b.0))
+            });
         let marks = match same {
-            Some((_, last)) => last.clone(),
+            Some(last) => last.clone(),
             None => marks.into(),
         };
-        inner.limbo.push_back((id, marks));
+        inner.limbo.push_back(Limbo {
+            id,
+            after,
+            marks: Some(marks),
+        });
         Ok(())
     }
 
@@ -535,9 +595,11 @@ impl Detector {
     ///
     /// [`start`]: Detector::start
     pub fn stop(&self) {
-        let mut inner = self.inner.lock();
+        self.emitting(|inner, subscribers| self.stop_locked(inner, subscribers));
+    }
+
+    fn stop_locked(&self, inner: &mut Inner, subscribers: &[Subscriber]) {
         inner.running = false;
-        let subscribers = self.subscribers.read();
         for id in 0..inner.slots.len() as TopicId {
             let word = self.word(id);
             loop {
@@ -547,11 +609,11 @@ impl Detector {
                     break;
                 }
                 if w & FRESH != 0 && st.is_watched() {
-                    self.take_fresh(&mut inner, &subscribers, id);
+                    self.take_fresh(inner, subscribers, id);
                     continue;
                 }
                 if w & FRESH != 0 && st == State::PausedFailed {
-                    self.note_paused_recovery(&mut inner, id);
+                    self.note_paused_recovery(inner, id);
                     continue;
                 }
                 let stopped = word::with_state(w & !FRESH, State::Stopped);
@@ -574,6 +636,9 @@ impl Detector {
     /// others are ALIVE (heard) or PENDING. The time stopped is not counted: a topic with no
     /// missed period is due one period (plus grace) after `now`, one that has missed some counts
     /// on, its next missed period one period after `now` (as after a local pause).
+    ///
+    /// A beat stamped before the restart (an explicit old `now`, recorded after it) is old
+    /// news: it neither ends a held outage nor moves a deadline back into the time stopped.
     pub fn start(&self, now: Option<u64>) {
         let mut inner = self.inner.lock();
         inner.running = true;
@@ -592,6 +657,8 @@ impl Detector {
                 None if w & HEARD != 0 => State::Alive,
                 None => State::Pending,
             };
+            // A beat stamped before the restart, while it was not watched, is old news.
+            Self::watched_from(&mut inner, id, now);
             if self.transition(id, to, |s| s == State::Stopped).is_none() || !to.is_watched() {
                 continue;
             }
@@ -600,7 +667,7 @@ impl Detector {
                 (now, self.first_offset(&inner, id))
             } else {
                 // Never at or before a deadline already counted (an old explicit `now`).
-                (now.max(slot.missed_at), self.step(&inner, id))
+                (now.max(slot.known_until), self.step(&inner, id))
             };
             inner.slots[id as usize].next_deadline = base.saturating_add(offset);
             self.arm(&mut inner, id, now);

@@ -9,7 +9,7 @@ use crate::driver::Driver;
 use crate::event::{NO_LATENCY, NO_SEQ};
 use crate::phi::PhiConfig;
 use crate::queue::Overflow;
-use crate::registry::{Handle, TopicId};
+use crate::registry::Handle;
 use crate::word::State;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
@@ -241,8 +241,8 @@ impl PyDetector {
         Ok(this)
     }
 
-    /// Expect ``name``: it must be heard within one period (plus grace) from ``now``. Returns
-    /// its handle. A name already known keeps its handle; given settings are applied to it.
+    /// Expect ``name``: it must be heard within one period (plus grace) from ``now`` (a beat
+    /// stamped before ``now`` is old news). Returns its handle. A name already known keeps its handle; given settings are applied to it.
     #[pyo3(signature = (name, period = None, allowed_misses = None, phi = None, *, grace = None, now = None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn add(
@@ -356,7 +356,7 @@ impl PyDetector {
     /// FAILED when paused and was heard while paused first gets a ``resumed`` event (``at``:
     /// the first beat after the failure, ``downtime``: that beat's time minus ``since``); one
     /// that was not heard stays FAILED with its count, the next ``failed`` one period after
-    /// ``now``.
+    /// ``now``. A beat stamped before ``now`` but recorded after the resume is old news.
     #[pyo3(signature = (topic, *, now = None))]
     fn resume(&self, py: Python<'_>, topic: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<bool> {
         let id = self.id(topic)?;
@@ -469,8 +469,7 @@ impl PyDetector {
         let result = self.det.record_handle(handle, now);
         if self.det.needs_completion(result) {
             let det = self.det.clone();
-            let id = handle as TopicId;
-            py.detach(move || det.complete(id, result, now, seq.unwrap_or(NO_SEQ), latency));
+            py.detach(move || det.complete(handle, result, now, seq.unwrap_or(NO_SEQ), latency));
         }
         Ok(matches!(result, Beat::Recorded { .. }))
     }
@@ -536,7 +535,8 @@ impl PyDetector {
     /// Watch every topic again (after :meth:`stop`) as it was when stopped: a FAILED topic stays
     /// FAILED (count and ``since`` kept, the next ``failed`` one period after ``now``) until a
     /// beat is heard, a paused one stays paused, the others are expected within a period (plus
-    /// grace) from ``now``. The time stopped is not counted.
+    /// grace) from ``now``. The time stopped is not counted: a beat stamped before ``now`` but
+    /// recorded after the restart is old news (it ends no outage and moves no deadline back).
     #[pyo3(signature = (*, now = None))]
     fn start(&self, py: Python<'_>, now: Option<f64>) -> PyResult<()> {
         let now = opt_time("now", now)?;
@@ -547,6 +547,8 @@ impl PyDetector {
 
     /// Stop watching: every topic goes STOPPED, beats are refused, the driver thread ends.
     /// Beats already recorded are taken in first (a FAILED topic's ``resumed`` is emitted).
+    /// It waits for the driver thread: called by the consumer of a full ``"block"`` queue
+    /// while the driver waits for room in it, close (or unsubscribe) that queue first.
     fn stop(&self, py: Python<'_>) {
         let det = self.det.clone();
         let driver = self.driver.lock().take();
@@ -660,6 +662,10 @@ impl PyDetector {
     /// ``"drop-oldest"``, ``"drop-newest"``, or ``"block"`` (the detector waits for the
     /// consumer, so a consumer that stalls stalls detection: use it only with a consumer that
     /// always keeps up). Every loss is counted. ``received=True`` adds one event per beat.
+    ///
+    /// Under ``"block"`` the detector waits for room with its locks released: the consumer may
+    /// call it meanwhile (subscribe, unsubscribe, pause, expect, remove, status...), but not
+    /// emit into its own full queue (beat, resume, advance) or it waits for itself.
     #[pyo3(signature = (capacity = 65536, overflow = "coalesce", received = false))]
     fn subscribe(
         &self,
@@ -679,7 +685,8 @@ impl PyDetector {
         })
     }
 
-    /// Stop feeding ``queue`` and close it. False if it was not subscribed.
+    /// Stop feeding ``queue`` and close it, releasing a producer waiting for room in it. No
+    /// push into it is in flight once this returns. False if it was not subscribed.
     fn unsubscribe(&self, py: Python<'_>, queue: &Bound<'_, PyEventQueue>) -> bool {
         let det = self.det.clone();
         let q = queue.get().queue.clone();
