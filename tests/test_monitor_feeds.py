@@ -184,3 +184,49 @@ def test_a_removed_listener_thread_is_not_started_again() -> None:
     entry.worker.put("on_failed", Failed("svc.a", 2, 0.0, 2.0), True)
     assert _join_threads("heartwire-listener[StopOrder]", 5.0) == []
     assert order.seen == [("failed", "svc.a", 1, 1.0)]
+
+
+class StopsDuringCall(Order):
+    """Listener called on the dispatch thread (``listener_queue=None``) whose first
+    ``on_failed`` has ``mon.stop(timeout=0)`` run on another thread while it is still inside
+    the call: the call in flight when ``on_stopped`` is emitted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mon: hw.HeartbeatMonitor | None = None
+        self.stopper: threading.Thread | None = None
+        self.stopping = threading.Event()
+
+    def on_failed(self, event: Failed) -> None:
+        if self.stopper is None and self.mon is not None:
+            self.stopper = threading.Thread(
+                target=self.mon.stop, kwargs={"timeout": 0.0}, daemon=True
+            )
+            self.stopper.start()
+            self.stopping.set()
+            self.stopper.join(0.5)  # stop() must not emit on_stopped while this call is on
+        super().on_failed(event)
+
+
+def test_on_stopped_comes_after_an_unqueued_call_in_flight() -> None:
+    # Issue 14 follow-up: with listeners called on the dispatch thread, stop() emitted
+    # on_stopped on its own thread while an on_failed call was still running, so on_failed
+    # reached the listener after on_stopped (seen on the merged main under load).
+    clock = hw.ManualClock()
+    order = StopsDuringCall()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order], listener_queue=None)
+    order.mon = mon
+    mon.detector.add_many([f"svc.{i}" for i in range(100)])
+    mon.start()
+    clock.advance(1.5)
+    assert order.stopping.wait(5.0), "no on_failed delivered"
+    assert order.stopper is not None
+    order.stopper.join(5.0)
+    assert not order.stopper.is_alive(), "stop() never returned"
+    assert _join_threads("heartwire-monitor", 5.0) == [], "dispatch thread still running"
+    with order.lock:
+        seen = list(order.seen)
+    assert seen[-1] == ("stopped", "", 0, 0.0), seen[-3:]
+    assert seen.count(("stopped", "", 0, 0.0)) == 1
+    stats = mon.stats()
+    assert len(seen) - 1 + stats["dropped"] + stats["listener_late"] == 100, stats

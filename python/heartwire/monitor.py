@@ -25,7 +25,9 @@ listener delays only itself, and what its full queue drops is counted
 ``on_resumed``, ``on_received`` and ``on_local_pause`` on the monitor's dispatch thread,
 ``on_started`` and ``on_stopped`` in the thread calling :meth:`~HeartbeatMonitor.start` and
 :meth:`~HeartbeatMonitor.stop`, ``on_exception`` for a bad beat in the thread that delivered it
-(the publishing thread, on the embedded broker).
+(the publishing thread, on the embedded broker). ``on_stopped`` is still the last call: it waits
+for the calls in progress on other threads, and if :meth:`~HeartbeatMonitor.stop`'s ``timeout``
+runs out first, the last of those calls makes it on its thread as it ends.
 """
 
 from __future__ import annotations
@@ -818,8 +820,11 @@ class HeartbeatMonitor:
         self._finish_feeds(chain, timeout)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
         # did not finish in time, a late bad beat, a listener's error report) is refused and
-        # counted (``listener_late``), and starts no listener thread again.
-        self._listeners.emit_last("on_stopped", Stopped(self._pattern))
+        # counted (``listener_late``), and starts no listener thread again. An unqueued
+        # listener's call in progress on another thread ends first (or, past the deadline,
+        # makes on_stopped itself when it ends).
+        remaining = max(0.0, deadline - time.monotonic())
+        self._listeners.emit_last("on_stopped", Stopped(self._pattern), timeout=remaining)
         # Queued listeners get what was produced, then their threads end (a blocked one ends
         # by itself once it has caught up).
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):
