@@ -230,3 +230,39 @@ def test_on_stopped_comes_after_an_unqueued_call_in_flight() -> None:
     assert seen.count(("stopped", "", 0, 0.0)) == 1
     stats = mon.stats()
     assert len(seen) - 1 + stats["dropped"] + stats["listener_late"] == 100, stats
+
+
+def test_stop_returns_while_another_thread_is_beating_under_block() -> None:
+    # Issue 14 follow-up (R1 F2): stop() ended the dispatch thread, then unsubscribed. A
+    # beat_many racing stop() pushed its received events into the full "block" queue after the
+    # thread had ended, holding the detector's locks, and unsubscribe waited for it forever.
+    for attempt in range(8):
+        mon = hw.HeartbeatMonitor(
+            None, "svc.>", period=0.005, grace=0, overflow="block", capacity=4, tick=0.001
+        )
+        mon.add_listener(Wants())
+        for topic in TOPICS:
+            mon.expect(topic)
+        mon.start()
+        done = threading.Event()
+        beating = threading.Event()
+
+        def beats(
+            mon: hw.HeartbeatMonitor = mon,
+            done: threading.Event = done,
+            beating: threading.Event = beating,
+        ) -> None:
+            while not done.is_set():
+                mon.beat_many(TOPICS)
+                beating.set()
+
+        beater = threading.Thread(target=beats, daemon=True)
+        beater.start()
+        try:
+            assert beating.wait(5.0), "the beater never recorded a batch"
+            _in_thread(lambda m=mon: m.stop(timeout=2.0), 10.0, f"stop() (attempt {attempt})", mon)
+        finally:
+            done.set()
+            beater.join(5.0)
+        assert not mon.running
+        assert not beater.is_alive(), "beat_many still blocked after stop()"

@@ -916,7 +916,8 @@ class HeartbeatMonitor:
         ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``),
         ``local_pause_seconds`` (the same length in seconds), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow
-        policy, or held by a dispatch thread that :meth:`stop` did not wait for),
+        policy, held by a dispatch thread that :meth:`stop` did not wait for, or pushed by a
+        beat that raced :meth:`stop` after its queue was closed),
         ``listener_errors``, ``dispatch_errors``, ``listener_dropped`` (events the
         listener queues' overflow policy discarded), ``listener_late`` (events refused because
         they came after ``on_stopped``: nothing reaches a listener after it),
@@ -1081,17 +1082,28 @@ class HeartbeatMonitor:
         return chain
 
     def _finish_feeds(self, chain: list[_Feed], timeout: float) -> None:
-        """Deliver what the feeds hold within ``timeout``, end their threads, and close their
-        queues. A thread still busy then delivers nothing more (what it holds is counted in
-        ``dropped``) and ends by itself."""
+        """Deliver what the feeds hold within ``timeout``, end their threads, and let go of
+        their queues. A thread still busy then delivers nothing more (what it holds is counted
+        in ``dropped``) and ends by itself.
+
+        Each queue is closed first, as in :meth:`_open_feed`: a producer still pushing (a beat
+        taken just before the detector stopped) may be waiting for room in a full ``"block"``
+        queue while holding the detector's locks, which ``unsubscribe`` needs, and once the
+        thread has ended nothing would make room. Closing releases it (what it pushes later is
+        refused and counted in ``dropped``); the thread still delivers what is queued."""
         deadline = time.monotonic() + timeout
-        for feed in chain:
+        for i, feed in enumerate(chain):
+            feed.queue.close()
             dispatcher = feed.dispatcher
             if dispatcher is not None:
                 dispatcher.stop(max(0.0, deadline - time.monotonic()))
             feed.finished = True
             self._det.unsubscribe(feed.queue)
-            losses = _losses(feed.queue)
+            stats = feed.queue.stats()
+            losses = stats["dropped_oldest"] + stats["dropped_newest"] + stats["coalesced"]
+            if i == len(chain) - 1:
+                # Refused by the closed queue. (A replaced feed's were pushed to its successor.)
+                losses += stats["rejected_closed"]
             with self._rejected_lock:
                 self._losses += losses
             if dispatcher is not None and dispatcher.alive:
