@@ -358,6 +358,9 @@ class HeartbeatMonitor:
         self._running = False
         self._paused = False
         self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
+        # The topics the detector held paused at the last stop() (name -> handle): it keeps
+        # them paused across a restart, so start() resumes those resumed meanwhile.
+        self._held_paused: dict[str, int] = {}
         # Per slot (a handle's low bits, the core's dense ids): the topic's current period (NaN:
         # not tracked yet), whether it was given to expect() (then beats do not change it), and
         # the grace given to expect() (NaN: the monitor's rule, following the period).
@@ -779,6 +782,13 @@ class HeartbeatMonitor:
             self._det.start()
             self._running = True
             self._paused = False
+            # The monitor owns pauses; the detector (which refuses pause/resume while stopped)
+            # restored those it held at stop(): make it match what was paused or resumed since.
+            held, self._held_paused = self._held_paused, {}
+            for topic, handle in held.items():
+                if topic not in self._paused_topics or self._det.handle(topic) != handle:
+                    with contextlib.suppress(KeyError):  # removed since
+                        self._det.resume(handle)
             for topic in self._paused_topics:
                 if topic in self._det:
                     self._det.pause(topic)
@@ -788,6 +798,7 @@ class HeartbeatMonitor:
                     self._connection_events.attach(self._broker)
             except BaseException:
                 self._running = False
+                self._held_paused = self._paused_handles()
                 self._det.stop()
                 self._finish_feeds(self._detach_feeds(), timeout=1.0)
                 raise
@@ -802,6 +813,7 @@ class HeartbeatMonitor:
                 return
             if self._paused:  # the detector keeps pauses across a restart; this one ends here
                 self.resume()
+            self._held_paused = self._paused_handles()
             self._running = False
             self._paused = False
             _running.discard(self)
@@ -833,7 +845,8 @@ class HeartbeatMonitor:
     def pause(self, topic: str | None = None) -> bool:
         """Pause the whole monitor, or one topic: no failures while paused (beats are still
         recorded; a FAILED topic's first beat while paused is noted for :meth:`resume`).
-        Returns False if already paused; ``KeyError`` for an unknown topic."""
+        Returns False if already paused; ``KeyError`` for an unknown topic. One topic can be
+        paused while the monitor is stopped too: it is paused from :meth:`start` on."""
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)
@@ -861,7 +874,8 @@ class HeartbeatMonitor:
         when paused and was heard while paused gets ``on_resumed`` now, its ``at`` being the
         first beat after the failure and ``downtime`` that beat's time minus ``since``. One
         that was not heard stays FAILED with its count: the next ``on_failed`` (``missed + 1``,
-        same ``since``) comes one period after the resume.
+        same ``since``) comes one period after the resume. A topic resumed while the monitor
+        is stopped (pauses are kept across a restart) is watched again from :meth:`start`.
         """
         with self._lock:
             if topic is not None:
@@ -883,6 +897,14 @@ class HeartbeatMonitor:
                     with contextlib.suppress(KeyError):
                         self._det.resume(handle)
             return True
+
+    def _paused_handles(self) -> dict[str, int]:
+        """The topics paused one by one, with their handles (called with the lock held)."""
+        return {
+            topic: handle
+            for topic in self._paused_topics
+            if (handle := self._det.handle(topic)) is not None
+        }
 
     def _handle_or_raise(self, topic: str) -> int:
         handle = self._det.handle(topic)
