@@ -266,3 +266,68 @@ def test_stop_returns_while_another_thread_is_beating_under_block() -> None:
             beater.join(5.0)
         assert not mon.running
         assert not beater.is_alive(), "beat_many still blocked after stop()"
+
+
+# -- listeners called on the dispatch thread that call the monitor, under "block" -------------
+
+#: Whether the core pushes into a full "block" queue only after letting go of the detector's
+#: locks (the core half of issue 14 item 3 / R1 F1). Until then the driver waits for room
+#: holding them, and a listener on the dispatch thread (the queue's only consumer) that calls
+#: the monitor waits for them too.
+CORE_PUSHES_OUTSIDE_LOCKS = False
+needs_core_fix = pytest.mark.xfail(
+    not CORE_PUSHES_OUTSIDE_LOCKS,
+    strict=True,
+    reason="R1 F1: the core's driver waits for room in a block queue holding the detector's "
+    "locks (core engineer's fix, not in this build)",
+)
+
+
+class CallsTheMonitor(hw.SubscriberListener):
+    """Called on the dispatch thread (``listener_queue=None``); each ``on_failed`` calls
+    ``action(mon, event)``."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        self.mon: hw.HeartbeatMonitor | None = None
+        self.calls = 0
+
+    def on_failed(self, event: Failed) -> None:
+        assert self.mon is not None
+        self.calls += 1
+        if self.action == "add_listener" and self.calls == 1:
+            self.mon.add_listener(Wants())  # a feed switch, on the dispatch thread
+        elif self.action == "pause":
+            self.mon.pause(event.topic)
+        elif self.action == "expect" and self.calls == 1:
+            self.mon.expect("svc.new", period=2.0)
+
+
+@needs_core_fix
+@pytest.mark.parametrize("action", ["add_listener", "pause", "expect"])
+def test_a_listener_on_the_dispatch_thread_may_call_the_monitor_under_block(action: str) -> None:
+    # R1 F1: 200 topics fail together into a "block" queue of 4; the listener, on the queue's
+    # only consumer thread, calls the monitor, which needs the detector's locks.
+    clock = hw.ManualClock()
+    listener = CallsTheMonitor(action)
+    mon = hw.HeartbeatMonitor(
+        None,
+        "svc.>",
+        clock=clock,
+        overflow="block",
+        capacity=4,
+        listener_queue=None,
+        listeners=[listener],
+    )
+    listener.mon = mon
+    for topic in TOPICS:
+        mon.expect(topic)
+    mon.start()
+    try:
+        _in_thread(lambda: clock.advance(1.5), 5.0, f"clock.advance with {action}", mon)
+        assert mon.drain(10.0)
+        assert listener.calls == len(TOPICS)
+        if action == "pause":
+            assert mon.counts()["PAUSED"] == len(TOPICS)
+    finally:
+        _in_thread(lambda: mon.stop(timeout=2.0), 10.0, "stop()", mon)
