@@ -520,6 +520,12 @@ class ListenerSet(Generic[L]):
             if entry.worker is not None:
                 entry.worker.unseal()
 
+    def refuse(self, method_name: str) -> None:
+        """Count in :attr:`late` an event its owner refused because it came after the last one
+        (a publisher's ``on_sent`` after its ``on_stopped``)."""
+        with self._lock:
+            self._late += sum(method_name in e.overrides for e in self._entries)
+
     @property
     def late(self) -> int:
         """Events refused because they came after :meth:`emit_last`."""
