@@ -987,6 +987,7 @@ class HeartbeatMonitor:
           their sum;
         - ``dropped``: events lost, by where: ``dispatch`` (the detector's queue overflow
           policy) and ``listeners`` (the listener queues');
+        - ``listener_late``: events refused because they came after ``on_stopped``;
         - ``listener_errors``, ``dispatch_errors``: calls that raised;
         - ``dispatch_queue_depth``, ``listener_queue_depth``: events waiting now;
         - ``disconnects``, ``reconnects``: of the broker connection;
@@ -1005,6 +1006,7 @@ class HeartbeatMonitor:
             "rejected": rejected,
             "rejected_total": sum(rejected.values()),
             "dropped": {"dispatch": stats["dropped"], "listeners": stats["listener_dropped"]},
+            "listener_late": stats["listener_late"],
             "listener_errors": stats["listener_errors"],
             "dispatch_errors": stats["dispatch_errors"],
             "dispatch_queue_depth": stats["dispatch_queue_depth"],
