@@ -331,3 +331,70 @@ def test_a_listener_on_the_dispatch_thread_may_call_the_monitor_under_block(acti
             assert mon.counts()["PAUSED"] == len(TOPICS)
     finally:
         _in_thread(lambda: mon.stop(timeout=2.0), 10.0, "stop()", mon)
+
+
+class ExpectsOnResumed(hw.SubscriberListener):
+    """Called on the dispatch thread; each ``on_resumed`` calls ``mon.expect(topic)`` (which
+    takes the monitor's lock but needs none of the detector's)."""
+
+    def __init__(self) -> None:
+        self.mon: hw.HeartbeatMonitor | None = None
+        self.resumed = 0
+
+    def on_resumed(self, event: Resumed) -> None:
+        assert self.mon is not None
+        self.mon.expect(event.topic)
+        self.resumed += 1
+
+
+@pytest.mark.parametrize("how", ["whole", "each", "restart"])
+def test_resume_does_not_hold_the_monitor_lock_while_its_events_wait_for_room(how: str) -> None:
+    # Issue 14 item 3 pattern, monitor side: resume() held the monitor's lock while the
+    # detector pushed its `resumed` events into a full "block" queue; the queue's only
+    # consumer (a listener on the dispatch thread) needed that lock: neither could go on. (The
+    # core's fix does not help: the push waits for room whatever locks the core lets go of.)
+    clock = hw.ManualClock()
+    listener = ExpectsOnResumed()
+    mon = hw.HeartbeatMonitor(
+        None,
+        "svc.>",
+        clock=clock,
+        overflow="block",
+        capacity=4,
+        listener_queue=None,
+        listeners=[listener],
+    )
+    listener.mon = mon
+    topics = TOPICS[:50]
+    for topic in topics:
+        mon.expect(topic)
+    mon.start()
+    clock.advance(1.5)  # every topic FAILED
+    assert mon.drain(5.0)
+    if how == "whole":
+        mon.pause()
+    else:
+        for topic in topics:
+            mon.pause(topic)
+    mon.beat_many(topics)  # heard while paused: each resume emits `resumed`
+    if how == "restart":  # resumed while stopped: start() resumes them
+        mon.stop()
+        for topic in topics:
+            mon.resume(topic)
+
+    def action() -> None:
+        if how == "whole":
+            mon.resume()
+        elif how == "each":
+            for topic in topics:
+                mon.resume(topic)
+        else:
+            mon.start()
+
+    try:
+        _in_thread(action, 5.0, f"resume ({how})", mon)
+        assert mon.drain(5.0)
+        assert listener.resumed == len(topics)
+        assert mon.counts()["ALIVE"] == len(topics)
+    finally:
+        _in_thread(lambda: mon.stop(timeout=2.0), 10.0, "stop()", mon)

@@ -358,9 +358,11 @@ class HeartbeatMonitor:
         self._running = False
         self._paused = False
         self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
-        # The topics the detector held paused at the last stop() (name -> handle): it keeps
-        # them paused across a restart, so start() resumes those resumed meanwhile.
-        self._held_paused: dict[str, int] = {}
+        # The handles of the topics the detector may hold paused since the last stop(): it
+        # keeps them paused across a restart, so start() resumes those resumed meanwhile.
+        self._held_paused: set[int] = set()
+        # Handles being resumed in the detector by a thread that let go of the lock for it.
+        self._resuming: set[int] = set()
         # Per slot (a handle's low bits, the core's dense ids): the topic's current period (NaN:
         # not tracked yet), whether it was given to expect() (then beats do not change it), and
         # the grace given to expect() (NaN: the monitor's rule, following the period).
@@ -783,37 +785,42 @@ class HeartbeatMonitor:
             self._running = True
             self._paused = False
             # The monitor owns pauses; the detector (which refuses pause/resume while stopped)
-            # restored those it held at stop(): make it match what was paused or resumed since.
-            held, self._held_paused = self._held_paused, {}
-            for topic, handle in held.items():
-                if topic not in self._paused_topics or self._det.handle(topic) != handle:
-                    with contextlib.suppress(KeyError):  # removed since
-                        self._det.resume(handle)
+            # restored those it held at stop(): make it match what was paused or resumed since
+            # (the resumes below, once the lock is let go).
             for topic in self._paused_topics:
                 if topic in self._det:
                     self._det.pause(topic)
+            keep = self._paused_handles()
+            resume = [h for h in self._held_paused if h not in keep]
+            self._held_paused = set()
+            self._resuming.update(resume)
             try:
                 if self._broker is not None:
                     self._subscription = self._broker.subscribe(self._pattern, self.handle_message)
                     self._connection_events.attach(self._broker)
             except BaseException:
                 self._running = False
-                self._held_paused = self._paused_handles()
+                self._held_paused = self._paused_handles() | set(resume)
+                self._resuming.difference_update(resume)
                 self._det.stop()
                 self._finish_feeds(self._detach_feeds(), timeout=1.0)
                 raise
             _running.add(self)
-            return self
+        self._resume_in_detector(resume)
+        return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop watching: cancel the broker subscription, stop the detector, deliver the events
         produced so far, end the dispatch thread, then ``on_stopped``. Idempotent."""
+        if self._paused:  # the detector keeps pauses across a restart; this one ends here
+            with contextlib.suppress(RuntimeError):  # (stopped meanwhile)
+                self.resume()  # without the lock: see _resume_in_detector
         with self._lock:
             if not self._running:
                 return
-            if self._paused:  # the detector keeps pauses across a restart; this one ends here
+            if self._paused:  # paused again meanwhile
                 self.resume()
-            self._held_paused = self._paused_handles()
+            self._held_paused = self._paused_handles() | self._resuming
             self._running = False
             self._paused = False
             _running.discard(self)
@@ -883,25 +890,49 @@ class HeartbeatMonitor:
                 if topic not in self._paused_topics:
                     return False
                 self._paused_topics.discard(topic)
-                if self._running and not self._paused:
-                    self._det.resume(handle)
-                return True
-            if not self._running:
-                raise RuntimeError(f"monitor of {self._pattern!r} is not running")
-            if not self._paused:
-                return False
-            self._paused = False
-            paused_topics = {self._det.handle(t) for t in self._paused_topics}
-            for handle in self._det.handles():
-                if handle not in paused_topics:
-                    with contextlib.suppress(KeyError):
-                        self._det.resume(handle)
-            return True
+                if not (self._running and not self._paused):
+                    return True
+                resume = [handle]
+            else:
+                if not self._running:
+                    raise RuntimeError(f"monitor of {self._pattern!r} is not running")
+                if not self._paused:
+                    return False
+                self._paused = False
+                keep = self._paused_handles()
+                resume = [h for h in self._det.handles() if h not in keep]
+            self._resuming.update(resume)
+        self._resume_in_detector(resume)
+        return True
 
-    def _paused_handles(self) -> dict[str, int]:
-        """The topics paused one by one, with their handles (called with the lock held)."""
+    def _resume_in_detector(self, handles: list[int]) -> None:
+        """Resume ``handles`` in the detector (noted in ``_resuming`` by the caller, under the
+        lock), without the lock: a resume may emit ``resumed`` and, under ``"block"``, wait for
+        room in the event queue, whose consumer (a listener on the dispatch thread) may call
+        the monitor and need the lock. Then, under the lock, pause again those paused again
+        meanwhile (a resume that came after a stop() is redone by the next start())."""
+        if not handles:
+            return
+        for handle in handles:
+            with contextlib.suppress(KeyError):  # removed meanwhile
+                self._det.resume(handle)
+        with self._lock:
+            self._resuming.difference_update(handles)
+            if not self._running:
+                return
+            if self._paused:
+                again = handles
+            else:
+                keep = self._paused_handles()
+                again = [h for h in handles if h in keep]
+            for handle in again:
+                with contextlib.suppress(KeyError):
+                    self._det.pause(handle)
+
+    def _paused_handles(self) -> set[int]:
+        """The handles of the topics paused one by one (called with the lock held)."""
         return {
-            topic: handle
+            handle
             for topic in self._paused_topics
             if (handle := self._det.handle(topic)) is not None
         }
