@@ -711,8 +711,9 @@ class HeartbeatMonitor:
         allowance = self._max_beat_age
         if allowance is None:
             period = self._period
-            if handle is not None and handle < len(self._periods):
-                tracked = self._periods[handle]
+            slot = -1 if handle is None else handle & _SLOT
+            if 0 <= slot < len(self._periods):
+                tracked = self._periods[slot]
                 if not math.isnan(tracked):
                     period = tracked
             allowance = BEAT_AGE_PERIODS * period + BEAT_AGE_SKEW
