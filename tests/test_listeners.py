@@ -8,7 +8,16 @@ import threading
 
 import pytest
 
-from heartwire.events import ExceptionEvent, Failed, Received, Sent, Started, State, TopicStatus
+from heartwire.events import (
+    ExceptionEvent,
+    Failed,
+    Received,
+    Sent,
+    Started,
+    State,
+    Stopped,
+    TopicStatus,
+)
 from heartwire.listeners import ListenerSet, PublisherListener, SubscriberListener
 
 
@@ -298,3 +307,85 @@ def test_listener_methods_set_on_the_instance_count_as_overrides() -> None:
     assert ls.wants("on_started")
     ls.emit("on_started", Started("svc.>"))
     assert got == [Started("svc.>")]
+
+
+# -- emit_last with listeners called in the emitting thread (no queues) ----------------------
+
+
+class InFlight(SubscriberListener):
+    """Its first ``on_failed`` starts ``emit_last("on_stopped")`` on another thread and gives
+    it ``wait`` seconds before returning: a call in flight while the last event is emitted."""
+
+    def __init__(self, ls: ListenerSet[SubscriberListener], wait: float = 0.5) -> None:
+        self.ls = ls
+        self.wait = wait
+        self.lock = threading.Lock()
+        self.seen: list[str] = []
+        self.stopper: threading.Thread | None = None
+
+    def on_failed(self, event: Failed) -> None:
+        if self.stopper is None:  # the first call only
+            self.stopper = threading.Thread(
+                target=self.ls.emit_last, args=("on_stopped", Stopped("svc.>")), daemon=True
+            )
+            self.stopper.start()
+            self.stopper.join(self.wait)  # emit_last must wait for this call to end
+        with self.lock:
+            self.seen.append("failed")
+
+    def on_stopped(self, event: Stopped) -> None:
+        with self.lock:
+            self.seen.append("stopped")
+
+
+def test_emit_last_waits_for_a_call_in_flight_on_another_thread() -> None:
+    ls: ListenerSet[SubscriberListener] = ListenerSet(SubscriberListener, "svc.>")
+    listener = InFlight(ls)
+    ls.add(listener)
+    ls.emit("on_failed", FAILED)  # emit_last runs on another thread while this call is on
+    assert listener.stopper is not None
+    listener.stopper.join(5.0)
+    assert not listener.stopper.is_alive(), "emit_last never returned"
+    assert listener.seen == ["failed", "stopped"]
+    ls.emit("on_failed", FAILED)  # after the last event: refused and counted
+    assert listener.seen == ["failed", "stopped"] and ls.late == 1
+
+
+def test_emit_last_whose_wait_times_out_hands_the_last_event_to_the_call_in_flight() -> None:
+    ls: ListenerSet[SubscriberListener] = ListenerSet(SubscriberListener, "svc.>")
+    listener = InFlight(ls, wait=5.0)
+    ls.add(listener)
+    original = ls.emit_last
+    ls.emit_last = lambda m, e: original(m, e, timeout=0.0)  # type: ignore[method-assign]
+    ls.emit("on_failed", FAILED)
+    # emit_last did not wait: the emit in flight delivered on_stopped once its call ended.
+    assert listener.seen == ["failed", "stopped"]
+    ls.unseal()
+    ls.emit("on_failed", FAILED)
+    assert listener.seen == ["failed", "stopped", "failed"]
+
+
+def test_a_listener_that_emits_the_last_event_from_its_own_call_does_not_wait_for_itself() -> None:
+    ls: ListenerSet[SubscriberListener] = ListenerSet(SubscriberListener, "svc.>")
+    seen: list[str] = []
+
+    class StopsItself(SubscriberListener):
+        def on_failed(self, event: Failed) -> None:
+            seen.append("failed")
+            ls.emit_last("on_stopped", Stopped("svc.>"))
+
+        def on_stopped(self, event: Stopped) -> None:
+            seen.append("stopped")
+
+    class After(SubscriberListener):
+        def on_failed(self, event: Failed) -> None:
+            seen.append("after.failed")
+
+    ls.add(StopsItself())
+    ls.add(After())
+    done = threading.Thread(target=ls.emit, args=("on_failed", FAILED), daemon=True)
+    done.start()
+    done.join(5.0)
+    assert not done.is_alive(), "emit_last from a listener's own call deadlocked"
+    # The rest of that emit comes after on_stopped: refused, counted.
+    assert seen == ["failed", "stopped"] and ls.late == 1

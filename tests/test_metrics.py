@@ -70,6 +70,7 @@ def test_metrics_snapshot() -> None:
         assert m["rejected"] == {"bad_json": 1, "not_utf8": 1, "too_many_topics": 1}
         assert m["rejected_total"] == 3
         assert m["dropped"] == {"dispatch": 0, "listeners": 0}
+        assert m["listener_late"] == 0
         assert m["dispatch_queue_depth"] == 0 and m["listener_queue_depth"] == 0
         assert (m["disconnects"], m["reconnects"]) == (0, 0)
         assert m["max_topics"] == 3
@@ -112,6 +113,30 @@ def test_metrics_count_listener_drops_and_errors() -> None:
     finally:
         gate.set()
         mon.stop()
+
+
+class Reports(SubscriberListener):
+    def on_exception(self, event: hw.ExceptionEvent) -> None:
+        pass
+
+
+@pytest.mark.parametrize("listener_queue", [None, 10])
+def test_metrics_count_events_refused_after_on_stopped(listener_queue: int | None) -> None:
+    from heartwire.metrics import serve
+
+    clock = hw.ManualClock()
+    mon = HeartbeatMonitor(
+        None, "svc.>", clock=clock, listeners=[Reports()], listener_queue=listener_queue
+    )
+    mon.start()
+    mon.stop()
+    # A bad beat reported after stop: nothing reaches a listener after on_stopped.
+    mon.handle_message(Message("svc.a", b"garbage"))
+    m = mon.metrics()
+    assert m["listener_late"] == mon.stats()["listener_late"] == 1
+    with serve(mon, 0, "127.0.0.1") as server:
+        got = scrape(server.port)
+    assert got['heartwire_listener_late_total{pattern="svc.>"}'] == 1
 
 
 def test_prometheus_endpoint_serves_the_real_values() -> None:

@@ -184,3 +184,217 @@ def test_a_removed_listener_thread_is_not_started_again() -> None:
     entry.worker.put("on_failed", Failed("svc.a", 2, 0.0, 2.0), True)
     assert _join_threads("heartwire-listener[StopOrder]", 5.0) == []
     assert order.seen == [("failed", "svc.a", 1, 1.0)]
+
+
+class StopsDuringCall(Order):
+    """Listener called on the dispatch thread (``listener_queue=None``) whose first
+    ``on_failed`` has ``mon.stop(timeout=0)`` run on another thread while it is still inside
+    the call: the call in flight when ``on_stopped`` is emitted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mon: hw.HeartbeatMonitor | None = None
+        self.stopper: threading.Thread | None = None
+        self.stopping = threading.Event()
+
+    def on_failed(self, event: Failed) -> None:
+        if self.stopper is None and self.mon is not None:
+            self.stopper = threading.Thread(
+                target=self.mon.stop, kwargs={"timeout": 0.0}, daemon=True
+            )
+            self.stopper.start()
+            self.stopping.set()
+            self.stopper.join(0.5)  # stop() must not emit on_stopped while this call is on
+        super().on_failed(event)
+
+
+def test_on_stopped_comes_after_an_unqueued_call_in_flight() -> None:
+    # Issue 14 follow-up: with listeners called on the dispatch thread, stop() emitted
+    # on_stopped on its own thread while an on_failed call was still running, so on_failed
+    # reached the listener after on_stopped (seen on the merged main under load).
+    clock = hw.ManualClock()
+    order = StopsDuringCall()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order], listener_queue=None)
+    order.mon = mon
+    mon.detector.add_many([f"svc.{i}" for i in range(100)])
+    mon.start()
+    clock.advance(1.5)
+    assert order.stopping.wait(5.0), "no on_failed delivered"
+    assert order.stopper is not None
+    order.stopper.join(5.0)
+    assert not order.stopper.is_alive(), "stop() never returned"
+    assert _join_threads("heartwire-monitor", 5.0) == [], "dispatch thread still running"
+    with order.lock:
+        seen = list(order.seen)
+    assert seen[-1] == ("stopped", "", 0, 0.0), seen[-3:]
+    assert seen.count(("stopped", "", 0, 0.0)) == 1
+    stats = mon.stats()
+    assert len(seen) - 1 + stats["dropped"] + stats["listener_late"] == 100, stats
+
+
+def test_stop_returns_while_another_thread_is_beating_under_block() -> None:
+    # Issue 14 follow-up (R1 F2): stop() ended the dispatch thread, then unsubscribed. A
+    # beat_many racing stop() pushed its received events into the full "block" queue after the
+    # thread had ended, holding the detector's locks, and unsubscribe waited for it forever.
+    for attempt in range(8):
+        mon = hw.HeartbeatMonitor(
+            None, "svc.>", period=0.005, grace=0, overflow="block", capacity=4, tick=0.001
+        )
+        mon.add_listener(Wants())
+        for topic in TOPICS:
+            mon.expect(topic)
+        mon.start()
+        done = threading.Event()
+        beating = threading.Event()
+
+        def beats(
+            mon: hw.HeartbeatMonitor = mon,
+            done: threading.Event = done,
+            beating: threading.Event = beating,
+        ) -> None:
+            while not done.is_set():
+                mon.beat_many(TOPICS)
+                beating.set()
+
+        beater = threading.Thread(target=beats, daemon=True)
+        beater.start()
+        try:
+            assert beating.wait(5.0), "the beater never recorded a batch"
+            _in_thread(lambda m=mon: m.stop(timeout=2.0), 10.0, f"stop() (attempt {attempt})", mon)
+        finally:
+            done.set()
+            beater.join(5.0)
+        assert not mon.running
+        assert not beater.is_alive(), "beat_many still blocked after stop()"
+
+
+# -- listeners called on the dispatch thread that call the monitor, under "block" -------------
+
+#: Whether the core pushes into a full "block" queue only after letting go of the detector's
+#: locks (the core half of issue 14 item 3 / R1 F1). Until then the driver waits for room
+#: holding them, and a listener on the dispatch thread (the queue's only consumer) that calls
+#: the monitor waits for them too.
+CORE_PUSHES_OUTSIDE_LOCKS = False
+needs_core_fix = pytest.mark.xfail(
+    not CORE_PUSHES_OUTSIDE_LOCKS,
+    strict=True,
+    reason="R1 F1: the core's driver waits for room in a block queue holding the detector's "
+    "locks (core engineer's fix, not in this build)",
+)
+
+
+class CallsTheMonitor(hw.SubscriberListener):
+    """Called on the dispatch thread (``listener_queue=None``); each ``on_failed`` calls
+    ``action(mon, event)``."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        self.mon: hw.HeartbeatMonitor | None = None
+        self.calls = 0
+
+    def on_failed(self, event: Failed) -> None:
+        assert self.mon is not None
+        self.calls += 1
+        if self.action == "add_listener" and self.calls == 1:
+            self.mon.add_listener(Wants())  # a feed switch, on the dispatch thread
+        elif self.action == "pause":
+            self.mon.pause(event.topic)
+        elif self.action == "expect" and self.calls == 1:
+            self.mon.expect("svc.new", period=2.0)
+
+
+@needs_core_fix
+@pytest.mark.parametrize("action", ["add_listener", "pause", "expect"])
+def test_a_listener_on_the_dispatch_thread_may_call_the_monitor_under_block(action: str) -> None:
+    # R1 F1: 200 topics fail together into a "block" queue of 4; the listener, on the queue's
+    # only consumer thread, calls the monitor, which needs the detector's locks.
+    clock = hw.ManualClock()
+    listener = CallsTheMonitor(action)
+    mon = hw.HeartbeatMonitor(
+        None,
+        "svc.>",
+        clock=clock,
+        overflow="block",
+        capacity=4,
+        listener_queue=None,
+        listeners=[listener],
+    )
+    listener.mon = mon
+    for topic in TOPICS:
+        mon.expect(topic)
+    mon.start()
+    try:
+        _in_thread(lambda: clock.advance(1.5), 5.0, f"clock.advance with {action}", mon)
+        assert mon.drain(10.0)
+        assert listener.calls == len(TOPICS)
+        if action == "pause":
+            assert mon.counts()["PAUSED"] == len(TOPICS)
+    finally:
+        _in_thread(lambda: mon.stop(timeout=2.0), 10.0, "stop()", mon)
+
+
+class ExpectsOnResumed(hw.SubscriberListener):
+    """Called on the dispatch thread; each ``on_resumed`` calls ``mon.expect(topic)`` (which
+    takes the monitor's lock but needs none of the detector's)."""
+
+    def __init__(self) -> None:
+        self.mon: hw.HeartbeatMonitor | None = None
+        self.resumed = 0
+
+    def on_resumed(self, event: Resumed) -> None:
+        assert self.mon is not None
+        self.mon.expect(event.topic)
+        self.resumed += 1
+
+
+@pytest.mark.parametrize("how", ["whole", "each", "restart"])
+def test_resume_does_not_hold_the_monitor_lock_while_its_events_wait_for_room(how: str) -> None:
+    # Issue 14 item 3 pattern, monitor side: resume() held the monitor's lock while the
+    # detector pushed its `resumed` events into a full "block" queue; the queue's only
+    # consumer (a listener on the dispatch thread) needed that lock: neither could go on. (The
+    # core's fix does not help: the push waits for room whatever locks the core lets go of.)
+    clock = hw.ManualClock()
+    listener = ExpectsOnResumed()
+    mon = hw.HeartbeatMonitor(
+        None,
+        "svc.>",
+        clock=clock,
+        overflow="block",
+        capacity=4,
+        listener_queue=None,
+        listeners=[listener],
+    )
+    listener.mon = mon
+    topics = TOPICS[:50]
+    for topic in topics:
+        mon.expect(topic)
+    mon.start()
+    clock.advance(1.5)  # every topic FAILED
+    assert mon.drain(5.0)
+    if how == "whole":
+        mon.pause()
+    else:
+        for topic in topics:
+            mon.pause(topic)
+    mon.beat_many(topics)  # heard while paused: each resume emits `resumed`
+    if how == "restart":  # resumed while stopped: start() resumes them
+        mon.stop()
+        for topic in topics:
+            mon.resume(topic)
+
+    def action() -> None:
+        if how == "whole":
+            mon.resume()
+        elif how == "each":
+            for topic in topics:
+                mon.resume(topic)
+        else:
+            mon.start()
+
+    try:
+        _in_thread(action, 5.0, f"resume ({how})", mon)
+        assert mon.drain(5.0)
+        assert listener.resumed == len(topics)
+        assert mon.counts()["ALIVE"] == len(topics)
+    finally:
+        _in_thread(lambda: mon.stop(timeout=2.0), 10.0, "stop()", mon)

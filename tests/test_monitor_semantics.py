@@ -348,6 +348,60 @@ def test_a_topic_paused_before_start_is_paused_once_started(rig: Rig) -> None:
         HeartbeatMonitor(None, "x.>").pause()
 
 
+def test_a_topic_resumed_while_stopped_is_watched_again_after_start(rig: Rig) -> None:
+    # R1 F3: the detector keeps pauses across stop/start (issue 14 item 6), but resume(topic)
+    # while stopped only told the monitor: the topic came back PAUSED for good, resume() said
+    # False, and it never failed.
+    rig.mon.expect("svc.a")
+    rig.mon.expect("svc.b")
+    rig.mon.start()
+    rig.send("svc.a")
+    assert rig.mon.pause("svc.a")
+    assert rig.mon.pause("svc.b")
+    rig.mon.stop()
+    assert rig.mon.resume("svc.a")  # while stopped; svc.b stays paused
+    rig.clock.advance(10.0)
+    rig.take()
+    rig.mon.start()  # at 10
+    assert rig.mon.status("svc.a").state is State.ALIVE
+    assert rig.mon.status("svc.b").state is State.PAUSED
+    assert not rig.mon.resume("svc.a")
+    assert rig.advance(2.5) == [
+        ("started", "svc.>"),
+        ("failed", "svc.a", 1, 11000, 11000),
+        ("failed", "svc.a", 2, 12000, 11000),
+    ]
+    assert rig.mon.resume("svc.b")
+
+
+def test_a_failed_topic_resumed_while_stopped_counts_on_after_start(rig: Rig) -> None:
+    rig.mon.expect("svc.a")
+    rig.mon.start()
+    assert rig.advance(1.5) == [("started", "svc.>"), ("failed", "svc.a", 1, 1000, 1000)]
+    assert rig.mon.pause("svc.a")
+    rig.mon.stop()
+    assert rig.mon.resume("svc.a")
+    rig.clock.advance(3.5)
+    assert rig.take() == [("stopped", "svc.>")]
+    rig.mon.start()  # at 5: FAILED as when paused, its count going on one period later
+    st = rig.mon.status("svc.a")
+    assert (st.state, st.missed, ms(st.failed_since)) == (State.FAILED, 1, 1000)
+    assert rig.advance(1.001) == [("started", "svc.>"), ("failed", "svc.a", 2, 6000, 1000)]
+
+
+def test_a_topic_paused_while_stopped_stays_paused_after_start(rig: Rig) -> None:
+    rig.mon.expect("svc.a")
+    rig.mon.start()
+    rig.mon.stop()
+    assert rig.mon.pause("svc.a")
+    assert not rig.mon.pause("svc.a")
+    rig.mon.start()
+    assert rig.mon.status("svc.a").state is State.PAUSED
+    assert rig.advance(5.0) == [("started", "svc.>"), ("stopped", "svc.>"), ("started", "svc.>")]
+    assert rig.mon.resume("svc.a")
+    assert rig.advance(1.001) == [("failed", "svc.a", 1, 6000, 6000)]
+
+
 # -- topics learned from beats -----------------------------------------------------------------
 
 

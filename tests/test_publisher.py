@@ -950,3 +950,33 @@ def test_a_hanging_listener_delays_only_its_own_publishers_events(
         assert all("-check-" in name for name in listener.threads)
     finally:
         gate.set()
+
+
+def test_nothing_reaches_a_publisher_listener_after_on_stopped(rig: Rig) -> None:
+    # A beat being sent on a check thread when stop() is called still emits on_sent after
+    # on_stopped (the outbox kept them in that order, and emit("on_stopped") sealed nothing).
+    inside = threading.Event()
+    release = threading.Event()
+
+    def hold(message: Message) -> None:  # the embedded broker delivers in the sending thread
+        inside.set()
+        release.wait(10.0)
+
+    rig.broker.subscribe("svc.held", hold)
+    rec = Recorder()
+    pub = rig.make("svc.held", payload=lambda: {"n": 1}, listeners=[rec])  # beats on a thread
+    pub.start()
+    rig.clock.advance(0.0)
+    assert inside.wait(5.0), "the first beat was never sent"
+    pub.stop()  # the beat is still being sent
+    release.set()
+    assert rig.sched.drain(timeout=5.0)
+    assert _wait_until(lambda: pub.sent == 1, 5.0)
+    assert rec.kinds() == ["Started", "Stopped"], rec.kinds()
+    assert pub._listeners.late == 1  # the late on_sent, refused and counted
+    # A restart delivers again.
+    pub.start()
+    rig.clock.advance(0.0)
+    assert _wait_until(lambda: rec.kinds()[-1] == "Sent", 5.0), rec.kinds()
+    pub.stop()
+    assert rec.kinds() == ["Started", "Stopped", "Started", "Sent", "Stopped"]

@@ -361,3 +361,21 @@ def test_stale_beats_are_logged_and_reported(caplog: pytest.LogCaptureFixture) -
 def test_max_beat_age_rejects_bad_values(value: object, exc: type[Exception]) -> None:
     with pytest.raises(exc, match=r"max_beat_age .*got"):
         hw.HeartbeatMonitor(None, "svc.>", key=KEY, max_beat_age=value)  # type: ignore[arg-type]
+
+
+def test_the_default_max_beat_age_follows_the_period_of_a_topic_in_a_reused_slot() -> None:
+    # R1 F10: the default bound read the topic's period at index `handle`, not at its slot
+    # (handle & 0xFFFFFFFF): for a topic in a reused slot (generation >= 1) the index was out
+    # of range, and the bound fell back to the monitor's period (60 s: 240 s instead of 60.3 s).
+    mon = hw.HeartbeatMonitor(None, "svc.>", period=60.0, clock=hw.ManualClock(), key=KEY)
+    mon.start()
+    try:
+        mon.expect("svc.churn", period=0.1)
+        mon.remove("svc.churn")
+        assert mon.drain()
+        handle = mon.expect("svc.reused", period=0.1)  # 3 x 0.1 + 60 = 60.3 s
+        assert handle >> 32 >= 1, f"slot not reused: handle {handle:#x}"
+        _deliver(mon, Beat("svc.reused", 1, "b1", time.time() - 100.0, 0.1))
+        assert rejected(mon) == {"stale": 1}
+    finally:
+        mon.stop()

@@ -343,6 +343,13 @@ class ListenerSet(Generic[L]):
         self._retired_dropped = 0  # drops of listeners since removed
         self._sealed = False  # emit_last was called: emits are refused until unseal()
         self._late = 0  # events refused for that (unqueued listeners and removed ones)
+        # Unqueued sets: emits calling listeners right now (the last event waits for them), how
+        # many of those are the current thread's (a listener's call may emit in turn), and the
+        # last event when emit_last could not wait: the last call in flight delivers it.
+        self._calls = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._mine = threading.local()
+        self._handed: tuple[str, object] | None = None
 
     def add(self, listener: L, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Register ``listener`` (an instance of ``kind``, else ``TypeError``).
@@ -416,23 +423,79 @@ class ListenerSet(Generic[L]):
         """Call (or, in a queued set, enqueue) ``method_name(event)`` for every listener that
         overrides it; never raises, never waits for a queued listener. After
         :meth:`emit_last`, refused (counted in :attr:`late`) until :meth:`unseal`."""
-        for entry in self._entries:
-            if method_name in entry.overrides:
-                if entry.worker is not None:
+        if self.queue_size is not None:
+            for entry in self._entries:
+                if method_name in entry.overrides and entry.worker is not None:
                     entry.worker.put(method_name, event, True)
-                elif self._sealed:
-                    with self._lock:
-                        self._late += 1
-                else:
-                    self._call(entry, method_name, event, report=True)
+            return
+        if not self._enter(method_name):
+            return
+        try:
+            for entry in self._entries:
+                if method_name in entry.overrides:
+                    if self._sealed:  # a listener called before emitted the last event
+                        with self._lock:
+                            self._late += 1
+                    else:
+                        self._call(entry, method_name, event, report=True)
+        finally:
+            self._leave()
 
-    def emit_last(self, method_name: str, event: object) -> None:
+    def _enter(self, method_name: str) -> bool:
+        """An unqueued emit begins: False (and counted late) after the last event."""
+        with self._calls:
+            if self._sealed:
+                self._late += sum(method_name in e.overrides for e in self._entries)
+                return False
+            self._in_flight += 1
+        self._mine.depth = getattr(self._mine, "depth", 0) + 1
+        return True
+
+    def _enter_one(self) -> bool:
+        """One unqueued call outside an emit (a coroutine's error report) begins."""
+        with self._calls:
+            if self._sealed:
+                self._late += 1
+                return False
+            self._in_flight += 1
+        self._mine.depth = getattr(self._mine, "depth", 0) + 1
+        return True
+
+    def _leave(self) -> None:
+        """An unqueued emit ends; the last one out delivers a last event handed to it."""
+        self._mine.depth -= 1
+        with self._calls:
+            self._in_flight -= 1
+            handed = None
+            if self._in_flight == 0:
+                handed, self._handed = self._handed, None
+                self._calls.notify_all()
+        if handed is not None:
+            self._call_last(*handed)
+
+    def emit_last(self, method_name: str, event: object, *, timeout: float | None = None) -> None:
         """Emit ``method_name(event)`` as each listener's last event (``on_stopped``): every
         later emit, from any thread, is refused and counted in :attr:`late` (and starts no
-        listener thread) until :meth:`unseal`. In a queued set a listener gets nothing after
-        it; an unqueued listener may still be inside a call that began before."""
-        with self._lock:
+        listener thread) until :meth:`unseal`.
+
+        In a queued set it is put last in each listener's queue. Unqueued listeners are called
+        once the calls other threads' emits have in progress end (a listener calling this from
+        its own call is not waited for), at most ``timeout`` seconds (``None``: no limit);
+        after that the last of those calls to end makes this one, on its thread. Either way a
+        listener gets nothing after it."""
+        with self._calls:
             self._sealed = True
+            if self.queue_size is None:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while self._in_flight > getattr(self._mine, "depth", 0):
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        self._handed = (method_name, event)  # delivered by the last one out
+                        return
+                    self._calls.wait(remaining)
+        self._call_last(method_name, event)
+
+    def _call_last(self, method_name: str, event: object) -> None:
         for entry in self._entries:
             worker = entry.worker
             if worker is None:
@@ -444,13 +507,24 @@ class ListenerSet(Generic[L]):
                 worker.seal()
 
     def unseal(self) -> None:
-        """Accept events again after :meth:`emit_last` (a monitor starting again)."""
+        """Accept events again after :meth:`emit_last` (a monitor starting again). A last
+        event still waiting for a call in flight (``timeout``) is delivered first."""
+        with self._calls:
+            handed, self._handed = self._handed, None
+        if handed is not None:
+            self._call_last(*handed)
         with self._lock:
             self._sealed = False
             entries = self._entries
         for entry in entries:
             if entry.worker is not None:
                 entry.worker.unseal()
+
+    def refuse(self, method_name: str) -> None:
+        """Count in :attr:`late` an event its owner refused because it came after the last one
+        (a publisher's ``on_sent`` after its ``on_stopped``)."""
+        with self._lock:
+            self._late += sum(method_name in e.overrides for e in self._entries)
 
     @property
     def late(self) -> int:
@@ -582,11 +656,11 @@ class ListenerSet(Generic[L]):
             if other is not entry and "on_exception" in other.overrides:
                 if other.worker is not None:
                     other.worker.put("on_exception", report_event, False)
-                elif self._sealed:
-                    with self._lock:
-                        self._late += 1
-                else:
-                    self._call(other, "on_exception", report_event, report=False)
+                elif self._enter_one():
+                    try:
+                        self._call(other, "on_exception", report_event, report=False)
+                    finally:
+                        self._leave()
 
 
 class ConnectionEvents:

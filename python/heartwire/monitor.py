@@ -25,7 +25,9 @@ listener delays only itself, and what its full queue drops is counted
 ``on_resumed``, ``on_received`` and ``on_local_pause`` on the monitor's dispatch thread,
 ``on_started`` and ``on_stopped`` in the thread calling :meth:`~HeartbeatMonitor.start` and
 :meth:`~HeartbeatMonitor.stop`, ``on_exception`` for a bad beat in the thread that delivered it
-(the publishing thread, on the embedded broker).
+(the publishing thread, on the embedded broker). ``on_stopped`` is still the last call: it waits
+for the calls in progress on other threads, and if :meth:`~HeartbeatMonitor.stop`'s ``timeout``
+runs out first, the last of those calls makes it on its thread as it ends.
 """
 
 from __future__ import annotations
@@ -356,6 +358,11 @@ class HeartbeatMonitor:
         self._running = False
         self._paused = False
         self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
+        # The handles of the topics the detector may hold paused since the last stop(): it
+        # keeps them paused across a restart, so start() resumes those resumed meanwhile.
+        self._held_paused: set[int] = set()
+        # Handles being resumed in the detector by a thread that let go of the lock for it.
+        self._resuming: set[int] = set()
         # Per slot (a handle's low bits, the core's dense ids): the topic's current period (NaN:
         # not tracked yet), whether it was given to expect() (then beats do not change it), and
         # the grace given to expect() (NaN: the monitor's rule, following the period).
@@ -704,8 +711,9 @@ class HeartbeatMonitor:
         allowance = self._max_beat_age
         if allowance is None:
             period = self._period
-            if handle is not None and handle < len(self._periods):
-                tracked = self._periods[handle]
+            slot = -1 if handle is None else handle & _SLOT
+            if 0 <= slot < len(self._periods):
+                tracked = self._periods[slot]
                 if not math.isnan(tracked):
                     period = tracked
             allowance = BEAT_AGE_PERIODS * period + BEAT_AGE_SKEW
@@ -777,29 +785,43 @@ class HeartbeatMonitor:
             self._det.start()
             self._running = True
             self._paused = False
+            # The monitor owns pauses; the detector (which refuses pause/resume while stopped)
+            # restored those it held at stop(): make it match what was paused or resumed since
+            # (the resumes below, once the lock is let go).
             for topic in self._paused_topics:
                 if topic in self._det:
                     self._det.pause(topic)
+            keep = self._paused_handles()
+            resume = [h for h in self._held_paused if h not in keep]
+            self._held_paused = set()
+            self._resuming.update(resume)
             try:
                 if self._broker is not None:
                     self._subscription = self._broker.subscribe(self._pattern, self.handle_message)
                     self._connection_events.attach(self._broker)
             except BaseException:
                 self._running = False
+                self._held_paused = self._paused_handles() | set(resume)
+                self._resuming.difference_update(resume)
                 self._det.stop()
                 self._finish_feeds(self._detach_feeds(), timeout=1.0)
                 raise
             _running.add(self)
-            return self
+        self._resume_in_detector(resume)
+        return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop watching: cancel the broker subscription, stop the detector, deliver the events
         produced so far, end the dispatch thread, then ``on_stopped``. Idempotent."""
+        if self._paused:  # the detector keeps pauses across a restart; this one ends here
+            with contextlib.suppress(RuntimeError):  # (stopped meanwhile)
+                self.resume()  # without the lock: see _resume_in_detector
         with self._lock:
             if not self._running:
                 return
-            if self._paused:  # the detector keeps pauses across a restart; this one ends here
+            if self._paused:  # paused again meanwhile
                 self.resume()
+            self._held_paused = self._paused_handles() | self._resuming
             self._running = False
             self._paused = False
             _running.discard(self)
@@ -818,8 +840,11 @@ class HeartbeatMonitor:
         self._finish_feeds(chain, timeout)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
         # did not finish in time, a late bad beat, a listener's error report) is refused and
-        # counted (``listener_late``), and starts no listener thread again.
-        self._listeners.emit_last("on_stopped", Stopped(self._pattern))
+        # counted (``listener_late``), and starts no listener thread again. An unqueued
+        # listener's call in progress on another thread ends first (or, past the deadline,
+        # makes on_stopped itself when it ends).
+        remaining = max(0.0, deadline - time.monotonic())
+        self._listeners.emit_last("on_stopped", Stopped(self._pattern), timeout=remaining)
         # Queued listeners get what was produced, then their threads end (a blocked one ends
         # by itself once it has caught up).
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):
@@ -828,7 +853,8 @@ class HeartbeatMonitor:
     def pause(self, topic: str | None = None) -> bool:
         """Pause the whole monitor, or one topic: no failures while paused (beats are still
         recorded; a FAILED topic's first beat while paused is noted for :meth:`resume`).
-        Returns False if already paused; ``KeyError`` for an unknown topic."""
+        Returns False if already paused; ``KeyError`` for an unknown topic. One topic can be
+        paused while the monitor is stopped too: it is paused from :meth:`start` on."""
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)
@@ -856,7 +882,8 @@ class HeartbeatMonitor:
         when paused and was heard while paused gets ``on_resumed`` now, its ``at`` being the
         first beat after the failure and ``downtime`` that beat's time minus ``since``. One
         that was not heard stays FAILED with its count: the next ``on_failed`` (``missed + 1``,
-        same ``since``) comes one period after the resume.
+        same ``since``) comes one period after the resume. A topic resumed while the monitor
+        is stopped (pauses are kept across a restart) is watched again from :meth:`start`.
         """
         with self._lock:
             if topic is not None:
@@ -864,20 +891,52 @@ class HeartbeatMonitor:
                 if topic not in self._paused_topics:
                     return False
                 self._paused_topics.discard(topic)
-                if self._running and not self._paused:
-                    self._det.resume(handle)
-                return True
+                if not (self._running and not self._paused):
+                    return True
+                resume = [handle]
+            else:
+                if not self._running:
+                    raise RuntimeError(f"monitor of {self._pattern!r} is not running")
+                if not self._paused:
+                    return False
+                self._paused = False
+                keep = self._paused_handles()
+                resume = [h for h in self._det.handles() if h not in keep]
+            self._resuming.update(resume)
+        self._resume_in_detector(resume)
+        return True
+
+    def _resume_in_detector(self, handles: list[int]) -> None:
+        """Resume ``handles`` in the detector (noted in ``_resuming`` by the caller, under the
+        lock), without the lock: a resume may emit ``resumed`` and, under ``"block"``, wait for
+        room in the event queue, whose consumer (a listener on the dispatch thread) may call
+        the monitor and need the lock. Then, under the lock, pause again those paused again
+        meanwhile (a resume that came after a stop() is redone by the next start())."""
+        if not handles:
+            return
+        for handle in handles:
+            with contextlib.suppress(KeyError):  # removed meanwhile
+                self._det.resume(handle)
+        with self._lock:
+            self._resuming.difference_update(handles)
             if not self._running:
-                raise RuntimeError(f"monitor of {self._pattern!r} is not running")
-            if not self._paused:
-                return False
-            self._paused = False
-            paused_topics = {self._det.handle(t) for t in self._paused_topics}
-            for handle in self._det.handles():
-                if handle not in paused_topics:
-                    with contextlib.suppress(KeyError):
-                        self._det.resume(handle)
-            return True
+                return
+            if self._paused:
+                again = handles
+            else:
+                keep = self._paused_handles()
+                again = [h for h in handles if h in keep]
+            for handle in again:
+                with contextlib.suppress(KeyError):
+                    self._det.pause(handle)
+
+    def _paused_handles(self) -> set[int]:
+        """The handles of the topics paused one by one (called with the lock held)."""
+        return {
+            handle
+            for topic in self._paused_topics
+            if (handle := self._det.handle(topic)) is not None
+        }
 
     def _handle_or_raise(self, topic: str) -> int:
         handle = self._det.handle(topic)
@@ -911,7 +970,8 @@ class HeartbeatMonitor:
         ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``),
         ``local_pause_seconds`` (the same length in seconds), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow
-        policy, or held by a dispatch thread that :meth:`stop` did not wait for),
+        policy, held by a dispatch thread that :meth:`stop` did not wait for, or pushed by a
+        beat that raced :meth:`stop` after its queue was closed),
         ``listener_errors``, ``dispatch_errors``, ``listener_dropped`` (events the
         listener queues' overflow policy discarded), ``listener_late`` (events refused because
         they came after ``on_stopped``: nothing reaches a listener after it),
@@ -959,6 +1019,7 @@ class HeartbeatMonitor:
           their sum;
         - ``dropped``: events lost, by where: ``dispatch`` (the detector's queue overflow
           policy) and ``listeners`` (the listener queues');
+        - ``listener_late``: events refused because they came after ``on_stopped``;
         - ``listener_errors``, ``dispatch_errors``: calls that raised;
         - ``dispatch_queue_depth``, ``listener_queue_depth``: events waiting now;
         - ``disconnects``, ``reconnects``: of the broker connection;
@@ -977,6 +1038,7 @@ class HeartbeatMonitor:
             "rejected": rejected,
             "rejected_total": sum(rejected.values()),
             "dropped": {"dispatch": stats["dropped"], "listeners": stats["listener_dropped"]},
+            "listener_late": stats["listener_late"],
             "listener_errors": stats["listener_errors"],
             "dispatch_errors": stats["dispatch_errors"],
             "dispatch_queue_depth": stats["dispatch_queue_depth"],
@@ -1076,17 +1138,28 @@ class HeartbeatMonitor:
         return chain
 
     def _finish_feeds(self, chain: list[_Feed], timeout: float) -> None:
-        """Deliver what the feeds hold within ``timeout``, end their threads, and close their
-        queues. A thread still busy then delivers nothing more (what it holds is counted in
-        ``dropped``) and ends by itself."""
+        """Deliver what the feeds hold within ``timeout``, end their threads, and let go of
+        their queues. A thread still busy then delivers nothing more (what it holds is counted
+        in ``dropped``) and ends by itself.
+
+        Each queue is closed first, as in :meth:`_open_feed`: a producer still pushing (a beat
+        taken just before the detector stopped) may be waiting for room in a full ``"block"``
+        queue while holding the detector's locks, which ``unsubscribe`` needs, and once the
+        thread has ended nothing would make room. Closing releases it (what it pushes later is
+        refused and counted in ``dropped``); the thread still delivers what is queued."""
         deadline = time.monotonic() + timeout
-        for feed in chain:
+        for i, feed in enumerate(chain):
+            feed.queue.close()
             dispatcher = feed.dispatcher
             if dispatcher is not None:
                 dispatcher.stop(max(0.0, deadline - time.monotonic()))
             feed.finished = True
             self._det.unsubscribe(feed.queue)
-            losses = _losses(feed.queue)
+            stats = feed.queue.stats()
+            losses = stats["dropped_oldest"] + stats["dropped_newest"] + stats["coalesced"]
+            if i == len(chain) - 1:
+                # Refused by the closed queue. (A replaced feed's were pushed to its successor.)
+                losses += stats["rejected_closed"]
             with self._rejected_lock:
                 self._losses += losses
             if dispatcher is not None and dispatcher.alive:

@@ -360,8 +360,9 @@ class HeartbeatPublisher:
     def stop(self) -> None:
         """Stop beating and leave the scheduler. Idempotent; joins no thread.
 
-        A beat already being sent on another thread when this is called may still go out;
-        a check still running is left to finish on its thread, and its result is dropped.
+        A beat already being sent on another thread when this is called may still go out (its
+        ``on_sent`` is not reported: ``on_stopped`` is a listener's last event until the next
+        start); a check still running is left to finish on its thread, and its result is dropped.
         """
         with self._lock:
             if self._state == _STOPPED:
@@ -557,10 +558,16 @@ class HeartbeatPublisher:
     def _emit(self, method: str, event: object, deliver: str) -> None:
         """Queue ``event`` for the listeners overriding ``method``, then deliver the queue:
         on this thread (``_INLINE``), in a check-thread job (``_JOB``), or not yet (``_LATER``:
-        the caller calls :meth:`_deliver_queued`)."""
+        the caller calls :meth:`_deliver_queued`). Once stopped, nothing but ``on_stopped``:
+        an event of a beat still in flight then would reach listeners after it (refused and
+        counted in the listener set's ``late``). The state and the queue share the lock, so
+        what came before the stop is queued before ``on_stopped``."""
         if not self._listeners.wants(method):
             return
         with self._lock:
+            if self._state == _STOPPED and method != "on_stopped":
+                self._listeners.refuse(method)
+                return
             if len(self._outbox) >= EVENT_QUEUE:
                 self._outbox.popleft()
                 self._events_dropped += 1
