@@ -262,6 +262,9 @@ class Consumer:
         ack_id = headers.get("ack") or headers.get("message-id", "")
         no = self._delivery(link)
 
+        # Whether a NACK here also settles every earlier delivery (``client`` mode, RabbitMQ).
+        nack_all = link.dialect.nack_cumulative
+
         def frame(ok: bool) -> bool:
             # Whether the frame went out (else the connection is gone: the broker redelivers).
             try:
@@ -276,9 +279,9 @@ class Consumer:
             def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
                 if tx is not None:
                     tx._settle_stomp(link, "ACK" if ok else "NACK", {"id": ack_id})
-                    tx._after_commit(lambda: self._settled(link, no, msg.id, ok))
+                    tx._after_commit(lambda: self._settled(link, no, msg.id, ok, nack_all))
                 else:  # handled even if the ACK cannot land: the redelivery is a duplicate
-                    self._settled(link, no, msg.id, ok, counted=frame(ok))
+                    self._settled(link, no, msg.id, ok, nack_all, counted=frame(ok))
 
         msg = ReceivedMessage(
             message_id,
@@ -307,7 +310,7 @@ class Consumer:
                 def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
                     def apply() -> None:
                         store.settle(channel, tag, ok)
-                        self._settled(channel, no, msg.id, ok)
+                        self._settled(channel, no, msg.id, ok, False)  # (NACK: its own)
 
                     if tx is not None:
                         tx._defer(apply)
@@ -351,12 +354,19 @@ class Consumer:
             return next(self._deliveries)
 
     def _settled(
-        self, channel: Any, no: int, message_id: str, ok: bool, counted: bool = True
+        self,
+        channel: Any,
+        no: int,
+        message_id: str,
+        ok: bool,
+        nack_all: bool,
+        counted: bool = True,
     ) -> None:
         # The application acked (``ok``) or nacked delivery ``no`` of ``channel`` (``counted``:
         # and the frame went out). An acked id is handled, even if its ACK did not reach the
-        # broker: a later copy of it is a duplicate. ``client`` mode settles every earlier
-        # delivery too.
+        # broker: a later copy of it is a duplicate. In ``client`` mode an ACK settles every
+        # earlier delivery too, and so does a NACK where the broker's is cumulative
+        # (``nack_all``: RabbitMQ; ActiveMQ's and the embedded broker's settle only their own).
         release: Callable[[], None] | None = None
         window = self._window
         with self._lock:
@@ -367,7 +377,7 @@ class Consumer:
             handled = [message_id] if ok else []
             if channel is self._channel:
                 done = [no]
-                if self.ack == "client" and (ok or self._stomp):  # STOMP's NACK is cumulative
+                if self.ack == "client" and (ok or nack_all):
                     done += [n for n in self._unsettled if n < no]
                     self._held_dups = [(n, a) for n, a in self._held_dups if n > no]
                 for n in done:
