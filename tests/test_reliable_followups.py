@@ -4,6 +4,10 @@ brokers.
 - A. ``ack="client"``: a NACK settles only its own message on ActiveMQ (RabbitMQ's is
   cumulative); a later duplicate's cumulative ACK must not acknowledge an earlier message whose
   handler raised.
+- C. The backlog re-send is written after the new connection is published, outside the
+  connector's lock: while it is held up, a plain publisher on that transport and one on another
+  broker (the same scheduler thread) keep beating.
+- F. Meanwhile a handler on the new connection's receiving thread can subscribe and publish.
 
 Every wait is bounded and names what it waited for.
 """
@@ -12,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import heartwire as hw
+from heartwire.transport.link import StompLink
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
 from tests.test_reliable_races import BOTH, Inbox, open_broker, uid
 
@@ -87,3 +93,139 @@ def test_client_mode_nack_never_lets_a_duplicate_ack_an_unhandled_message(
         f"m1 (its handler raised, never acked) back at a new consumer; handler saw {seen}, "
         f"the new consumer got {rest.bodies()}",
     )
+
+
+FAILOVER_THREAD = "heartwire-stomp-failover"
+
+
+class FaultySend:
+    """Patches :meth:`StompLink.send` for the failover thread's sends to ``destination`` (the
+    backlog re-send): ``fail`` makes the next one raise once; ``hold`` makes them wait for
+    :meth:`release` (bounded), signalling ``entered``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, destination: str) -> None:
+        self.destination = destination
+        self.fail = False
+        self.hold = False
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.failed = 0
+        original = StompLink.send
+
+        def send(link: StompLink, dest: str, body: bytes, headers: dict[str, str]) -> None:
+            if dest == self.destination and threading.current_thread().name == FAILOVER_THREAD:
+                if self.fail:
+                    self.fail = False
+                    self.failed += 1
+                    raise TimeoutError("test: the send timed out")  # the socket stays up
+                if self.hold:
+                    self.entered.set()
+                    if not self.go.wait(15):
+                        raise AssertionError("the test never released the re-send")
+            original(link, dest, body, headers)
+
+        monkeypatch.setattr(StompLink, "send", send)
+
+    def release(self) -> None:
+        self.hold = False
+        self.go.set()
+
+
+def reconnect(t: Any) -> Any:
+    """Abort ``t``'s link (the failover thread reconnects); the old link."""
+    link = t.current_link
+    assert link is not None
+    link.abort("test: connection lost")
+    return link
+
+
+class Beats(hw.PublisherListener):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_sent(self, event: Any) -> None:
+        self.count += 1
+
+
+def test_a_held_up_resend_delays_no_other_publisher(
+    closing: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Items 16/17's rule: one slow thing never delays another's beats. The re-send of a
+    # reliable backlog is held in its first write; meanwhile a plain publisher on the same
+    # transport (publish(timeout=0) on the shared scheduler thread) and one on another broker
+    # must keep beating.
+    destination = f"/queue/{uid()}"
+    t = open_broker("activemq", closing)
+    sender = hw.ReliableSender(t, destination, persistent=False)
+    closing.append(sender)
+    here, elsewhere = Beats(), Beats()
+    p_here = hw.HeartbeatPublisher(t, f"svc.{uid()}", 0.05, listeners=[here])
+    p_elsewhere = hw.HeartbeatPublisher(
+        hw.MemoryBroker(), "svc.elsewhere", 0.02, listeners=[elsewhere]
+    )
+    closing.extend([p_here, p_elsewhere])
+    faulty = FaultySend(monkeypatch, destination)
+    faulty.hold = True
+    old = reconnect(t)
+    for i in range(20):
+        sender.send(b"backlog %d" % i)
+    p_here.start()
+    p_elsewhere.start()
+    assert faulty.entered.wait(10), "the re-send never started"
+    try:
+        here0, elsewhere0 = here.count, elsewhere.count
+        time.sleep(1.0)  # the measuring window (the re-send is held all along)
+        beats_here, beats_elsewhere = here.count - here0, elsewhere.count - elsewhere0
+        published = t.current_link not in (None, old)
+    finally:
+        faulty.release()
+    assert beats_elsewhere >= 25, (
+        f"a publisher on another broker sent {beats_elsewhere} beats in 1 s (50 due) while a "
+        "re-send was held up"
+    )
+    assert beats_here >= 10, (
+        f"a plain publisher on the reconnected transport sent {beats_here} beats in 1 s "
+        "(20 due) while the re-send was held up"
+    )
+    assert published, "the new link was not published while its re-send was held up"
+    assert sender.flush(10), f"the held re-send never completed: {sender.stats()}"
+
+
+def test_a_handler_on_the_new_link_subscribes_and_publishes_during_the_resend(
+    closing: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A handler runs on the new connection's receiving thread while the backlog is being
+    # re-sent (held up here): subscribe() and publish() from it must not wait for the re-send.
+    destination = f"/queue/{uid()}"
+    topic = f"t.{uid()}"
+    t = open_broker("activemq", closing)
+    other = open_broker("activemq", closing)
+    sender = hw.ReliableSender(t, destination)
+    closing.append(sender)
+    done: list[str] = []
+    entered = threading.Event()
+
+    def handler(message: hw.Message) -> None:
+        entered.set()
+        t.subscribe(f"{topic}.more", lambda m: None)
+        done.append("subscribed")
+        t.publish(f"{topic}.out", b"from a handler", timeout=5)
+        done.append("published")
+
+    t.subscribe(topic, handler)
+    faulty = FaultySend(monkeypatch, destination)
+    faulty.hold = True
+    reconnect(t)
+    sender.send(b"backlog")
+    try:
+        assert faulty.entered.wait(10), "the re-send never started"
+        other.publish(topic, b"go")  # delivered on the new link (its subscription restored)
+        assert entered.wait(10), "the handler never ran on the new link"
+        wait_for(
+            lambda: len(done) == 2,
+            5,
+            f"subscribe() and publish() from the handler while the re-send is held (did: {done})",
+        )
+    finally:
+        faulty.release()
+    assert sender.flush(10), f"flush: {sender.stats()}"

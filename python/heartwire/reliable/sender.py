@@ -9,11 +9,13 @@
 On STOMP every SEND asks for a receipt (``receipt`` = the message id) and carries
 ``hw-message-id`` and, with ``persistent=True``, ``persistent:true``. A message stays in
 :attr:`~ReliableSender.outstanding` until its receipt comes (or the broker refuses it). When the
-connection is lost, the transport reconnects and, before anything else is published on the new
-connection, every outstanding message is sent again, in order, with the same id (receivers drop
-the duplicates this can make, see :class:`~heartwire.reliable.Consumer`). :meth:`send` never
-waits for a connection: during an outage, and while the backlog is being re-sent, messages
-queue behind it and go out in order.
+connection is lost, the transport reconnects and every outstanding message is sent again on the
+new connection, in order, with the same id, before anything the sender sends later (receivers
+drop the duplicates this can make, see :class:`~heartwire.reliable.Consumer`). The re-send is
+written on the failover thread once the connection is published, outside the transport's lock,
+so other publishers of the process never wait for it. :meth:`send` never waits for a
+connection: during an outage, and while the backlog is being re-sent, messages queue behind it
+and go out in order.
 
 A flush request covers every message sent before it and completes once each of them was
 receipted or refused; several may be in flight and complete in order. A refused message fires
@@ -127,6 +129,9 @@ class ReliableSender:
         self._link: Any = None
         self._queue: deque[_Pending] = deque()
         self._draining = False
+        # A new connection whose re-send this sender still owes (``_resend`` queued it under
+        # the connector's lock; ``_resume`` writes it once the link is published).
+        self._owed: Any = None
         self._tracker = ReceiptTracker.of(broker) if self._stomp else None
         if self._tracker is not None:
             # A connection being attached right now either re-sends through this sender (it
@@ -238,16 +243,30 @@ class ReliableSender:
         return message_id
 
     def _resend(self, link: Any) -> None:
-        """Send every outstanding message again, in order, on the new connection ``link`` (the
-        tracker calls this under the transport's connector lock, before the link is
-        published). Sends made meanwhile queue behind the backlog."""
+        """Queue every outstanding message again, in order, for the new connection ``link``.
+        The tracker calls this under the transport's connector lock, before the link is
+        published, so nothing is written here (a publish or subscribe waiting for the lock
+        would wait for the whole backlog): :meth:`_resume` writes it once the link is
+        published. Sends made meanwhile queue behind the backlog."""
         with self._lock:
             self._link = link
             # Receipts of the earlier connection will never come: everything goes again.
             self._queue = deque(self._outstanding.values())
             if self._draining:  # another thread is writing: it moves on to ``link``
+                if self._owed is not None:
+                    self._owed = link
                 return
-            self._draining = True
+            self._draining = True  # held for _resume: sends queue behind the backlog
+            self._owed = link
+
+    def _resume(self, link: Any) -> None:
+        """Write the re-send :meth:`_resend` queued for ``link``; the tracker calls this
+        outside the connector's lock once ``link`` was published (or rejected: then nothing
+        goes out and the next connection re-sends)."""
+        with self._lock:
+            if self._owed is not link:
+                return
+            self._owed = None
         self._drain()
 
     def _drain(self) -> None:
