@@ -4,6 +4,8 @@ brokers.
 - A. ``ack="client"``: a NACK settles only its own message on ActiveMQ (RabbitMQ's is
   cumulative); a later duplicate's cumulative ACK must not acknowledge an earlier message whose
   handler raised.
+- B. A send that fails while the backlog is re-sent on a new connection ends that connection;
+  nothing is stranded: the next connection re-sends it all, in order, and the flush completes.
 - C. The backlog re-send is written after the new connection is published, outside the
   connector's lock: while it is held up, a plain publisher on that transport and one on another
   broker (the same scheduler thread) keep beating.
@@ -137,6 +139,33 @@ def reconnect(t: Any) -> Any:
     assert link is not None
     link.abort("test: connection lost")
     return link
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_a_send_failing_in_the_resend_ends_the_link_and_strands_nothing(
+    name: str, closing: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    destination = f"/queue/{uid()}"
+    t = open_broker(name, closing)
+    inbox = Inbox()
+    consumer = hw.Consumer(open_broker(name, closing), destination, on_message=inbox)
+    closing.append(consumer)
+    consumer.start()
+    sender = hw.ReliableSender(t, destination)
+    closing.append(sender)
+    ids = [sender.send(b"m0")]
+    assert sender.flush(10), f"first flush: {sender.stats()}"
+    faulty = FaultySend(monkeypatch, destination)
+    old = reconnect(t)
+    ids += [sender.send(b"m%d" % i) for i in (1, 2, 3)]  # queued: no connection
+    faulty.fail = True  # the first write of the re-send raises, the connection stays up
+    wait_for(lambda: t.current_link not in (None, old), 10, "a new connection")
+    ids.append(sender.send(b"m4"))
+    assert sender.flush(10), f"the flush never completed: {sender.stats()}"
+    assert faulty.failed == 1, "the injected failure did not happen"
+    wait_for(lambda: len({m.id for m in inbox.messages}) == 5, 10, "m0..m4 at the consumer")
+    got = list(dict.fromkeys(m.id for m in inbox.messages))  # duplicates dropped anyway
+    assert got == ids, f"lost or out of order: {inbox.bodies()}"
 
 
 class Beats(hw.PublisherListener):

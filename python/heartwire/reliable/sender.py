@@ -13,9 +13,10 @@ connection is lost, the transport reconnects and every outstanding message is se
 new connection, in order, with the same id, before anything the sender sends later (receivers
 drop the duplicates this can make, see :class:`~heartwire.reliable.Consumer`). The re-send is
 written on the failover thread once the connection is published, outside the transport's lock,
-so other publishers of the process never wait for it. :meth:`send` never waits for a
-connection: during an outage, and while the backlog is being re-sent, messages queue behind it
-and go out in order.
+so other publishers of the process never wait for it. A send that fails ends the connection:
+the next one re-sends everything outstanding. :meth:`send` never waits for a connection: during
+an outage, and while the backlog is being re-sent, messages queue behind it and go out in
+order.
 
 A flush request covers every message sent before it and completes once each of them was
 receipted or refused; several may be in flight and complete in order. A refused message fires
@@ -292,16 +293,29 @@ class ReliableSender:
                     pending.link = link
                     tracker.expect(link, message_id, self)
                     batch.append(pending)
+            done = 0
             try:
                 for pending in batch:
                     link.send(self.destination, pending.body, pending.headers)
+                    done += 1
             except Exception as exc:
-                self.broker._connector.link_lost(link, f"send failed: {exc!r}")
                 with self._lock:
-                    if self._link is link:  # the next connection re-sends everything
-                        self._draining = False
-                        return
-                # A new connection was attached meanwhile: go on with its queue.
+                    if self._link is link:
+                        # The queue again holds every outstanding message not sent on
+                        # ``self._link`` (the failed one included: it may not have gone out).
+                        rest = [
+                            p
+                            for p in batch[done:]
+                            if p.headers[MESSAGE_ID_HEADER] in self._outstanding
+                        ]
+                        self._queue.extendleft(reversed(rest))
+                    # (else a new connection was attached meanwhile: its queue has them all)
+                # End the link whether or not it is published yet: a current one is reported
+                # to the connector, which reconnects; one still being attached is no longer
+                # open, so the connector rejects it and tries again. The next connection
+                # re-sends everything outstanding. The loop then stops, or goes on with the
+                # queue of a connection attached meanwhile.
+                link.abort(f"send failed: {exc!r}")
 
     # -- receipts -------------------------------------------------------------------------------
 
