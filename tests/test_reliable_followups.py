@@ -9,6 +9,9 @@ brokers.
 - C. The backlog re-send is written after the new connection is published, outside the
   connector's lock: while it is held up, a plain publisher on that transport and one on another
   broker (the same scheduler thread) keep beating.
+- D. ``stop()`` then ``start()`` hands a message whose handler raised over again on both
+  brokers (RabbitMQ keeps it unacknowledged on the connection unless it is nacked back), and the
+  ack bookkeeping starts afresh with the new subscription.
 - F. Meanwhile a handler on the new connection's receiving thread can subscribe and publish.
 
 Every wait is bounded and names what it waited for.
@@ -248,8 +251,12 @@ def test_a_handler_on_the_new_link_subscribes_and_publishes_during_the_resend(
     sender.send(b"backlog")
     try:
         assert faulty.entered.wait(10), "the re-send never started"
-        other.publish(topic, b"go")  # delivered on the new link (its subscription restored)
-        assert entered.wait(10), "the handler never ran on the new link"
+        # Delivered on the new link once the broker has its restored subscription (a topic
+        # message sent before that reaches no one: send again until one arrives).
+        deadline = time.monotonic() + 10
+        while not entered.wait(0.1):
+            assert time.monotonic() < deadline, "the handler never ran on the new link"
+            other.publish(topic, b"go")
         wait_for(
             lambda: len(done) == 2,
             5,
@@ -258,3 +265,137 @@ def test_a_handler_on_the_new_link_subscribes_and_publishes_during_the_resend(
     finally:
         faulty.release()
     assert sender.flush(10), f"flush: {sender.stats()}"
+
+
+@pytest.mark.parametrize("ack", ["client-individual", "client"])
+@pytest.mark.parametrize("name", BOTH)
+def test_stop_then_start_hands_an_unacked_message_over_again(
+    name: str, ack: str, closing: list[Any]
+) -> None:
+    destination = f"/queue/{uid()}"
+    t = open_broker(name, closing)
+    lock = threading.Lock()
+    seen: list[tuple[str, bool]] = []
+    processed: list[str] = []
+
+    def handler(msg: hw.ReceivedMessage) -> None:
+        with lock:
+            first = all(mid != msg.id for mid, _ in seen)
+            seen.append((msg.id, msg.redelivered))
+        if first:
+            raise RuntimeError("processing failed")  # not acked: must come back
+        with lock:
+            processed.append(msg.id)
+        msg.ack()
+
+    consumer = hw.Consumer(t, destination, ack=ack, on_message=handler, on_error=lambda e, m: None)
+    closing.append(consumer)
+    consumer.start()
+    sender = hw.ReliableSender(open_broker(name, closing), destination)
+    closing.append(sender)
+    job = sender.send(b"job")
+    assert sender.flush(10), f"flush: {sender.stats()}"
+    wait_for(lambda: seen, 10, "the first delivery")
+    consumer.stop()
+    consumer.start()  # the same transport and connection
+    wait_for(lambda: processed, 10, f"the job handed over again after stop()+start(); seen {seen}")
+    assert processed == [job]
+    assert seen[-1] == (job, True)
+    # Handled now: a copy is dropped and acknowledged at once, whatever the earlier
+    # subscription left in the books.
+    link = t.current_link
+    assert link is not None
+    link.send(destination, b"job", {"hw-message-id": job, "persistent": "true"})
+    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "the copy to be dropped")
+    consumer.stop()
+    t.close()
+    rest = Inbox()
+    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
+    closing.append(again)
+    again.start()
+    sender.send(b"marker")
+    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
+    assert rest.bodies() == [b"marker"], "the dropped copy was not acknowledged"
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_client_mode_restart_never_acks_what_the_old_subscription_left(
+    name: str, closing: list[Any]
+) -> None:
+    # X's handler raised; stop()+start(); Y is handled and acked (cumulative in client mode).
+    # On RabbitMQ that ACK covered every unacked delivery of the connection, X included: X was
+    # lost. X must be handed over again and processed.
+    destination = f"/queue/{uid()}"
+    t = open_broker(name, closing)
+    lock = threading.Lock()
+    seen: list[bytes] = []
+
+    def handler(msg: hw.ReceivedMessage) -> None:
+        with lock:
+            first = msg.body not in seen
+            seen.append(msg.body)
+        if msg.body == b"X" and first:
+            raise RuntimeError("processing failed")
+        msg.ack()
+
+    consumer = hw.Consumer(
+        t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
+    )
+    closing.append(consumer)
+    consumer.start()
+    sender = hw.ReliableSender(open_broker(name, closing), destination)
+    closing.append(sender)
+    sender.send(b"X")
+    assert sender.flush(10)
+    wait_for(lambda: b"X" in seen, 10, "X's first delivery")
+    consumer.stop()
+    consumer.start()
+    sender.send(b"Y")
+    assert sender.flush(10)
+    wait_for(lambda: seen.count(b"X") >= 2, 10, f"X handed over again (handler saw {seen})")
+
+
+def test_restart_books_afresh_so_a_duplicate_is_acked_at_once(closing: list[Any]) -> None:
+    # ActiveMQ, client mode: W handled; X's handler raised, stop()+start(), X comes back and is
+    # nacked (ActiveMQ's NACK settles X alone). The first subscription's record of X must not
+    # hold back the ACK of W's copy (dropped as a duplicate) for good.
+    destination = f"/queue/{uid()}"
+    t = open_broker("activemq", closing)
+    seen: list[bytes] = []
+
+    def handler(msg: hw.ReceivedMessage) -> None:
+        seen.append(msg.body)
+        if msg.body == b"X":
+            if seen.count(b"X") == 1:
+                raise RuntimeError("processing failed")
+            msg.nack()
+        else:
+            msg.ack()
+
+    consumer = hw.Consumer(
+        t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
+    )
+    closing.append(consumer)
+    consumer.start()
+    sender = hw.ReliableSender(open_broker("activemq", closing), destination)
+    closing.append(sender)
+    w = sender.send(b"W")
+    sender.send(b"X")
+    assert sender.flush(10)
+    wait_for(lambda: b"X" in seen, 10, "W and X")
+    consumer.stop()
+    consumer.start()
+    wait_for(lambda: seen.count(b"X") == 2, 10, "X again after the restart")
+    link = t.current_link
+    assert link is not None
+    link.send(destination, b"W", {"hw-message-id": w, "persistent": "true"})  # W's copy
+    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "W's copy to be dropped")
+    consumer.stop()
+    t.close()
+    rest = Inbox()
+    again = hw.Consumer(open_broker("activemq", closing), destination, on_message=rest, dedup=False)
+    closing.append(again)
+    again.start()
+    sender.send(b"marker")
+    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
+    assert rest.bodies() == [b"marker"], "W's dropped copy was never acknowledged"

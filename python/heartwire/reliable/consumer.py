@@ -134,9 +134,23 @@ class Consumer:
 
     def stop(self, forget: bool = False) -> None:
         """Unsubscribe (idempotent). Unacknowledged messages go back to the broker;
-        ``forget=True`` also deletes the durable subscription and what it holds."""
+        ``forget=True`` also deletes the durable subscription and what it holds.
+
+        On RabbitMQ a client-ack consumer's ``stop()`` (without ``forget``) also re-opens the
+        transport's connection: RabbitMQ keeps a cancelled subscription's unacknowledged
+        messages with the connection until it closes (it refuses a NACK for them, and a later
+        ``client``-mode ACK on the connection would acknowledge them). The transport
+        reconnects at once; its other subscriptions are restored and reliable senders re-send,
+        as after any lost connection."""
         with self._lock:
             sub, self._sub = self._sub, None
+            if sub is not None and self._channel is not None:
+                # The next subscription keeps books of its own: nothing this one left
+                # unsettled holds its duplicate ACKs back.
+                self._retired.add(self._channel)
+                self._channel = None
+                self._unsettled = {}
+                self._held_dups = []
         if sub is None:
             if forget and self.durable_name is not None:
                 self._forget_stopped()
@@ -202,9 +216,20 @@ class Consumer:
                 )
             headers = dialect.durable_headers(self.durable_name, broker.client_id)
         timeout = broker.options.request_blocking_time
+        # The ack bookkeeping of this subscription, one channel per connection it delivers on:
+        # a restart (a new subscription) starts afresh even on the same connection.
+        channels: weakref.WeakKeyDictionary[Any, _Channel] = weakref.WeakKeyDictionary()
+
+        def deliver(link: Any, message: Any) -> None:
+            with self._lock:
+                channel = channels.get(link)
+                if channel is None:
+                    channel = channels[link] = _Channel()
+            self._on_stomp(channel, link, message)
+
         sub = broker.subscribe_destination(
             self.destination,
-            self._on_stomp,
+            deliver,
             sub_id=sub_id or self._sub_id(),
             ack=self.ack,
             headers=headers,
@@ -222,6 +247,10 @@ class Consumer:
     def _stop_stomp(self, sub: Any, forget: bool) -> None:
         if not (forget and self.durable_name is not None):
             sub.cancel()
+            link = self.broker.current_link
+            if self.ack != "auto" and link is not None and link.dialect.unsubscribe_keeps_unacked:
+                # The only way to hand back what it left unacknowledged (seen or in flight).
+                link.abort(f"{self!r} stopped: returning its unacknowledged messages")
             return
         first, second = self._dialect.durable_forget(self.durable_name, self.broker.client_id)
         sub.cancel(first)
@@ -256,11 +285,11 @@ class Consumer:
         if error is not None:
             log.warning("deleting durable subscription %r: %s", self.durable_name, error)
 
-    def _on_stomp(self, link: Any, message: Any) -> None:
+    def _on_stomp(self, channel: _Channel, link: Any, message: Any) -> None:
         headers = message.headers
         message_id = headers.get("hw-message-id") or headers.get("message-id", "")
         ack_id = headers.get("ack") or headers.get("message-id", "")
-        no = self._delivery(link)
+        no = self._delivery(channel)
 
         # Whether a NACK here also settles every earlier delivery (``client`` mode, RabbitMQ).
         nack_all = link.dialect.nack_cumulative
@@ -279,9 +308,9 @@ class Consumer:
             def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
                 if tx is not None:
                     tx._settle_stomp(link, "ACK" if ok else "NACK", {"id": ack_id})
-                    tx._after_commit(lambda: self._settled(link, no, msg.id, ok, nack_all))
+                    tx._after_commit(lambda: self._settled(channel, no, msg.id, ok, nack_all))
                 else:  # handled even if the ACK cannot land: the redelivery is a duplicate
-                    self._settled(link, no, msg.id, ok, nack_all, counted=frame(ok))
+                    self._settled(channel, no, msg.id, ok, nack_all, counted=frame(ok))
 
         msg = ReceivedMessage(
             message_id,
@@ -291,7 +320,7 @@ class Consumer:
             headers.get("redelivered") == "true",
             settle,
         )
-        self._handle(msg, link, no, lambda: frame(True))
+        self._handle(msg, channel, no, lambda: frame(True))
 
     # -- embedded broker ------------------------------------------------------------------------
 
@@ -341,9 +370,10 @@ class Consumer:
     # -- both -----------------------------------------------------------------------------------
 
     def _delivery(self, channel: Any) -> int:
-        # Number a delivery from ``channel``; a new channel (a reconnection, a restart) starts
-        # afresh: the broker redelivers whatever the old one left unacknowledged. A late
-        # delivery from a channel already replaced changes nothing (its acks cannot land).
+        # Number a delivery from ``channel`` (one subscription on one connection, or one
+        # embedded subscription); a new channel (a reconnection, a restart) starts afresh: the
+        # broker redelivers whatever the old one left unacknowledged. A late delivery from a
+        # channel already replaced or stopped changes nothing (its acks cannot count).
         with self._lock:
             if channel is not self._channel and channel not in self._retired:
                 if self._channel is not None:
@@ -441,6 +471,12 @@ class Consumer:
                 self._held_dups.append((no, ack_copy))
                 return
         ack_copy()
+
+
+class _Channel:
+    """The ack bookkeeping identity of one STOMP subscription on one connection."""
+
+    __slots__ = ("__weakref__",)
 
 
 class _Deferred:

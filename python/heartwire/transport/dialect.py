@@ -86,6 +86,15 @@ class Dialect:
         return self is RABBITMQ
 
     @property
+    def unsubscribe_keeps_unacked(self) -> bool:
+        """Whether a cancelled client-ack subscription's unacknowledged messages stay with the
+        connection until it closes (RabbitMQ: one channel per connection; a NACK naming them
+        is refused with "Subscription not found", and a later ``client``-mode ACK of another
+        subscription on the connection acknowledges them too). ActiveMQ hands them back on
+        UNSUBSCRIBE."""
+        return self is RABBITMQ
+
+    @property
     def durable_needs_client_id(self) -> bool:
         """Whether a durable subscription needs the connection's ``client-id`` (ActiveMQ)."""
         return self is ACTIVEMQ
