@@ -23,9 +23,10 @@ receipted or refused; several may be in flight and complete in order. A refused 
 ``on_error(DeliveryError(message_id, destination, reason))`` and counts as processed.
 
 On the embedded broker (``memory://``) a send is delivered before :meth:`send` returns, so
-receipts are immediate: a message is outstanding only while its :meth:`send` runs, and a flush
-is acknowledged as soon as every send begun before it has returned (an invalid destination
-there is refused the same way).
+receipts are immediate: a message is outstanding only until the store holds it (before it is
+delivered), and a flush is acknowledged as soon as the store holds every message sent before it
+(an invalid destination there is refused the same way). A handler may thus send and flush with
+the sender whose send is delivering to it.
 
 Callbacks (``on_flushed``, ``on_error``, and listener objects with ``on_flushed(ack)`` /
 ``on_error(error)``) run on the thread that completed them: the receiving thread on STOMP, the
@@ -203,8 +204,9 @@ class ReliableSender:
     def _send_embedded(self, body: bytes, headers: dict[str, str]) -> str:
         from heartwire.reliable.memory_store import store_of
 
-        # Outstanding until the store took it: a flush requested meanwhile (from another
-        # thread) covers this message and must wait for it.
+        # Outstanding until the store holds it (its receipt, before the store delivers it):
+        # a flush requested meanwhile from another thread covers this message and waits for
+        # it; one from a handler this send is delivering to does not wait for the delivery.
         with self._lock:
             seq = next(self._seq)
             self._last_seq = seq
@@ -212,16 +214,25 @@ class ReliableSender:
             headers[MESSAGE_ID_HEADER] = message_id
             self._outstanding[message_id] = _Pending(seq, body, headers, None)
             self._sent += 1
+        stored = False
+
+        def receipt() -> None:
+            nonlocal stored
+            stored = True
+            self._receipted(message_id)
+
         try:
-            store_of(self.broker).send(self.destination, body, headers)
+            store_of(self.broker).send(self.destination, body, headers, on_stored=receipt)
         except ValueError as exc:
-            self._refused(message_id, str(exc))
+            if not stored:
+                self._refused(message_id, str(exc))
+            else:
+                raise
         except BaseException as exc:
             # The store failed (it is raised to the caller too): never leave a flush waiting.
-            self._refused(message_id, f"the embedded broker failed: {exc!r}")
+            if not stored:
+                self._refused(message_id, f"the embedded broker failed: {exc!r}")
             raise
-        else:
-            self._receipted(message_id)
         return message_id
 
     def _send_stomp(self, body: bytes, headers: dict[str, str]) -> str:
