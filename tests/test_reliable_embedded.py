@@ -305,10 +305,12 @@ def test_a_flush_waits_for_a_send_still_being_stored(broker: hw.MemoryBroker) ->
     real_send = store.send
     inside, go = threading.Event(), threading.Event()
 
-    def slow_send(destination: str, body: bytes, headers: Any, **kw: Any) -> None:
+    def slow_send(
+        destination: str, body: bytes, headers: Any, on_stored: Callable[[], None] | None = None
+    ) -> None:
         inside.set()
         assert go.wait(10), "the test never released the send"
-        real_send(destination, body, headers, **kw)
+        real_send(destination, body, headers, on_stored)
 
     # The broker storing slowly.
     store.send = slow_send  # type: ignore[method-assign]
