@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any, Callable
 
 import pytest
@@ -304,10 +305,12 @@ def test_a_flush_waits_for_a_send_still_being_stored(broker: hw.MemoryBroker) ->
     real_send = store.send
     inside, go = threading.Event(), threading.Event()
 
-    def slow_send(destination: str, body: bytes, headers: Any) -> None:
+    def slow_send(
+        destination: str, body: bytes, headers: Any, on_stored: Callable[[], None] | None = None
+    ) -> None:
         inside.set()
         assert go.wait(10), "the test never released the send"
-        real_send(destination, body, headers)
+        real_send(destination, body, headers, on_stored)
 
     # The broker storing slowly.
     store.send = slow_send  # type: ignore[method-assign]
@@ -340,3 +343,28 @@ def test_client_mode_acks_a_duplicate_at_once_when_nothing_before_it_is_open(
     assert len(got) == 1 and c.stats()["duplicates"] == 1
     c.stop()  # nothing unacknowledged goes back
     assert store.pending("/queue/i") == 0
+
+
+def test_a_handler_can_send_and_flush_with_the_same_sender(broker: hw.MemoryBroker) -> None:
+    # The store delivers inside send(): a handler that sends a reply with the sender whose
+    # send is delivering it, then flushes, must not wait for that outer send to return (it
+    # cannot before the handler does). A message counts as held once the store has it.
+    sender = hw.ReliableSender(broker, "/topic/chat")
+    results: list[tuple[bool, float]] = []
+
+    def handler(msg: hw.ReceivedMessage) -> None:
+        if msg.body == b"ping":
+            sender.send(b"pong")
+            began = time.monotonic()
+            ok = sender.flush(2.0)
+            results.append((ok, time.monotonic() - began))
+
+    got: list[hw.ReceivedMessage] = []
+    hw.Consumer(broker, "/topic/chat", on_message=handler).start()
+    hw.Consumer(broker, "/topic/chat", on_message=got.append).start()
+    sender.send(b"ping")
+    assert len(results) == 1, results
+    ok, took = results[0]
+    assert ok and took < 1.0, f"a flush inside the handler: ok={ok} after {took:.2f} s"
+    assert sorted(m.body for m in got) == [b"ping", b"pong"]
+    assert sender.outstanding == 0 and sender.stats()["refused"] == 0

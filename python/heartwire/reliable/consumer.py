@@ -134,9 +134,23 @@ class Consumer:
 
     def stop(self, forget: bool = False) -> None:
         """Unsubscribe (idempotent). Unacknowledged messages go back to the broker;
-        ``forget=True`` also deletes the durable subscription and what it holds."""
+        ``forget=True`` also deletes the durable subscription and what it holds.
+
+        On RabbitMQ a client-ack consumer's ``stop()`` (without ``forget``) also re-opens the
+        transport's connection: RabbitMQ keeps a cancelled subscription's unacknowledged
+        messages with the connection until it closes (it refuses a NACK for them, and a later
+        ``client``-mode ACK on the connection would acknowledge them). The transport
+        reconnects at once; its other subscriptions are restored and reliable senders re-send,
+        as after any lost connection."""
         with self._lock:
             sub, self._sub = self._sub, None
+            if sub is not None and self._channel is not None:
+                # The next subscription keeps books of its own: nothing this one left
+                # unsettled holds its duplicate ACKs back.
+                self._retired.add(self._channel)
+                self._channel = None
+                self._unsettled = {}
+                self._held_dups = []
         if sub is None:
             if forget and self.durable_name is not None:
                 self._forget_stopped()
@@ -202,9 +216,20 @@ class Consumer:
                 )
             headers = dialect.durable_headers(self.durable_name, broker.client_id)
         timeout = broker.options.request_blocking_time
+        # The ack bookkeeping of this subscription, one channel per connection it delivers on:
+        # a restart (a new subscription) starts afresh even on the same connection.
+        channels: weakref.WeakKeyDictionary[Any, _Channel] = weakref.WeakKeyDictionary()
+
+        def deliver(link: Any, message: Any) -> None:
+            with self._lock:
+                channel = channels.get(link)
+                if channel is None:
+                    channel = channels[link] = _Channel()
+            self._on_stomp(channel, link, message)
+
         sub = broker.subscribe_destination(
             self.destination,
-            self._on_stomp,
+            deliver,
             sub_id=sub_id or self._sub_id(),
             ack=self.ack,
             headers=headers,
@@ -222,6 +247,10 @@ class Consumer:
     def _stop_stomp(self, sub: Any, forget: bool) -> None:
         if not (forget and self.durable_name is not None):
             sub.cancel()
+            link = self.broker.current_link
+            if self.ack != "auto" and link is not None and link.dialect.unsubscribe_keeps_unacked:
+                # The only way to hand back what it left unacknowledged (seen or in flight).
+                link.abort(f"{self!r} stopped: returning its unacknowledged messages")
             return
         first, second = self._dialect.durable_forget(self.durable_name, self.broker.client_id)
         sub.cancel(first)
@@ -256,11 +285,14 @@ class Consumer:
         if error is not None:
             log.warning("deleting durable subscription %r: %s", self.durable_name, error)
 
-    def _on_stomp(self, link: Any, message: Any) -> None:
+    def _on_stomp(self, channel: _Channel, link: Any, message: Any) -> None:
         headers = message.headers
         message_id = headers.get("hw-message-id") or headers.get("message-id", "")
         ack_id = headers.get("ack") or headers.get("message-id", "")
-        no = self._delivery(link)
+        no = self._delivery(channel)
+
+        # Whether a NACK here also settles every earlier delivery (``client`` mode, RabbitMQ).
+        nack_all = link.dialect.nack_cumulative
 
         def frame(ok: bool) -> bool:
             # Whether the frame went out (else the connection is gone: the broker redelivers).
@@ -276,9 +308,9 @@ class Consumer:
             def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
                 if tx is not None:
                     tx._settle_stomp(link, "ACK" if ok else "NACK", {"id": ack_id})
-                    tx._after_commit(lambda: self._settled(link, no, msg.id, ok))
+                    tx._after_commit(lambda: self._settled(channel, no, msg.id, ok, nack_all))
                 else:  # handled even if the ACK cannot land: the redelivery is a duplicate
-                    self._settled(link, no, msg.id, ok, counted=frame(ok))
+                    self._settled(channel, no, msg.id, ok, nack_all, counted=frame(ok))
 
         msg = ReceivedMessage(
             message_id,
@@ -288,7 +320,7 @@ class Consumer:
             headers.get("redelivered") == "true",
             settle,
         )
-        self._handle(msg, link, no, lambda: frame(True))
+        self._handle(msg, channel, no, lambda: frame(True))
 
     # -- embedded broker ------------------------------------------------------------------------
 
@@ -307,7 +339,7 @@ class Consumer:
                 def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
                     def apply() -> None:
                         store.settle(channel, tag, ok)
-                        self._settled(channel, no, msg.id, ok)
+                        self._settled(channel, no, msg.id, ok, False)  # (NACK: its own)
 
                     if tx is not None:
                         tx._defer(apply)
@@ -338,9 +370,10 @@ class Consumer:
     # -- both -----------------------------------------------------------------------------------
 
     def _delivery(self, channel: Any) -> int:
-        # Number a delivery from ``channel``; a new channel (a reconnection, a restart) starts
-        # afresh: the broker redelivers whatever the old one left unacknowledged. A late
-        # delivery from a channel already replaced changes nothing (its acks cannot land).
+        # Number a delivery from ``channel`` (one subscription on one connection, or one
+        # embedded subscription); a new channel (a reconnection, a restart) starts afresh: the
+        # broker redelivers whatever the old one left unacknowledged. A late delivery from a
+        # channel already replaced or stopped changes nothing (its acks cannot count).
         with self._lock:
             if channel is not self._channel and channel not in self._retired:
                 if self._channel is not None:
@@ -351,12 +384,19 @@ class Consumer:
             return next(self._deliveries)
 
     def _settled(
-        self, channel: Any, no: int, message_id: str, ok: bool, counted: bool = True
+        self,
+        channel: Any,
+        no: int,
+        message_id: str,
+        ok: bool,
+        nack_all: bool,
+        counted: bool = True,
     ) -> None:
         # The application acked (``ok``) or nacked delivery ``no`` of ``channel`` (``counted``:
         # and the frame went out). An acked id is handled, even if its ACK did not reach the
-        # broker: a later copy of it is a duplicate. ``client`` mode settles every earlier
-        # delivery too.
+        # broker: a later copy of it is a duplicate. In ``client`` mode an ACK settles every
+        # earlier delivery too, and so does a NACK where the broker's is cumulative
+        # (``nack_all``: RabbitMQ; ActiveMQ's and the embedded broker's settle only their own).
         release: Callable[[], None] | None = None
         window = self._window
         with self._lock:
@@ -367,7 +407,7 @@ class Consumer:
             handled = [message_id] if ok else []
             if channel is self._channel:
                 done = [no]
-                if self.ack == "client" and (ok or self._stomp):  # STOMP's NACK is cumulative
+                if self.ack == "client" and (ok or nack_all):
                     done += [n for n in self._unsettled if n < no]
                     self._held_dups = [(n, a) for n, a in self._held_dups if n > no]
                 for n in done:
@@ -431,6 +471,12 @@ class Consumer:
                 self._held_dups.append((no, ack_copy))
                 return
         ack_copy()
+
+
+class _Channel:
+    """The ack bookkeeping identity of one STOMP subscription on one connection."""
+
+    __slots__ = ("__weakref__",)
 
 
 class _Deferred:

@@ -86,8 +86,17 @@ class MemoryStore:
 
     # -- sending --------------------------------------------------------------------------------
 
-    def send(self, destination: str, body: bytes, headers: Mapping[str, str]) -> None:
-        """Deliver or keep one message; ValueError (the refusal) for an invalid destination."""
+    def send(
+        self,
+        destination: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        on_stored: Callable[[], None] | None = None,
+    ) -> None:
+        """Deliver or keep one message; ValueError (the refusal) for an invalid destination.
+
+        ``on_stored()`` runs once the store holds the message (the receipt), before it is
+        delivered to consumers (whose handlers run inside this call)."""
         kind, name = destinations.split(destinations.validate(destination))
         message = StoredMessage(destination, body, dict(headers))
         out: list[tuple[_Sub, StoredMessage]] = []
@@ -101,6 +110,8 @@ class MemoryStore:
                 for (topic, _), durable in self._durables.items():
                     if topic == name and durable.sub is None:
                         durable.buffer.append(StoredMessage(destination, body, dict(headers)))
+        if on_stored is not None:
+            on_stored()
         self._run(out)
         if kind == "topic":
             try:

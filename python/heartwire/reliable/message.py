@@ -55,7 +55,9 @@ class ReceivedMessage:
 
     def nack(self, tx: Transaction | None = None) -> None:
         """Reject the message: the broker redelivers or dead-letters it by its own policy
-        (the embedded broker keeps it in ``dead_letters``); idempotent."""
+        (the embedded broker keeps it in ``dead_letters``); idempotent. In ``client`` mode a
+        NACK also rejects (requeues) every earlier unacknowledged message on RabbitMQ only;
+        on ActiveMQ and the embedded broker it rejects this message alone."""
         if self._settle is not None and not self._settled:
             self._settled = True
             self._settle(self, False, tx)

@@ -9,20 +9,24 @@
 On STOMP every SEND asks for a receipt (``receipt`` = the message id) and carries
 ``hw-message-id`` and, with ``persistent=True``, ``persistent:true``. A message stays in
 :attr:`~ReliableSender.outstanding` until its receipt comes (or the broker refuses it). When the
-connection is lost, the transport reconnects and, before anything else is published on the new
-connection, every outstanding message is sent again, in order, with the same id (receivers drop
-the duplicates this can make, see :class:`~heartwire.reliable.Consumer`). :meth:`send` never
-waits for a connection: during an outage, and while the backlog is being re-sent, messages
-queue behind it and go out in order.
+connection is lost, the transport reconnects and every outstanding message is sent again on the
+new connection, in order, with the same id, before anything the sender sends later (receivers
+drop the duplicates this can make, see :class:`~heartwire.reliable.Consumer`). The re-send is
+written on the failover thread once the connection is published, outside the transport's lock,
+so other publishers of the process never wait for it. A send that fails ends the connection:
+the next one re-sends everything outstanding. :meth:`send` never waits for a connection: during
+an outage, and while the backlog is being re-sent, messages queue behind it and go out in
+order.
 
 A flush request covers every message sent before it and completes once each of them was
 receipted or refused; several may be in flight and complete in order. A refused message fires
 ``on_error(DeliveryError(message_id, destination, reason))`` and counts as processed.
 
 On the embedded broker (``memory://``) a send is delivered before :meth:`send` returns, so
-receipts are immediate: a message is outstanding only while its :meth:`send` runs, and a flush
-is acknowledged as soon as every send begun before it has returned (an invalid destination
-there is refused the same way).
+receipts are immediate: a message is outstanding only until the store holds it (before it is
+delivered), and a flush is acknowledged as soon as the store holds every message sent before it
+(an invalid destination there is refused the same way). A handler may thus send and flush with
+the sender whose send is delivering to it.
 
 Callbacks (``on_flushed``, ``on_error``, and listener objects with ``on_flushed(ack)`` /
 ``on_error(error)``) run on the thread that completed them: the receiving thread on STOMP, the
@@ -127,6 +131,9 @@ class ReliableSender:
         self._link: Any = None
         self._queue: deque[_Pending] = deque()
         self._draining = False
+        # A new connection whose re-send this sender still owes (``_resend`` queued it under
+        # the connector's lock; ``_resume`` writes it once the link is published).
+        self._owed: Any = None
         self._tracker = ReceiptTracker.of(broker) if self._stomp else None
         if self._tracker is not None:
             # A connection being attached right now either re-sends through this sender (it
@@ -197,8 +204,9 @@ class ReliableSender:
     def _send_embedded(self, body: bytes, headers: dict[str, str]) -> str:
         from heartwire.reliable.memory_store import store_of
 
-        # Outstanding until the store took it: a flush requested meanwhile (from another
-        # thread) covers this message and must wait for it.
+        # Outstanding until the store holds it (its receipt, before the store delivers it):
+        # a flush requested meanwhile from another thread covers this message and waits for
+        # it; one from a handler this send is delivering to does not wait for the delivery.
         with self._lock:
             seq = next(self._seq)
             self._last_seq = seq
@@ -206,16 +214,25 @@ class ReliableSender:
             headers[MESSAGE_ID_HEADER] = message_id
             self._outstanding[message_id] = _Pending(seq, body, headers, None)
             self._sent += 1
+        stored = False
+
+        def receipt() -> None:
+            nonlocal stored
+            stored = True
+            self._receipted(message_id)
+
         try:
-            store_of(self.broker).send(self.destination, body, headers)
+            store_of(self.broker).send(self.destination, body, headers, on_stored=receipt)
         except ValueError as exc:
-            self._refused(message_id, str(exc))
+            if not stored:
+                self._refused(message_id, str(exc))
+            else:
+                raise
         except BaseException as exc:
             # The store failed (it is raised to the caller too): never leave a flush waiting.
-            self._refused(message_id, f"the embedded broker failed: {exc!r}")
+            if not stored:
+                self._refused(message_id, f"the embedded broker failed: {exc!r}")
             raise
-        else:
-            self._receipted(message_id)
         return message_id
 
     def _send_stomp(self, body: bytes, headers: dict[str, str]) -> str:
@@ -238,16 +255,30 @@ class ReliableSender:
         return message_id
 
     def _resend(self, link: Any) -> None:
-        """Send every outstanding message again, in order, on the new connection ``link`` (the
-        tracker calls this under the transport's connector lock, before the link is
-        published). Sends made meanwhile queue behind the backlog."""
+        """Queue every outstanding message again, in order, for the new connection ``link``.
+        The tracker calls this under the transport's connector lock, before the link is
+        published, so nothing is written here (a publish or subscribe waiting for the lock
+        would wait for the whole backlog): :meth:`_resume` writes it once the link is
+        published. Sends made meanwhile queue behind the backlog."""
         with self._lock:
             self._link = link
             # Receipts of the earlier connection will never come: everything goes again.
             self._queue = deque(self._outstanding.values())
             if self._draining:  # another thread is writing: it moves on to ``link``
+                if self._owed is not None:
+                    self._owed = link
                 return
-            self._draining = True
+            self._draining = True  # held for _resume: sends queue behind the backlog
+            self._owed = link
+
+    def _resume(self, link: Any) -> None:
+        """Write the re-send :meth:`_resend` queued for ``link``; the tracker calls this
+        outside the connector's lock once ``link`` was published (or rejected: then nothing
+        goes out and the next connection re-sends)."""
+        with self._lock:
+            if self._owed is not link:
+                return
+            self._owed = None
         self._drain()
 
     def _drain(self) -> None:
@@ -273,16 +304,29 @@ class ReliableSender:
                     pending.link = link
                     tracker.expect(link, message_id, self)
                     batch.append(pending)
+            done = 0
             try:
                 for pending in batch:
                     link.send(self.destination, pending.body, pending.headers)
+                    done += 1
             except Exception as exc:
-                self.broker._connector.link_lost(link, f"send failed: {exc!r}")
                 with self._lock:
-                    if self._link is link:  # the next connection re-sends everything
-                        self._draining = False
-                        return
-                # A new connection was attached meanwhile: go on with its queue.
+                    if self._link is link:
+                        # The queue again holds every outstanding message not sent on
+                        # ``self._link`` (the failed one included: it may not have gone out).
+                        rest = [
+                            p
+                            for p in batch[done:]
+                            if p.headers[MESSAGE_ID_HEADER] in self._outstanding
+                        ]
+                        self._queue.extendleft(reversed(rest))
+                    # (else a new connection was attached meanwhile: its queue has them all)
+                # End the link whether or not it is published yet: a current one is reported
+                # to the connector, which reconnects; one still being attached is no longer
+                # open, so the connector rejects it and tries again. The next connection
+                # re-sends everything outstanding. The loop then stops, or goes on with the
+                # queue of a connection attached meanwhile.
+                link.abort(f"send failed: {exc!r}")
 
     # -- receipts -------------------------------------------------------------------------------
 

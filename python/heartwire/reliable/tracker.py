@@ -3,7 +3,9 @@
 One :class:`ReceiptTracker` per :class:`~heartwire.transport.stomp.StompTransport` (made by
 :meth:`ReceiptTracker.of`) is its link observer: it remembers, per connection and in send order,
 which sender is waiting for which receipt; routes each RECEIPT to it; and on a new connection
-asks every sender to re-send what it still holds (before anything else may be published on it).
+asks every sender to queue again what it still holds (before the link is published, so the
+backlog goes before anything sent later) and writes those re-sends once it is published, outside
+the connector's lock.
 
 An ERROR frame that names a ``receipt-id`` (ActiveMQ does) refuses that message. One that does
 not (RabbitMQ) is taken as the refusal of the oldest message still waiting on that connection
@@ -35,6 +37,7 @@ class Waiter(Protocol):
     def _receipted(self, message_id: str) -> None: ...
     def _refused(self, message_id: str, reason: str) -> None: ...
     def _resend(self, link: StompLink) -> None: ...
+    def _resume(self, link: StompLink) -> None: ...
     def _destination_name(self) -> str: ...
 
 
@@ -97,13 +100,22 @@ class ReceiptTracker:
     # -- link observer (StompTransport.add_link_observer) ---------------------------------------
 
     def attached(self, link: StompLink) -> None:
+        # Under the connector's lock, before ``link`` is published: queue the re-sends only.
         with self._lock:
-            # Receipts of earlier connections will never come: their senders re-send below.
+            # Receipts of earlier connections will never come: their senders re-send.
             self._pending = {link: OrderedDict()}
             self._link = link
             senders = self._senders
         for sender in senders:
             sender._resend(link)
+
+    def published(self, link: StompLink) -> None:
+        # Outside the connector's lock, once ``link`` was published (or rejected): write the
+        # re-sends ``attached`` queued, one sender after the other.
+        with self._lock:
+            senders = self._senders
+        for sender in senders:
+            sender._resume(link)
 
     def receipt(self, link: StompLink, receipt: str) -> None:
         with self._lock:

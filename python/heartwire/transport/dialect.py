@@ -13,6 +13,11 @@ one with a second UNSUBSCRIBE naming it; RabbitMQ makes a durable, non-auto-dele
 (``durable:true``, ``auto-delete:false``, named by ``x-queue-name``) bound to the topic, deleted by
 an UNSUBSCRIBE that says ``durable:true``.
 
+Acknowledgements differ as well (:attr:`Dialect.nack_cumulative`): in ``ack=client`` mode an ACK
+acknowledges every earlier message of the subscription on both brokers, but a NACK is cumulative
+only on RabbitMQ (a ``basic.nack`` with ``multiple``, requeued); ActiveMQ's NACK settles the named
+message alone (it goes to the dead-letter queue), earlier ones stay unacknowledged.
+
 Where a broker's wildcard matches more than the API's (RabbitMQ's ``#`` also matches zero words),
 the transport filters the deliveries with the API pattern, so subscribers see the same topics on
 every broker.
@@ -72,6 +77,22 @@ class Dialect:
             else:
                 out["expiration"] = str(max(ttl, 0))
         return out
+
+    @property
+    def nack_cumulative(self) -> bool:
+        """Whether a NACK in ``ack=client`` mode also rejects every earlier unacknowledged
+        message of the subscription (RabbitMQ, which requeues them), rather than only the named
+        one (ActiveMQ)."""
+        return self is RABBITMQ
+
+    @property
+    def unsubscribe_keeps_unacked(self) -> bool:
+        """Whether a cancelled client-ack subscription's unacknowledged messages stay with the
+        connection until it closes (RabbitMQ: one channel per connection; a NACK naming them
+        is refused with "Subscription not found", and a later ``client``-mode ACK of another
+        subscription on the connection acknowledges them too). ActiveMQ hands them back on
+        UNSUBSCRIBE."""
+        return self is RABBITMQ
 
     @property
     def durable_needs_client_id(self) -> bool:

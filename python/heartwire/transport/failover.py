@@ -12,7 +12,11 @@ time (``current``) and, once started, a supervisor thread that replaces it when 
    transport is then closed. With 0 it never gives up.
 
 Before a new link becomes ``current`` the connector's ``attach`` callback runs under the lock
-(the transport restores its subscriptions there), so nothing sees a half-restored link.
+(the transport restores its subscriptions there), so nothing sees a half-restored link. Long work
+(the reliable senders' backlog re-send) belongs in ``attached``, which runs after the link was
+published (or rejected), outside the lock: nothing that needs the lock (a publish, a subscribe,
+a handler on the new link's receiving thread) waits for it. A send never waits for the lock while
+a link is current (:meth:`Connector.wait_link`).
 
 Connection listeners are plain objects with any of these methods, called on the supervisor
 thread (errors are logged and counted, never raised):
@@ -59,8 +63,10 @@ class Connector:
     """Keeps one link open across broker failures (see the module docs).
 
     ``make_link(broker)`` returns an unopened link; ``attach(link)`` runs (under
-    :attr:`cond`) before a link becomes current and may raise to reject it; ``detach(link,
-    reason)`` runs (on the supervisor thread, outside the lock) after a current link was lost.
+    :attr:`cond`) before a link becomes current and may raise to reject it; ``attached(link)``
+    (if given) runs after every ``attach`` call, outside the lock, once the link was published
+    or rejected (then it is no longer open); ``detach(link, reason)`` runs (on the supervisor
+    thread, outside the lock) after a current link was lost.
     """
 
     def __init__(
@@ -69,10 +75,12 @@ class Connector:
         make_link: MakeLink,
         attach: Callable[[StompLink], None],
         detach: Callable[[StompLink, str], None],
+        attached: Callable[[StompLink], None] | None = None,
     ) -> None:
         self.options = options
         self._make_link = make_link
         self._attach = attach
+        self._attached = attached
         self._detach = detach
         #: Guards ``current`` and the transport's subscriptions; notified on every change.
         self.cond = threading.Condition(threading.RLock())
@@ -187,11 +195,22 @@ class Connector:
             except Exception as exc:
                 log.warning("%s: restoring the subscriptions failed: %r", link.broker, exc)
                 link.abort(f"restoring the subscriptions failed: {exc!r}")
-                return False
-            if not link.open:
-                return False
-            self.current = link
-            self.cond.notify_all()
+                published = False
+            else:
+                published = link.open
+            if published:
+                self.current = link
+                self.cond.notify_all()
+        # Outside the lock, published or not (a rejected link is no longer open): the attach
+        # step's long work, e.g. the reliable senders' re-send (a failure there ends the link).
+        if self._attached is not None:
+            try:
+                self._attached(link)
+            except Exception as exc:
+                log.exception("%s: after attaching the connection", link.broker)
+                link.abort(f"after attaching the connection: {exc!r}")
+        if not published:
+            return False
         log.info("connected to %s (%s, %s)", link.broker, link.server, link.dialect.name)
         return True
 
@@ -209,7 +228,13 @@ class Connector:
 
     def wait_link(self, deadline: float) -> StompLink | None:
         """The current link, waiting for one until ``deadline`` (time.monotonic()); None on
-        timeout or once closed."""
+        timeout or once closed. With a link current, or a deadline already past, it returns
+        without waiting for :attr:`cond` (which a link being attached holds)."""
+        link = self.current  # a plain read: a link just lost fails its send, which is retried
+        if link is not None or self.closed:
+            return link
+        if deadline <= time.monotonic():
+            return None
         with self.cond:
             while True:
                 link = self.current

@@ -12,7 +12,9 @@ and a ``client-id`` CONNECT header (ActiveMQ's durable subscriptions need one).
 
 Threads: stomp.py reads each link on its own receiver thread, which calls ``on_message(link,
 frame)``; with heart-beating on, a second stomp.py thread sends and checks heart-beats. Both end
-when the link ends. Sends may come from any thread (stomp.py serialises socket writes).
+when the link ends. Sends may come from any thread: the link writes one frame at a time, in the
+order the threads asked (a FIFO turn), so a thread writing a long backlog frame after frame
+never starves another thread's single send (stomp.py's own socket lock is not fair).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from typing import Any, Callable
 
 import stomp  # type: ignore[import-untyped]
@@ -41,6 +44,35 @@ _HEARTBEAT_RECEIVE_SCALE = 2.0
 _FRAMES = ("ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "UNSUBSCRIBE")
 # How long close() waits for the broker's receipt of DISCONNECT.
 _CLOSE_WAIT = 1.0
+
+
+class _Turns:
+    """A FIFO lock: threads get it in the order they asked (``threading.Lock`` is not fair: a
+    thread that releases and re-acquires it in a loop can keep it from the others)."""
+
+    __slots__ = ("_busy", "_guard", "_waiting")
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._busy = False
+        self._waiting: deque[threading.Lock] = deque()
+
+    def __enter__(self) -> None:
+        with self._guard:
+            if not self._busy:
+                self._busy = True
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiting.append(turn)
+        turn.acquire()  # released by the holder, which hands its turn over to us
+
+    def __exit__(self, *exc: object) -> None:
+        with self._guard:
+            if self._waiting:
+                self._waiting.popleft().release()
+            else:
+                self._busy = False
 
 
 class LinkError(ConnectionError):
@@ -86,6 +118,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         self._closing = False
         self._error: str | None = None
         self._conn: Any = None
+        self._writing = _Turns()  # one frame at a time, first come first served
 
     def __repr__(self) -> str:
         state = "open" if self._connected and not self._ended else "ended"
@@ -233,7 +266,8 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         """Send one message; raises (OSError, stomp.py's exceptions) if the socket fails."""
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
-        self._conn.send(destination, body, headers=headers)
+        with self._writing:
+            self._conn.send(destination, body, headers=headers)
 
     def subscribe(
         self,
@@ -245,7 +279,8 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         """SUBSCRIBE with the given id, ack mode and extra headers."""
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
-        self._conn.subscribe(destination, sub_id, ack=ack, headers=headers)
+        with self._writing:
+            self._conn.subscribe(destination, sub_id, ack=ack, headers=headers)
 
     def frame(self, command: str, headers: dict[str, str]) -> None:
         """Send an ACK, NACK, BEGIN, COMMIT, ABORT or UNSUBSCRIBE frame with ``headers``;
@@ -254,14 +289,16 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             raise ValueError(f"command must be one of {', '.join(_FRAMES)}, got {command!r}")
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
-        self._conn.send_frame(command, headers)
+        with self._writing:
+            self._conn.send_frame(command, headers)
 
     def unsubscribe(self, sub_id: str, headers: dict[str, str] | None = None) -> None:
         """UNSUBSCRIBE the id (errors ignored: the link may be going down)."""
         if self._ended:
             return
         try:
-            self._conn.unsubscribe(sub_id, headers=headers)
+            with self._writing:
+                self._conn.unsubscribe(sub_id, headers=headers)
         except Exception as exc:
             log.debug("%s: unsubscribe %s failed: %r", self.broker, sub_id, exc)
 

@@ -35,10 +35,11 @@ URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
 - **Reliable delivery** (:mod:`heartwire.reliable`) builds on a few lower-level hooks:
   :meth:`~StompTransport.subscribe_destination` (a raw STOMP destination with an ack mode and
   extra SUBSCRIBE headers, restored after reconnection like the others), link observers
-  (:meth:`~StompTransport.add_link_observer`: told of each new connection, before publishing
-  resumes, and of every RECEIPT and ERROR frame), :meth:`~StompTransport.request` (a frame with
-  a receipt, waited for) and ``client_id=`` (the ``client-id`` CONNECT header that ActiveMQ's
-  durable subscriptions need). :meth:`~StompTransport.transaction` opens a STOMP transaction.
+  (:meth:`~StompTransport.add_link_observer`: told of each new connection before it is
+  published and again after, and of every RECEIPT and ERROR frame),
+  :meth:`~StompTransport.request` (a frame with a receipt, waited for) and ``client_id=``
+  (the ``client-id`` CONNECT header that ActiveMQ's durable subscriptions need).
+  :meth:`~StompTransport.transaction` opens a STOMP transaction.
 
 Thread safety: every method may be called from any thread. Handlers run on the receiving
 thread of the current connection (stomp.py's), one message at a time, in arrival order; a handler
@@ -196,7 +197,9 @@ class StompTransport:
         self._pings_received = 0
         self._keepalive_expirations = 0
         self._closed = False
-        self._connector = Connector(self._options, self._new_link, self._attach, self._detach)
+        self._connector = Connector(
+            self._options, self._new_link, self._attach, self._detach, self._attached
+        )
         self._connector.start()
 
     # -- properties ---------------------------------------------------------------------------
@@ -492,9 +495,11 @@ class StompTransport:
 
     def add_link_observer(self, observer: Any) -> None:
         """Register an object with ``attached(link)`` (a new connection, called under the
-        connector's lock after the subscriptions are restored and before anyone else may
-        publish on it: re-send there), ``receipt(link, receipt_id)`` and ``error_frame(link,
-        headers, detail)`` (on the receiving thread)."""
+        connector's lock after the subscriptions are restored and before the link is
+        published: no network writes there, they would hold up every publish and subscribe),
+        optionally ``published(link)`` (after ``attached``, outside the lock, once the link
+        was published, or rejected and no longer open: re-send there), ``receipt(link,
+        receipt_id)`` and ``error_frame(link, headers, detail)`` (on the receiving thread)."""
         with self._connector.cond:
             if observer not in self._observers:
                 self._observers = (*self._observers, observer)
@@ -615,6 +620,23 @@ class StompTransport:
             self._start_keepalive(link)
         for observer in self._observers:
             observer.attached(link)
+
+    def _attached(self, link: StompLink) -> None:
+        """After :meth:`_attach`, outside the connector's lock, once ``link`` was published (or
+        rejected): each link observer's ``published(link)``. If one raises, the others still
+        run, then the error goes to the connector, which ends the link."""
+        failed: Exception | None = None
+        for observer in self._observers:
+            fn = getattr(observer, "published", None)
+            if fn is None:
+                continue
+            try:
+                fn(link)
+            except Exception as exc:
+                log.exception("link observer %r failed after a connection was attached", observer)
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     def _detach(self, link: StompLink, reason: str) -> None:
         with self._connector.cond:
