@@ -248,3 +248,47 @@ def test_monitor_start_stop_and_local_pause_are_logged(tmp_path: Path) -> None:
     log.close()
     with pytest.raises(TypeError, match="clock"):
         EventLog(tmp_path, clock=3)
+
+
+# -- a row the table cannot hold (R2 F2) -------------------------------------------------------
+
+
+def test_a_row_the_schema_cannot_hold_never_blocks_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A beat with ``seq >= 2**63`` is valid on the wire (the codec takes up to 2**64-1) but the
+    ``seq`` column is int64: the beat is kept with its seq NULL (counted), and the rows around it
+    are written. An event whose time the log cannot hold (year 10000) is refused alone."""
+    log = EventLog(tmp_path, roll_seconds=1.0, wall_offset=T0)
+    log.on_received(hw.Received("svc.a", 1, 0.001, 0.1, wall_offset=T0))
+    log.on_received(hw.Received("svc.a", 2**63, 0.001, 0.2, wall_offset=T0))
+    log.on_received(hw.Received("svc.a", 2**64 - 1, 0.001, 0.3, wall_offset=T0))
+    log.on_failed(hw.Failed("svc.b", 2**70, 0.1, 0.4, wall_offset=T0))  # missed: not int64
+    log.on_received(hw.Received("svc.a", 3, 0.001, 3e11, wall_offset=T0))  # year ~11500
+    for i in range(4, 64):  # a minute of windows: every one rolls over and is written
+        log.on_received(hw.Received("svc.a", i, 0.001, 0.2 + i, wall_offset=T0))
+    assert log.write_errors == 0 and log.last_error is None, log.last_error
+    assert len(log.files) >= 59, f"the log stopped writing: {len(log.files)} files"
+    log.close()
+    assert log.buffered == 0
+    assert log.seqs_dropped == 2 and log.refused == 2
+    rows = read(tmp_path).to_pylist()
+    assert [r["seq"] for r in rows] == [1, None, None, *range(4, 64)]
+    assert rows[1]["ts"] == us(0.2) and rows[2]["ts"] == us(0.3)
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert refused and "missed" in refused[0] and str(2**70) in refused[0], refused
+
+
+def test_a_buffered_row_that_does_not_convert_is_refused_at_the_write(tmp_path: Path) -> None:
+    """The last line of defence: should a row get past the checks (here put in the buffer
+    directly), the write refuses it alone (counted) and writes the others, instead of failing
+    on it at every later write."""
+    log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0)
+    log.on_received(hw.Received("svc.a", 1, None, 1.0, wall_offset=T0))
+    with log._lock:  # what no event can do: a value of the wrong type in the buffer
+        for name, value in zip(SCHEMA.names, ["received", "svc.a", 0, "x", None, None, None, None]):
+            log._rows[name].append(value)
+    log.on_received(hw.Received("svc.a", 2, None, 2.0, wall_offset=T0))
+    assert len(log.flush()) == 1 and log.refused == 1 and log.write_errors == 0
+    assert read(tmp_path).column("seq").to_pylist() == [1, 2]
+    log.close()

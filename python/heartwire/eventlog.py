@@ -54,6 +54,14 @@ write succeeds (the next window's rollover, ``max_rows`` more rows, :meth:`flush
 again. :meth:`flush` and :meth:`close` raise the error; a write triggered by an event counts it
 (:attr:`EventLog.write_errors`, :attr:`EventLog.last_error`) and keeps the event. While writes
 keep failing the buffer keeps growing.
+
+Each row is checked against the schema when its event arrives, so that one bad row cannot fail
+every later write: an event with a value no row can hold (a time outside the years 1900..9999, a
+count beyond int64, a topic that is not valid Unicode) is refused alone, counted
+(:attr:`EventLog.refused`) and logged (at most a line a minute). A beat whose ``seq`` is above
+2**63-1 (valid on the wire, up to 2**64-1) is kept with ``seq`` NULL and counted
+(:attr:`EventLog.seqs_dropped`): the beat is what availability needs, and a wrapped negative
+number would mislead whoever reads the column.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
+import math
 import os
 import secrets
 import threading
@@ -97,6 +106,79 @@ SCHEMA = pa.schema(
 
 _US_PER_DAY = 86_400_000_000
 _EPOCH = _dt.date(1970, 1, 1)
+_EPOCH_DT = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+# the times a row may hold: the years 1900 to 9999 (dates Spark and the partition folders take)
+_TS_MIN = (_dt.datetime(1900, 1, 1, tzinfo=_dt.timezone.utc) - _EPOCH_DT) // _dt.timedelta(
+    microseconds=1
+)
+_TS_MAX = (
+    _dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=_dt.timezone.utc) - _EPOCH_DT
+) // _dt.timedelta(microseconds=1)
+_INT64 = range(-(2**63), 2**63)
+_LOG_EVERY = 60.0  # seconds between two log lines about refused values (the counts go on)
+
+
+class _Refused(ValueError):
+    """A value the event log's schema cannot hold; the message names it."""
+
+
+class _Throttle:
+    """Logs the first of a kind of problem at once, then at most once per ``_LOG_EVERY`` seconds
+    with how many were not logged."""
+
+    def __init__(self) -> None:
+        self._next = 0.0
+        self._quiet = 0
+
+    def warn(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._quiet += 1
+            return
+        self._next = now + _LOG_EVERY
+        if self._quiet:
+            msg += " (and %d more like it not logged)"
+            args = (*args, self._quiet)
+            self._quiet = 0
+        log.warning(msg, *args)
+
+
+def _micros(name: str, seconds: object, offset_us: int) -> int:
+    """A time (seconds on the monitor's clock) as µs of Unix time, if a row can hold it."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise _Refused(f"{name} must be a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds):
+        raise _Refused(f"{name} must be finite, got {seconds!r}")
+    us = round(seconds * 1_000_000) + offset_us
+    if not _TS_MIN <= us <= _TS_MAX:
+        raise _Refused(f"{name} {seconds!r} is outside the years 1900..9999 as Unix time")
+    return us
+
+
+def _int64(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value not in _INT64:
+        raise _Refused(f"{name} must be a 64-bit signed integer or None, got {value!r}")
+    return value
+
+
+def _float(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Refused(f"{name} must be a number or None, got {value!r}")
+    return float(value)
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise _Refused(f"{name} must be a string, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Refused(f"{name} is not valid Unicode text: {value!r}") from None
+    return value
 
 
 class EventLog(SubscriberListener):
@@ -171,6 +253,10 @@ class EventLog(SubscriberListener):
         self._write_errors = 0
         self._last_error: BaseException | None = None
         self._size_trigger = max_rows  # buffered rows that trigger a write (moves up on failure)
+        self._refused = 0
+        self._seqs_dropped = 0
+        self._refusals = _Throttle()
+        self._seq_warnings = _Throttle()
 
     # -- properties ------------------------------------------------------------------------
 
@@ -202,6 +288,21 @@ class EventLog(SubscriberListener):
             return self._last_error
 
     @property
+    def refused(self) -> int:
+        """Events not recorded because a row cannot hold one of their values (a time outside
+        the years 1900..9999, a count beyond 64 bits, a topic that is not valid Unicode...);
+        each is logged (at most one line a minute)."""
+        with self._lock:
+            return self._refused
+
+    @property
+    def seqs_dropped(self) -> int:
+        """Beats recorded with ``seq`` NULL because theirs (valid up to 2**64-1 on the wire)
+        does not fit the int64 ``seq`` column."""
+        with self._lock:
+            return self._seqs_dropped
+
+    @property
     def buffered(self) -> int:
         """Rows recorded but not written yet (in summary mode, with a row per topic heard)."""
         with self._lock:
@@ -219,21 +320,27 @@ class EventLog(SubscriberListener):
         if not self._summary:
             self._add("received", event.topic, event.at, seq=event.seq, latency=event.latency)
             return
-        ts = self._us(event.at)
+        try:
+            topic = _text("topic", event.topic)
+            ts = _micros("at", event.at, self._offset_us)
+        except _Refused as exc:
+            with self._lock:
+                self._refuse_locked("received", event.topic, exc)
+            return
         with self._lock:
             if self._closed:
                 return
             self._roll_locked(ts // self._roll_us)
-            seen = self._beats.get(event.topic)
+            seen = self._beats.get(topic)
             if seen is None:
-                self._beats[event.topic] = [ts, ts, 1]
+                self._beats[topic] = [ts, ts, 1]
             else:
                 seen[0] = min(seen[0], ts)
                 seen[1] = max(seen[1], ts)
                 seen[2] += 1
 
     def on_failed(self, event: Failed) -> None:
-        self._add("failed", event.topic, event.at, missed=event.missed, since=self._us(event.since))
+        self._add("failed", event.topic, event.at, missed=event.missed, since=event.since)
 
     def on_resumed(self, event: Resumed) -> None:
         self._add("resumed", event.topic, event.at, missed=event.missed, downtime=event.downtime)
@@ -251,14 +358,11 @@ class EventLog(SubscriberListener):
             "paused",
             self._pattern,
             event.at,
-            since=self._us(event.at - event.duration),
+            since=event.at - event.duration,
             downtime=event.duration,
         )
 
     # -- writing ---------------------------------------------------------------------------
-
-    def _us(self, at: float) -> int:
-        return round(at * 1_000_000) + self._offset_us
 
     def _add(
         self,
@@ -268,27 +372,56 @@ class EventLog(SubscriberListener):
         *,
         seq: int | None = None,
         missed: int | None = None,
-        since: int | None = None,
+        since: float | None = None,
         downtime: float | None = None,
         latency: float | None = None,
     ) -> None:
-        ts = self._us(at)
-        window = ts // self._roll_us
+        """Buffers one row, its values checked against the schema first: a row the table could
+        not hold is refused alone (counted, logged) and never enters the buffer, where it would
+        fail every later write."""
+        offset = self._offset_us
+        dropped_seq = None
+        try:
+            if isinstance(seq, int) and not isinstance(seq, bool) and seq not in _INT64:
+                dropped_seq, seq = seq, None  # valid on the wire (up to 2**64-1): keep the beat
+            values = (
+                _text("kind", kind),
+                _text("topic", topic),
+                _micros("at", at, offset),
+                _int64("seq", seq),
+                _int64("missed", missed),
+                None if since is None else _micros("since", since, offset),
+                _float("downtime", downtime),
+                _float("latency", latency),
+            )
+        except _Refused as exc:
+            with self._lock:
+                self._refuse_locked(kind, topic, exc)
+            return
+        window = values[2] // self._roll_us
         with self._lock:
             if self._closed:
                 return
+            if dropped_seq is not None:
+                self._seqs_dropped += 1
+                self._seq_warnings.warn(
+                    "event log %r: seq %d of a beat of %r does not fit the int64 seq column; "
+                    "the beat is recorded with seq NULL",
+                    self._path,
+                    dropped_seq,
+                    topic,
+                )
             self._roll_locked(window)
-            rows = self._rows
-            rows["kind"].append(kind)
-            rows["topic"].append(topic)
-            rows["ts"].append(ts)
-            rows["seq"].append(seq)
-            rows["missed"].append(missed)
-            rows["since"].append(since)
-            rows["downtime"].append(downtime)
-            rows["latency"].append(latency)
-            if len(rows["kind"]) >= self._size_trigger:
+            for column, value in zip(self._rows.values(), values):
+                column.append(value)
+            if len(self._rows["kind"]) >= self._size_trigger:
                 self._try_write_locked()
+
+    def _refuse_locked(self, kind: object, topic: object, exc: Exception) -> None:
+        self._refused += 1
+        self._refusals.warn(
+            "event log %r: refused a %r event of %r: %s", self._path, kind, topic, exc
+        )
 
     def _roll_locked(self, window: int) -> None:
         """An event of ``window``: a later window than the buffered rows' writes them."""
@@ -350,19 +483,21 @@ class EventLog(SubscriberListener):
         """Write the buffer, one file per date; rows leave the buffer only once their file is in
         place. On failure the unwritten dates' rows stay, the error is recorded and raised."""
         self._summarise_locked()
-        rows = self._rows
-        if not rows["kind"]:
+        if not self._rows["kind"]:
             return []
-        table = pa.Table.from_pydict(rows, schema=SCHEMA)
-        day_of = [ts // _US_PER_DAY for ts in rows["ts"]]
-        days = pa.array(day_of, pa.int64())
-        window_start = _dt.datetime.fromtimestamp(
-            min(rows["ts"]) // self._roll_us * self._roll_us / 1e6, tz=_dt.timezone.utc
-        )
-        stamp = window_start.strftime("%Y%m%dT%H%M%S")
         written: list[str] = []
         done: set[int] = set()
+        day_of: list[int] = []
         try:
+            table = self._table_locked()
+            rows = self._rows
+            if not rows["kind"]:
+                return []
+            day_of = [ts // _US_PER_DAY for ts in rows["ts"]]
+            days = pa.array(day_of, pa.int64())
+            start = max(min(rows["ts"]) // self._roll_us * self._roll_us, _TS_MIN)
+            window_start = _EPOCH_DT + _dt.timedelta(microseconds=start)
+            stamp = window_start.strftime("%Y%m%dT%H%M%S")
             for day in sorted(set(day_of)):
                 part = table.filter(pc.equal(days, day))
                 final = self._write_file(part, day, stamp)
@@ -373,12 +508,33 @@ class EventLog(SubscriberListener):
         except BaseException as exc:
             self._write_errors += 1
             self._last_error = exc
-            keep = [i for i, day in enumerate(day_of) if day not in done]
-            self._rows = {name: [column[i] for i in keep] for name, column in rows.items()}
+            if done:
+                keep = [i for i, day in enumerate(day_of) if day not in done]
+                self._rows = {name: [col[i] for i in keep] for name, col in self._rows.items()}
             raise
         self._rows = {name: [] for name in SCHEMA.names}
         self._size_trigger = self._max_rows
         return written
+
+    def _table_locked(self) -> pa.Table:
+        """The buffer as a table. Rows are checked when they are added, so this does not fail;
+        if it still does, the rows that do not convert are refused one by one (counted) rather
+        than left to fail every later write."""
+        try:
+            return pa.Table.from_pydict(self._rows, schema=SCHEMA)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            pass
+        names = SCHEMA.names
+        keep = []
+        for i, row in enumerate(zip(*self._rows.values())):
+            try:
+                pa.Table.from_pylist([dict(zip(names, row))], schema=SCHEMA)
+            except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+                self._refuse_locked(row[0], row[1], exc)
+            else:
+                keep.append(i)
+        self._rows = {name: [col[i] for i in keep] for name, col in self._rows.items()}
+        return pa.Table.from_pydict(self._rows, schema=SCHEMA)
 
     def _write_file(self, part: pa.Table, day: int, stamp: str) -> str:
         """One date's rows as a file, written under a hidden name and renamed into place; the
