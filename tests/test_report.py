@@ -58,9 +58,16 @@ EXPECTED = {
 def event_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("report") / "events"
     clock = hw.ManualClock()
-    log = EventLog(path, roll_seconds=30, wall_offset=T0, clock=clock)
+    log = EventLog(path, roll_seconds=30, clock=clock)
     mon = hw.HeartbeatMonitor(
-        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[log]
+        None,
+        "svc.>",
+        period=1.0,
+        allowed_misses=1,
+        grace=0,
+        clock=clock,
+        wall_offset=T0,
+        listeners=[log],
     )
     mon.start()
     for at, topic in sorted((t, topic) for topic, ts in BEATS.items() for t in ts):
@@ -385,9 +392,16 @@ def run_monitor(
     ``until`` logging to ``path``; ``crash``: its log is closed before the monitor stops (no
     ``stopped`` row, as when the process dies)."""
     clock = hw.ManualClock(start_at)
-    log = EventLog(path, roll_seconds=30, wall_offset=T0, clock=clock)
+    log = EventLog(path, roll_seconds=30, clock=clock)
     mon = hw.HeartbeatMonitor(
-        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[log]
+        None,
+        "svc.>",
+        period=1.0,
+        allowed_misses=1,
+        grace=0,
+        clock=clock,
+        wall_offset=T0,
+        listeners=[log],
     )
     mon.start()
     for t, topic in sorted((t, topic) for topic, ts in beats.items() for t in ts):
