@@ -140,7 +140,7 @@ def test_empty_flush_and_bad_arguments(tmp_path: Path) -> None:
         EventLog(tmp_path, roll_seconds="60")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_rows"):
         EventLog(tmp_path, max_rows=0)
-    with pytest.raises(ValueError, match="wall_offset must be a finite number.*nan"):
+    with pytest.raises(ValueError, match=r"wall_offset must be a finite number.*nan"):
         EventLog(tmp_path, wall_offset=float("nan"))
 
 
