@@ -704,6 +704,17 @@ def test_monitored_spans_from_starts_stops_crashes_and_pauses(spark: Any) -> Non
     ]
     with pytest.raises(ValueError, match="kind"):
         hs.monitored_spans(df.drop("kind"))
+    # spans found once can be handed to outages/availability (the report does): same rows
+    kw: dict[str, Any] = dict(period_ms=1000, start=5000, end=45_000)
+    spans = hs.monitored_spans(df)
+    for fn in (hs.outages, hs.availability):
+        assert sorted(fn(df, **kw, monitored=spans).collect()) == sorted(fn(df, **kw).collect())
+    with pytest.raises(ValueError, match=r"monitored must be sorted.*\(5, 1\)"):
+        hs.outages(df, **kw, monitored=[(5, 1)])
+    with pytest.raises(TypeError, match=r"monitored must be a list.*str"):
+        hs.outages(df, **kw, monitored="all")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="monitored: only for an event log"):
+        hs.outages(df.drop("kind"), **kw, monitored=spans)
 
 
 def test_a_summary_log_gives_the_rows_of_a_full_log(spark: Any, tmp_path: Path) -> None:
