@@ -58,9 +58,16 @@ EXPECTED = {
 def event_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("report") / "events"
     clock = hw.ManualClock()
-    log = EventLog(path, roll_seconds=30, wall_offset=T0, clock=clock)
+    log = EventLog(path, roll_seconds=30, clock=clock)
     mon = hw.HeartbeatMonitor(
-        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[log]
+        None,
+        "svc.>",
+        period=1.0,
+        allowed_misses=1,
+        grace=0,
+        clock=clock,
+        wall_offset=T0,
+        listeners=[log],
     )
     mon.start()
     for at, topic in sorted((t, topic) for topic, ts in BEATS.items() for t in ts):
@@ -385,9 +392,16 @@ def run_monitor(
     ``until`` logging to ``path``; ``crash``: its log is closed before the monitor stops (no
     ``stopped`` row, as when the process dies)."""
     clock = hw.ManualClock(start_at)
-    log = EventLog(path, roll_seconds=30, wall_offset=T0, clock=clock)
+    log = EventLog(path, roll_seconds=30, clock=clock)
     mon = hw.HeartbeatMonitor(
-        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[log]
+        None,
+        "svc.>",
+        period=1.0,
+        allowed_misses=1,
+        grace=0,
+        clock=clock,
+        wall_offset=T0,
+        listeners=[log],
     )
     mon.start()
     for t, topic in sorted((t, topic) for topic, ts in beats.items() for t in ts):
@@ -494,3 +508,36 @@ def test_format_duration_rounds_before_it_splits() -> None:
     assert rp.format_duration(119.9999) == "2 min 00.000 s"
     assert rp.format_duration(86_399.6) == "1 d 00 h 00 min"
     assert rp.format_duration(7199.4) == "1 h 59 min 59 s"
+
+
+def test_the_report_finds_the_watched_spans_once(
+    spark: Any, event_log: Path, tmp_path: Path
+) -> None:
+    """The coverage query (:func:`heartwire.spark.monitored_spans`: two Spark jobs over the
+    whole log) runs once per report, not once more inside ``availability`` and ``outages``.
+    Counted from the Spark jobs' call sites under a job group of this test."""
+    import inspect
+
+    from heartwire import spark as hs
+
+    lines, first = inspect.getsourcelines(hs.monitored_spans)
+    source = inspect.getsourcefile(hs.monitored_spans)
+    inside = {f"{source}:{first + i}" for i, _ in enumerate(lines)}
+    sc = spark.sparkContext
+    group = f"report-coverage-{id(tmp_path)}"
+    sc.setJobGroup(group, "the report's jobs")
+    try:
+        args = ["report", "--events", str(event_log), "--start", START, "--end", END]
+        assert main([*args, "--out", str(tmp_path / "r.html"), "--period", "1"]) == 0
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    tracker = sc.statusTracker()
+    lines_run: list[int] = []  # per job of monitored_spans, the line that started it
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        stages = [tracker.getStageInfo(s) for s in (info.stageIds if info else [])]
+        names = {s.name.rsplit(" at ", 1)[-1] for s in stages if s is not None}
+        lines_run.extend(int(site.rsplit(":", 1)[1]) for site in sorted(names & inside)[:1])
+    assert lines_run, "no Spark job of monitored_spans seen: is the job group working?"
+    runs = lines_run.count(min(lines_run))  # its first query (the life rows): once per call
+    assert runs == 1, f"monitored_spans ran {runs} times in one report: lines {lines_run}"

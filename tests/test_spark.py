@@ -446,7 +446,7 @@ def test_outages_match_the_monitor_through_the_event_log(spark: Any, tmp_path: P
     schedule.sort()
 
     clock = hw.ManualClock()
-    log = EventLog(tmp_path / "events", roll_seconds=10, wall_offset=t0, clock=clock)
+    log = EventLog(tmp_path / "events", roll_seconds=10, clock=clock)
     recorder = Recorder()
     mon = hw.HeartbeatMonitor(
         None,
@@ -455,6 +455,7 @@ def test_outages_match_the_monitor_through_the_event_log(spark: Any, tmp_path: P
         allowed_misses=allowed,
         grace=0,
         clock=clock,
+        wall_offset=t0,
         listeners=[log, recorder],
     )
     for topic in topics:
@@ -594,9 +595,16 @@ def run_monitor(
     ``until``, logging to ``path``; ``crash``: its log is closed before it stops (no stopped
     row, as when the process dies)."""
     clock = hw.ManualClock(start_at)
-    log = EventLog(path, roll_seconds=30, wall_offset=T1, clock=clock)
+    log = EventLog(path, roll_seconds=30, clock=clock)
     mon = hw.HeartbeatMonitor(
-        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[log]
+        None,
+        "svc.>",
+        period=1.0,
+        allowed_misses=1,
+        grace=0,
+        clock=clock,
+        wall_offset=T1,
+        listeners=[log],
     )
     for topic in expect:
         mon.expect(topic)
@@ -696,6 +704,17 @@ def test_monitored_spans_from_starts_stops_crashes_and_pauses(spark: Any) -> Non
     ]
     with pytest.raises(ValueError, match="kind"):
         hs.monitored_spans(df.drop("kind"))
+    # spans found once can be handed to outages/availability (the report does): same rows
+    kw: dict[str, Any] = dict(period_ms=1000, start=5000, end=45_000)
+    spans = hs.monitored_spans(df)
+    for fn in (hs.outages, hs.availability):
+        assert sorted(fn(df, **kw, monitored=spans).collect()) == sorted(fn(df, **kw).collect())
+    with pytest.raises(ValueError, match=r"monitored must be sorted.*\(5, 1\)"):
+        hs.outages(df, **kw, monitored=[(5, 1)])
+    with pytest.raises(TypeError, match=r"monitored must be a list.*str"):
+        hs.outages(df, **kw, monitored="all")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="monitored: only for an event log"):
+        hs.outages(df.drop("kind"), **kw, monitored=spans)
 
 
 def test_a_summary_log_gives_the_rows_of_a_full_log(spark: Any, tmp_path: Path) -> None:
@@ -703,12 +722,17 @@ def test_a_summary_log_gives_the_rows_of_a_full_log(spark: Any, tmp_path: Path) 
     outages and availability are the same as from the full log (allowed >= the monitor's)."""
     rng = random.Random(14)
     clock = hw.ManualClock()
-    full = EventLog(tmp_path / "full", roll_seconds=10, wall_offset=T1, clock=clock)
-    lean = EventLog(
-        tmp_path / "lean", roll_seconds=10, wall_offset=T1, clock=clock, beats="summary"
-    )
+    full = EventLog(tmp_path / "full", roll_seconds=10, clock=clock)
+    lean = EventLog(tmp_path / "lean", roll_seconds=10, clock=clock, beats="summary")
     mon = hw.HeartbeatMonitor(
-        None, "svc.>", period=1.0, allowed_misses=1, grace=0, clock=clock, listeners=[full, lean]
+        None,
+        "svc.>",
+        period=1.0,
+        allowed_misses=1,
+        grace=0,
+        clock=clock,
+        wall_offset=T1,
+        listeners=[full, lean],
     )
     mon.expect("svc.never")
     mon.start()

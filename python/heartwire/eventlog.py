@@ -20,12 +20,12 @@ time, timestamp µs UTC), ``seq`` and ``latency`` (received), ``missed`` (failed
 seconds).
 
 The monitor's own life is logged too, so that analysis can tell "down" from "not watched":
-``"started"`` and ``"stopped"`` rows (``topic`` the monitor's pattern, ``ts`` read from
-``clock`` when the event arrives) and ``"paused"`` rows for a local pause of the monitor
-(``ts`` its end, ``since`` its start, ``downtime`` its length in seconds). A run of the monitor
-is covered from its ``started`` row to its ``stopped`` row; a run that ends without one (a
-crash) is covered up to its last row, and what follows is unknown. Older files have none of
-these rows (nothing else changed in the schema): their whole log is one run, from its first
+``"started"`` and ``"stopped"`` rows (``topic`` the monitor's pattern, ``ts`` the event's
+``at``, or read from ``clock`` when the event arrives) and ``"paused"`` rows for a local pause of
+the monitor (``ts`` its end, ``since`` its start, ``downtime`` its length in seconds). A run of
+the monitor is covered from its ``started`` row to its ``stopped`` row; a run that ends without
+one (a crash) is covered up to its last row, and what follows is unknown. Older files have none
+of these rows (nothing else changed in the schema): their whole log is one run, from its first
 row to its last.
 
 ``beats="summary"`` records less at scale (every beat of 100 000 topics at 1 Hz is 8.6 billion
@@ -37,10 +37,15 @@ for the monitor's ``allowed_misses`` (which the analysis cannot change afterward
 first beats say from when each topic was known. The schema is unchanged; readers that only
 know ``received`` rows see no beats in such a log.
 
-Event times are on the monitor's clock; ``wall_offset`` (seconds) turns them into Unix time. The
-default suits the real clock (which reads like :func:`time.monotonic`); give it with a
-:class:`~heartwire._core.ManualClock` (e.g. the Unix time its zero stands for), and give that
-clock as ``clock`` too (``started`` and ``stopped`` events carry no time of their own).
+Event times are on the monitor's clock; each of the monitor's events carries the monitor's
+``wall_offset`` (seconds to add for Unix time), and the log uses it, so a row shows the same
+time as the event's ``wall_at`` does to listeners and alerts, with the real clock or a
+:class:`~heartwire._core.ManualClock`. ``started`` and ``stopped`` events carry no time of their
+own (unless they have ``at``, then it is used): ``clock`` is read when they arrive, and the
+offset is the log's ``wall_offset`` if given, else the monitor's as its events carry it (a
+``started`` row waits for the monitor's first event to learn it), else the monitor's default
+rule (the clock's reading when the log was made is "now"). So with a ManualClock give the log
+the monitor's ``clock``, and nothing else.
 
 Files are cut by event time: rows go to the window ``[k * roll_seconds, (k+1) * roll_seconds)``
 of Unix time that the newest event falls in; when an event of a later window arrives, the rows
@@ -54,6 +59,14 @@ write succeeds (the next window's rollover, ``max_rows`` more rows, :meth:`flush
 again. :meth:`flush` and :meth:`close` raise the error; a write triggered by an event counts it
 (:attr:`EventLog.write_errors`, :attr:`EventLog.last_error`) and keeps the event. While writes
 keep failing the buffer keeps growing.
+
+Each row is checked against the schema when its event arrives, so that one bad row cannot fail
+every later write: an event with a value no row can hold (a time outside the years 1900..9999, a
+count beyond int64, a topic that is not valid Unicode) is refused alone, counted
+(:attr:`EventLog.refused`) and logged (at most a line a minute). A beat whose ``seq`` is above
+2**63-1 (valid on the wire, up to 2**64-1) is kept with ``seq`` NULL and counted
+(:attr:`EventLog.seqs_dropped`): the beat is what availability needs, and a wrapped negative
+number would mislead whoever reads the column.
 """
 
 from __future__ import annotations
@@ -61,6 +74,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
+import math
 import os
 import secrets
 import threading
@@ -97,21 +111,96 @@ SCHEMA = pa.schema(
 
 _US_PER_DAY = 86_400_000_000
 _EPOCH = _dt.date(1970, 1, 1)
+_EPOCH_DT = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+# the times a row may hold: the years 1900 to 9999 (dates Spark and the partition folders take)
+_TS_MIN = (_dt.datetime(1900, 1, 1, tzinfo=_dt.timezone.utc) - _EPOCH_DT) // _dt.timedelta(
+    microseconds=1
+)
+_TS_MAX = (
+    _dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=_dt.timezone.utc) - _EPOCH_DT
+) // _dt.timedelta(microseconds=1)
+_INT64 = range(-(2**63), 2**63)
+_LOG_EVERY = 60.0  # seconds between two log lines about refused values (the counts go on)
+
+
+class _Refused(ValueError):
+    """A value the event log's schema cannot hold; the message names it."""
+
+
+class _Throttle:
+    """Logs the first of a kind of problem at once, then at most once per ``_LOG_EVERY`` seconds
+    with how many were not logged."""
+
+    def __init__(self) -> None:
+        self._next = 0.0
+        self._quiet = 0
+
+    def warn(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._quiet += 1
+            return
+        self._next = now + _LOG_EVERY
+        if self._quiet:
+            msg += " (and %d more like it not logged)"
+            args = (*args, self._quiet)
+            self._quiet = 0
+        log.warning(msg, *args)
+
+
+def _micros(name: str, seconds: object, offset_us: int) -> int:
+    """A time (seconds on the monitor's clock) as µs of Unix time, if a row can hold it."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise _Refused(f"{name} must be a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds):
+        raise _Refused(f"{name} must be finite, got {seconds!r}")
+    us = round(seconds * 1_000_000) + offset_us
+    if not _TS_MIN <= us <= _TS_MAX:
+        raise _Refused(f"{name} {seconds!r} is outside the years 1900..9999 as Unix time")
+    return us
+
+
+def _int64(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value not in _INT64:
+        raise _Refused(f"{name} must be a 64-bit signed integer or None, got {value!r}")
+    return value
+
+
+def _float(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Refused(f"{name} must be a number or None, got {value!r}")
+    return float(value)
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise _Refused(f"{name} must be a string, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Refused(f"{name} is not valid Unicode text: {value!r}") from None
+    return value
 
 
 class EventLog(SubscriberListener):
     """Records a monitor's events as Parquet files under ``path`` (see the module docs).
 
     - ``roll_seconds``: length of the time window a file covers (> 0).
-    - ``wall_offset``: seconds added to the monitor's clock readings to get Unix time; default
-      ``time.time() - time.monotonic()`` (the monitor's real clock).
+    - ``wall_offset``: seconds added to ``clock``'s readings to get Unix time, for the events
+      that carry no ``wall_offset`` of their own (``started``, ``stopped``); the monitor's
+      events carry the monitor's and that is used. Default: the monitor's, as its events
+      carry it (see the module docs).
     - ``max_rows``: rows buffered before they are written even within a window.
     - ``compression``: Parquet codec.
     - ``beats``: ``"all"`` (a row per beat) or ``"summary"`` (one row per topic and window;
       see the module docs).
     - ``clock``: the monitor's clock (a :class:`~heartwire._core.ManualClock`, or a function
-      returning seconds), read for the times of ``started`` and ``stopped`` rows; default
-      :func:`time.monotonic`, the monitor's real clock.
+      returning seconds), read for the times of ``started`` and ``stopped`` rows when their
+      events carry no ``at``; default :func:`time.monotonic`, the monitor's real clock.
 
     Thread-safe: events may arrive on the monitor's dispatch thread while another thread calls
     :meth:`flush` or :meth:`close`.
@@ -136,8 +225,12 @@ class EventLog(SubscriberListener):
             raise ValueError(f"roll_seconds must be >= 0.001, got {roll_seconds!r}")
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be an int >= 1, got {max_rows!r}")
-        if wall_offset is None:
-            wall_offset = time.time() - time.monotonic()
+        if wall_offset is not None and (
+            isinstance(wall_offset, bool)
+            or not isinstance(wall_offset, (int, float))
+            or not math.isfinite(wall_offset)
+        ):
+            raise ValueError(f"wall_offset must be a finite number of seconds, got {wall_offset!r}")
         now: Callable[[], float]
         if clock is None:
             now = time.monotonic
@@ -150,6 +243,13 @@ class EventLog(SubscriberListener):
                 f"clock must be a ManualClock or a function returning seconds, got "
                 f"{type(clock).__name__}"
             )
+        # for the times that come with no offset of their own (``started``, ``stopped``): the
+        # explicit one, else the monitor's as its events carry it, else the monitor's default
+        # rule ("the clock reads now now")
+        self._own_offset_us = None if wall_offset is None else round(wall_offset * 1_000_000)
+        self._seen_offset_us: int | None = None
+        self._default_offset_us = round((time.time() - now()) * 1_000_000)
+        self._pending_start: tuple[str, float] | None = None  # a started row awaiting its offset
         if beats not in ("all", "summary"):
             raise ValueError(f"beats must be 'all' or 'summary', got {beats!r}")
         self._now = now
@@ -158,7 +258,6 @@ class EventLog(SubscriberListener):
         self._beats: dict[str, list[int]] = {}  # summary: topic -> [first, last, count] (µs)
         self._path = os.fspath(path)
         self._roll_us = round(roll_seconds * 1_000_000)
-        self._offset_us = round(wall_offset * 1_000_000)
         self._max_rows = max_rows
         self._compression = compression
         self._token = secrets.token_hex(4)  # names of files from this writer
@@ -171,6 +270,10 @@ class EventLog(SubscriberListener):
         self._write_errors = 0
         self._last_error: BaseException | None = None
         self._size_trigger = max_rows  # buffered rows that trigger a write (moves up on failure)
+        self._refused = 0
+        self._seqs_dropped = 0
+        self._refusals = _Throttle()
+        self._seq_warnings = _Throttle()
 
     # -- properties ------------------------------------------------------------------------
 
@@ -202,10 +305,26 @@ class EventLog(SubscriberListener):
             return self._last_error
 
     @property
+    def refused(self) -> int:
+        """Events not recorded because a row cannot hold one of their values (a time outside
+        the years 1900..9999, a count beyond 64 bits, a topic that is not valid Unicode...);
+        each is logged (at most one line a minute)."""
+        with self._lock:
+            return self._refused
+
+    @property
+    def seqs_dropped(self) -> int:
+        """Beats recorded with ``seq`` NULL because theirs (valid up to 2**64-1 on the wire)
+        does not fit the int64 ``seq`` column."""
+        with self._lock:
+            return self._seqs_dropped
+
+    @property
     def buffered(self) -> int:
         """Rows recorded but not written yet (in summary mode, with a row per topic heard)."""
         with self._lock:
-            return len(self._rows["kind"]) + len(self._beats)
+            pending = self._pending_start is not None
+            return len(self._rows["kind"]) + len(self._beats) + pending
 
     def __repr__(self) -> str:
         return (
@@ -217,78 +336,187 @@ class EventLog(SubscriberListener):
 
     def on_received(self, event: Received) -> None:
         if not self._summary:
-            self._add("received", event.topic, event.at, seq=event.seq, latency=event.latency)
+            self._add(
+                "received", event, event.topic, event.at, seq=event.seq, latency=event.latency
+            )
             return
-        ts = self._us(event.at)
+        try:
+            topic = _text("topic", event.topic)
+            ts = _micros("at", event.at, self._offset_of(event))
+        except _Refused as exc:
+            with self._lock:
+                self._refuse_locked("received", event.topic, exc)
+            return
         with self._lock:
             if self._closed:
                 return
+            self._start_locked()
             self._roll_locked(ts // self._roll_us)
-            seen = self._beats.get(event.topic)
+            seen = self._beats.get(topic)
             if seen is None:
-                self._beats[event.topic] = [ts, ts, 1]
+                self._beats[topic] = [ts, ts, 1]
             else:
                 seen[0] = min(seen[0], ts)
                 seen[1] = max(seen[1], ts)
                 seen[2] += 1
 
     def on_failed(self, event: Failed) -> None:
-        self._add("failed", event.topic, event.at, missed=event.missed, since=self._us(event.since))
+        self._add("failed", event, event.topic, event.at, missed=event.missed, since=event.since)
 
     def on_resumed(self, event: Resumed) -> None:
-        self._add("resumed", event.topic, event.at, missed=event.missed, downtime=event.downtime)
+        self._add(
+            "resumed", event, event.topic, event.at, missed=event.missed, downtime=event.downtime
+        )
 
     def on_started(self, event: Started) -> None:
         self._pattern = event.source
-        self._add("started", event.source, self._now())
+        if self._known_offset(event) is not None:
+            self._add("started", event, event.source, self._at(event))
+            return
+        # no offset known yet: the row waits for the monitor's (its first event carries it)
+        at = self._at(event)
+        with self._lock:
+            if not self._closed:
+                self._start_locked()
+                self._pending_start = (event.source, at)
 
     def on_stopped(self, event: Stopped) -> None:
-        self._add("stopped", event.source, self._now())
+        self._add("stopped", event, event.source, self._at(event))
         self.flush()
 
     def on_local_pause(self, event: LocalPause) -> None:
         self._add(
             "paused",
+            event,
             self._pattern,
             event.at,
-            since=self._us(event.at - event.duration),
+            since=event.at - event.duration,
             downtime=event.duration,
         )
 
-    # -- writing ---------------------------------------------------------------------------
+    def _at(self, event: object) -> float:
+        """The event's own time on the monitor's clock, or (``Started``, ``Stopped``, which
+        carry none) ``clock``'s reading now."""
+        at = getattr(event, "at", None)
+        return self._now() if at is None else at
 
-    def _us(self, at: float) -> int:
-        return round(at * 1_000_000) + self._offset_us
+    def _known_offset(self, event: object) -> int | None:
+        """µs to add to the event's times for Unix time: the event's ``wall_offset`` (the
+        monitor's, the one its listeners and alerts use), else the log's ``wall_offset``, else
+        the one the monitor's events carried so far; None if none is known yet."""
+        offset = getattr(event, "wall_offset", None)
+        if (
+            isinstance(offset, (int, float))
+            and not isinstance(offset, bool)
+            and math.isfinite(offset)
+        ):
+            us = round(offset * 1_000_000)
+            self._seen_offset_us = us
+            return us
+        if self._own_offset_us is not None:
+            return self._own_offset_us
+        return self._seen_offset_us
+
+    def _offset_of(self, event: object) -> int:
+        """:meth:`_known_offset`, else the default (the monitor's rule for its default)."""
+        known = self._known_offset(event)
+        return self._default_offset_us if known is None else known
+
+    # -- writing ---------------------------------------------------------------------------
 
     def _add(
         self,
         kind: str,
+        event: object,
         topic: str,
         at: float,
         *,
         seq: int | None = None,
         missed: int | None = None,
-        since: int | None = None,
+        since: float | None = None,
         downtime: float | None = None,
         latency: float | None = None,
     ) -> None:
-        ts = self._us(at)
-        window = ts // self._roll_us
+        """Buffers one row, its values checked against the schema first: a row the table could
+        not hold is refused alone (counted, logged) and never enters the buffer, where it would
+        fail every later write."""
+        offset = self._offset_of(event)
+        dropped_seq = None
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq not in _INT64:
+            dropped_seq, seq = seq, None  # valid on the wire (up to 2**64-1): keep the beat
+        try:
+            values = self._values(kind, topic, at, offset, seq, missed, since, downtime, latency)
+        except _Refused as exc:
+            with self._lock:
+                self._refuse_locked(kind, topic, exc)
+            return
         with self._lock:
             if self._closed:
                 return
-            self._roll_locked(window)
-            rows = self._rows
-            rows["kind"].append(kind)
-            rows["topic"].append(topic)
-            rows["ts"].append(ts)
-            rows["seq"].append(seq)
-            rows["missed"].append(missed)
-            rows["since"].append(since)
-            rows["downtime"].append(downtime)
-            rows["latency"].append(latency)
-            if len(rows["kind"]) >= self._size_trigger:
-                self._try_write_locked()
+            self._start_locked()
+            if dropped_seq is not None:
+                self._seqs_dropped += 1
+                self._seq_warnings.warn(
+                    "event log %r: seq %d of a beat of %r does not fit the int64 seq column; "
+                    "the beat is recorded with seq NULL",
+                    self._path,
+                    dropped_seq,
+                    topic,
+                )
+            self._append_locked(values)
+
+    @staticmethod
+    def _values(
+        kind: object,
+        topic: object,
+        at: object,
+        offset: int,
+        seq: object = None,
+        missed: object = None,
+        since: object = None,
+        downtime: object = None,
+        latency: object = None,
+    ) -> tuple[Any, ...]:
+        """A row's values in the schema's order, or :class:`_Refused` naming the one no row can
+        hold."""
+        return (
+            _text("kind", kind),
+            _text("topic", topic),
+            _micros("at", at, offset),
+            _int64("seq", seq),
+            _int64("missed", missed),
+            None if since is None else _micros("since", since, offset),
+            _float("downtime", downtime),
+            _float("latency", latency),
+        )
+
+    def _append_locked(self, values: tuple[Any, ...]) -> None:
+        self._roll_locked(values[2] // self._roll_us)
+        for column, value in zip(self._rows.values(), values):
+            column.append(value)
+        if len(self._rows["kind"]) >= self._size_trigger:
+            self._try_write_locked()
+
+    def _start_locked(self) -> None:
+        """The ``started`` row that waited for the monitor's offset (see :meth:`on_started`)
+        joins the buffer, with the offset its first event carried (or the log's default)."""
+        if self._pending_start is None:
+            return
+        topic, at = self._pending_start
+        self._pending_start = None
+        offset = self._default_offset_us if self._seen_offset_us is None else self._seen_offset_us
+        try:
+            values = self._values("started", topic, at, offset)
+        except _Refused as exc:
+            self._refuse_locked("started", topic, exc)
+            return
+        self._append_locked(values)
+
+    def _refuse_locked(self, kind: object, topic: object, exc: Exception) -> None:
+        self._refused += 1
+        self._refusals.warn(
+            "event log %r: refused a %r event of %r: %s", self._path, kind, topic, exc
+        )
 
     def _roll_locked(self, window: int) -> None:
         """An event of ``window``: a later window than the buffered rows' writes them."""
@@ -349,20 +577,23 @@ class EventLog(SubscriberListener):
     def _write_locked(self) -> list[str]:
         """Write the buffer, one file per date; rows leave the buffer only once their file is in
         place. On failure the unwritten dates' rows stay, the error is recorded and raised."""
+        self._start_locked()
         self._summarise_locked()
-        rows = self._rows
-        if not rows["kind"]:
+        if not self._rows["kind"]:
             return []
-        table = pa.Table.from_pydict(rows, schema=SCHEMA)
-        day_of = [ts // _US_PER_DAY for ts in rows["ts"]]
-        days = pa.array(day_of, pa.int64())
-        window_start = _dt.datetime.fromtimestamp(
-            min(rows["ts"]) // self._roll_us * self._roll_us / 1e6, tz=_dt.timezone.utc
-        )
-        stamp = window_start.strftime("%Y%m%dT%H%M%S")
         written: list[str] = []
         done: set[int] = set()
+        day_of: list[int] = []
         try:
+            table = self._table_locked()
+            rows = self._rows
+            if not rows["kind"]:
+                return []
+            day_of = [ts // _US_PER_DAY for ts in rows["ts"]]
+            days = pa.array(day_of, pa.int64())
+            start = max(min(rows["ts"]) // self._roll_us * self._roll_us, _TS_MIN)
+            window_start = _EPOCH_DT + _dt.timedelta(microseconds=start)
+            stamp = window_start.strftime("%Y%m%dT%H%M%S")
             for day in sorted(set(day_of)):
                 part = table.filter(pc.equal(days, day))
                 final = self._write_file(part, day, stamp)
@@ -373,12 +604,33 @@ class EventLog(SubscriberListener):
         except BaseException as exc:
             self._write_errors += 1
             self._last_error = exc
-            keep = [i for i, day in enumerate(day_of) if day not in done]
-            self._rows = {name: [column[i] for i in keep] for name, column in rows.items()}
+            if done:
+                keep = [i for i, day in enumerate(day_of) if day not in done]
+                self._rows = {name: [col[i] for i in keep] for name, col in self._rows.items()}
             raise
         self._rows = {name: [] for name in SCHEMA.names}
         self._size_trigger = self._max_rows
         return written
+
+    def _table_locked(self) -> pa.Table:
+        """The buffer as a table. Rows are checked when they are added, so this does not fail;
+        if it still does, the rows that do not convert are refused one by one (counted) rather
+        than left to fail every later write."""
+        try:
+            return pa.Table.from_pydict(self._rows, schema=SCHEMA)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            pass
+        names = SCHEMA.names
+        keep = []
+        for i, row in enumerate(zip(*self._rows.values())):
+            try:
+                pa.Table.from_pylist([dict(zip(names, row))], schema=SCHEMA)
+            except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+                self._refuse_locked(row[0], row[1], exc)
+            else:
+                keep.append(i)
+        self._rows = {name: [col[i] for i in keep] for name, col in self._rows.items()}
+        return pa.Table.from_pydict(self._rows, schema=SCHEMA)
 
     def _write_file(self, part: pa.Table, day: int, stamp: str) -> str:
         """One date's rows as a file, written under a hidden name and renamed into place; the

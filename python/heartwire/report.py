@@ -326,6 +326,7 @@ def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
         allowed_misses=report.allowed_misses,
         start=start_ms,
         end=end_ms,
+        monitored=watched,  # found once above: not again inside availability and outages
     )
     log("computing availability per topic")
     avail = (

@@ -403,8 +403,34 @@ def monitored_spans(
     spans = _subtract(runs, pauses)
     lo = None if start is None else _epoch_ms(start, "start")
     hi = None if end is None else _epoch_ms(end, "end")
+    return _clip(spans, lo, hi)
+
+
+def _clip(spans: Spans, lo: int | None, hi: int | None) -> Spans:
     clipped = [(a if lo is None else max(a, lo), b if hi is None else min(b, hi)) for a, b in spans]
     return [(a, b) for a, b in clipped if a < b]
+
+
+def _check_monitored(monitored: object) -> Spans:
+    """``monitored=``: the spans :func:`monitored_spans` returned (sorted, disjoint, epoch ms)."""
+    if not isinstance(monitored, (list, tuple)):
+        raise TypeError(
+            f"monitored must be a list of (from, to) epoch-ms pairs from monitored_spans(), got "
+            f"{type(monitored).__name__}"
+        )
+    spans: Spans = []
+    for span in monitored:
+        ok = isinstance(span, (list, tuple)) and len(span) == 2
+        if ok:
+            a, b = span
+            ok = all(isinstance(x, Integral) and not isinstance(x, bool) for x in (a, b))
+        if not ok or not a < b or (spans and a < spans[-1][1]):
+            raise ValueError(
+                f"monitored must be sorted, disjoint (from, to) epoch-ms pairs with from < to, "
+                f"as monitored_spans() returns; got {span!r}"
+            )
+        spans.append((int(a), int(b)))
+    return spans
 
 
 class _Plan:
@@ -421,6 +447,7 @@ class _Plan:
         start: TimeLike | None,
         end: TimeLike | None,
         engine: object,
+        monitored: object = None,
     ) -> None:
         if not isinstance(events, DataFrame):
             raise TypeError(f"events must be a DataFrame, got {type(events).__name__}")
@@ -491,10 +518,15 @@ class _Plan:
             F.col(topic).cast("string").alias("topic"), ts_ms.alias("ts"), period.alias("p"), *extra
         ).where(F.col("topic").isNotNull() & F.col("ts").isNotNull() & in_window)
         self.monitored: Spans | None = None
+        if monitored is not None and not self.logged:
+            raise ValueError(
+                f"monitored: only for an event log (no 'kind' column), got {monitored!r}"
+            )
         if not self.logged:
             self.beats = rows.select("topic", "ts", "p")
             return
-        self.monitored = monitored_spans(events, ts, start=self.start_ms, end=self.end_ms)
+        spans = monitored_spans(events, ts) if monitored is None else _check_monitored(monitored)
+        self.monitored = _clip(spans, self.start_ms, self.end_ms)
         kind = F.col("kind")
         beats = rows.where(kind == "received").select("topic", "ts", "p")
         # a failed row: the monitor expected the topic at ts - missed * period (its last beat,
@@ -578,6 +610,7 @@ def outages(
     start: TimeLike | None = None,
     end: TimeLike | None = None,
     engine: GapEngine = "rust",
+    monitored: Spans | None = None,
 ) -> DataFrame:
     """One row per outage: ``topic`` (as a string), ``down_from, down_to, missed, open``.
 
@@ -610,9 +643,11 @@ def outages(
     - only the time the monitor was watching counts (:func:`monitored_spans`): outages are cut
       to it, a piece ending where watching stopped being ``open`` (its end is unknown), and
       after a span not watched each known topic gets a fresh allowance, as the monitor gives
-      it on a restart or after a local pause.
+      it on a restart or after a local pause. ``monitored``: what :func:`monitored_spans`
+      returned for this log (without ``start``/``end``), if you have it already; otherwise
+      it is computed (two Spark jobs).
     """
-    plan = _Plan(events, topic, ts, period_ms, allowed_misses, start, end, engine)
+    plan = _Plan(events, topic, ts, period_ms, allowed_misses, start, end, engine, monitored)
     rows = _outage_rows(plan)
     return rows.select(
         "topic",
@@ -633,6 +668,7 @@ def availability(
     start: TimeLike | None = None,
     end: TimeLike | None = None,
     engine: GapEngine = "rust",
+    monitored: Spans | None = None,
 ) -> DataFrame:
     """Availability per topic over ``[start, end)``, from the outages of :func:`outages`.
 
@@ -646,12 +682,12 @@ def availability(
     its edges (down at ``start``, still down at ``end``) count as downtime but not towards
     MTTR, whose true lengths they do not show, nor (down at ``start``) as failures for MTBF.
 
-    For an event log (see :func:`outages`) a topic's window begins when the monitor first
-    expected it, or at ``start``; time not watched is neither up nor down: ``uptime_pct`` is
-    the uptime over the watched time (null if none of it was watched), and outages cut where
-    watching stopped do not count towards MTTR.
+    For an event log (see :func:`outages`, and its ``monitored``) a topic's window begins when
+    the monitor first expected it, or at ``start``; time not watched is neither up nor down:
+    ``uptime_pct`` is the uptime over the watched time (null if none of it was watched), and
+    outages cut where watching stopped do not count towards MTTR.
     """
-    plan = _Plan(events, topic, ts, period_ms, allowed_misses, start, end, engine)
+    plan = _Plan(events, topic, ts, period_ms, allowed_misses, start, end, engine, monitored)
     if plan.logged:
         return _availability_logged(plan, _outage_rows(plan))
     schema = StructType(
