@@ -115,3 +115,42 @@ def test_the_feed_blocks_for_a_lossless_listener_and_not_otherwise() -> None:
     mon.remove_listener(log)
     assert mon._feed.queue.overflow == "coalesce"
     mon.stop()
+
+
+class Audit(hw.SubscriberListener):
+    """A lossless listener counting failures, and what came after on_stopped."""
+
+    lossless = True
+
+    def __init__(self) -> None:
+        self.failed = 0
+        self.after_stop = 0
+        self.stopped = False
+
+    def on_failed(self, event: hw.Failed) -> None:
+        self.failed += 1
+        self.after_stop += self.stopped
+
+    def on_stopped(self, event: hw.Stopped) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("listener_queue", [10_000, None])
+def test_stop_with_a_short_timeout_loses_nothing_for_a_lossless_listener(
+    listener_queue: int | None,
+) -> None:
+    # R1 F9: stop(timeout) dropped what its dispatch thread still held when the time was up,
+    # a lossless listener's events included (29 999 of 30 000 with timeout=0).
+    clock = hw.ManualClock()
+    audit = Audit()
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", clock=clock, listeners=[audit], listener_queue=listener_queue
+    )
+    mon.detector.add_many([f"svc.{i}" for i in range(30_000)])
+    mon.start()
+    clock.advance(1.5)  # 30 000 failures queued
+    mon.stop(timeout=0.0)
+    assert mon._listeners.close(20.0), "the listener thread did not catch up in 20 s"
+    stats = mon.stats()
+    assert (audit.failed, stats["dropped"], stats["listener_late"]) == (30_000, 0, 0), stats
+    assert audit.stopped and audit.after_stop == 0

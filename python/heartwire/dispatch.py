@@ -136,8 +136,9 @@ class Dispatcher:
         lost = stats["dropped_oldest"] + stats["coalesced"]
         return self._popped_before + self._handled >= pushed - lost
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Deliver what is queued, then end the thread. Idempotent."""
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Deliver what is queued, then end the thread (waiting at most ``timeout`` seconds for
+        it, ``None``: until it ends). Idempotent."""
         self._stopping.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)

@@ -812,7 +812,12 @@ class HeartbeatMonitor:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop watching: cancel the broker subscription, stop the detector, deliver the events
-        produced so far, end the dispatch thread, then ``on_stopped``. Idempotent."""
+        produced so far, end the dispatch thread, then ``on_stopped``. Idempotent.
+
+        What the dispatch thread has not delivered after ``timeout`` seconds is dropped (counted
+        in ``stats()["dropped"]``), unless a lossless listener is registered: then stop() waits
+        for the dispatch thread to hand over everything (it only fills the listener queues, a
+        lossless one never blocks it; with ``listener_queue=None`` it waits for the calls)."""
         if self._paused:  # the detector keeps pauses across a restart; this one ends here
             with contextlib.suppress(RuntimeError):  # (stopped meanwhile)
                 self.resume()  # without the lock: see _resume_in_detector
@@ -837,7 +842,7 @@ class HeartbeatMonitor:
             chain = self._detach_feeds()
         # Outside the lock: a listener running on the dispatch thread may need it to finish.
         deadline = time.monotonic() + timeout
-        self._finish_feeds(chain, timeout)
+        self._finish_feeds(chain, None if self._listeners.lossless else timeout)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
         # did not finish in time, a late bad beat, a listener's error report) is refused and
         # counted (``listener_late``), and starts no listener thread again. An unqueued
@@ -1137,22 +1142,22 @@ class HeartbeatMonitor:
         chain.reverse()
         return chain
 
-    def _finish_feeds(self, chain: list[_Feed], timeout: float) -> None:
-        """Deliver what the feeds hold within ``timeout``, end their threads, and let go of
-        their queues. A thread still busy then delivers nothing more (what it holds is counted
-        in ``dropped``) and ends by itself.
+    def _finish_feeds(self, chain: list[_Feed], timeout: float | None) -> None:
+        """Deliver what the feeds hold within ``timeout`` (``None``: all of it), end their
+        threads, and let go of their queues. A thread still busy then delivers nothing more
+        (what it holds is counted in ``dropped``) and ends by itself.
 
         Each queue is closed first, as in :meth:`_open_feed`: a producer still pushing (a beat
         taken just before the detector stopped) may be waiting for room in a full ``"block"``
         queue while holding the detector's locks, which ``unsubscribe`` needs, and once the
         thread has ended nothing would make room. Closing releases it (what it pushes later is
         refused and counted in ``dropped``); the thread still delivers what is queued."""
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         for i, feed in enumerate(chain):
             feed.queue.close()
             dispatcher = feed.dispatcher
             if dispatcher is not None:
-                dispatcher.stop(max(0.0, deadline - time.monotonic()))
+                dispatcher.stop(None if deadline is None else max(0.0, deadline - time.monotonic()))
             feed.finished = True
             self._det.unsubscribe(feed.queue)
             stats = feed.queue.stats()
@@ -1164,10 +1169,10 @@ class HeartbeatMonitor:
                 self._losses += losses
             if dispatcher is not None and dispatcher.alive:
                 log.warning(
-                    "stopping %r: the dispatch thread did not deliver everything within %.3g s; "
+                    "stopping %r: the dispatch thread did not deliver everything within %s s; "
                     "the rest is dropped (counted in stats()['dropped'])",
                     self._pattern,
-                    timeout,
+                    "-" if timeout is None else f"{timeout:.3g}",
                 )
 
     def _dispatch_failed(self, exc: BaseException, batch: list[Event]) -> None:
