@@ -136,7 +136,13 @@ def test_sql_arguments_are_checked() -> None:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        status = int(self.path.strip("/") or 200)
+        if self.path.startswith("/auth"):  # Basic admin:Hunter2 (what a URL's userinfo gives)
+            good = self.headers.get("Authorization") == "Basic YWRtaW46SHVudGVyMg=="
+            self.send_response(200 if good else 401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        status = int(self.path.strip("/").partition("?")[0] or 200)
         self.send_response(status)
         if 300 <= status < 400:
             self.send_header("Location", "/500")
@@ -200,6 +206,62 @@ def test_http_arguments_and_repr() -> None:
         checks.http("svc")
     with pytest.raises(TypeError, match="expect must be a status"):
         checks.http("http://svc", expect=True)
+
+
+def test_http_never_shows_a_password_and_sends_userinfo_as_basic_auth(server: str) -> None:
+    # Issue 14, R4 F2: the URL's password was in the repr, the reasons (hence on_exception
+    # details, the CLI, alerts, logs) and the constructor's error; the check never worked with
+    # userinfo either (urllib took "admin:Hunter2@127.0.0.1" for the host).
+    dead = checks.http("http://admin:Hunter2@127.0.0.1:1/health?token=Tok3n&x=1", timeout=0.5)
+    assert repr(dead) == (
+        "http('http://admin:***@127.0.0.1:1/health?token=***&x=1', expect=200..399, timeout=0.5)"
+    )
+    reason = _failure(dead)
+    assert reason.startswith("http GET http://admin:***@127.0.0.1:1/health?token=***&x=1: ")
+    assert "Hunter2" not in reason and "Tok3n" not in reason, reason
+    assert "refused" in reason.lower(), reason  # it reached the host, not a host "admin:..."
+    # The userinfo is sent as Basic auth (and a wrong password is a 401, still redacted).
+    good = server.replace("http://", "http://admin:Hunter2@") + "/auth"
+    assert checks.http(good, timeout=2.0)() is True
+    bad = checks.http(server.replace("http://", "http://admin:Wrong9@") + "/auth?api_key=K3y")
+    reason = _failure(bad)
+    assert reason.endswith(
+        ":***@" + server[7:] + "/auth?api_key=***: status 401, expected 200..399"
+    )
+    assert "Wrong9" not in reason and "K3y" not in reason, reason
+    token_only = checks.http("https://s3cr3tT0ken@example.invalid/x")
+    assert "s3cr3tT0ken" not in repr(token_only) and "***@example.invalid" in repr(token_only)
+    with pytest.raises(ValueError) as info:
+        checks.http("ftp://admin:Hunter2@h/x?password=Pw0rd")
+    assert "Hunter2" not in str(info.value) and "Pw0rd" not in str(info.value), info.value
+    assert "'ftp://admin:***@h/x?password=***'" in str(info.value)
+
+
+def test_sql_repr_names_the_factory_never_its_arguments() -> None:
+    # Issue 14, R4 F2: a partial (the docstring's own advice) has no __qualname__, so the repr
+    # printed the DSN, password included, and the publisher put it in "timed out" details.
+    def connect(dsn: str, connect_timeout: int = 2) -> sqlite3.Connection:
+        return sqlite3.connect(":memory:")
+
+    dsn = "postgresql://app:Hunter2@db/prod"
+    check = checks.sql(functools.partial(connect, dsn, connect_timeout=2))
+    assert "Hunter2" not in repr(check), repr(check)
+    assert repr(check) == (
+        "sql(test_sql_repr_names_the_factory_never_its_arguments.<locals>.connect(...), 'SELECT 1')"
+    )
+
+    class Factory:
+        def __init__(self, dsn: str) -> None:
+            self.dsn = dsn
+
+        def __call__(self) -> sqlite3.Connection:
+            return sqlite3.connect(":memory:")
+
+        def __repr__(self) -> str:
+            return f"Factory({self.dsn!r})"
+
+    assert "Hunter2" not in repr(checks.sql(Factory(dsn)))
+    assert repr(checks.sql(sqlite3.connect)) == "sql(connect, 'SELECT 1')"
 
 
 def test_check_failed_carries_the_reason_and_pickles() -> None:

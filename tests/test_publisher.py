@@ -859,6 +859,49 @@ def test_a_slow_payload_does_not_stall_plain_publishers(rig: Rig) -> None:
         gate.set()
 
 
+def test_failure_details_name_user_callables_never_their_reprs(rig: Rig) -> None:
+    # Issue 14, R4 F2: "timed out" and "returned False" details held repr(dependency) (or the
+    # payload's): a partial's repr shows its arguments, a DSN with its password.
+    import functools
+
+    gate = threading.Event()
+
+    def connect(dsn: str) -> bool:
+        return gate.wait(20)
+
+    class Secretive:
+        def __call__(self) -> bool:
+            return False
+
+        def __repr__(self) -> str:
+            return "Secretive(password='Hunter2')"
+
+    rec = Recorder()
+    dep = checks.sql(functools.partial(connect, "postgresql://app:Hunter2@db/prod"))
+    hung = rig.make("svc.dsn", dependency=dep, timeout=0.25, listeners=[rec])
+    false = rig.make("svc.false", dependency=Secretive(), listeners=[rec])
+    pay = rig.make("svc.pay", payload=functools.partial(gate.wait, 20), timeout=0.25)
+    pay.add_listener(rec)
+    try:
+        hung.start()
+        false.start()
+        pay.start()
+        rig.clock.advance(0.0)
+        rig.sched.drain(timeout=0.2)
+        rig.step(0.25)
+        details = sorted(e.detail for e in rec.exceptions())
+        assert not [d for d in details if "Hunter2" in d or "0x" in d], details
+        assert details == [
+            "<test_failure_details_name_user_callables_never_their_reprs.<locals>.Secretive"
+            " object> returned False",
+            "Event.wait(...): timed out after 0.25 s",
+            "sql(test_failure_details_name_user_callables_never_their_reprs.<locals>.connect(...)"
+            ", 'SELECT 1'): timed out after 0.25 s",
+        ]
+    finally:
+        gate.set()
+
+
 def test_real_clock_a_hung_payload_does_not_stall_plain_publishers() -> None:
     broker = MemoryBroker()
     gate = threading.Event()

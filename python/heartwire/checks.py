@@ -16,12 +16,14 @@ being looked up, which later checks of that name wait for instead of starting an
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import io
 import ipaddress
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -30,6 +32,7 @@ import urllib.request
 from collections.abc import Container
 from http import client as http_client
 from typing import Any, Callable
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 __all__ = ["Check", "CheckFailed", "http", "path", "sql", "tcp"]
 
@@ -234,8 +237,67 @@ class sql(Check):
         return True
 
     def __repr__(self) -> str:
-        factory = getattr(self.connect_factory, "__qualname__", None) or repr(self.connect_factory)
-        return f"sql({factory}, {self.query!r})"
+        return f"sql({_callable_name(self.connect_factory)}, {self.query!r})"
+
+
+def _callable_name(obj: object) -> str:
+    """A name for a user's callable that never shows its arguments or state (which may hold a
+    password, like a DSN in a :func:`functools.partial`): its ``__qualname__``, a partial's
+    function's followed by ``(...)``, else its type's name."""
+    if type(obj) in (tcp, path, sql, http):
+        return repr(obj)  # the stock checks' reprs show no secret
+    if isinstance(obj, functools.partial):
+        return f"{_callable_name(obj.func)}(...)"
+    name = getattr(obj, "__qualname__", None)
+    if isinstance(name, str) and name:
+        return name
+    return f"<{type(obj).__qualname__} object>"
+
+
+# A query option whose value looks like a secret (password, passcode, token, api_key, sig...).
+_SECRET_OPTION = re.compile(r"pass|pwd|secret|token|key|auth|sig|cred|session", re.IGNORECASE)
+
+
+def _url_secrets(url: str) -> list[tuple[int, int]]:
+    # (start, end) of the secrets in ``url``: the password of its userinfo (all of a userinfo
+    # without ':', a token), the values of secret-looking query options. A password may hold
+    # raw '/', '?' or '#': with a ':' after '//', the userinfo runs up to the last '@'.
+    spans = []
+    s = url.find("://")
+    s = 0 if s < 0 else s + 3
+    rest = s
+    at = url.rfind("@", s)
+    if at >= 0:
+        userinfo = url[s:at]
+        colon = userinfo.find(":")
+        if colon >= 0:
+            spans.append((s + colon + 1, at))
+            rest = at + 1
+        elif not re.search(r"[/?#]", userinfo):
+            spans.append((s, at))
+            rest = at + 1
+    q = url.find("?", rest)
+    if q >= 0:
+        end = url.find("#", q)
+        end = len(url) if end < 0 else end
+        pos = q + 1
+        for piece in re.split(r"[&;]", url[q + 1 : end]):
+            name, eq, value = piece.partition("=")
+            if eq and value and _SECRET_OPTION.search(unquote(name)):
+                spans.append((pos + len(name) + 1, pos + len(piece)))
+            pos += len(piece) + 1
+    return [(a, b) for a, b in spans if b > a]
+
+
+def _redact_url(url: str) -> str:
+    """``url`` with its secrets (see :func:`_url_secrets`) replaced by ``***``."""
+    out, pos = [], 0
+    for a, b in sorted(_url_secrets(url)):
+        if a < pos:
+            continue
+        out += [url[pos:a], "***"]
+        pos = b
+    return "".join(out) + url[pos:]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -322,20 +384,39 @@ class http(Check):
 
     ``expect`` is one status or a container of them (default ``range(200, 400)``); redirects are
     not followed, so a 3xx status is judged like any other. Proxies come from the environment,
-    as for :func:`urllib.request.urlopen`. ``timeout`` bounds the whole check: lookup, connect,
-    request, status line and headers (the body is not read).
+    as for :func:`urllib.request.urlopen`. A ``user:password@`` in the URL is sent as Basic
+    auth; the repr and reasons show the URL redacted (its password and secret-looking query
+    values, ``token=`` and the like, as ``***``). ``timeout`` bounds the whole check: lookup,
+    connect, request, status line and headers (the body is not read).
     """
 
     def __init__(
         self, url: str, expect: int | Container[int] = range(200, 400), timeout: float = 2.0
     ) -> None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
+        if not isinstance(url, str):
+            raise ValueError(f"url must be an http:// or https:// URL, got {type(url).__name__}")
+        shown = _redact_url(url)
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be an http:// or https:// URL, got {shown!r}")
         if isinstance(expect, bool) or not isinstance(expect, (int, Container)):
             raise TypeError(f"expect must be a status or a container of them, got {expect!r}")
         self.url = url
         self.expect = expect
         self.timeout = _timeout(timeout)
+        self._shown = shown
+        self._hidden = sorted({url[a:b] for a, b in _url_secrets(url)}, key=len, reverse=True)
+        # A userinfo goes as Basic auth (urllib would take it for part of the host).
+        self._target, self._auth = url, None
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # (the message names no part of the URL: "Invalid IPv6 URL")
+            raise ValueError(f"url {shown!r} is not a valid URL: {exc}") from None
+        user, at, host = parts.netloc.rpartition("@")
+        if at:
+            login, _, password = user.partition(":")
+            token = f"{unquote(login)}:{unquote(password)}".encode()
+            self._auth = "Basic " + base64.b64encode(token).decode("ascii")
+            self._target = urlunsplit(parts._replace(netloc=host))
 
     def _ok(self, status: int) -> bool:
         if isinstance(self.expect, int):
@@ -344,7 +425,9 @@ class http(Check):
 
     def __call__(self) -> bool:
         deadline = time.monotonic() + self.timeout
-        request = urllib.request.Request(self.url, method="GET")
+        request = urllib.request.Request(self._target, method="GET")
+        if self._auth is not None:
+            request.add_header("Authorization", self._auth)
         opener = urllib.request.build_opener(_NoRedirect, _DeadlineHandler(deadline))
         try:
             with opener.open(request, timeout=self.timeout) as response:
@@ -353,10 +436,16 @@ class http(Check):
             status = exc.code
             exc.close()
         except (OSError, ValueError) as exc:
-            raise CheckFailed(f"http GET {self.url}: {_describe(exc)}") from exc
+            raise CheckFailed(f"http GET {self._shown}: {self._scrub(_describe(exc))}") from exc
         if self._ok(status):
             return True
-        raise CheckFailed(f"http GET {self.url}: status {status}, expected {self._expected()}")
+        raise CheckFailed(f"http GET {self._shown}: status {status}, expected {self._expected()}")
+
+    def _scrub(self, text: str) -> str:
+        # An error's own text (urllib's, a proxy's) could quote the URL: hide its secrets.
+        for secret in self._hidden:
+            text = text.replace(secret, "***")
+        return text
 
     def _expected(self) -> str:
         e = self.expect
@@ -365,7 +454,7 @@ class http(Check):
         return repr(e)
 
     def __repr__(self) -> str:
-        return f"http({self.url!r}, expect={self._expected()}, timeout={self.timeout:g})"
+        return f"http({self._shown!r}, expect={self._expected()}, timeout={self.timeout:g})"
 
 
 def _describe(exc: BaseException) -> str:

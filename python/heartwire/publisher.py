@@ -52,7 +52,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 from heartwire import _core
-from heartwire.checks import CheckFailed
+from heartwire.checks import CheckFailed, _callable_name
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
 from heartwire.message import Beat, BeatCodec
@@ -109,9 +109,11 @@ def _seconds(value: object, field: str, *, minimum: float = 0.0) -> float:
 
 
 def _name(obj: object, limit: int = 200) -> str:
-    """``repr(obj)`` for failure details, taken once (a repr may be slow, raise or be huge)."""
+    """A user callable's name for failure details, taken once: its qualified name (a stock
+    check's repr), never its repr, which may show its state or a partial's arguments (a DSN and
+    its password), be slow, raise or be huge."""
     try:
-        text = repr(obj)
+        text = _callable_name(obj)
     except Exception:
         text = f"<{type(obj).__name__} object>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
