@@ -993,3 +993,33 @@ def test_a_hanging_listener_delays_only_its_own_publishers_events(
         assert all("-check-" in name for name in listener.threads)
     finally:
         gate.set()
+
+
+def test_a_full_event_queue_drops_beats_events_never_started_or_stopped(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 14, R4 F6: drop-oldest took on_stopped and on_started (the oldest entries after a
+    # stop/start behind a slow listener) before any on_sent.
+    monkeypatch.setattr(publisher_module, "EVENT_QUEUE", 3)
+    gate = threading.Event()
+    listener = HangingListener(gate)
+    pub = rig.make("svc.life", listeners=[listener])
+    try:
+        pub.start()
+        rig.clock.advance(0.0)
+        assert _wait_until(lambda: pub.sent == 1, 2.0)  # its on_sent hangs on a check thread
+        pub.stop()
+        pub.start()  # queued: Stopped, Started (the oldest entries)
+        for n in range(2, 6):
+            rig.clock.advance(1.0)
+            assert _wait_until(lambda n=n: pub.sent == n, 2.0)  # type: ignore[misc]
+        pub.stop()
+        gate.set()
+        assert rig.sched.drain(timeout=5)
+        kinds = [type(e).__name__ for e in listener.events]
+        # Queued behind Sent 1: Stopped, Started, then each Sent took the last room and was
+        # dropped for the next one, the last for the final Stopped.
+        assert kinds == ["Started", "Sent", "Stopped", "Started", "Stopped"], kinds
+        assert pub.stats()["events_dropped"] == 4
+    finally:
+        gate.set()

@@ -11,8 +11,9 @@ A publisher owns no thread: running publishers are tasks of the shared
 :class:`~heartwire.scheduling.PublisherScheduler` of their clock, so ten thousand of them use a
 handful of threads. Beats are sent on the scheduler's thread (or, for publishers with slow work,
 on one of its check threads). Listener methods are never called on the scheduler's thread: each
-publisher's events go through its own queue (:data:`EVENT_QUEUE` deep, the oldest dropped and
-counted in ``stats()["events_dropped"]`` when full) and are delivered in order, one at a time,
+publisher's events go through its own queue (:data:`EVENT_QUEUE` deep; when full, the oldest
+``on_sent`` or ``on_exception`` is dropped and counted in ``stats()["events_dropped"]``, never
+``on_started`` or ``on_stopped``) and are delivered in order, one at a time,
 on a check thread, or by ``start()``/``stop()`` themselves when nothing is queued (so
 ``on_started`` and ``on_stopped`` are then called before they return). A listener that hangs
 holds one check thread and delays only its own publisher's events.
@@ -69,6 +70,8 @@ _STOPPED, _RUNNING, _PAUSED = "stopped", "running", "paused"
 
 #: Events a publisher keeps for its listeners while one of them is slow.
 EVENT_QUEUE = 1000
+# The events a full queue drops, oldest first: a beat's outcome, which the next beat supersedes.
+_DROPPABLE = frozenset({"on_sent", "on_exception"})
 
 #: Added to a dependency's own ``timeout`` for the default time limit, so that a stock check
 #: reports its own timeout before the publisher gives up on it.
@@ -563,9 +566,8 @@ class HeartbeatPublisher:
         if not self._listeners.wants(method):
             return
         with self._lock:
-            if len(self._outbox) >= EVENT_QUEUE:
-                self._outbox.popleft()
-                self._events_dropped += 1
+            if len(self._outbox) >= EVENT_QUEUE and not self._make_room(method):
+                return  # (dropped: a delivery under way, or the next event's, takes the rest)
             self._outbox.append((method, event))
             if deliver == _LATER or self._delivering:
                 return  # whoever delivers now takes this one too
@@ -580,6 +582,21 @@ class HeartbeatPublisher:
                 raise
         else:
             self._deliver()
+
+    def _make_room(self, method: str) -> bool:
+        """Drop (and count) the oldest beat event queued, ``on_sent`` or ``on_exception``, to
+        make room for a ``method`` event (under the lock); False if that one is to be dropped
+        instead. Lifecycle and connection events are kept: a queue holding nothing else drops
+        a new beat event, else loses its oldest (the bound holds whatever comes)."""
+        self._events_dropped += 1
+        for i, (queued, _) in enumerate(self._outbox):
+            if queued in _DROPPABLE:
+                del self._outbox[i]
+                return True
+        if method in _DROPPABLE:
+            return False
+        self._outbox.popleft()
+        return True
 
     def _deliver_queued(self) -> None:
         with self._lock:
