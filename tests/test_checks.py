@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -398,6 +398,8 @@ def _slow_dns(seconds: float, monkeypatch: pytest.MonkeyPatch) -> None:
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", slow)
+    # No answer kept from an earlier lookup (which would serve a late one: see the last test).
+    monkeypatch.setattr(checks, "_answers", {})
 
 
 def test_tcp_timeout_includes_name_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -423,6 +425,10 @@ def test_a_lookup_thread_that_cannot_start_fails_that_check_only(
         real(thread)
 
     monkeypatch.setattr(threading.Thread, "start", start)
+    # Nothing in flight or kept from the tests before (a lookup is shared by every check of
+    # its name, and a late one's answer kept).
+    monkeypatch.setattr(checks, "_lookups", {})
+    monkeypatch.setattr(checks, "_answers", {})
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         first, _ = _timed(checks.tcp("localhost", port, timeout=0.5), limit=3.0)
@@ -461,3 +467,49 @@ def test_https_handshake_with_a_silent_server_fits_in_the_timeout() -> None:
         result, took = _timed(checks.http(url, timeout=0.3), limit=3.0)
     assert isinstance(result, CheckFailed) and result.reason == f"http GET {url}: timed out"
     assert took < 0.3 + 0.25
+
+
+def test_a_slow_resolver_is_looked_up_once_per_name_and_its_answer_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 14, R4 F8: a lookup slower than the check's timeout had its answer thrown away, so
+    # the name's checks failed for good; and one lookup ran per (host, port), not per host.
+    real = socket.getaddrinfo
+    calls: list[tuple[Any, Any]] = []
+    release = threading.Event()
+
+    def slow(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "slow.example":
+            calls.append((host, port))
+            release.wait(5)
+            return real("127.0.0.1", port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        for p in (port, port + 1, port + 2):  # one name on three ports: one lookup
+            reason = _failure(checks.tcp("slow.example", p, timeout=0.1))
+            assert reason == f"tcp slow.example:{p}: timed out"
+        assert len(calls) == 1, calls
+        release.set()  # the lookup finishes after every check gave up on it
+        assert _wait_until(lambda: not checks._lookups, 2.0), "the lookup did not finish"
+        release.clear()  # from now on every lookup is slower than the checks
+        # The finished answer serves the next checks (each starts a fresh lookup, or waits for
+        # the one in flight), on the port each asks for.
+        assert checks.tcp("slow.example", port, timeout=0.2)() is True
+        assert checks.tcp("slow.example", port, timeout=0.2)() is True
+        assert len(calls) == 2, calls
+        assert _failure(checks.tcp("slow.example", port + 1, timeout=0.2)) == (
+            f"tcp slow.example:{port + 1}: ConnectionRefusedError: [Errno 111] Connection refused"
+        )
+    release.set()
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -10,8 +10,11 @@ Each check is a small callable object: calling it returns ``True`` when healthy 
 scheduler's check threads, and a check's ``timeout`` is its deadline: name resolution,
 connecting (to every address the name resolves to, together) and reading the answer all fit in
 it, however the server trickles its bytes. A name lookup cannot be interrupted, so one that
-outlives its check goes on on a thread of its own (``heartwire-dns``), one per name and port
-being looked up, which later checks of that name wait for instead of starting another.
+outlives its check goes on on a thread of its own (``heartwire-dns``), one per name being looked
+up (whatever the ports), which later checks of that name wait for instead of starting another.
+The last answer of a name is kept (:data:`ANSWER_TTL`): a check whose lookup is late (a slow
+resolver) uses it after half its time, so a resolver slower than the checks does not fail
+them all.
 """
 
 from __future__ import annotations
@@ -59,32 +62,50 @@ def _timeout(value: object, field: str = "timeout") -> float:
 
 
 class _Lookup:
-    """One name lookup in flight (see the module docs)."""
+    """One name lookup (see the module docs)."""
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.result: list[Any] = []
         self.error: Exception | None = None  # OSError, or ValueError for a name refused
+        self.finished = 0.0  # time.monotonic() when done
 
 
-_lookups: dict[tuple[str, int], _Lookup] = {}
+#: How long the last answer of a name that resolved serves checks whose own lookup is late.
+ANSWER_TTL = 60.0
+
+_lookups: dict[str, _Lookup] = {}  # in flight, by name
+_answers: dict[str, _Lookup] = {}  # the last lookup of each name that resolved
 _lookups_lock = threading.Lock()
 
 
-def _run_lookup(host: str, port: int, lookup: _Lookup) -> None:
-    try:
-        lookup.result = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+def _run_lookup(host: str, lookup: _Lookup) -> None:
+    try:  # the port is set per check (one lookup serves every port of the name)
+        lookup.result = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except Exception as exc:  # (a label too long for the idna codec is a UnicodeError)
         lookup.error = exc
     finally:
+        lookup.finished = time.monotonic()
         with _lookups_lock:
-            if _lookups.get((host, port)) is lookup:
-                del _lookups[(host, port)]
+            if _lookups.get(host) is lookup:
+                del _lookups[host]
+            if lookup.error is None and lookup.result:
+                for name in [
+                    n for n, a in _answers.items() if a.finished < lookup.finished - ANSWER_TTL
+                ]:
+                    del _answers[name]
+                _answers[host] = lookup
         lookup.done.set()
 
 
+def _with_port(infos: list[Any], port: int) -> list[Any]:
+    return [(f, k, p, c, (a[0], port, *a[2:])) for f, k, p, c, a in infos]
+
+
 def _resolve(host: str, port: int, deadline: float) -> list[Any]:
-    """``getaddrinfo`` for a stream socket, by ``deadline`` (``time.monotonic()``)."""
+    """``getaddrinfo`` for a stream socket, by ``deadline`` (``time.monotonic()``). When the
+    lookup is late, the name's last answer (at most :data:`ANSWER_TTL` old) serves, after half
+    the time left (the other half is for connecting)."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -92,21 +113,26 @@ def _resolve(host: str, port: int, deadline: float) -> list[Any]:
     else:  # an address literal needs no lookup
         return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
     with _lookups_lock:
-        lookup = _lookups.get((host, port))
+        lookup = _lookups.get(host)
         if lookup is None:
-            lookup = _lookups[(host, port)] = _Lookup()
+            lookup = _lookups[host] = _Lookup()
             try:
                 threading.Thread(
-                    target=_run_lookup, args=(host, port, lookup), name="heartwire-dns", daemon=True
+                    target=_run_lookup, args=(host, lookup), name="heartwire-dns", daemon=True
                 ).start()
             except RuntimeError as exc:  # can't start new thread: this check fails, not later
-                del _lookups[(host, port)]  # ones (they would wait for a lookup never made)
+                del _lookups[host]  # ones (they would wait for a lookup never made)
                 raise OSError(f"name lookup not started: {exc}") from exc
-    if not lookup.done.wait(max(0.0, deadline - time.monotonic())):
+        last = _answers.get(host)
+    left = max(0.0, deadline - time.monotonic())
+    if last is not None and last.finished >= time.monotonic() - ANSWER_TTL:
+        if not lookup.done.wait(left / 2):
+            return _with_port(last.result, port)
+    elif not lookup.done.wait(left):
         raise TimeoutError("timed out")
     if lookup.error is not None:
         raise lookup.error
-    return lookup.result
+    return _with_port(lookup.result, port)
 
 
 def _connect(
