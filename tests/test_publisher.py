@@ -29,6 +29,7 @@ from heartwire.publisher import HeartbeatPublisher
 from heartwire.scheduling import PublisherScheduler, shared_scheduler
 from heartwire.transport import Message, TransportClosed
 from heartwire.transport.memory import MemoryBroker
+from tests.brokers import brokers  # noqa: F401  (the session fixture)
 
 
 class Recorder(PublisherListener):
@@ -1023,3 +1024,54 @@ def test_a_full_event_queue_drops_beats_events_never_started_or_stopped(
         assert pub.stats()["events_dropped"] == 4
     finally:
         gate.set()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_publisher_listener_hung_in_on_disconnected_does_not_hold_the_transport() -> None:
+    # Issue 14, R4 F1: on_disconnected / on_reconnected / reconnect_failed were called on the
+    # STOMP failover thread before it reconnected, so one listener hung there kept the link
+    # (every publisher on it) down, and they were unordered against the queued events.
+    from tests.brokers import url, wait_for
+
+    transport = hw.connect(
+        url("activemq") + "?heartbeat=0&keepalive_interval=0&reconnect_interval=0.1"
+    )
+    gate = threading.Event()
+    seen: list[tuple[str, str]] = []
+
+    class Slow(PublisherListener):
+        def on_disconnected(self, event: Any) -> None:
+            seen.append(("disconnected", threading.current_thread().name))
+            gate.wait(10)
+
+        def on_reconnected(self, event: Any) -> None:
+            seen.append(("reconnected", threading.current_thread().name))
+
+    heard = HeartbeatPublisher(transport, "hw.test.slowconn", 0.05, listeners=[Slow()])
+    other = HeartbeatPublisher(transport, "hw.test.otherconn", 0.05)
+    try:
+        heard.start()
+        other.start()
+        wait_for(lambda: other.sent >= 2, 5, "the first beats")
+        link = transport.current_link
+        link.abort("test: connection lost")
+        lost = time.monotonic()
+        wait_for(lambda: seen, 5, "on_disconnected")
+        wait_for(
+            lambda: transport.current_link not in (None, link) and transport.current_link.open,
+            2,
+            "a reconnect while a listener hangs in on_disconnected",
+        )
+        took = time.monotonic() - lost
+        before = other.sent
+        wait_for(lambda: other.sent >= before + 3, 2, "beats of the other publisher")
+        assert took < 1.0, f"reconnected after {took:.2f} s"
+        assert seen == [("disconnected", seen[0][1])] and "-check-" in seen[0][1], seen
+        gate.set()
+        wait_for(lambda: len(seen) == 2, 5, "on_reconnected, after on_disconnected returned")
+        assert seen[1][0] == "reconnected" and "-check-" in seen[1][1], seen
+    finally:
+        gate.set()
+        heard.stop()
+        other.stop()
+        transport.close()

@@ -10,7 +10,8 @@
 A publisher owns no thread: running publishers are tasks of the shared
 :class:`~heartwire.scheduling.PublisherScheduler` of their clock, so ten thousand of them use a
 handful of threads. Beats are sent on the scheduler's thread (or, for publishers with slow work,
-on one of its check threads). Listener methods are never called on the scheduler's thread: each
+on one of its check threads). Listener methods are never called on the scheduler's thread (nor
+on a transport's, for ``on_disconnected``, ``on_reconnected`` and ``reconnect_failed``): each
 publisher's events go through its own queue (:data:`EVENT_QUEUE` deep; when full, the oldest
 ``on_sent`` or ``on_exception`` is dropped and counted in ``stats()["events_dropped"]``, never
 ``on_started`` or ``on_stopped``) and are delivered in order, one at a time,
@@ -205,7 +206,8 @@ class HeartbeatPublisher:
         )
         for listener in listeners:
             self._listeners.add(listener)
-        self._connection_events = ConnectionEvents(self._listeners)
+        # Connection events come on the transport's thread: through the outbox, like the rest.
+        self._connection_events = ConnectionEvents(self._listeners, self._connection_event)
         self._clock = clock
         self._boot_id = uuid.uuid4().hex
         self._lock = threading.Lock()
@@ -575,13 +577,21 @@ class HeartbeatPublisher:
             sched = self._scheduler
         if deliver == _JOB and sched is not None:
             try:
-                sched.submit(self._deliver)
+                job = sched.submit(self._deliver)
             except BaseException:
                 with self._lock:  # no delivery under way after all: the next event starts one
                     self._delivering = False
                 raise
-        else:
-            self._deliver()
+            if job.state != "abandoned":
+                return
+            # The scheduler is closed (the process is exiting): no check thread will run it.
+        self._deliver()
+
+    def _connection_event(self, method: str, event: object) -> None:
+        """A transport's connection event (on its thread, e.g. STOMP's failover supervisor,
+        which must not wait for a listener before reconnecting): queued in order with the
+        other events and delivered on a check thread."""
+        self._emit(method, event, _JOB)
 
     def _make_room(self, method: str) -> bool:
         """Drop (and count) the oldest beat event queued, ``on_sent`` or ``on_exception``, to
