@@ -1075,3 +1075,19 @@ def test_a_publisher_listener_hung_in_on_disconnected_does_not_hold_the_transpor
         heard.stop()
         other.stop()
         transport.close()
+
+
+def test_an_event_queued_once_the_scheduler_is_closed_is_delivered_not_stuck(rig: Rig) -> None:
+    # Issue 14, R4 F5: submit() on a closed scheduler returns an abandoned job that never runs;
+    # the outbox stayed "delivering" for good, so this publisher's listeners got nothing more
+    # (on_stopped included), uncounted.
+    class Connections(Recorder):
+        def on_disconnected(self, event: Any) -> None:
+            self._add(event)
+
+    rec = Connections()
+    pub = rig.make("svc.closed", listeners=[rec]).start()
+    rig.sched.close()  # (as at interpreter exit)
+    pub._connection_event("on_disconnected", hw.Disconnected("stomp://h:1", "lost"))
+    pub.stop()
+    assert rec.kinds() == ["Started", "Disconnected", "Stopped"]
