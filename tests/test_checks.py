@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -136,7 +136,13 @@ def test_sql_arguments_are_checked() -> None:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        status = int(self.path.strip("/") or 200)
+        if self.path.startswith("/auth"):  # Basic admin:Hunter2 (what a URL's userinfo gives)
+            good = self.headers.get("Authorization") == "Basic YWRtaW46SHVudGVyMg=="
+            self.send_response(200 if good else 401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        status = int(self.path.strip("/").partition("?")[0] or 200)
         self.send_response(status)
         if 300 <= status < 400:
             self.send_header("Location", "/500")
@@ -200,6 +206,62 @@ def test_http_arguments_and_repr() -> None:
         checks.http("svc")
     with pytest.raises(TypeError, match="expect must be a status"):
         checks.http("http://svc", expect=True)
+
+
+def test_http_never_shows_a_password_and_sends_userinfo_as_basic_auth(server: str) -> None:
+    # Issue 14, R4 F2: the URL's password was in the repr, the reasons (hence on_exception
+    # details, the CLI, alerts, logs) and the constructor's error; the check never worked with
+    # userinfo either (urllib took "admin:Hunter2@127.0.0.1" for the host).
+    dead = checks.http("http://admin:Hunter2@127.0.0.1:1/health?token=Tok3n&x=1", timeout=0.5)
+    assert repr(dead) == (
+        "http('http://admin:***@127.0.0.1:1/health?token=***&x=1', expect=200..399, timeout=0.5)"
+    )
+    reason = _failure(dead)
+    assert reason.startswith("http GET http://admin:***@127.0.0.1:1/health?token=***&x=1: ")
+    assert "Hunter2" not in reason and "Tok3n" not in reason, reason
+    assert "refused" in reason.lower(), reason  # it reached the host, not a host "admin:..."
+    # The userinfo is sent as Basic auth (and a wrong password is a 401, still redacted).
+    good = server.replace("http://", "http://admin:Hunter2@") + "/auth"
+    assert checks.http(good, timeout=2.0)() is True
+    bad = checks.http(server.replace("http://", "http://admin:Wrong9@") + "/auth?api_key=K3y")
+    reason = _failure(bad)
+    assert reason.endswith(
+        ":***@" + server[7:] + "/auth?api_key=***: status 401, expected 200..399"
+    )
+    assert "Wrong9" not in reason and "K3y" not in reason, reason
+    token_only = checks.http("https://s3cr3tT0ken@example.invalid/x")
+    assert "s3cr3tT0ken" not in repr(token_only) and "***@example.invalid" in repr(token_only)
+    with pytest.raises(ValueError) as info:
+        checks.http("ftp://admin:Hunter2@h/x?password=Pw0rd")
+    assert "Hunter2" not in str(info.value) and "Pw0rd" not in str(info.value), info.value
+    assert "'ftp://admin:***@h/x?password=***'" in str(info.value)
+
+
+def test_sql_repr_names_the_factory_never_its_arguments() -> None:
+    # Issue 14, R4 F2: a partial (the docstring's own advice) has no __qualname__, so the repr
+    # printed the DSN, password included, and the publisher put it in "timed out" details.
+    def connect(dsn: str, connect_timeout: int = 2) -> sqlite3.Connection:
+        return sqlite3.connect(":memory:")
+
+    dsn = "postgresql://app:Hunter2@db/prod"
+    check = checks.sql(functools.partial(connect, dsn, connect_timeout=2))
+    assert "Hunter2" not in repr(check), repr(check)
+    assert repr(check) == (
+        "sql(test_sql_repr_names_the_factory_never_its_arguments.<locals>.connect(...), 'SELECT 1')"
+    )
+
+    class Factory:
+        def __init__(self, dsn: str) -> None:
+            self.dsn = dsn
+
+        def __call__(self) -> sqlite3.Connection:
+            return sqlite3.connect(":memory:")
+
+        def __repr__(self) -> str:
+            return f"Factory({self.dsn!r})"
+
+    assert "Hunter2" not in repr(checks.sql(Factory(dsn)))
+    assert repr(checks.sql(sqlite3.connect)) == "sql(connect, 'SELECT 1')"
 
 
 def test_check_failed_carries_the_reason_and_pickles() -> None:
@@ -336,6 +398,8 @@ def _slow_dns(seconds: float, monkeypatch: pytest.MonkeyPatch) -> None:
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", slow)
+    # No answer kept from an earlier lookup (which would serve a late one: see the last test).
+    monkeypatch.setattr(checks, "_answers", {})
 
 
 def test_tcp_timeout_includes_name_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -361,6 +425,10 @@ def test_a_lookup_thread_that_cannot_start_fails_that_check_only(
         real(thread)
 
     monkeypatch.setattr(threading.Thread, "start", start)
+    # Nothing in flight or kept from the tests before (a lookup is shared by every check of
+    # its name, and a late one's answer kept).
+    monkeypatch.setattr(checks, "_lookups", {})
+    monkeypatch.setattr(checks, "_answers", {})
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         first, _ = _timed(checks.tcp("localhost", port, timeout=0.5), limit=3.0)
@@ -399,3 +467,49 @@ def test_https_handshake_with_a_silent_server_fits_in_the_timeout() -> None:
         result, took = _timed(checks.http(url, timeout=0.3), limit=3.0)
     assert isinstance(result, CheckFailed) and result.reason == f"http GET {url}: timed out"
     assert took < 0.3 + 0.25
+
+
+def test_a_slow_resolver_is_looked_up_once_per_name_and_its_answer_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 14, R4 F8: a lookup slower than the check's timeout had its answer thrown away, so
+    # the name's checks failed for good; and one lookup ran per (host, port), not per host.
+    real = socket.getaddrinfo
+    calls: list[tuple[Any, Any]] = []
+    release = threading.Event()
+
+    def slow(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "slow.example":
+            calls.append((host, port))
+            release.wait(5)
+            return real("127.0.0.1", port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        for p in (port, port + 1, port + 2):  # one name on three ports: one lookup
+            reason = _failure(checks.tcp("slow.example", p, timeout=0.1))
+            assert reason == f"tcp slow.example:{p}: timed out"
+        assert len(calls) == 1, calls
+        release.set()  # the lookup finishes after every check gave up on it
+        assert _wait_until(lambda: not checks._lookups, 2.0), "the lookup did not finish"
+        release.clear()  # from now on every lookup is slower than the checks
+        # The finished answer serves the next checks (each starts a fresh lookup, or waits for
+        # the one in flight), on the port each asks for.
+        assert checks.tcp("slow.example", port, timeout=0.2)() is True
+        assert checks.tcp("slow.example", port, timeout=0.2)() is True
+        assert len(calls) == 2, calls
+        assert _failure(checks.tcp("slow.example", port + 1, timeout=0.2)) == (
+            f"tcp slow.example:{port + 1}: ConnectionRefusedError: [Errno 111] Connection refused"
+        )
+    release.set()
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

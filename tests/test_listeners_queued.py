@@ -349,3 +349,30 @@ def test_a_dropped_event_does_not_keep_a_closed_listener_thread_alive() -> None:
     for t in threads:
         t.join(5.0)
     assert not any(t.is_alive() for t in threads), "the closed listener thread never ended"
+
+
+def test_a_listener_thread_that_cannot_start_drops_the_event_counted_never_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # emit() "never raises", but Thread.start's RuntimeError (a pids limit) went through it,
+    # into the emitter (a monitor's detector, a transport's failover thread).
+    real = threading.Thread.start
+    failing = [True]
+
+    def start(thread: threading.Thread) -> None:
+        if failing[0] and thread.name.startswith("heartwire-listener"):
+            raise RuntimeError("can't start new thread")
+        real(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    ls: ListenerSet[SubscriberListener] = ListenerSet(SubscriberListener, "svc.>", queue_size=8)
+    rec = Recorder()
+    ls.add(rec)
+    ls.emit("on_failed", failed(1))  # raised RuntimeError before
+    assert ls.dropped == 1 and ls.stats()[0]["dropped"] == 1
+    assert ls.drain(timeout=WAIT)  # nothing is left waiting for a thread that never came
+    failing[0] = False
+    ls.emit("on_failed", failed(2))
+    assert ls.drain(timeout=WAIT)
+    assert rec.events == [failed(2)]
+    assert ls.close(timeout=WAIT)

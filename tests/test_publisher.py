@@ -29,6 +29,7 @@ from heartwire.publisher import HeartbeatPublisher
 from heartwire.scheduling import PublisherScheduler, shared_scheduler
 from heartwire.transport import Message, TransportClosed
 from heartwire.transport.memory import MemoryBroker
+from tests.brokers import brokers  # noqa: F401  (the session fixture)
 
 
 class Recorder(PublisherListener):
@@ -859,6 +860,49 @@ def test_a_slow_payload_does_not_stall_plain_publishers(rig: Rig) -> None:
         gate.set()
 
 
+def test_failure_details_name_user_callables_never_their_reprs(rig: Rig) -> None:
+    # Issue 14, R4 F2: "timed out" and "returned False" details held repr(dependency) (or the
+    # payload's): a partial's repr shows its arguments, a DSN with its password.
+    import functools
+
+    gate = threading.Event()
+
+    def connect(dsn: str) -> bool:
+        return gate.wait(20)
+
+    class Secretive:
+        def __call__(self) -> bool:
+            return False
+
+        def __repr__(self) -> str:
+            return "Secretive(password='Hunter2')"
+
+    rec = Recorder()
+    dep = checks.sql(functools.partial(connect, "postgresql://app:Hunter2@db/prod"))
+    hung = rig.make("svc.dsn", dependency=dep, timeout=0.25, listeners=[rec])
+    false = rig.make("svc.false", dependency=Secretive(), listeners=[rec])
+    pay = rig.make("svc.pay", payload=functools.partial(gate.wait, 20), timeout=0.25)
+    pay.add_listener(rec)
+    try:
+        hung.start()
+        false.start()
+        pay.start()
+        rig.clock.advance(0.0)
+        rig.sched.drain(timeout=0.2)
+        rig.step(0.25)
+        details = sorted(e.detail for e in rec.exceptions())
+        assert not [d for d in details if "Hunter2" in d or "0x" in d], details
+        assert details == [
+            "<test_failure_details_name_user_callables_never_their_reprs.<locals>.Secretive"
+            " object> returned False",
+            "Event.wait(...): timed out after 0.25 s",
+            "sql(test_failure_details_name_user_callables_never_their_reprs.<locals>.connect(...)"
+            ", 'SELECT 1'): timed out after 0.25 s",
+        ]
+    finally:
+        gate.set()
+
+
 def test_real_clock_a_hung_payload_does_not_stall_plain_publishers() -> None:
     broker = MemoryBroker()
     gate = threading.Event()
@@ -980,3 +1024,100 @@ def test_nothing_reaches_a_publisher_listener_after_on_stopped(rig: Rig) -> None
     assert _wait_until(lambda: rec.kinds()[-1] == "Sent", 5.0), rec.kinds()
     pub.stop()
     assert rec.kinds() == ["Started", "Stopped", "Started", "Sent", "Stopped"]
+
+
+def test_a_full_event_queue_drops_beats_events_never_started_or_stopped(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 14, R4 F6: drop-oldest took on_stopped and on_started (the oldest entries after a
+    # stop/start behind a slow listener) before any on_sent.
+    monkeypatch.setattr(publisher_module, "EVENT_QUEUE", 3)
+    gate = threading.Event()
+    listener = HangingListener(gate)
+    pub = rig.make("svc.life", listeners=[listener])
+    try:
+        pub.start()
+        rig.clock.advance(0.0)
+        assert _wait_until(lambda: pub.sent == 1, 2.0)  # its on_sent hangs on a check thread
+        pub.stop()
+        pub.start()  # queued: Stopped, Started (the oldest entries)
+        for n in range(2, 6):
+            rig.clock.advance(1.0)
+            assert _wait_until(lambda n=n: pub.sent == n, 2.0)  # type: ignore[misc]
+        pub.stop()
+        gate.set()
+        assert rig.sched.drain(timeout=5)
+        kinds = [type(e).__name__ for e in listener.events]
+        # Queued behind Sent 1: Stopped, Started, then each Sent took the last room and was
+        # dropped for the next one, the last for the final Stopped.
+        assert kinds == ["Started", "Sent", "Stopped", "Started", "Stopped"], kinds
+        assert pub.stats()["events_dropped"] == 4
+    finally:
+        gate.set()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_publisher_listener_hung_in_on_disconnected_does_not_hold_the_transport() -> None:
+    # Issue 14, R4 F1: on_disconnected / on_reconnected / reconnect_failed were called on the
+    # STOMP failover thread before it reconnected, so one listener hung there kept the link
+    # (every publisher on it) down, and they were unordered against the queued events.
+    from tests.brokers import url, wait_for
+
+    transport = hw.connect(
+        url("activemq") + "?heartbeat=0&keepalive_interval=0&reconnect_interval=0.1"
+    )
+    gate = threading.Event()
+    seen: list[tuple[str, str]] = []
+
+    class Slow(PublisherListener):
+        def on_disconnected(self, event: Any) -> None:
+            seen.append(("disconnected", threading.current_thread().name))
+            gate.wait(10)
+
+        def on_reconnected(self, event: Any) -> None:
+            seen.append(("reconnected", threading.current_thread().name))
+
+    heard = HeartbeatPublisher(transport, "hw.test.slowconn", 0.05, listeners=[Slow()])
+    other = HeartbeatPublisher(transport, "hw.test.otherconn", 0.05)
+    try:
+        heard.start()
+        other.start()
+        wait_for(lambda: other.sent >= 2, 5, "the first beats")
+        link = transport.current_link
+        link.abort("test: connection lost")
+        lost = time.monotonic()
+        wait_for(lambda: seen, 5, "on_disconnected")
+        wait_for(
+            lambda: transport.current_link not in (None, link) and transport.current_link.open,
+            2,
+            "a reconnect while a listener hangs in on_disconnected",
+        )
+        took = time.monotonic() - lost
+        before = other.sent
+        wait_for(lambda: other.sent >= before + 3, 2, "beats of the other publisher")
+        assert took < 1.0, f"reconnected after {took:.2f} s"
+        assert seen == [("disconnected", seen[0][1])] and "-check-" in seen[0][1], seen
+        gate.set()
+        wait_for(lambda: len(seen) == 2, 5, "on_reconnected, after on_disconnected returned")
+        assert seen[1][0] == "reconnected" and "-check-" in seen[1][1], seen
+    finally:
+        gate.set()
+        heard.stop()
+        other.stop()
+        transport.close()
+
+
+def test_an_event_queued_once_the_scheduler_is_closed_is_delivered_not_stuck(rig: Rig) -> None:
+    # Issue 14, R4 F5: submit() on a closed scheduler returns an abandoned job that never runs;
+    # the outbox stayed "delivering" for good, so this publisher's listeners got nothing more
+    # (on_stopped included), uncounted.
+    class Connections(Recorder):
+        def on_disconnected(self, event: Any) -> None:
+            self._add(event)
+
+    rec = Connections()
+    pub = rig.make("svc.closed", listeners=[rec]).start()
+    rig.sched.close()  # (as at interpreter exit)
+    pub._connection_event("on_disconnected", hw.Disconnected("stomp://h:1", "lost"))
+    pub.stop()
+    assert rec.kinds() == ["Started", "Disconnected", "Stopped"]

@@ -136,7 +136,7 @@ def test_a_check_that_never_got_a_thread_is_retried_at_the_next_beat(
         assert _wait_until(lambda: ok.sent == 1, 2.0)
         assert sched.drain(timeout=2)  # (the report waited for a thread too: one in all)
         assert [e.detail for e in rec.events] == [
-            f"{ok._dependency!r}: timed out after 1 s waiting for a check thread"
+            f"{ok._dependency.__qualname__}: timed out after 1 s waiting for a check thread"
         ]
         assert isinstance(rec.events[0].error, CheckFailed)
         clock.advance(1.0)

@@ -10,18 +10,23 @@ Each check is a small callable object: calling it returns ``True`` when healthy 
 scheduler's check threads, and a check's ``timeout`` is its deadline: name resolution,
 connecting (to every address the name resolves to, together) and reading the answer all fit in
 it, however the server trickles its bytes. A name lookup cannot be interrupted, so one that
-outlives its check goes on on a thread of its own (``heartwire-dns``), one per name and port
-being looked up, which later checks of that name wait for instead of starting another.
+outlives its check goes on on a thread of its own (``heartwire-dns``), one per name being looked
+up (whatever the ports), which later checks of that name wait for instead of starting another.
+The last answer of a name is kept (:data:`ANSWER_TTL`): a check whose lookup is late (a slow
+resolver) uses it after half its time, so a resolver slower than the checks does not fail
+them all.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import io
 import ipaddress
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -30,6 +35,7 @@ import urllib.request
 from collections.abc import Container
 from http import client as http_client
 from typing import Any, Callable
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 __all__ = ["Check", "CheckFailed", "http", "path", "sql", "tcp"]
 
@@ -56,32 +62,50 @@ def _timeout(value: object, field: str = "timeout") -> float:
 
 
 class _Lookup:
-    """One name lookup in flight (see the module docs)."""
+    """One name lookup (see the module docs)."""
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.result: list[Any] = []
         self.error: Exception | None = None  # OSError, or ValueError for a name refused
+        self.finished = 0.0  # time.monotonic() when done
 
 
-_lookups: dict[tuple[str, int], _Lookup] = {}
+#: How long the last answer of a name that resolved serves checks whose own lookup is late.
+ANSWER_TTL = 60.0
+
+_lookups: dict[str, _Lookup] = {}  # in flight, by name
+_answers: dict[str, _Lookup] = {}  # the last lookup of each name that resolved
 _lookups_lock = threading.Lock()
 
 
-def _run_lookup(host: str, port: int, lookup: _Lookup) -> None:
-    try:
-        lookup.result = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+def _run_lookup(host: str, lookup: _Lookup) -> None:
+    try:  # the port is set per check (one lookup serves every port of the name)
+        lookup.result = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except Exception as exc:  # (a label too long for the idna codec is a UnicodeError)
         lookup.error = exc
     finally:
+        lookup.finished = time.monotonic()
         with _lookups_lock:
-            if _lookups.get((host, port)) is lookup:
-                del _lookups[(host, port)]
+            if _lookups.get(host) is lookup:
+                del _lookups[host]
+            if lookup.error is None and lookup.result:
+                for name in [
+                    n for n, a in _answers.items() if a.finished < lookup.finished - ANSWER_TTL
+                ]:
+                    del _answers[name]
+                _answers[host] = lookup
         lookup.done.set()
 
 
+def _with_port(infos: list[Any], port: int) -> list[Any]:
+    return [(f, k, p, c, (a[0], port, *a[2:])) for f, k, p, c, a in infos]
+
+
 def _resolve(host: str, port: int, deadline: float) -> list[Any]:
-    """``getaddrinfo`` for a stream socket, by ``deadline`` (``time.monotonic()``)."""
+    """``getaddrinfo`` for a stream socket, by ``deadline`` (``time.monotonic()``). When the
+    lookup is late, the name's last answer (at most :data:`ANSWER_TTL` old) serves, after half
+    the time left (the other half is for connecting)."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -89,21 +113,26 @@ def _resolve(host: str, port: int, deadline: float) -> list[Any]:
     else:  # an address literal needs no lookup
         return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
     with _lookups_lock:
-        lookup = _lookups.get((host, port))
+        lookup = _lookups.get(host)
         if lookup is None:
-            lookup = _lookups[(host, port)] = _Lookup()
+            lookup = _lookups[host] = _Lookup()
             try:
                 threading.Thread(
-                    target=_run_lookup, args=(host, port, lookup), name="heartwire-dns", daemon=True
+                    target=_run_lookup, args=(host, lookup), name="heartwire-dns", daemon=True
                 ).start()
             except RuntimeError as exc:  # can't start new thread: this check fails, not later
-                del _lookups[(host, port)]  # ones (they would wait for a lookup never made)
+                del _lookups[host]  # ones (they would wait for a lookup never made)
                 raise OSError(f"name lookup not started: {exc}") from exc
-    if not lookup.done.wait(max(0.0, deadline - time.monotonic())):
+        last = _answers.get(host)
+    left = max(0.0, deadline - time.monotonic())
+    if last is not None and last.finished >= time.monotonic() - ANSWER_TTL:
+        if not lookup.done.wait(left / 2):
+            return _with_port(last.result, port)
+    elif not lookup.done.wait(left):
         raise TimeoutError("timed out")
     if lookup.error is not None:
         raise lookup.error
-    return lookup.result
+    return _with_port(lookup.result, port)
 
 
 def _connect(
@@ -234,8 +263,67 @@ class sql(Check):
         return True
 
     def __repr__(self) -> str:
-        factory = getattr(self.connect_factory, "__qualname__", None) or repr(self.connect_factory)
-        return f"sql({factory}, {self.query!r})"
+        return f"sql({_callable_name(self.connect_factory)}, {self.query!r})"
+
+
+def _callable_name(obj: object) -> str:
+    """A name for a user's callable that never shows its arguments or state (which may hold a
+    password, like a DSN in a :func:`functools.partial`): its ``__qualname__``, a partial's
+    function's followed by ``(...)``, else its type's name."""
+    if type(obj) in (tcp, path, sql, http):
+        return repr(obj)  # the stock checks' reprs show no secret
+    if isinstance(obj, functools.partial):
+        return f"{_callable_name(obj.func)}(...)"
+    name = getattr(obj, "__qualname__", None)
+    if isinstance(name, str) and name:
+        return name
+    return f"<{type(obj).__qualname__} object>"
+
+
+# A query option whose value looks like a secret (password, passcode, token, api_key, sig...).
+_SECRET_OPTION = re.compile(r"pass|pwd|secret|token|key|auth|sig|cred|session", re.IGNORECASE)
+
+
+def _url_secrets(url: str) -> list[tuple[int, int]]:
+    # (start, end) of the secrets in ``url``: the password of its userinfo (all of a userinfo
+    # without ':', a token), the values of secret-looking query options. A password may hold
+    # raw '/', '?' or '#': with a ':' after '//', the userinfo runs up to the last '@'.
+    spans = []
+    s = url.find("://")
+    s = 0 if s < 0 else s + 3
+    rest = s
+    at = url.rfind("@", s)
+    if at >= 0:
+        userinfo = url[s:at]
+        colon = userinfo.find(":")
+        if colon >= 0:
+            spans.append((s + colon + 1, at))
+            rest = at + 1
+        elif not re.search(r"[/?#]", userinfo):
+            spans.append((s, at))
+            rest = at + 1
+    q = url.find("?", rest)
+    if q >= 0:
+        end = url.find("#", q)
+        end = len(url) if end < 0 else end
+        pos = q + 1
+        for piece in re.split(r"[&;]", url[q + 1 : end]):
+            name, eq, value = piece.partition("=")
+            if eq and value and _SECRET_OPTION.search(unquote(name)):
+                spans.append((pos + len(name) + 1, pos + len(piece)))
+            pos += len(piece) + 1
+    return [(a, b) for a, b in spans if b > a]
+
+
+def _redact_url(url: str) -> str:
+    """``url`` with its secrets (see :func:`_url_secrets`) replaced by ``***``."""
+    out, pos = [], 0
+    for a, b in sorted(_url_secrets(url)):
+        if a < pos:
+            continue
+        out += [url[pos:a], "***"]
+        pos = b
+    return "".join(out) + url[pos:]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -322,20 +410,39 @@ class http(Check):
 
     ``expect`` is one status or a container of them (default ``range(200, 400)``); redirects are
     not followed, so a 3xx status is judged like any other. Proxies come from the environment,
-    as for :func:`urllib.request.urlopen`. ``timeout`` bounds the whole check: lookup, connect,
-    request, status line and headers (the body is not read).
+    as for :func:`urllib.request.urlopen`. A ``user:password@`` in the URL is sent as Basic
+    auth; the repr and reasons show the URL redacted (its password and secret-looking query
+    values, ``token=`` and the like, as ``***``). ``timeout`` bounds the whole check: lookup,
+    connect, request, status line and headers (the body is not read).
     """
 
     def __init__(
         self, url: str, expect: int | Container[int] = range(200, 400), timeout: float = 2.0
     ) -> None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
+        if not isinstance(url, str):
+            raise ValueError(f"url must be an http:// or https:// URL, got {type(url).__name__}")
+        shown = _redact_url(url)
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be an http:// or https:// URL, got {shown!r}")
         if isinstance(expect, bool) or not isinstance(expect, (int, Container)):
             raise TypeError(f"expect must be a status or a container of them, got {expect!r}")
         self.url = url
         self.expect = expect
         self.timeout = _timeout(timeout)
+        self._shown = shown
+        self._hidden = sorted({url[a:b] for a, b in _url_secrets(url)}, key=len, reverse=True)
+        # A userinfo goes as Basic auth (urllib would take it for part of the host).
+        self._target, self._auth = url, None
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # (the message names no part of the URL: "Invalid IPv6 URL")
+            raise ValueError(f"url {shown!r} is not a valid URL: {exc}") from None
+        user, at, host = parts.netloc.rpartition("@")
+        if at:
+            login, _, password = user.partition(":")
+            token = f"{unquote(login)}:{unquote(password)}".encode()
+            self._auth = "Basic " + base64.b64encode(token).decode("ascii")
+            self._target = urlunsplit(parts._replace(netloc=host))
 
     def _ok(self, status: int) -> bool:
         if isinstance(self.expect, int):
@@ -344,7 +451,9 @@ class http(Check):
 
     def __call__(self) -> bool:
         deadline = time.monotonic() + self.timeout
-        request = urllib.request.Request(self.url, method="GET")
+        request = urllib.request.Request(self._target, method="GET")
+        if self._auth is not None:
+            request.add_header("Authorization", self._auth)
         opener = urllib.request.build_opener(_NoRedirect, _DeadlineHandler(deadline))
         try:
             with opener.open(request, timeout=self.timeout) as response:
@@ -353,10 +462,16 @@ class http(Check):
             status = exc.code
             exc.close()
         except (OSError, ValueError) as exc:
-            raise CheckFailed(f"http GET {self.url}: {_describe(exc)}") from exc
+            raise CheckFailed(f"http GET {self._shown}: {self._scrub(_describe(exc))}") from exc
         if self._ok(status):
             return True
-        raise CheckFailed(f"http GET {self.url}: status {status}, expected {self._expected()}")
+        raise CheckFailed(f"http GET {self._shown}: status {status}, expected {self._expected()}")
+
+    def _scrub(self, text: str) -> str:
+        # An error's own text (urllib's, a proxy's) could quote the URL: hide its secrets.
+        for secret in self._hidden:
+            text = text.replace(secret, "***")
+        return text
 
     def _expected(self) -> str:
         e = self.expect
@@ -365,7 +480,7 @@ class http(Check):
         return repr(e)
 
     def __repr__(self) -> str:
-        return f"http({self.url!r}, expect={self._expected()}, timeout={self.timeout:g})"
+        return f"http({self._shown!r}, expect={self._expected()}, timeout={self.timeout:g})"
 
 
 def _describe(exc: BaseException) -> str:

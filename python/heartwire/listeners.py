@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Literal, TypeVar
 
 from heartwire.events import (
     Disconnected,
@@ -181,10 +181,12 @@ class _Worker:
         self.dropped = 0
         self.high_water = 0
         self.busy_since: float | None = None  # monotonic start of the call in progress
+        self.start_failures = 0  # events dropped because the listener thread would not start
 
     def put(self, method: str, event: object, report: bool, *, last: bool = False) -> None:
         """Queue ``method(event)``; ``last``: nothing after it until :meth:`unseal`."""
         behind = 0
+        failed: tuple[RuntimeError, int] | None = None
         with self._cond:
             if self.sealed:
                 self.late += 1
@@ -210,9 +212,30 @@ class _Worker:
             if thread is None or not thread.is_alive():
                 name = f"heartwire-listener[{type(self._entry.listener).__qualname__}]"
                 self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-                self._thread.start()
+                try:
+                    self._thread.start()
+                except RuntimeError as exc:  # can't start new thread (a pids limit): not
+                    # raised into the emitter (emit never raises); this event is dropped and
+                    # counted (a lossless listener's stays queued); the next event tries again.
+                    self._thread = None
+                    if not self.lossless:
+                        self._items.pop()
+                        self.accepted -= 1
+                        self.dropped += 1
+                    self.start_failures += 1
+                    failed = (exc, self.start_failures)
             elif self._idle or self._waiters:
                 self._cond.notify_all()  # a busy worker needs no wake-up: it looks again
+        if failed is not None and (failed[1] <= 10 or failed[1] % 1000 == 0):
+            log.error(
+                "listener thread for %s of %s not started (failure %d; %s %s): %s",
+                type(self._entry.listener).__qualname__,
+                self._owner.source,
+                failed[1],
+                method,
+                "kept queued" if self.lossless else "dropped",
+                failed[0],
+            )
         if behind:
             busy = self.busy_since
             log.warning(
@@ -670,10 +693,21 @@ class ConnectionEvents:
     ``add_connection_listener``, as the STOMP transport does); the embedded broker has none, and
     then nothing happens. ``on_reconnect_failed`` (the transport gave up and closed) becomes
     ``on_exception`` with reason ``"reconnect_failed"``.
+
+    The transport calls these on its own thread (STOMP: the failover supervisor, before it
+    reconnects), so ``deliver(method, event)`` must hand events off, never call listeners
+    there: by default ``listeners.emit``, for a queued set (a monitor's: a thread per
+    listener); a publisher passes its own outbox, which keeps them in order with its other
+    events and delivers them on a check thread.
     """
 
-    def __init__(self, listeners: ListenerSet[Any]) -> None:
+    def __init__(
+        self,
+        listeners: ListenerSet[Any],
+        deliver: Callable[[str, object], None] | None = None,
+    ) -> None:
         self._listeners = listeners
+        self._deliver = listeners.emit if deliver is None else deliver
         #: Connection losses, reconnections and give-ups seen so far.
         self.disconnects = 0
         self.reconnects = 0
@@ -681,16 +715,16 @@ class ConnectionEvents:
 
     def on_disconnected(self, broker: str, reason: str) -> None:
         self.disconnects += 1
-        self._listeners.emit("on_disconnected", Disconnected(broker, reason))
+        self._deliver("on_disconnected", Disconnected(broker, reason))
 
     def on_reconnected(self, broker: str) -> None:
         self.reconnects += 1
-        self._listeners.emit("on_reconnected", Reconnected(broker))
+        self._deliver("on_reconnected", Reconnected(broker))
 
     def on_reconnect_failed(self, reason: str) -> None:
         self.reconnect_failures += 1
         event = ExceptionEvent(self._listeners.source, "reconnect_failed", None, reason)
-        self._listeners.emit("on_exception", event)
+        self._deliver("on_exception", event)
 
     def attach(self, transport: object) -> None:
         add = getattr(transport, "add_connection_listener", None)

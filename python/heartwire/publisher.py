@@ -10,9 +10,11 @@
 A publisher owns no thread: running publishers are tasks of the shared
 :class:`~heartwire.scheduling.PublisherScheduler` of their clock, so ten thousand of them use a
 handful of threads. Beats are sent on the scheduler's thread (or, for publishers with slow work,
-on one of its check threads). Listener methods are never called on the scheduler's thread: each
-publisher's events go through its own queue (:data:`EVENT_QUEUE` deep, the oldest dropped and
-counted in ``stats()["events_dropped"]`` when full) and are delivered in order, one at a time,
+on one of its check threads). Listener methods are never called on the scheduler's thread (nor
+on a transport's, for ``on_disconnected``, ``on_reconnected`` and ``reconnect_failed``): each
+publisher's events go through its own queue (:data:`EVENT_QUEUE` deep; when full, the oldest
+``on_sent`` or ``on_exception`` is dropped and counted in ``stats()["events_dropped"]``, never
+``on_started`` or ``on_stopped``) and are delivered in order, one at a time,
 on a check thread, or by ``start()``/``stop()`` themselves when nothing is queued (so
 ``on_started`` and ``on_stopped`` are then called before they return). A listener that hangs
 holds one check thread and delays only its own publisher's events.
@@ -52,7 +54,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 from heartwire import _core
-from heartwire.checks import CheckFailed
+from heartwire.checks import CheckFailed, _callable_name
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
 from heartwire.message import Beat, BeatCodec
@@ -69,6 +71,8 @@ _STOPPED, _RUNNING, _PAUSED = "stopped", "running", "paused"
 
 #: Events a publisher keeps for its listeners while one of them is slow.
 EVENT_QUEUE = 1000
+# The events a full queue drops, oldest first: a beat's outcome, which the next beat supersedes.
+_DROPPABLE = frozenset({"on_sent", "on_exception"})
 
 #: Added to a dependency's own ``timeout`` for the default time limit, so that a stock check
 #: reports its own timeout before the publisher gives up on it.
@@ -109,9 +113,11 @@ def _seconds(value: object, field: str, *, minimum: float = 0.0) -> float:
 
 
 def _name(obj: object, limit: int = 200) -> str:
-    """``repr(obj)`` for failure details, taken once (a repr may be slow, raise or be huge)."""
+    """A user callable's name for failure details, taken once: its qualified name (a stock
+    check's repr), never its repr, which may show its state or a partial's arguments (a DSN and
+    its password), be slow, raise or be huge."""
     try:
-        text = repr(obj)
+        text = _callable_name(obj)
     except Exception:
         text = f"<{type(obj).__name__} object>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -200,7 +206,8 @@ class HeartbeatPublisher:
         )
         for listener in listeners:
             self._listeners.add(listener)
-        self._connection_events = ConnectionEvents(self._listeners)
+        # Connection events come on the transport's thread: through the outbox, like the rest.
+        self._connection_events = ConnectionEvents(self._listeners, self._connection_event)
         self._clock = clock
         self._boot_id = uuid.uuid4().hex
         self._lock = threading.Lock()
@@ -568,9 +575,8 @@ class HeartbeatPublisher:
             if self._state == _STOPPED and method != "on_stopped":
                 self._listeners.refuse(method)
                 return
-            if len(self._outbox) >= EVENT_QUEUE:
-                self._outbox.popleft()
-                self._events_dropped += 1
+            if len(self._outbox) >= EVENT_QUEUE and not self._make_room(method):
+                return  # (dropped: a delivery under way, or the next event's, takes the rest)
             self._outbox.append((method, event))
             if deliver == _LATER or self._delivering:
                 return  # whoever delivers now takes this one too
@@ -578,13 +584,36 @@ class HeartbeatPublisher:
             sched = self._scheduler
         if deliver == _JOB and sched is not None:
             try:
-                sched.submit(self._deliver)
+                job = sched.submit(self._deliver)
             except BaseException:
                 with self._lock:  # no delivery under way after all: the next event starts one
                     self._delivering = False
                 raise
-        else:
-            self._deliver()
+            if job.state != "abandoned":
+                return
+            # The scheduler is closed (the process is exiting): no check thread will run it.
+        self._deliver()
+
+    def _connection_event(self, method: str, event: object) -> None:
+        """A transport's connection event (on its thread, e.g. STOMP's failover supervisor,
+        which must not wait for a listener before reconnecting): queued in order with the
+        other events and delivered on a check thread."""
+        self._emit(method, event, _JOB)
+
+    def _make_room(self, method: str) -> bool:
+        """Drop (and count) the oldest beat event queued, ``on_sent`` or ``on_exception``, to
+        make room for a ``method`` event (under the lock); False if that one is to be dropped
+        instead. Lifecycle and connection events are kept: a queue holding nothing else drops
+        a new beat event, else loses its oldest (the bound holds whatever comes)."""
+        self._events_dropped += 1
+        for i, (queued, _) in enumerate(self._outbox):
+            if queued in _DROPPABLE:
+                del self._outbox[i]
+                return True
+        if method in _DROPPABLE:
+            return False
+        self._outbox.popleft()
+        return True
 
     def _deliver_queued(self) -> None:
         with self._lock:

@@ -30,8 +30,9 @@ limit) is no longer waited for by :meth:`~PublisherScheduler.drain` and, if it h
 leaves the queue at once and never runs (so a publisher whose checks keep waiting for a thread
 has one job queued, not one per beat); one that is running keeps its thread until it returns
 (Python cannot stop a thread). So a hung check costs one thread, for as long as it hangs, and
-other jobs never wait behind it for more than ``stall``; publishers keep at most one job in
-flight each, so hung checks hold at most one thread per publisher.
+other jobs never wait behind it for more than ``stall``. A publisher keeps at most two jobs in
+flight: its beat's check (or payload) and the delivery of its events to its listeners, so a
+hung check and a hung listener hold at most two threads per publisher.
 
 A thread costs a process id (counted against a container's pids limit or ``ulimit -u``), a stack
 (8 MiB of address space by default, ~20 KiB resident for a check hung a few frames deep) and a
