@@ -13,6 +13,7 @@ brokers.
   brokers (RabbitMQ keeps it unacknowledged on the connection unless it is nacked back), and the
   ack bookkeeping starts afresh with the new subscription.
 - F. Meanwhile a handler on the new connection's receiving thread can subscribe and publish.
+- E's pattern on STOMP: waiting for a flush on the receiving thread fails fast.
 
 Every wait is bounded and names what it waited for.
 """
@@ -399,3 +400,34 @@ def test_restart_books_afresh_so_a_duplicate_is_acked_at_once(closing: list[Any]
     sender.send(b"marker")
     wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
     assert rest.bodies() == [b"marker"], "W's dropped copy was never acknowledged"
+
+
+def test_waiting_for_a_flush_on_the_receiving_thread_fails_fast(closing: list[Any]) -> None:
+    # The same pattern as the embedded broker's re-entrant flush, on STOMP: the receipts a
+    # flush waits for are read by the receiving thread, so a handler waiting there could never
+    # see them. It must fail at once, naming why, instead of waiting out its timeout (or hanging).
+    t = open_broker("activemq", closing)
+    sender = hw.ReliableSender(t, f"/queue/{uid()}")
+    closing.append(sender)
+    outcome: list[tuple[str, float]] = []
+
+    def handler(message: hw.Message) -> None:
+        sender.send(b"reply")
+        began = time.monotonic()
+        try:
+            ok = sender.flush(3.0)
+        except RuntimeError as exc:
+            outcome.append((f"raised: {exc}", time.monotonic() - began))
+        else:
+            outcome.append((f"returned {ok}", time.monotonic() - began))
+
+    topic = f"t.{uid()}"
+    t.subscribe(topic, handler)
+    deadline = time.monotonic() + 10
+    while not outcome:  # a topic message sent before the SUBSCRIBE landed reaches no one
+        assert time.monotonic() < deadline, "the handler never ran"
+        t.publish(topic, b"go")
+        time.sleep(0.1)
+    what, took = outcome[0]
+    assert what.startswith("raised") and "receipts" in what and took < 1.0, (what, took)
+    assert sender.flush(10), "the reply was never receipted"

@@ -396,7 +396,22 @@ class ReliableSender:
         return rid
 
     def wait_flushed(self, request_id: int, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for flush ``request_id``; whether it completed."""
+        """Wait up to ``timeout`` seconds for flush ``request_id``; whether it completed.
+
+        Raises :class:`RuntimeError` rather than wait, on STOMP, on the thread that reads the
+        receipts it waits for (a message handler of the same transport's connection): use
+        :meth:`request_flush` and ``on_flushed`` there."""
+        link = self._link
+        if timeout != 0 and link is not None and link.receiving_here():
+            with self._lock:
+                done = request_id in self._acked_flushes
+            if done:
+                return True
+            raise RuntimeError(
+                f"wait_flushed({request_id}) to {self.destination!r} on the thread that reads "
+                f"{link.broker}'s receipts (a message handler): it could never complete; use "
+                "request_flush() and on_flushed there"
+            )
         with self._done:
             return self._done.wait_for(lambda: request_id in self._acked_flushes, timeout)
 

@@ -119,6 +119,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         self._error: str | None = None
         self._conn: Any = None
         self._writing = _Turns()  # one frame at a time, first come first served
+        self._receiver: threading.Thread | None = None  # stomp.py's thread reading this link
 
     def __repr__(self) -> str:
         state = "open" if self._connected and not self._ended else "ended"
@@ -128,6 +129,11 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
     def open(self) -> bool:
         """Connected and not ended."""
         return self._connected and not self._ended
+
+    def receiving_here(self) -> bool:
+        """Whether the calling thread is the one that reads this link's frames (its message
+        handlers, receipts and errors run there: waiting on it for a receipt never ends)."""
+        return self._receiver is threading.current_thread()
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -214,6 +220,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
     # -- stomp.py callbacks (on its threads) --------------------------------------------------
 
     def on_connected(self, frame: Any) -> None:
+        self._receiver = threading.current_thread()
         self.server = frame.headers.get("server")
         self._choose_dialect()
         with self._lock:
