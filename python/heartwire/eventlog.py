@@ -22,12 +22,11 @@ seconds).
 The monitor's own life is logged too, so that analysis can tell "down" from "not watched":
 ``"started"`` and ``"stopped"`` rows (``topic`` the monitor's pattern, ``ts`` the event's
 ``at``, or read from ``clock`` when the event arrives, a ``started`` row being no later than
-the run's first event) and ``"paused"`` rows for a local pause of
-the monitor (``ts`` its end, ``since`` its start, ``downtime`` its length in seconds). A run of
-the monitor is covered from its ``started`` row to its ``stopped`` row; a run that ends without
-one (a crash) is covered up to its last row, and what follows is unknown. Older files have none
-of these rows (nothing else changed in the schema): their whole log is one run, from its first
-row to its last.
+the run's first event) and ``"paused"`` rows for a local pause of the monitor (``ts`` its end,
+``since`` its start, ``downtime`` its length in seconds). A run of the monitor is covered from
+its ``started`` row to its ``stopped`` row; a run that ends without one (a crash) is covered up
+to its last row, and what follows is unknown. Older files have none of these rows (nothing else
+changed in the schema): their whole log is one run, from its first row to its last.
 
 ``beats="summary"`` records less at scale (every beat of 100 000 topics at 1 Hz is 8.6 billion
 rows a day): instead of a ``received`` row per beat, one ``"beats"`` row per topic and file
@@ -371,8 +370,9 @@ class EventLog(SubscriberListener):
 
     def on_started(self, event: Started) -> None:
         self._pattern = event.source
-        if getattr(event, "at", None) is not None:  # a time of its own: exact
-            self._add("started", event, event.source, event.at)
+        own = getattr(event, "at", None)
+        if own is not None:  # a time of its own: exact
+            self._add("started", event, event.source, own)
             return
         # Read from clock on arrival, which may be after the monitor's first events (they are
         # delivered on another thread), and without the monitor's offset: the row waits for the
