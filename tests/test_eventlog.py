@@ -379,3 +379,18 @@ def test_started_and_stopped_take_the_monitors_offset(tmp_path: Path) -> None:
         ("stopped", us(50)),
     ]
     log.close()
+
+
+def test_a_started_event_handled_late_is_no_later_than_the_runs_first_event(
+    tmp_path: Path,
+) -> None:
+    """``Started`` has no time: ``clock`` is read when the log's thread gets to it, which can be
+    after the monitor recorded its first beats (the clock has moved on). The run cannot have
+    started after its first event: the row is no later than that."""
+    clock = hw.ManualClock(8.0)  # the monitor started at 5; the log sees Started at 8
+    log = EventLog(tmp_path, roll_seconds=3600, clock=clock)
+    log.on_started(hw.Started("svc.>"))
+    log.on_received(hw.Received("svc.a", 1, None, 6.0, wall_offset=T0))
+    log.close()
+    rows = [(r["kind"], r["ts"]) for r in read(tmp_path).to_pylist()]
+    assert rows == [("received", us(6)), ("started", us(6))]

@@ -644,6 +644,49 @@ def test_expected_topic_that_never_beat_is_down_not_missing(spark: Any, tmp_path
         ], engine
 
 
+def test_a_topic_that_never_beat_is_down_from_the_deadline_it_missed_whatever_the_grace(
+    spark: Any, tmp_path: Path
+) -> None:
+    """With grace the monitor's first deadline for a topic it expects is ``expect + allowed *
+    period + grace``: the failed rows' ``since``. The analysis cannot know the grace, so it takes
+    that moment as it is: the topic is judged from it and down from it (0 %), in every engine,
+    not from ``ts - missed * period`` (which is off by the grace)."""
+    path = tmp_path / "ev"
+    clock = hw.ManualClock()
+    log = EventLog(path, roll_seconds=30, clock=clock)
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", period=1.0, allowed_misses=1, grace=0.25, clock=clock, wall_offset=T1
+    )
+    mon.add_listener(log)
+    mon.start()
+    for k in range(40):  # svc.a beats every 0.5 s; svc.x is expected at 5.5 s and never beats
+        clock.set(k / 2)
+        if k == 11:
+            mon.expect("svc.x")
+        assert mon.beat("svc.a")
+    clock.set(20.0)
+    assert mon.drain(timeout=5.0)
+    mon.stop()
+    log.close()
+    events = hs.read_events(spark, str(path))
+    since = events.where("kind = 'failed' AND topic = 'svc.x'").agg(F.min("since")).first()[0]
+    assert aware(since) == at(6.75)  # 5.5 + 1 period + 0.25 grace
+    kw: dict[str, Any] = dict(period_ms=1000, start=at(0), end=at(20))
+    for engine in ("rust", "rust-grouped", "native"):
+        outs = [tuple(r) for r in hs.outages(events, engine=engine, **kw).collect()]
+        assert [(r[0], ms_of(r[1]), ms_of(r[2]), r[4]) for r in outs] == [
+            ("svc.x", ms_of(at(6.75)), ms_of(at(20)), True)
+        ], engine
+        rows = {r.topic: r for r in hs.availability(events, engine=engine, **kw).collect()}
+        x = rows["svc.x"]
+        assert (ms_of(x.window_start), x.uptime_pct, x.downtime) == (
+            ms_of(at(6.75)),
+            0.0,
+            13.25,
+        ), engine
+        assert rows["svc.a"].uptime_pct == 100.0, engine
+
+
 def test_time_the_monitor_did_not_run_is_not_downtime(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "ev"
     every = [x / 2 for x in range(400)]

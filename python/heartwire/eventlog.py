@@ -21,12 +21,12 @@ seconds).
 
 The monitor's own life is logged too, so that analysis can tell "down" from "not watched":
 ``"started"`` and ``"stopped"`` rows (``topic`` the monitor's pattern, ``ts`` the event's
-``at``, or read from ``clock`` when the event arrives) and ``"paused"`` rows for a local pause of
-the monitor (``ts`` its end, ``since`` its start, ``downtime`` its length in seconds). A run of
-the monitor is covered from its ``started`` row to its ``stopped`` row; a run that ends without
-one (a crash) is covered up to its last row, and what follows is unknown. Older files have none
-of these rows (nothing else changed in the schema): their whole log is one run, from its first
-row to its last.
+``at``, or read from ``clock`` when the event arrives, a ``started`` row being no later than
+the run's first event) and ``"paused"`` rows for a local pause of the monitor (``ts`` its end,
+``since`` its start, ``downtime`` its length in seconds). A run of the monitor is covered from
+its ``started`` row to its ``stopped`` row; a run that ends without one (a crash) is covered up
+to its last row, and what follows is unknown. Older files have none of these rows (nothing else
+changed in the schema): their whole log is one run, from its first row to its last.
 
 ``beats="summary"`` records less at scale (every beat of 100 000 topics at 1 Hz is 8.6 billion
 rows a day): instead of a ``received`` row per beat, one ``"beats"`` row per topic and file
@@ -350,7 +350,7 @@ class EventLog(SubscriberListener):
         with self._lock:
             if self._closed:
                 return
-            self._start_locked()
+            self._start_locked(event.at)
             self._roll_locked(ts // self._roll_us)
             seen = self._beats.get(topic)
             if seen is None:
@@ -370,11 +370,14 @@ class EventLog(SubscriberListener):
 
     def on_started(self, event: Started) -> None:
         self._pattern = event.source
-        if self._known_offset(event) is not None:
-            self._add("started", event, event.source, self._at(event))
+        own = getattr(event, "at", None)
+        if own is not None:  # a time of its own: exact
+            self._add("started", event, event.source, own)
             return
-        # no offset known yet: the row waits for the monitor's (its first event carries it)
-        at = self._at(event)
+        # Read from clock on arrival, which may be after the monitor's first events (they are
+        # delivered on another thread), and without the monitor's offset: the row waits for the
+        # first event, which brings both (a run starts no later than its first event).
+        at = self._now()
         with self._lock:
             if not self._closed:
                 self._start_locked()
@@ -453,7 +456,7 @@ class EventLog(SubscriberListener):
         with self._lock:
             if self._closed:
                 return
-            self._start_locked()
+            self._start_locked(at)
             if dropped_seq is not None:
                 self._seqs_dropped += 1
                 self._seq_warnings.warn(
@@ -497,14 +500,21 @@ class EventLog(SubscriberListener):
         if len(self._rows["kind"]) >= self._size_trigger:
             self._try_write_locked()
 
-    def _start_locked(self) -> None:
-        """The ``started`` row that waited for the monitor's offset (see :meth:`on_started`)
-        joins the buffer, with the offset its first event carried (or the log's default)."""
+    def _start_locked(self, first: float | None = None) -> None:
+        """The ``started`` row that waited (see :meth:`on_started`) joins the buffer, no later
+        than ``first`` (the time of the run's first event, on the same clock), with the offset
+        for events without one of their own (see :meth:`_known_offset`)."""
         if self._pending_start is None:
             return
         topic, at = self._pending_start
         self._pending_start = None
-        offset = self._default_offset_us if self._seen_offset_us is None else self._seen_offset_us
+        if isinstance(first, (int, float)) and not isinstance(first, bool) and first < at:
+            at = first
+        offset = self._own_offset_us
+        if offset is None:
+            offset = self._seen_offset_us
+        if offset is None:
+            offset = self._default_offset_us
         try:
             values = self._values("started", topic, at, offset)
         except _Refused as exc:

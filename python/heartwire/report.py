@@ -23,9 +23,9 @@ What counts (the rules of :func:`heartwire.spark.availability` for an event log)
   down. It is listed, drawn grey on the timeline and counted per topic in its own column;
   uptime % is over the monitored time;
 - a topic is judged from the moment the monitor first expected it: its first beat, or for a
-  topic the monitor was told to expect, the deadline it missed (the ``failed`` rows). Before
-  that it is not judged at all; an expected topic that never beat is down from its first
-  deadline on (0 % when that precedes the window).
+  topic the monitor was told to expect, the deadline it missed (the ``failed`` rows' ``since``,
+  grace included). Before that it is not judged at all; an expected topic that never beat is
+  down from that deadline on (0 %).
 
 Spark: a SparkSession already running in the process is used as it is (and left running);
 otherwise one is started on ``master`` (``local[*]`` by default) and stopped at the end. The

@@ -518,6 +518,7 @@ class _Plan:
             F.col(topic).cast("string").alias("topic"), ts_ms.alias("ts"), period.alias("p"), *extra
         ).where(F.col("topic").isNotNull() & F.col("ts").isNotNull() & in_window)
         self.monitored: Spans | None = None
+        self.judged: DataFrame | None = None  # (topic, judged, p): judged from a failure
         if monitored is not None and not self.logged:
             raise ValueError(
                 f"monitored: only for an event log (no 'kind' column), got {monitored!r}"
@@ -529,13 +530,39 @@ class _Plan:
         self.monitored = _clip(spans, self.start_ms, self.end_ms)
         kind = F.col("kind")
         beats = rows.where(kind == "received").select("topic", "ts", "p")
-        # a failed row: the monitor expected the topic at ts - missed * period (its last beat,
-        # or the moment it began to expect it: the first beat of a topic that never beat)
+        # a failed row: the monitor last heard the topic at about ts - missed * period (its
+        # last beat, plus the monitor's grace, which the log does not hold)
         if "missed" in fields:
-            expected = rows.where((kind == "failed") & F.col("missed").isNotNull()).select(
-                "topic", (F.col("ts") - F.col("missed") * F.col("p")).alias("ts"), "p"
+            failed = rows.where((kind == "failed") & F.col("missed").isNotNull())
+            last = (F.col("ts") - F.col("missed") * F.col("p")).alias("ts")
+            if summaries:
+                # an expected topic that never beat: its first failure (since, the deadline it
+                # missed, grace included) is all the log knows of it. It is judged from that
+                # moment and down from it: a virtual beat allowed_misses periods before it
+                # (not judged: see judged) makes every engine's outage begin there.
+                heard = rows.where(kind == "received").select("topic", "ts")
+                heard = heard.unionByName(
+                    rows.where(kind == "beats").select("topic", F.col("since").alias("ts"))
+                )
+                first_heard = heard.groupBy("topic").agg(F.min("ts").alias("heard"))
+                failed = failed.join(first_heard, "topic", "left").withColumn(
+                    "never",
+                    F.col("since").isNotNull()
+                    & (F.col("heard").isNull() | (F.col("since") < F.col("heard"))),
+                )
+                self.judged = (
+                    failed.where("never")
+                    .groupBy("topic")
+                    .agg(F.min("since").alias("judged"), F.min_by("p", "since").alias("p"))
+                )
+                first_failure = self.judged.select(
+                    "topic", (F.col("judged") - F.lit(self.allowed) * F.col("p")).alias("ts"), "p"
+                )
+                beats = beats.unionByName(first_failure.where(F.col("ts").isNotNull()))
+                failed = failed.where(~F.col("never"))
+            beats = beats.unionByName(
+                failed.select("topic", last, "p").where(F.col("ts").isNotNull())
             )
-            beats = beats.unionByName(expected.where(F.col("ts").isNotNull()))
         if summaries:
             # a summary log (EventLog(beats="summary")): per topic and file window its first
             # and last beat; between them the monitor declared every outage (failed rows: the
@@ -636,10 +663,11 @@ def outages(
       the first and last beat of each topic per file and the beats after each outage; its
       outages, the monitor's own, are then exact for ``allowed_misses`` at least the
       monitor's);
-    - a topic is judged from the moment the monitor expected it: its first beat, or for a
-      topic it was told to expect, ``failed`` rows (``ts - missed * period``); a topic first
-      heard inside the window is not judged before that beat (the monitor did not know it). So
-      an expected topic that never beat is down from its deadline on;
+    - a topic is judged from its first beat (a topic first heard inside the window is not
+      judged before that beat: the monitor did not know it); a topic the monitor was told to
+      expect and that failed before it ever beat, from the deadline it missed (its ``failed``
+      rows' ``since``, the monitor's grace included, which the log does not hold otherwise),
+      and it is down from then on: 0 % until it beats;
     - only the time the monitor was watching counts (:func:`monitored_spans`): outages are cut
       to it, a piece ending where watching stopped being ``open`` (its end is unknown), and
       after a span not watched each known topic gets a fresh allowance, as the monitor gives
@@ -782,6 +810,10 @@ def _availability_logged(plan: _Plan, rows: DataFrame) -> DataFrame:
     spans = plan.monitored or []
     end = F.lit(plan.end_ms).cast("long")
     first = plan.beats.groupBy("topic").agg(F.min("ts").alias("first"))
+    if plan.judged is not None:  # a topic that never beat: from the deadline it missed
+        first = first.join(plan.judged.select("topic", "judged"), "topic", "left").select(
+            "topic", F.coalesce("judged", "first").alias("first")
+        )
     w0 = (
         F.col("first")
         if plan.start_ms is None
