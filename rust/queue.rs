@@ -955,6 +955,53 @@ mod tests {
     }
 
     #[test]
+    fn try_push_hands_back_on_a_full_block_queue_and_wait_for_room_waits_for_a_pop_or_close() {
+        let q = Arc::new(EventQueue::new(2, Overflow::Block));
+        assert_eq!(q.try_push_deferred(ev(0, 0)), Ok(true));
+        assert_eq!(q.try_push_deferred(ev(0, 1)), Ok(true));
+        assert_eq!(
+            q.try_push_deferred(ev(0, 2)),
+            Err(ev(0, 2)),
+            "full: handed back"
+        );
+        let waiter = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || {
+                q.wait_for_room();
+                q.try_push_deferred(ev(0, 2))
+            })
+        };
+        // The deferred pushes woke nobody; wait_for_room wakes the consumer before it parks.
+        let mut out = Vec::new();
+        assert_eq!(q.pop_batch(&mut out, 1, Some(Duration::from_secs(10))), 1);
+        assert_eq!(waiter.join().unwrap(), Ok(true));
+        assert_eq!(seqs(&drain(&q)), vec![1, 2]);
+        // Closed: no waiting, and a push is rejected (counted), not handed back.
+        for i in 3..5 {
+            assert_eq!(q.try_push_deferred(ev(0, i)), Ok(true));
+        }
+        let waiter = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.wait_for_room())
+        };
+        assert!(wait_until(|| q
+            .flags
+            .producer_waiters
+            .load(Ordering::SeqCst)
+            == 1));
+        q.close();
+        waiter.join().unwrap();
+        assert_eq!(q.try_push_deferred(ev(0, 5)), Ok(false));
+        let s = q.stats();
+        assert_eq!((s.pushed, s.rejected_closed), (5, 1));
+        // Other policies never hand back.
+        let q = EventQueue::new(1, Overflow::DropNewest);
+        assert_eq!(q.try_push_deferred(ev(0, 0)), Ok(true));
+        assert_eq!(q.try_push_deferred(ev(0, 1)), Ok(false));
+        q.wait_for_room(); // never waits
+    }
+
+    #[test]
     fn block_close_releases_a_blocked_producer() {
         let q = Arc::new(EventQueue::new(8, Overflow::Block));
         for i in 0..8 {

@@ -292,7 +292,8 @@ impl Detector {
         let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
         let want_received = self.wants_received();
         for id in ids {
-            let handle = || self.handle_of(id); // an id names whatever topic holds it now
+            // An id names whatever topic holds it now.
+            let handle = || make_handle(id, self.registry.gen(id));
             batch.take(handle, self.record_uncounted(id, batch.now), want_received);
         }
         self.count_batch(&batch);
@@ -360,7 +361,7 @@ impl Detector {
             for &id in ids[..n].iter().flatten() {
                 // Under the name index's read lock, which an id's reuse needs: the id's
                 // generation read here is the one the name had.
-                let handle = || self.handle_of(id);
+                let handle = || make_handle(id, self.registry.gen(id));
                 batch.take(handle, self.record_uncounted(id, batch.now), want_received);
             }
             if n < CHUNK {

@@ -22,6 +22,8 @@ use super::*;
 
 /// Events a run of the driver puts aside before it lets go of the lock to push them.
 pub(super) const DELIVER_EVERY: usize = 4096;
+/// Emptied outbox buffers kept for reuse.
+const SPARE_BUFFERS: usize = 4;
 
 impl Detector {
     /// Emit `ev` (under the detector lock): push it into the queues of `subs` that want it now,
@@ -73,7 +75,10 @@ impl Detector {
         if inner.pending.is_empty() {
             return 0;
         }
-        let events = std::mem::take(&mut inner.pending);
+        // A recycled buffer takes its place: a run of the driver fills one of DELIVER_EVERY
+        // events per chunk, and growing a fresh one each time costs more than the pushes.
+        let spare = self.spare.lock().pop().unwrap_or_default();
+        let events = std::mem::replace(&mut inner.pending, spare);
         inner.appended += events.len() as u64;
         self.outbox.lock().push_back(events);
         inner.appended
@@ -88,12 +93,17 @@ impl Detector {
         }
         let _turn = self.turn.lock();
         while self.delivered.load(Ordering::Acquire) < upto {
-            let Some(events) = self.outbox.lock().pop_front() else {
+            let Some(mut events) = self.outbox.lock().pop_front() else {
                 break; // cannot happen: `upto` counts only what was appended
             };
             self.push_all(&events);
             self.delivered
                 .fetch_add(events.len() as u64, Ordering::Release);
+            events.clear();
+            let mut spare = self.spare.lock();
+            if spare.len() < SPARE_BUFFERS && events.capacity() <= 2 * DELIVER_EVERY {
+                spare.push(events);
+            }
         }
     }
 

@@ -260,6 +260,8 @@ pub struct Detector {
     delivered: AtomicU64,
     /// Held while pushing from the outbox: one pusher at a time keeps the order emitted.
     turn: Mutex<()>,
+    /// Emptied outbox buffers, for `commit` to reuse.
+    spare: Mutex<Vec<Vec<Event>>>,
     /// A wake-up later than this after the last run is a local pause (ns; `u64::MAX`: never).
     max_local_pause_ns: AtomicU64,
     counters: Counters,
@@ -311,6 +313,7 @@ impl Detector {
             outbox: Mutex::new(VecDeque::new()),
             delivered: AtomicU64::new(0),
             turn: Mutex::new(()),
+            spare: Mutex::new(Vec::new()),
             max_local_pause_ns: AtomicU64::new(DEFAULT_MAX_LOCAL_PAUSE_NS),
             counters: Counters::default(),
         });
