@@ -270,18 +270,6 @@ def test_stop_returns_while_another_thread_is_beating_under_block() -> None:
 
 # -- listeners called on the dispatch thread that call the monitor, under "block" -------------
 
-#: Whether the core pushes into a full "block" queue only after letting go of the detector's
-#: locks (the core half of issue 14 item 3 / R1 F1). Until then the driver waits for room
-#: holding them, and a listener on the dispatch thread (the queue's only consumer) that calls
-#: the monitor waits for them too.
-CORE_PUSHES_OUTSIDE_LOCKS = False
-needs_core_fix = pytest.mark.xfail(
-    not CORE_PUSHES_OUTSIDE_LOCKS,
-    strict=True,
-    reason="R1 F1: the core's driver waits for room in a block queue holding the detector's "
-    "locks (core engineer's fix, not in this build)",
-)
-
 
 class CallsTheMonitor(hw.SubscriberListener):
     """Called on the dispatch thread (``listener_queue=None``); each ``on_failed`` calls
@@ -303,11 +291,11 @@ class CallsTheMonitor(hw.SubscriberListener):
             self.mon.expect("svc.new", period=2.0)
 
 
-@needs_core_fix
 @pytest.mark.parametrize("action", ["add_listener", "pause", "expect"])
 def test_a_listener_on_the_dispatch_thread_may_call_the_monitor_under_block(action: str) -> None:
     # R1 F1: 200 topics fail together into a "block" queue of 4; the listener, on the queue's
-    # only consumer thread, calls the monitor, which needs the detector's locks.
+    # only consumer thread, calls the monitor, which needs the detector's locks. (Fixed in the
+    # core, a40b48a: the driver waits for room in a block queue holding none of them.)
     clock = hw.ManualClock()
     listener = CallsTheMonitor(action)
     mon = hw.HeartbeatMonitor(
