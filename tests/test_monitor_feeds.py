@@ -386,3 +386,43 @@ def test_resume_does_not_hold_the_monitor_lock_while_its_events_wait_for_room(ho
         assert mon.counts()["ALIVE"] == len(topics)
     finally:
         _in_thread(lambda: mon.stop(timeout=2.0), 10.0, "stop()", mon)
+
+
+# -- an event pushed late, after the feed switch that should have covered it ------------------
+
+
+def test_a_switch_while_an_event_waits_for_room_elsewhere_delivers_it_once() -> None:
+    # Issue 14 follow-up (item 2 of round 3): since a40b48a the core pushes each event to the
+    # queues subscribed when it is pushed, newest first, and a push that finds a "block" queue
+    # full lets go of the subscriber list while it waits. An event that reached the old feed
+    # and then waited for room in another queue went, once woken, to the new feed too, after
+    # the switch had closed the window of events both feeds got: delivered twice.
+    clock = hw.ManualClock()
+    order = Order()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order])
+    topics = TOPICS[:20]
+    for topic in topics:
+        mon.expect(topic)
+    # Another consumer's "block" queue, oldest subscriber: each event reaches the monitor's
+    # feed first, then waits here for room.
+    other = mon.detector.subscribe(capacity=1, overflow="block")
+    mon.start()
+    advancing = threading.Thread(target=clock.advance, args=(1.5,), daemon=True)
+    advancing.start()
+    try:
+        # The first event fills `other`; the second reached the feed and waits for room.
+        deadline = time.monotonic() + 5.0
+        while len(order.seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(order.seen) == 2, f"expected 2 events delivered, got {order.seen}"
+        assert advancing.is_alive(), "the driver did not wait for room in the other queue"
+        mon.add_listener(Wants())  # a feed switch while the second event waits
+    finally:
+        mon.detector.unsubscribe(other)  # releases the waiting push
+        advancing.join(5.0)
+    assert not advancing.is_alive(), "clock.advance still blocked"
+    assert mon.drain(5.0)
+    mon.stop()
+    delivered = order.seen[:-1]
+    assert len(delivered) == len(set(delivered)), [e for e in delivered if delivered.count(e) > 1]
+    assert sorted(e[1] for e in delivered) == sorted(topics)

@@ -155,25 +155,17 @@ def _check_int(value: object, field: str, minimum: int) -> int:
 class _Feed:
     """One subscription to the detector's events and the dispatch thread that empties it.
 
-    When listeners start (or stop) wanting ``received`` events, the monitor opens a new feed,
-    starts its thread, then closes the old one. For a moment both get the detector's events, so
-    the new feed's thread first waits for the old one to finish, then skips the events the old
-    one delivered. Its thread runs before the old queue is let go: under ``"block"`` the driver
-    may wait for room in the new queue while holding the locks the unsubscribe needs.
+    When listeners start (or stop) wanting ``received`` events, or losing none, the monitor
+    opens a new feed, starts its thread, then closes the old one. Both get the events pushed
+    meanwhile, and an event put aside while a ``"block"`` queue is subscribed goes to the
+    queues subscribed when it is pushed: one that reached the old feed and then waited for room
+    in another queue reaches the new feed too, however late (the core's rule, ``emit.rs``).
+    So the new feed's thread first waits for the old one to finish, then skips what is not
+    newer than what was delivered for its topic (see :class:`_Newest`). Its thread runs before
+    the old queue is let go: a producer may be waiting for room in the new queue.
     """
 
-    __slots__ = (
-        "dispatcher",
-        "finished",
-        "overflow",
-        "popped",
-        "prev",
-        "queue",
-        "received",
-        "record",
-        "skip",
-        "skip_until",
-    )
+    __slots__ = ("dispatcher", "finished", "overflow", "popped", "prev", "queue", "received")
 
     def __init__(
         self, queue: EventQueue, received: bool, overflow: Overflow, prev: _Feed | None
@@ -184,13 +176,50 @@ class _Feed:
         self.prev = prev
         self.dispatcher: Dispatcher | None = None
         self.finished = False  # stop() is over: what the thread still holds is not delivered
-        # Keys of failed/resumed events delivered once a successor feed exists (set by the switch).
-        self.record: set[tuple[str, str, int, float]] | None = None
-        # Keys to skip (the predecessor delivered them), while popped < skip_until (None: not
-        # known yet, the predecessor is still being unsubscribed).
-        self.skip: set[tuple[str, str, int, float]] | None = None
-        self.skip_until: int | None = None
         self.popped = 0
+
+
+class _Newest:
+    """Per topic slot, the newest ``failed``/``resumed`` event handed to the listeners (its
+    topic's full handle, ``at``, and ``missed`` and kind), and the newest ``local_pause``'s
+    ``at``: what a dispatch thread must not hand over again.
+
+    A topic's events have strictly increasing ``at`` (each ``failed`` at its own deadline, a
+    ``resumed`` at a beat later than the last deadline counted, the next deadline after it),
+    and every queue gets them in that order. So an event is a duplicate (both feeds of a
+    switch got it) or stale (older than one delivered: overtaken across a switch) exactly when
+    its ``at`` is below the newest one's, or equal with the same kind and ``missed`` (an equal
+    ``at`` with another kind or count is a distinct event, nanoseconds apart on a clock read
+    far from zero, where a float cannot tell them apart). Unlike a window of events both feeds
+    got, this holds however late an event reaches a feed. Only the dispatch threads use it,
+    one after the other. 24 bytes per slot."""
+
+    __slots__ = ("ats", "codes", "handles", "pause_at")
+
+    def __init__(self) -> None:
+        self.handles = array("q")  # -1: no event delivered for the slot's topic
+        self.ats = array("d")
+        self.codes = array("q")  # missed * 2 + (1 for resumed)
+        self.pause_at = -math.inf
+
+    def fresh(self, handle: int, at: float, code: int) -> bool:
+        """Whether the event (``handle``, ``at``, ``code``) is newer than the newest one
+        delivered for its topic; then it becomes the newest."""
+        slot = handle & _SLOT
+        handles = self.handles
+        if slot >= len(handles):
+            grow = max(slot + 1 - len(handles), len(handles) // 2, 1024)
+            handles.extend([-1] * grow)
+            self.ats.extend([math.nan] * grow)
+            self.codes.extend([0] * grow)
+        elif handles[slot] == handle:
+            newest = self.ats[slot]
+            if at < newest or (at == newest and self.codes[slot] == code):
+                return False
+        handles[slot] = handle
+        self.ats[slot] = at
+        self.codes[slot] = code
+        return True
 
 
 _running: weakref.WeakSet[HeartbeatMonitor] = weakref.WeakSet()
@@ -383,6 +412,7 @@ class HeartbeatMonitor:
         self._dispatched = 0
         self._dispatch_errors = 0
         self._losses = 0  # events lost to the overflow policy on feeds already closed
+        self._newest = _Newest()  # what the dispatch threads delivered (no duplicates)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -1096,8 +1126,6 @@ class HeartbeatMonitor:
     def _open_feed(self, received: bool, overflow: Overflow) -> None:
         # Called with the lock held.
         old = self._feed
-        if old is not None:
-            old.record = set()
         queue = self._det.subscribe(capacity=self._capacity, overflow=overflow, received=received)
         feed = _Feed(queue, received, overflow, old)
         feed.dispatcher = Dispatcher(
@@ -1116,9 +1144,6 @@ class HeartbeatMonitor:
             # have pushed there goes to the new one too. The old thread ends once it is empty.
             old.queue.close()
             self._det.unsubscribe(old.queue)
-            # No push is in flight once unsubscribe returns: the events both feeds got are
-            # among the new queue's first `pushed`.
-            feed.skip_until = queue.stats()["pushed"]
 
     def _sync_received(self) -> None:
         """Open a new feed if listeners' interest in ``received`` events, or in losing none,
@@ -1186,12 +1211,12 @@ class HeartbeatMonitor:
         try:
             prev = feed.prev
             if prev is not None:
-                # Deliver everything of the feed this one replaces first, then skip what both got.
+                # Deliver everything of the feed this one replaces first (`newest` then skips
+                # what both got).
                 if prev.dispatcher is not None:
                     prev.dispatcher.stop(_JOIN)
-                feed.skip = prev.record
-                prev.record = None
                 feed.prev = None
+            newest = self._newest
             listeners = self._listeners
             emit = listeners.emit
             wants_received = listeners.wants("on_received")
@@ -1209,37 +1234,27 @@ class HeartbeatMonitor:
                             Received(ev.topic, ev.seq, ev.latency, ev.at, wall_offset=off),
                         )
                     continue
-                key = (kind, ev.topic, ev.missed, ev.at)
-                skip = feed.skip
-                if skip is not None and key in skip:
-                    skip.discard(key)
-                    continue
-                record = feed.record
-                if record is not None:
-                    record.add(key)
+                at = ev.at
                 if kind == "failed":
+                    missed = ev.missed
+                    if not newest.fresh(ev.handle, at, missed * 2):
+                        continue  # delivered already (both feeds of a switch got it)
                     since = ev.since
-                    since = ev.at if since is None else since
-                    emit("on_failed", Failed(ev.topic, ev.missed, since, ev.at, wall_offset=off))
+                    since = at if since is None else since
+                    emit("on_failed", Failed(ev.topic, missed, since, at, wall_offset=off))
                 elif kind == "resumed":
+                    missed = ev.missed
+                    if not newest.fresh(ev.handle, at, missed * 2 + 1):
+                        continue
                     downtime = ev.downtime
-                    resumed = Resumed(ev.topic, ev.missed, downtime or 0.0, ev.at, wall_offset=off)
+                    resumed = Resumed(ev.topic, missed, downtime or 0.0, at, wall_offset=off)
                     emit("on_resumed", resumed)
                 elif kind == "local_pause":
+                    if at <= newest.pause_at:
+                        continue
+                    newest.pause_at = at
                     duration = ev.duration
-                    emit("on_local_pause", LocalPause(duration or 0.0, ev.at, wall_offset=off))
-            # The events both feeds got are the new queue's first `skip_until` (None until the
-            # old feed is unsubscribed). "coalesce" keeps each topic's order but not the order
-            # across topics: one of them may still wait in the side table behind later events,
-            # so there the skip ends only once the queue is empty as well.
-            until = feed.skip_until
-            if (
-                feed.skip is not None
-                and until is not None
-                and feed.popped + len(batch) >= until
-                and (feed.overflow != "coalesce" or len(feed.queue) == 0)
-            ):
-                feed.skip = None
+                    emit("on_local_pause", LocalPause(duration or 0.0, at, wall_offset=off))
         finally:
             local.dispatching = False
             with self._progress:
