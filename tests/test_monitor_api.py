@@ -462,3 +462,19 @@ def test_a_beat_arriving_while_stopped_changes_nothing() -> None:
     mon.handle_message(Message("svc.a", BeatCodec().encode(Beat("svc.a", 2, "b", None, 50.0))))
     status = mon.status("svc.a")
     assert (status.period, mon.stats()["beats"]) == (1.0, 1)
+
+
+class _RefusingBroker:
+    def subscribe(self, pattern: str, handler: object) -> object:
+        raise ConnectionError(f"cannot subscribe to {pattern}")
+
+
+def test_start_undoes_itself_when_the_broker_refuses_the_subscription() -> None:
+    mon = hw.HeartbeatMonitor(_RefusingBroker(), "svc.>", tick=0.001)  # type: ignore[arg-type]
+    mon.expect("svc.a")
+    with pytest.raises(ConnectionError, match="cannot subscribe to"):
+        mon.start()
+    assert not mon.running
+    assert not mon.detector.running
+    assert mon._feed is None
+    mon.stop()  # nothing to stop

@@ -426,3 +426,65 @@ def test_a_switch_while_an_event_waits_for_room_elsewhere_delivers_it_once() -> 
     delivered = order.seen[:-1]
     assert len(delivered) == len(set(delivered)), [e for e in delivered if delivered.count(e) > 1]
     assert sorted(e[1] for e in delivered) == sorted(topics)
+
+
+class CallsWhileStopping(hw.SubscriberListener):
+    """Called on the dispatch thread; the first ``on_failed`` waits until ``stop()`` (on
+    another thread) has begun, then calls ``mon.expect`` (which takes the monitor's lock), or,
+    with ``action="stop"``, calls ``mon.stop()`` itself at once."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        self.mon: hw.HeartbeatMonitor | None = None
+        self.entered = threading.Event()
+        self.done = threading.Event()
+
+    def on_failed(self, event: Failed) -> None:
+        mon = self.mon
+        assert mon is not None
+        if self.entered.is_set():
+            return
+        self.entered.set()
+        if self.action == "stop":
+            mon.stop(timeout=0.5)
+        else:
+            deadline = time.monotonic() + 5.0
+            while mon.running and time.monotonic() < deadline:
+                time.sleep(0.001)
+            mon.expect("svc.new")
+        self.done.set()
+
+
+@pytest.mark.parametrize("action", ["expect", "stop"])
+def test_stop_does_not_hold_the_monitor_lock_while_the_driver_waits_for_room(action: str) -> None:
+    # Issue 14 item 3 pattern (round 3): stop() called the detector's stop() under the
+    # monitor's lock. That stop takes in the beats in flight (a `resumed` may be pushed) and
+    # joins the real-clock driver, which may be waiting for room in a full "block" queue whose
+    # only consumer is a listener on the dispatch thread: one that needs the monitor's lock
+    # ("expect"), or that is the caller itself ("stop": the queue must be closed first).
+    listener = CallsWhileStopping(action)
+    mon = hw.HeartbeatMonitor(
+        None,
+        "svc.>",
+        period=0.005,
+        grace=0,
+        overflow="block",
+        capacity=4,
+        tick=0.001,
+        listener_queue=None,
+        listeners=[listener],
+    )
+    listener.mon = mon
+    for topic in TOPICS:
+        mon.expect(topic)
+    mon.start()
+    try:
+        assert listener.entered.wait(5.0), "no on_failed delivered"
+        if action == "expect":
+            _in_thread(lambda: mon.stop(timeout=2.0), 5.0, "stop()", mon)
+        assert listener.done.wait(5.0), "the listener's call never returned: deadlocked"
+    finally:
+        _in_thread(lambda: mon.stop(timeout=2.0), 10.0, "stop() (cleanup)", mon)
+    assert not mon.running
+    assert not mon.detector.running
+    assert _join_threads("heartwire-monitor", 5.0) == [], "dispatch thread still running"

@@ -384,6 +384,9 @@ class HeartbeatMonitor:
         self._wall_offset = float(wall_offset)
 
         self._lock = threading.RLock()  # lifecycle, learning, pausing, feed switches
+        # stop()s that let go of the lock to stop the detector; start() waits for them.
+        self._stopping = 0
+        self._stopped = threading.Condition(self._lock)
         self._running = False
         self._paused = False
         self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
@@ -807,6 +810,8 @@ class HeartbeatMonitor:
         Does nothing if already running. A stopped monitor can be started again.
         """
         with self._lock:
+            while self._stopping:  # a stop() is stopping the detector: it must not stop ours
+                self._stopped.wait()
             if self._running:
                 return self
             self._listeners.unseal()  # closed by the last stop()'s on_stopped
@@ -825,18 +830,24 @@ class HeartbeatMonitor:
             resume = [h for h in self._held_paused if h not in keep]
             self._held_paused = set()
             self._resuming.update(resume)
+            error: BaseException | None = None
             try:
                 if self._broker is not None:
                     self._subscription = self._broker.subscribe(self._pattern, self.handle_message)
                     self._connection_events.attach(self._broker)
-            except BaseException:
+            except BaseException as exc:
+                error = exc
                 self._running = False
                 self._held_paused = self._paused_handles() | set(resume)
                 self._resuming.difference_update(resume)
-                self._det.stop()
-                self._finish_feeds(self._detach_feeds(), timeout=1.0)
-                raise
-            _running.add(self)
+                chain = self._detach_feeds()
+                self._stopping += 1
+            else:
+                _running.add(self)
+        if error is not None:  # undone as stop() does, the detector's stop without the lock
+            self._stop_detector(chain)
+            self._finish_feeds(chain, timeout=1.0)
+            raise error
         self._resume_in_detector(resume)
         return self
 
@@ -847,31 +858,39 @@ class HeartbeatMonitor:
         What the dispatch thread has not delivered after ``timeout`` seconds is dropped (counted
         in ``stats()["dropped"]``), unless a lossless listener is registered: then stop() waits
         for the dispatch thread to hand over everything (it only fills the listener queues, a
-        lossless one never blocks it; with ``listener_queue=None`` it waits for the calls)."""
-        if self._paused:  # the detector keeps pauses across a restart; this one ends here
-            with contextlib.suppress(RuntimeError):  # (stopped meanwhile)
-                self.resume()  # without the lock: see _resume_in_detector
-        with self._lock:
-            if not self._running:
-                return
-            if self._paused:  # paused again meanwhile
-                self.resume()
-            self._held_paused = self._paused_handles() | self._resuming
-            self._running = False
-            self._paused = False
-            _running.discard(self)
-            subscription, self._subscription = self._subscription, None
-            if self._broker is not None:
-                self._connection_events.detach(self._broker)
-            if subscription is not None:
-                try:
-                    subscription.cancel()
-                except Exception:
-                    log.exception("cancelling the subscription to %r failed", self._pattern)
-            self._det.stop()
-            chain = self._detach_feeds()
-        # Outside the lock: a listener running on the dispatch thread may need it to finish.
+        lossless one never blocks it; with ``listener_queue=None`` it waits for the calls).
+
+        Called by a listener on the dispatch thread (``listener_queue=None``), it closes the
+        event queue first, as nothing else would make room in it: what the detector still
+        pushes is dropped (counted), and so is what the queue holds past the call in progress.
+        """
+        while True:
+            if self._paused:  # the detector keeps pauses across a restart; this one ends here
+                with contextlib.suppress(RuntimeError):  # (stopped meanwhile)
+                    self.resume()  # without the lock: see _resume_in_detector
+            with self._lock:
+                if not self._running:
+                    return
+                if self._paused:  # paused again meanwhile
+                    continue
+                self._held_paused = self._paused_handles() | self._resuming
+                self._running = False
+                self._paused = False
+                _running.discard(self)
+                subscription, self._subscription = self._subscription, None
+                if self._broker is not None:
+                    self._connection_events.detach(self._broker)
+                if subscription is not None:
+                    try:
+                        subscription.cancel()
+                    except Exception:
+                        log.exception("cancelling the subscription to %r failed", self._pattern)
+                chain = self._detach_feeds()
+                self._stopping += 1
+                break
         deadline = time.monotonic() + timeout
+        self._stop_detector(chain)
+        # Outside the lock: a listener running on the dispatch thread may need it to finish.
         self._finish_feeds(chain, None if self._listeners.lossless else timeout)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
         # did not finish in time, a late bad beat, a listener's error report) is refused and
@@ -884,6 +903,23 @@ class HeartbeatMonitor:
         # by itself once it has caught up).
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):
             log.warning("listeners of %r still busy when stop() timed out", self._pattern)
+
+    def _stop_detector(self, chain: list[_Feed]) -> None:
+        """Stop the detector for a stop() that noted itself in ``_stopping`` (under the lock),
+        without the lock: the detector's stop takes in the beats in flight (a ``resumed`` may
+        wait for room in a ``"block"`` queue) and joins the real-clock driver (which may be
+        waiting for room), and the queue's consumer, a listener on the dispatch thread, may
+        need the lock to return. Called on that thread, close the queues first: nothing else
+        would make room."""
+        try:
+            if getattr(self._local, "dispatching", False):
+                for feed in chain:
+                    feed.queue.close()
+            self._det.stop()
+        finally:
+            with self._lock:
+                self._stopping -= 1
+                self._stopped.notify_all()
 
     def pause(self, topic: str | None = None) -> bool:
         """Pause the whole monitor, or one topic: no failures while paused (beats are still
