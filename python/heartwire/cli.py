@@ -15,7 +15,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: The HMAC key's environment variable: a key given as --key shows in ``ps``.
 KEY_ENV = "HEARTWIRE_KEY"

@@ -19,7 +19,7 @@ import datetime as _dt
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from heartwire import _core
@@ -223,18 +223,18 @@ class ExceptionEvent:
     detail: str = ""
 
 
-ListenerEvent = Union[
-    Started,
-    Stopped,
-    Sent,
-    Received,
-    Failed,
-    Resumed,
-    LocalPause,
-    Disconnected,
-    Reconnected,
-    ExceptionEvent,
-]
+ListenerEvent = (
+    Started
+    | Stopped
+    | Sent
+    | Received
+    | Failed
+    | Resumed
+    | LocalPause
+    | Disconnected
+    | Reconnected
+    | ExceptionEvent
+)
 
 
 class State(str, Enum):

@@ -43,7 +43,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from numbers import Real
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from heartwire._core import Detector, Event, EventQueue, ManualClock, Phi
 from heartwire.dispatch import Dispatcher
@@ -98,7 +98,7 @@ BEAT_AGE_PERIODS = 3
 BEAT_AGE_SKEW = 60.0
 
 # One remembered boot of a topic: (boot id, last seq taken, its send time).
-_Boot = tuple[str, int, Optional[float]]
+_Boot = tuple[str, int, float | None]
 
 
 def _replay(history: tuple[_Boot, ...], boot: str, seq: int, sent: float | None) -> str:
