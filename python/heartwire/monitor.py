@@ -401,11 +401,11 @@ class HeartbeatMonitor:
         self._periods = array("d")
         self._pinned = bytearray()
         self._graces = array("d")
-        self._next_handle = 0
         self._learned = 0
         self._rejected: Counter[str] = Counter()
         self._rejected_lock = threading.Lock()
-        # Signed beats only: per slot, the topic's last REPLAY_BOOTS boots (replays).
+        # Signed beats only: per topic (full handle: a slot's next topic starts afresh), its
+        # last REPLAY_BOOTS boots (replays).
         self._boots: dict[int, tuple[_Boot, ...]] = {}
         self._replay_lock = threading.Lock()
         self._feed: _Feed | None = None
@@ -587,6 +587,8 @@ class HeartbeatMonitor:
                 return False
             self._det.remove(handle)
             self._paused_topics.discard(topic)
+            with self._replay_lock:
+                self._boots.pop(handle, None)
             return True
 
     def handle(self, topic: str) -> int | None:
@@ -627,8 +629,6 @@ class HeartbeatMonitor:
         self._periods[slot] = period
         self._pinned[slot] = 0
         self._graces[slot] = math.nan
-        self._boots.pop(slot, None)  # a reused slot: a new topic
-        self._next_handle = max(self._next_handle, slot + 1)
 
     def _learn(self, topic: str, period: float | None) -> int | None:
         """Add a topic first heard from now; None if refused (counted)."""
@@ -774,11 +774,13 @@ class HeartbeatMonitor:
             return True
         why = ""
         with self._replay_lock:
-            history = self._boots.get(handle & _SLOT, ())
+            history = self._boots.get(handle, ())
             why = _replay(history, boot, seq, sent)
-            if not why:
+            # Remembered only while `handle` is still the topic's (remove() forgets it under
+            # this lock): a beat racing the removal leaves nothing behind.
+            if not why and self._det.handle(beat.topic) == handle:
                 kept = tuple(b for b in history if b[0] != boot)
-                self._boots[handle & _SLOT] = (*kept, (boot, seq, sent))[-REPLAY_BOOTS:]
+                self._boots[handle] = (*kept, (boot, seq, sent))[-REPLAY_BOOTS:]
         if why:
             self._reject("replayed", None, f"beat for {_short(beat.topic)} replayed: {why}")
             return False
