@@ -132,7 +132,10 @@ class Failed:
     """``topic`` has missed ``missed`` periods in a row (at least ``allowed_misses``).
 
     ``since`` is the deadline at which it was declared failed; ``at`` is the deadline of this
-    missed period. Fires again at every further missed period with the growing count.
+    missed period. Fires again at every further missed period with the growing count; when
+    one run of the detector finds more than 64 of a topic's periods gone at once (a long
+    ``advance``, a stall with ``max_local_pause=None``), the first 63 fire one by one, then
+    one for the latest deadline passed, with the exact count.
     """
 
     topic: str

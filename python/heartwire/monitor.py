@@ -809,7 +809,12 @@ class HeartbeatMonitor:
     def start(self) -> HeartbeatMonitor:
         """Start watching (expected topics are due one period from now); returns self.
 
-        Does nothing if already running. A stopped monitor can be started again.
+        Does nothing if already running. A stopped monitor can be started again: each topic is
+        as it was at :meth:`stop` (the time stopped is not counted). A FAILED topic stays
+        FAILED, with its count and ``since``, until a beat is heard (no new ``failed`` for the
+        outage: its next missed period ends one period after the restart); a paused one
+        stays paused, and pauses and resumes made while stopped take effect now. Waits for a
+        :meth:`stop` in progress on another thread to have stopped the detector.
         """
         with self._lock:
             while self._stopping:  # a stop() is stopping the detector: it must not stop ours
