@@ -97,6 +97,9 @@ REPLAY_BOOTS = 4
 BEAT_AGE_PERIODS = 3
 BEAT_AGE_SKEW = 60.0
 
+#: The bits of a ``received`` event's ``seq`` that :class:`_Newest` compares.
+_SEQ_BITS = (1 << 63) - 1
+
 # One remembered boot of a topic: (boot id, last seq taken, its send time).
 _Boot = tuple[str, int, float | None]
 
@@ -192,15 +195,23 @@ class _Newest:
     ``at`` with another kind or count is a distinct event, nanoseconds apart on a clock read
     far from zero, where a float cannot tell them apart). Unlike a window of events both feeds
     got, this holds however late an event reaches a feed. Only the dispatch threads use it,
-    one after the other. 24 bytes per slot."""
+    one after the other. 24 bytes per slot.
 
-    __slots__ = ("ats", "codes", "handles", "pause_at")
+    ``received`` events are noted the same way (by ``at`` and ``seq``) and skipped once a feed
+    that carried them has been replaced (:attr:`overlap`): before that no two feeds got the
+    same one. Two beats of a topic at the same clock reading with the same ``seq`` (possible only
+    with a :class:`~heartwire._core.ManualClock` not moved between them) then count as one.
+    """
+
+    __slots__ = ("ats", "codes", "handles", "overlap", "pause_at", "received")
 
     def __init__(self) -> None:
         self.handles = array("q")  # -1: no event delivered for the slot's topic
         self.ats = array("d")
         self.codes = array("q")  # missed * 2 + (1 for resumed)
         self.pause_at = -math.inf
+        self.overlap = False  # some replaced feed carried `received` events
+        self.received: _Newest | None = None  # the same, for `received` (codes: seq)
 
     def fresh(self, handle: int, at: float, code: int) -> bool:
         """Whether the event (``handle``, ``at``, ``code``) is newer than the newest one
@@ -1169,6 +1180,10 @@ class HeartbeatMonitor:
     def _open_feed(self, received: bool, overflow: Overflow) -> None:
         # Called with the lock held.
         old = self._feed
+        if old is not None and old.received:
+            # From now on `received` events may come twice: to this feed, or (pushed late) to
+            # a later one that wants them again.
+            self._newest.overlap = True
         queue = self._det.subscribe(capacity=self._capacity, overflow=overflow, received=received)
         feed = _Feed(queue, received, overflow, old)
         feed.dispatcher = Dispatcher(
@@ -1272,9 +1287,16 @@ class HeartbeatMonitor:
                 kind = ev.kind
                 if kind == "received":
                     if wants_received:
+                        seq = ev.seq
+                        got = newest.received
+                        if got is None:
+                            got = newest.received = _Newest()
+                        code = -1 if seq is None else seq & _SEQ_BITS
+                        if not got.fresh(ev.handle, ev.at, code) and newest.overlap:
+                            continue  # both feeds of a switch got it
                         emit(
                             "on_received",
-                            Received(ev.topic, ev.seq, ev.latency, ev.at, wall_offset=off),
+                            Received(ev.topic, seq, ev.latency, ev.at, wall_offset=off),
                         )
                     continue
                 at = ev.at
