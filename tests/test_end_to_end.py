@@ -131,7 +131,7 @@ def test_cli_rejects_a_non_positive_period(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit) as exit_info:
         main(["publish", "svc.a", "--period", "0"])
     assert exit_info.value.code == 2
-    assert "must be > 0, got 0" in capsys.readouterr().err
+    assert "must be a finite number > 0, got 0" in capsys.readouterr().err
 
 
 def test_demo_detects_every_outage_that_was_due(capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,7 +31,7 @@ def test_ten_thousand_topics_and_a_ten_second_stall() -> None:
     with mon:
         assert mon.beat_many(names) == 10_000  # learned at 0.0
         handles = [mon.handle(n) for n in names]
-        live = [h for n, h in zip(names, handles) if n not in stopped]
+        live = [h for n, h in zip(names, handles, strict=True) if n not in stopped]
         for _ in range(3):
             clock.advance(1.0)
             assert mon.beat_handles(handles) == 10_000

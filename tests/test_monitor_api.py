@@ -462,3 +462,45 @@ def test_a_beat_arriving_while_stopped_changes_nothing() -> None:
     mon.handle_message(Message("svc.a", BeatCodec().encode(Beat("svc.a", 2, "b", None, 50.0))))
     status = mon.status("svc.a")
     assert (status.period, mon.stats()["beats"]) == (1.0, 1)
+
+
+class _RefusingBroker:
+    def subscribe(self, pattern: str, handler: object) -> object:
+        raise ConnectionError(f"cannot subscribe to {pattern}")
+
+
+def test_start_undoes_itself_when_the_broker_refuses_the_subscription() -> None:
+    mon = hw.HeartbeatMonitor(_RefusingBroker(), "svc.>", tick=0.001)  # type: ignore[arg-type]
+    mon.expect("svc.a")
+    with pytest.raises(ConnectionError, match="cannot subscribe to"):
+        mon.start()
+    assert not mon.running
+    assert not mon.detector.running
+    assert mon._feed is None
+    mon.stop()  # nothing to stop
+
+
+def test_a_beat_racing_its_topics_removal_leaves_no_history_to_the_slots_next_topic() -> None:
+    # R3 N5: _record looks the handle up, then _newer writes the boot it took into the replay
+    # history of the handle's slot. A remove + a new topic reusing the slot in between put the
+    # old topic's boot into the new topic's history: its own beats were then refused as
+    # replays. The interleaving is played in order here (the lookup's handle held across).
+    key = b"k" * 32
+    clock = hw.ManualClock()
+    mon = HeartbeatMonitor(None, "svc.>", clock=clock, key=key, max_beat_age=math.inf)
+    mon.start()
+    codec = BeatCodec(key)
+    mon.handle_message(Message("svc.a", codec.encode(Beat("svc.a", 1, "boot-x", 1000.0, 1.0))))
+    old = mon.handle("svc.a")
+    assert old is not None
+    assert mon.remove("svc.a")
+    assert mon.drain(5.0)
+    new = mon.expect("svc.b")
+    assert new & 0xFFFF_FFFF == old & 0xFFFF_FFFF and new != old, "the slot was not reused"
+    # The racing beat of svc.a, looked up before the removal, is checked now.
+    assert mon._newer(old, Beat("svc.a", 9, "boot-x", 1001.0, 1.0))
+    # svc.b's publisher happens to use the same boot id (or a replayed old one: the same).
+    mon.handle_message(Message("svc.b", codec.encode(Beat("svc.b", 2, "boot-x", 1002.0, 1.0))))
+    assert mon.stats()["rejected"] == {}
+    assert mon.status("svc.b").last_seen is not None
+    mon.stop()

@@ -15,7 +15,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: The HMAC key's environment variable: a key given as --key shows in ``ps``.
 KEY_ENV = "HEARTWIRE_KEY"
@@ -41,6 +42,7 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def _finite_positive(text: str) -> float:
+    """A number of seconds: finite (``inf`` would reach ``Event.wait`` and overflow) and > 0."""
     try:
         value = float(text)
     except ValueError:
@@ -48,6 +50,11 @@ def _finite_positive(text: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
+
+
+def _positive_or_inf(text: str) -> float:
+    """A number of seconds > 0, or ``inf`` where it means "no bound"."""
+    return math.inf if text.strip().lower() in ("inf", "infinity") else _finite_positive(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,26 +70,26 @@ def _parser() -> argparse.ArgumentParser:
     publish = commands.add_parser("publish", help="publish heartbeats to a topic")
     publish.add_argument("topic", help="topic to beat on, e.g. svc.a")
     publish.add_argument("--broker", default=None, help=BROKER_HELP)
-    publish.add_argument("--period", type=_positive(float), default=1.0, help="beat period, s")
+    publish.add_argument("--period", type=_finite_positive, default=1.0, help="beat period, s")
     publish.add_argument("--count", type=_positive(int), default=None, help="stop after N beats")
-    publish.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
+    publish.add_argument("--duration", type=_finite_positive, default=None, help="run time, s")
     publish.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
 
     watch = commands.add_parser("watch", help="watch topics and print events as JSON lines")
     watch.add_argument("pattern", help="topic or wildcard pattern, e.g. svc.> or svc.*")
     watch.add_argument("--broker", default=None, help=BROKER_HELP)
-    watch.add_argument("--period", type=_positive(float), default=1.0, help="default period, s")
+    watch.add_argument("--period", type=_finite_positive, default=1.0, help="default period, s")
     watch.add_argument("--allowed-misses", type=_positive(int), default=1)
     watch.add_argument("--expect", action="append", default=[], help="a topic to expect")
     watch.add_argument("--received", action="store_true", help="also print every beat")
-    watch.add_argument("--duration", type=_positive(float), default=None, help="run time, s")
+    watch.add_argument("--duration", type=_finite_positive, default=None, help="run time, s")
     watch.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
     watch.add_argument(
         "--max-beat-age",
-        type=_positive(float),
+        type=_positive_or_inf,
         default=None,
         help="with --key: refuse signed beats sent further than this many seconds from this "
-        "host's wall clock (default: 3 periods + 60 s)",
+        "host's wall clock (default: 3 periods + 60 s; inf: no bound)",
     )
     watch.add_argument(
         "--metrics-port",
@@ -104,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--end", required=True, help="window end (exclusive), same format")
     report.add_argument("--out", required=True, help="HTML file to write; the PNG goes beside it")
-    report.add_argument("--period", type=_positive(float), required=True, help="beat period, s")
+    report.add_argument("--period", type=_finite_positive, required=True, help="beat period, s")
     report.add_argument("--allowed-misses", type=_positive(int), default=1)
     report.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     return parser

@@ -19,7 +19,7 @@ import datetime as _dt
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from heartwire import _core
@@ -132,7 +132,10 @@ class Failed:
     """``topic`` has missed ``missed`` periods in a row (at least ``allowed_misses``).
 
     ``since`` is the deadline at which it was declared failed; ``at`` is the deadline of this
-    missed period. Fires again at every further missed period with the growing count.
+    missed period. Fires again at every further missed period with the growing count; when
+    one run of the detector finds more than 64 of a topic's periods gone at once (a long
+    ``advance``, a stall with ``max_local_pause=None``), the first 63 fire one by one, then
+    one for the latest deadline passed, with the exact count.
     """
 
     topic: str
@@ -223,18 +226,18 @@ class ExceptionEvent:
     detail: str = ""
 
 
-ListenerEvent = Union[
-    Started,
-    Stopped,
-    Sent,
-    Received,
-    Failed,
-    Resumed,
-    LocalPause,
-    Disconnected,
-    Reconnected,
-    ExceptionEvent,
-]
+ListenerEvent = (
+    Started
+    | Stopped
+    | Sent
+    | Received
+    | Failed
+    | Resumed
+    | LocalPause
+    | Disconnected
+    | Reconnected
+    | ExceptionEvent
+)
 
 
 class State(str, Enum):

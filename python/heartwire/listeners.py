@@ -89,7 +89,8 @@ class SubscriberListener:
         """A beat was recorded (one call per beat)."""
 
     def on_failed(self, event: Failed) -> Any:
-        """A topic missed ``event.missed`` periods in a row; repeats every further period."""
+        """A topic missed ``event.missed`` periods in a row; repeats every further period (at
+        most 64 times per run of the detector: see :class:`~heartwire.events.Failed`)."""
 
     def on_resumed(self, event: Resumed) -> Any:
         """A failed topic was heard again."""

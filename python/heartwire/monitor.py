@@ -43,7 +43,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from numbers import Real
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from heartwire._core import Detector, Event, EventQueue, ManualClock, Phi
 from heartwire.dispatch import Dispatcher
@@ -97,8 +97,11 @@ REPLAY_BOOTS = 4
 BEAT_AGE_PERIODS = 3
 BEAT_AGE_SKEW = 60.0
 
+#: The bits of a ``received`` event's ``seq`` that :class:`_Newest` compares.
+_SEQ_BITS = (1 << 63) - 1
+
 # One remembered boot of a topic: (boot id, last seq taken, its send time).
-_Boot = tuple[str, int, Optional[float]]
+_Boot = tuple[str, int, float | None]
 
 
 def _replay(history: tuple[_Boot, ...], boot: str, seq: int, sent: float | None) -> str:
@@ -155,25 +158,17 @@ def _check_int(value: object, field: str, minimum: int) -> int:
 class _Feed:
     """One subscription to the detector's events and the dispatch thread that empties it.
 
-    When listeners start (or stop) wanting ``received`` events, the monitor opens a new feed,
-    starts its thread, then closes the old one. For a moment both get the detector's events, so
-    the new feed's thread first waits for the old one to finish, then skips the events the old
-    one delivered. Its thread runs before the old queue is let go: under ``"block"`` the driver
-    may wait for room in the new queue while holding the locks the unsubscribe needs.
+    When listeners start (or stop) wanting ``received`` events, or losing none, the monitor
+    opens a new feed, starts its thread, then closes the old one. Both get the events pushed
+    meanwhile, and an event put aside while a ``"block"`` queue is subscribed goes to the
+    queues subscribed when it is pushed: one that reached the old feed and then waited for room
+    in another queue reaches the new feed too, however late (the core's rule, ``emit.rs``).
+    So the new feed's thread first waits for the old one to finish, then skips what is not
+    newer than what was delivered for its topic (see :class:`_Newest`). Its thread runs before
+    the old queue is let go: a producer may be waiting for room in the new queue.
     """
 
-    __slots__ = (
-        "dispatcher",
-        "finished",
-        "overflow",
-        "popped",
-        "prev",
-        "queue",
-        "received",
-        "record",
-        "skip",
-        "skip_until",
-    )
+    __slots__ = ("dispatcher", "finished", "overflow", "popped", "prev", "queue", "received")
 
     def __init__(
         self, queue: EventQueue, received: bool, overflow: Overflow, prev: _Feed | None
@@ -184,13 +179,58 @@ class _Feed:
         self.prev = prev
         self.dispatcher: Dispatcher | None = None
         self.finished = False  # stop() is over: what the thread still holds is not delivered
-        # Keys of failed/resumed events delivered once a successor feed exists (set by the switch).
-        self.record: set[tuple[str, str, int, float]] | None = None
-        # Keys to skip (the predecessor delivered them), while popped < skip_until (None: not
-        # known yet, the predecessor is still being unsubscribed).
-        self.skip: set[tuple[str, str, int, float]] | None = None
-        self.skip_until: int | None = None
         self.popped = 0
+
+
+class _Newest:
+    """Per topic slot, the newest ``failed``/``resumed`` event handed to the listeners (its
+    topic's full handle, ``at``, and ``missed`` and kind), and the newest ``local_pause``'s
+    ``at``: what a dispatch thread must not hand over again.
+
+    A topic's events have strictly increasing ``at`` (each ``failed`` at its own deadline, a
+    ``resumed`` at a beat later than the last deadline counted, the next deadline after it),
+    and every queue gets them in that order. So an event is a duplicate (both feeds of a
+    switch got it) or stale (older than one delivered: overtaken across a switch) exactly when
+    its ``at`` is below the newest one's, or equal with the same kind and ``missed`` (an equal
+    ``at`` with another kind or count is a distinct event, nanoseconds apart on a clock read
+    far from zero, where a float cannot tell them apart). Unlike a window of events both feeds
+    got, this holds however late an event reaches a feed. Only the dispatch threads use it,
+    one after the other. 24 bytes per slot.
+
+    ``received`` events are noted the same way (by ``at`` and ``seq``) and skipped once a feed
+    that carried them has been replaced (:attr:`overlap`): before that no two feeds got the
+    same one. Two beats of a topic at the same clock reading with the same ``seq`` (possible only
+    with a :class:`~heartwire._core.ManualClock` not moved between them) then count as one.
+    """
+
+    __slots__ = ("ats", "codes", "handles", "overlap", "pause_at", "received")
+
+    def __init__(self) -> None:
+        self.handles = array("q")  # -1: no event delivered for the slot's topic
+        self.ats = array("d")
+        self.codes = array("q")  # missed * 2 + (1 for resumed)
+        self.pause_at = -math.inf
+        self.overlap = False  # some replaced feed carried `received` events
+        self.received: _Newest | None = None  # the same, for `received` (codes: seq)
+
+    def fresh(self, handle: int, at: float, code: int) -> bool:
+        """Whether the event (``handle``, ``at``, ``code``) is newer than the newest one
+        delivered for its topic; then it becomes the newest."""
+        slot = handle & _SLOT
+        handles = self.handles
+        if slot >= len(handles):
+            grow = max(slot + 1 - len(handles), len(handles) // 2, 1024)
+            handles.extend([-1] * grow)
+            self.ats.extend([math.nan] * grow)
+            self.codes.extend([0] * grow)
+        elif handles[slot] == handle:
+            newest = self.ats[slot]
+            if at < newest or (at == newest and self.codes[slot] == code):
+                return False
+        handles[slot] = handle
+        self.ats[slot] = at
+        self.codes[slot] = code
+        return True
 
 
 _running: weakref.WeakSet[HeartbeatMonitor] = weakref.WeakSet()
@@ -355,6 +395,9 @@ class HeartbeatMonitor:
         self._wall_offset = float(wall_offset)
 
         self._lock = threading.RLock()  # lifecycle, learning, pausing, feed switches
+        # stop()s that let go of the lock to stop the detector; start() waits for them.
+        self._stopping = 0
+        self._stopped = threading.Condition(self._lock)
         self._running = False
         self._paused = False
         self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
@@ -369,11 +412,11 @@ class HeartbeatMonitor:
         self._periods = array("d")
         self._pinned = bytearray()
         self._graces = array("d")
-        self._next_handle = 0
         self._learned = 0
         self._rejected: Counter[str] = Counter()
         self._rejected_lock = threading.Lock()
-        # Signed beats only: per slot, the topic's last REPLAY_BOOTS boots (replays).
+        # Signed beats only: per topic (full handle: a slot's next topic starts afresh), its
+        # last REPLAY_BOOTS boots (replays).
         self._boots: dict[int, tuple[_Boot, ...]] = {}
         self._replay_lock = threading.Lock()
         self._feed: _Feed | None = None
@@ -383,6 +426,7 @@ class HeartbeatMonitor:
         self._dispatched = 0
         self._dispatch_errors = 0
         self._losses = 0  # events lost to the overflow policy on feeds already closed
+        self._newest = _Newest()  # what the dispatch threads delivered (no duplicates)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -554,6 +598,8 @@ class HeartbeatMonitor:
                 return False
             self._det.remove(handle)
             self._paused_topics.discard(topic)
+            with self._replay_lock:
+                self._boots.pop(handle, None)
             return True
 
     def handle(self, topic: str) -> int | None:
@@ -594,8 +640,6 @@ class HeartbeatMonitor:
         self._periods[slot] = period
         self._pinned[slot] = 0
         self._graces[slot] = math.nan
-        self._boots.pop(slot, None)  # a reused slot: a new topic
-        self._next_handle = max(self._next_handle, slot + 1)
 
     def _learn(self, topic: str, period: float | None) -> int | None:
         """Add a topic first heard from now; None if refused (counted)."""
@@ -741,11 +785,13 @@ class HeartbeatMonitor:
             return True
         why = ""
         with self._replay_lock:
-            history = self._boots.get(handle & _SLOT, ())
+            history = self._boots.get(handle, ())
             why = _replay(history, boot, seq, sent)
-            if not why:
+            # Remembered only while `handle` is still the topic's (remove() forgets it under
+            # this lock): a beat racing the removal leaves nothing behind.
+            if not why and self._det.handle(beat.topic) == handle:
                 kept = tuple(b for b in history if b[0] != boot)
-                self._boots[handle & _SLOT] = (*kept, (boot, seq, sent))[-REPLAY_BOOTS:]
+                self._boots[handle] = (*kept, (boot, seq, sent))[-REPLAY_BOOTS:]
         if why:
             self._reject("replayed", None, f"beat for {_short(beat.topic)} replayed: {why}")
             return False
@@ -774,9 +820,16 @@ class HeartbeatMonitor:
     def start(self) -> HeartbeatMonitor:
         """Start watching (expected topics are due one period from now); returns self.
 
-        Does nothing if already running. A stopped monitor can be started again.
+        Does nothing if already running. A stopped monitor can be started again: each topic is
+        as it was at :meth:`stop` (the time stopped is not counted). A FAILED topic stays
+        FAILED, with its count and ``since``, until a beat is heard (no new ``failed`` for the
+        outage: its next missed period ends one period after the restart); a paused one
+        stays paused, and pauses and resumes made while stopped take effect now. Waits for a
+        :meth:`stop` in progress on another thread to have stopped the detector.
         """
         with self._lock:
+            while self._stopping:  # a stop() is stopping the detector: it must not stop ours
+                self._stopped.wait()
             if self._running:
                 return self
             self._listeners.unseal()  # closed by the last stop()'s on_stopped
@@ -795,18 +848,24 @@ class HeartbeatMonitor:
             resume = [h for h in self._held_paused if h not in keep]
             self._held_paused = set()
             self._resuming.update(resume)
+            error: BaseException | None = None
             try:
                 if self._broker is not None:
                     self._subscription = self._broker.subscribe(self._pattern, self.handle_message)
                     self._connection_events.attach(self._broker)
-            except BaseException:
+            except BaseException as exc:
+                error = exc
                 self._running = False
                 self._held_paused = self._paused_handles() | set(resume)
                 self._resuming.difference_update(resume)
-                self._det.stop()
-                self._finish_feeds(self._detach_feeds(), timeout=1.0)
-                raise
-            _running.add(self)
+                chain = self._detach_feeds()
+                self._stopping += 1
+            else:
+                _running.add(self)
+        if error is not None:  # undone as stop() does, the detector's stop without the lock
+            self._stop_detector(chain)
+            self._finish_feeds(chain, timeout=1.0)
+            raise error
         self._resume_in_detector(resume)
         return self
 
@@ -817,31 +876,39 @@ class HeartbeatMonitor:
         What the dispatch thread has not delivered after ``timeout`` seconds is dropped (counted
         in ``stats()["dropped"]``), unless a lossless listener is registered: then stop() waits
         for the dispatch thread to hand over everything (it only fills the listener queues, a
-        lossless one never blocks it; with ``listener_queue=None`` it waits for the calls)."""
-        if self._paused:  # the detector keeps pauses across a restart; this one ends here
-            with contextlib.suppress(RuntimeError):  # (stopped meanwhile)
-                self.resume()  # without the lock: see _resume_in_detector
-        with self._lock:
-            if not self._running:
-                return
-            if self._paused:  # paused again meanwhile
-                self.resume()
-            self._held_paused = self._paused_handles() | self._resuming
-            self._running = False
-            self._paused = False
-            _running.discard(self)
-            subscription, self._subscription = self._subscription, None
-            if self._broker is not None:
-                self._connection_events.detach(self._broker)
-            if subscription is not None:
-                try:
-                    subscription.cancel()
-                except Exception:
-                    log.exception("cancelling the subscription to %r failed", self._pattern)
-            self._det.stop()
-            chain = self._detach_feeds()
-        # Outside the lock: a listener running on the dispatch thread may need it to finish.
+        lossless one never blocks it; with ``listener_queue=None`` it waits for the calls).
+
+        Called by a listener on the dispatch thread (``listener_queue=None``), it closes the
+        event queue first, as nothing else would make room in it: what the detector still
+        pushes is dropped (counted), and so is what the queue holds past the call in progress.
+        """
+        while True:
+            if self._paused:  # the detector keeps pauses across a restart; this one ends here
+                with contextlib.suppress(RuntimeError):  # (stopped meanwhile)
+                    self.resume()  # without the lock: see _resume_in_detector
+            with self._lock:
+                if not self._running:
+                    return
+                if self._paused:  # paused again meanwhile
+                    continue
+                self._held_paused = self._paused_handles() | self._resuming
+                self._running = False
+                self._paused = False
+                _running.discard(self)
+                subscription, self._subscription = self._subscription, None
+                if self._broker is not None:
+                    self._connection_events.detach(self._broker)
+                if subscription is not None:
+                    try:
+                        subscription.cancel()
+                    except Exception:
+                        log.exception("cancelling the subscription to %r failed", self._pattern)
+                chain = self._detach_feeds()
+                self._stopping += 1
+                break
         deadline = time.monotonic() + timeout
+        self._stop_detector(chain)
+        # Outside the lock: a listener running on the dispatch thread may need it to finish.
         self._finish_feeds(chain, None if self._listeners.lossless else timeout)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
         # did not finish in time, a late bad beat, a listener's error report) is refused and
@@ -854,6 +921,23 @@ class HeartbeatMonitor:
         # by itself once it has caught up).
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):
             log.warning("listeners of %r still busy when stop() timed out", self._pattern)
+
+    def _stop_detector(self, chain: list[_Feed]) -> None:
+        """Stop the detector for a stop() that noted itself in ``_stopping`` (under the lock),
+        without the lock: the detector's stop takes in the beats in flight (a ``resumed`` may
+        wait for room in a ``"block"`` queue) and joins the real-clock driver (which may be
+        waiting for room), and the queue's consumer, a listener on the dispatch thread, may
+        need the lock to return. Called on that thread, close the queues first: nothing else
+        would make room."""
+        try:
+            if getattr(self._local, "dispatching", False):
+                for feed in chain:
+                    feed.queue.close()
+            self._det.stop()
+        finally:
+            with self._lock:
+                self._stopping -= 1
+                self._stopped.notify_all()
 
     def pause(self, topic: str | None = None) -> bool:
         """Pause the whole monitor, or one topic: no failures while paused (beats are still
@@ -1096,8 +1180,10 @@ class HeartbeatMonitor:
     def _open_feed(self, received: bool, overflow: Overflow) -> None:
         # Called with the lock held.
         old = self._feed
-        if old is not None:
-            old.record = set()
+        if old is not None and old.received:
+            # From now on `received` events may come twice: to this feed, or (pushed late) to
+            # a later one that wants them again.
+            self._newest.overlap = True
         queue = self._det.subscribe(capacity=self._capacity, overflow=overflow, received=received)
         feed = _Feed(queue, received, overflow, old)
         feed.dispatcher = Dispatcher(
@@ -1116,9 +1202,6 @@ class HeartbeatMonitor:
             # have pushed there goes to the new one too. The old thread ends once it is empty.
             old.queue.close()
             self._det.unsubscribe(old.queue)
-            # No push is in flight once unsubscribe returns: the events both feeds got are
-            # among the new queue's first `pushed`.
-            feed.skip_until = queue.stats()["pushed"]
 
     def _sync_received(self) -> None:
         """Open a new feed if listeners' interest in ``received`` events, or in losing none,
@@ -1186,12 +1269,12 @@ class HeartbeatMonitor:
         try:
             prev = feed.prev
             if prev is not None:
-                # Deliver everything of the feed this one replaces first, then skip what both got.
+                # Deliver everything of the feed this one replaces first (`newest` then skips
+                # what both got).
                 if prev.dispatcher is not None:
                     prev.dispatcher.stop(_JOIN)
-                feed.skip = prev.record
-                prev.record = None
                 feed.prev = None
+            newest = self._newest
             listeners = self._listeners
             emit = listeners.emit
             wants_received = listeners.wants("on_received")
@@ -1204,42 +1287,39 @@ class HeartbeatMonitor:
                 kind = ev.kind
                 if kind == "received":
                     if wants_received:
+                        seq = ev.seq
+                        got = newest.received
+                        if got is None:
+                            got = newest.received = _Newest()
+                        code = -1 if seq is None else seq & _SEQ_BITS
+                        if not got.fresh(ev.handle, ev.at, code) and newest.overlap:
+                            continue  # both feeds of a switch got it
                         emit(
                             "on_received",
-                            Received(ev.topic, ev.seq, ev.latency, ev.at, wall_offset=off),
+                            Received(ev.topic, seq, ev.latency, ev.at, wall_offset=off),
                         )
                     continue
-                key = (kind, ev.topic, ev.missed, ev.at)
-                skip = feed.skip
-                if skip is not None and key in skip:
-                    skip.discard(key)
-                    continue
-                record = feed.record
-                if record is not None:
-                    record.add(key)
+                at = ev.at
                 if kind == "failed":
+                    missed = ev.missed
+                    if not newest.fresh(ev.handle, at, missed * 2):
+                        continue  # delivered already (both feeds of a switch got it)
                     since = ev.since
-                    since = ev.at if since is None else since
-                    emit("on_failed", Failed(ev.topic, ev.missed, since, ev.at, wall_offset=off))
+                    since = at if since is None else since
+                    emit("on_failed", Failed(ev.topic, missed, since, at, wall_offset=off))
                 elif kind == "resumed":
+                    missed = ev.missed
+                    if not newest.fresh(ev.handle, at, missed * 2 + 1):
+                        continue
                     downtime = ev.downtime
-                    resumed = Resumed(ev.topic, ev.missed, downtime or 0.0, ev.at, wall_offset=off)
+                    resumed = Resumed(ev.topic, missed, downtime or 0.0, at, wall_offset=off)
                     emit("on_resumed", resumed)
                 elif kind == "local_pause":
+                    if at <= newest.pause_at:
+                        continue
+                    newest.pause_at = at
                     duration = ev.duration
-                    emit("on_local_pause", LocalPause(duration or 0.0, ev.at, wall_offset=off))
-            # The events both feeds got are the new queue's first `skip_until` (None until the
-            # old feed is unsubscribed). "coalesce" keeps each topic's order but not the order
-            # across topics: one of them may still wait in the side table behind later events,
-            # so there the skip ends only once the queue is empty as well.
-            until = feed.skip_until
-            if (
-                feed.skip is not None
-                and until is not None
-                and feed.popped + len(batch) >= until
-                and (feed.overflow != "coalesce" or len(feed.queue) == 0)
-            ):
-                feed.skip = None
+                    emit("on_local_pause", LocalPause(duration or 0.0, at, wall_offset=off))
         finally:
             local.dispatching = False
             with self._progress:
