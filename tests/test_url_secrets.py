@@ -137,3 +137,14 @@ def test_redact_keeps_what_is_not_a_password() -> None:
     )
     assert redact("stomp://h:1?passcode=x&heartbeat=2") == "stomp://h:1?passcode=***&heartbeat=2"
     assert redact("stomp://u@h:1") == "stomp://u@h:1"
+
+
+def test_a_comma_after_a_host_and_port_ends_the_broker() -> None:
+    # 'stomp://a:1,u:pw@b:2' is two brokers (the second without a scheme), not the login 'a'
+    # with the password '1,u:pw' at b:2; that password is written with %2C.
+    with pytest.raises(ValueError, match=r"not a URL.*%2C") as info:
+        parse_url("failover:(stomp://a:1,u:Pw-8f3kq@b:2)")
+    assert "Pw-8f3kq" not in str(info.value)
+    options = parse_url("failover:(stomp://a:1%2Cu:Pw-8f3kq@b:2,stomp://c:3)")
+    assert options.credentials(options.brokers[0]) == ("a", "1,u:Pw-8f3kq")
+    assert [str(b) for b in options.brokers] == ["stomp://b:2", "stomp://c:3"]

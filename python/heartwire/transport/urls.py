@@ -26,8 +26,10 @@ its password as ``***`` and a bad ``passcode`` is described, not echoed.
 
 Passwords are best percent-encoded, but raw ``/ ? # @ : , ( )`` and spaces work too: a broker's
 password runs from the first ``:`` after its ``scheme://`` to the last ``@`` before the next
-broker of a failover list (a ``,`` then ``scheme://``), and a ``passcode=`` value in the query
-keeps a raw ``&`` unless an option's ``name=`` follows. Only where a URL reads two ways (an
+broker of a failover list (a ``,`` then ``scheme://``, or a ``,`` right after a broker's
+``host:port``: ``failover:(stomp://a:1,u:pw@b:2)`` is two brokers, the second malformed, not
+the password ``1,u:pw``), and a ``passcode=`` value in the query keeps a raw ``&`` unless an
+option's ``name=`` follows. Only where a URL reads two ways (an
 ``@`` in a query value: ``stomp://h:1?login=a@b``) the query reading wins if it names known
 options only, and :func:`redact` hides both readings.
 """
@@ -261,6 +263,9 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _FAILOVER = re.compile(r"failover:(?://)?\(", re.IGNORECASE)
 # The scheme of a failover list's next broker (its ',' and blanks included).
 _LIST_SCHEME = re.compile(r",\s*[A-Za-z][A-Za-z0-9+.-]*://")
+# A whole broker without credentials ('host', 'host:port', '[v6]:port'): a ',' after it ends
+# the broker, whatever follows ('stomp://a:1,u:pw@b:2' is two brokers, the second malformed).
+_HOSTPORT = re.compile(r"\s*(?:\[[A-Za-z0-9._:%-]*\]|[A-Za-z0-9._%-]+)(?::\d+)?/?\s*")
 _TOKEN = re.compile("\x00(\\d+)\x00")
 
 
@@ -271,14 +276,26 @@ def _secret_name(name: str) -> bool:
 
 def _entry_starts(url: str, own_scheme: bool = True) -> list[tuple[int, int]]:
     # (start, end) of each broker's text (after its 'scheme://'; for a malformed URL without
-    # one, from the start of the URL or of the failover list). A broker's scheme counts only
-    # at the start of the URL or of the list, or after a ',': a password may hold '://'.
+    # one, from the start of the URL or of the failover list, or after its ','). In a failover
+    # list a ',' ends a broker where the next broker's scheme follows it, or where the broker's
+    # text so far is a whole 'host[:port]' (no credentials): elsewhere a ',' is a password's.
+    # A broker's scheme counts only at the start of the URL or of the list, or after such a
+    # ',': a password may hold '://'.
     head = _FAILOVER.match(url)
     first = head.end() if head else 0
-    marks = [m for m in _LIST_SCHEME.finditer(url, first) if m.start() > first] if head else []
     own = _SCHEME.match(url, first) if own_scheme else None
-    starts = [own.end() if own else first] + [m.end() for m in marks]
-    ends = [m.start() for m in marks] + [len(url)]
+    starts, ends = [own.end() if own else first], []
+    if head:
+        for comma in (i for i in range(first, len(url)) if url[i] == ","):
+            if not (_LIST_SCHEME.match(url, comma) or _HOSTPORT.fullmatch(url, starts[-1], comma)):
+                continue
+            ends.append(comma)
+            after = comma + 1
+            while after < len(url) and url[after].isspace():
+                after += 1
+            scheme = _SCHEME.match(url, after)
+            starts.append(scheme.end() if scheme else after)
+    ends.append(len(url))
     return list(zip(starts, ends, strict=True))
 
 
@@ -468,13 +485,14 @@ PASSCODE_FILTER = PasscodeFilter()
 logging.getLogger("stomp.py").addFilter(PASSCODE_FILTER)
 
 
-def _broker(text: str, whole: str, secrets: list[str]) -> BrokerAddress:
+def _broker(text: str, whole: str, secrets: list[str], in_list: bool = False) -> BrokerAddress:
     # ``text``: one broker of the hidden copy; ``whole``: the redacted URL.
     shown = _show(text, whole)
     scheme, sep, rest = text.partition("://")
     if not sep:
+        hint = " (a ',' in a password is written %2C)" if in_list else ""
         raise ValueError(
-            f"url {whole!r}: broker {shown!r} is not a URL; expected 'stomp://host:port'"
+            f"url {whole!r}: broker {shown!r} is not a URL; expected 'stomp://host:port'{hint}"
         )
     if scheme.lower() not in ("stomp", "stomp+ssl"):
         raise ValueError(
@@ -578,7 +596,7 @@ def parse_url(url: str, **options: Any) -> StompOptions:
         head, _, query = hidden.partition("?")
         parts = [head]
         failover = False
-    brokers = tuple(_broker(p, shown, secrets) for p in parts)
+    brokers = tuple(_broker(p, shown, secrets, failover) for p in parts)
     seen: set[tuple[str, int]] = set()
     for b in brokers:
         key = (b.host.lower(), b.port)
