@@ -148,3 +148,39 @@ def test_a_comma_after_a_host_and_port_ends_the_broker() -> None:
     options = parse_url("failover:(stomp://a:1%2Cu:Pw-8f3kq@b:2,stomp://c:3)")
     assert options.credentials(options.brokers[0]) == ("a", "1,u:Pw-8f3kq")
     assert [str(b) for b in options.brokers] == ["stomp://b:2", "stomp://c:3"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "failover:(stomp://svc:Secret,x://Tail@h:1,stomp://g:2)",
+        "failover:(stomp://svc:Sec, ftp://Tail@h:1)",
+        "failover:(stomp://svc:Secret,stomp://Tail@h:1,stomp://g:2)",
+        "failover:(stomp://svc:Secret,STOMP+SSL://Tail@h:1)",
+        "failover:(stomp://svc:Secret,stomp://b,stomp://Tail@h:1)",
+        "failover:(stomp://svc:1,Tail@h:1,stomp://g:2)",  # the password '1,Tail'
+        "failover:(stomp://svc:@,stomp+ssl://Tail@h:1)",  # the password '@,stomp+ssl://Tail'
+    ],
+)
+def test_a_scheme_inside_a_password_of_a_failover_list_never_shows_it(url: str) -> None:
+    # R4 F3: any 'scheme://' after a ',' started a list entry, so the password showed whole.
+    texts = [redact(url)]
+    try:
+        options = parse_url(url)
+    except ValueError as exc:
+        texts.append(str(exc))
+    else:
+        texts += [repr(options), options.url]
+    for text in texts:
+        assert "Sec" not in text and "Tail" not in text, text
+
+
+def test_only_stomp_schemes_start_a_failover_entry() -> None:
+    options = parse_url("failover:(stomp://svc:Sec,x://Tail@h:1,stomp://g:2)")
+    assert options.credentials(options.brokers[0]) == ("svc", "Sec,x://Tail")
+    assert [str(b) for b in options.brokers] == ["stomp://h:1", "stomp://g:2"]
+    # a port is a port: the second broker and its credentials keep their places
+    assert (
+        redact("failover:(stomp://h:1,stomp://u:p@g:2)")
+        == "failover:(stomp://h:1,stomp://u:***@g:2)"
+    )

@@ -26,12 +26,15 @@ its password as ``***`` and a bad ``passcode`` is described, not echoed.
 
 Passwords are best percent-encoded, but raw ``/ ? # @ : , ( )`` and spaces work too: a broker's
 password runs from the first ``:`` after its ``scheme://`` to the last ``@`` before the next
-broker of a failover list (a ``,`` then ``scheme://``, or a ``,`` right after a broker's
-``host:port``: ``failover:(stomp://a:1,u:pw@b:2)`` is two brokers, the second malformed, not
-the password ``1,u:pw``), and a ``passcode=`` value in the query keeps a raw ``&`` unless an
-option's ``name=`` follows. Only where a URL reads two ways (an
-``@`` in a query value: ``stomp://h:1?login=a@b``) the query reading wins if it names known
-options only, and :func:`redact` hides both readings.
+broker of a failover list. The next broker starts after a ``,`` followed by ``stomp://`` or
+``stomp+ssl://`` (any case), or after a ``,`` right after a broker's ``host:port``:
+``failover:(stomp://a:1,u:pw@b:2)`` is two brokers, the second malformed, not the password
+``1,u:pw``. A ``passcode=`` value in the query keeps a raw ``&`` unless an option's ``name=``
+follows. Only where a URL reads two ways (an ``@`` in a query value:
+``stomp://h:1?login=a@b``, or ``,stomp://`` in a password:
+``failover:(stomp://u:Sec,stomp://ret@h)``) the query reading, or the list reading, wins, and
+:func:`redact` hides both readings. A password that holds a whole ``@host:port,stomp://``
+always reads as a list: percent-encode it.
 """
 
 from __future__ import annotations
@@ -261,8 +264,9 @@ _DEFAULTS = {f.name: f.default for f in fields(StompOptions)}
 # token (``_hide``), and every message shows only text that ``redact()`` shows too.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _FAILOVER = re.compile(r"failover:(?://)?\(", re.IGNORECASE)
-# The scheme of a failover list's next broker (its ',' and blanks included).
-_LIST_SCHEME = re.compile(r",\s*[A-Za-z][A-Za-z0-9+.-]*://")
+# The scheme of a failover list's next broker (its ',' and blanks included): only the schemes
+# a broker may have, so that ',x://' in a password does not end it.
+_LIST_SCHEME = re.compile(r",\s*stomp(?:\+ssl)?://", re.IGNORECASE)
 # A whole broker without credentials ('host', 'host:port', '[v6]:port'): a ',' after it ends
 # the broker, whatever follows ('stomp://a:1,u:pw@b:2' is two brokers, the second malformed).
 _HOSTPORT = re.compile(r"\s*(?:\[[A-Za-z0-9._:%-]*\]|[A-Za-z0-9._%-]+)(?::\d+)?/?\s*")
@@ -332,6 +336,25 @@ def _password_spans(url: str, lenient: bool) -> list[tuple[int, int]]:
         # An unknown scheme: 'svc://x@h' may be a user 'svc' with the password '//x'.
         entries += _entry_starts(url, own_scheme=False)[:1]
     failover = _FAILOVER.match(url) is not None
+    if lenient and failover:
+        # The other reading of a ',' inside a password: a broker's password may run on from
+        # its first ':' to the last '@' of the next broker that has one, unless the broker
+        # ends in a whole 'host[:port]' followed by ',stomp://' ('stomp://h:1,stomp://u:p@g:2'
+        # keeps its port and second broker). Where no such scheme follows, the list reading
+        # does not parse anyway ('svc:1,pw@h' is 'svc:1' and 'pw@h', without a scheme).
+        for k, (s, e) in enumerate(entries[:-1]):
+            region = url[s:e]
+            colon = region.find(":")
+            if colon < 0:
+                continue
+            tail = region[region.rfind("@") + 1 :]
+            if _HOSTPORT.fullmatch(tail) and _LIST_SCHEME.match(url, e):
+                continue
+            for s2, e2 in entries[k + 1 :]:
+                at = url.rfind("@", s2, e2)
+                if at >= 0:
+                    spans.append((s + colon + 1, at))
+                    break
     for s, e in entries:
         last = e == len(url)
         region = url[s:e]
@@ -532,8 +555,15 @@ def _broker(text: str, whole: str, secrets: list[str], in_list: bool = False) ->
     port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
     if port_text:
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            # In a list, a "port" that is not a number is never shown: it may be the start of
+            # a password that holds ',stomp://' ('failover:(stomp://svc:Secret,stomp://T@h)').
+            what = (
+                "(not shown: it may hold a password)"
+                if in_list and not port_text.isdigit()
+                else repr(_show(port_text, whole))
+            )
             raise ValueError(
-                f"url {whole!r}: broker {shown!r} has the port {_show(port_text, whole)!r}; "
+                f"url {whole!r}: broker {shown!r} has the port {what}; "
                 "expected a number from 1 to 65535"
             )
         port = int(port_text)
