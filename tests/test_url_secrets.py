@@ -184,3 +184,21 @@ def test_only_stomp_schemes_start_a_failover_entry() -> None:
         redact("failover:(stomp://h:1,stomp://u:p@g:2)")
         == "failover:(stomp://h:1,stomp://u:***@g:2)"
     )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "stomp://svc:,)@h:1?passcode=&heartbeat=1QZ@h:1",
+        "stomp://svc:,)@h:1?passcode=&failover_check_count=QZ@h:1",
+        "stomp://svc:,)@h:1?passcode=&ssl_verify=QZ@h:1",
+        "stomp://svc:,)@h:1?passcode=&dialect=QZ@h:1",
+    ],
+)
+def test_an_option_error_shows_no_query_value_that_redact_hides(url: str) -> None:
+    # R4 F7: the option checkers echoed the query reading's value, part of the other
+    # reading's password ('QZ').
+    assert "QZ" not in redact(url)
+    with pytest.raises(ValueError) as info:
+        parse_url(url)
+    assert "QZ" not in str(info.value)

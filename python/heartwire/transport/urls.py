@@ -22,7 +22,8 @@ logger that cuts the ``passcode`` header out of the frames it logs at DEBUG leve
 
 Every error is a :class:`ValueError` (or :class:`TypeError` for a keyword of the wrong type) that
 names the option and the value, except that passwords are never repeated: a URL is shown with
-its password as ``***`` and a bad ``passcode`` is described, not echoed.
+its password as ``***``, a bad ``passcode`` is described, not echoed, and a query value shows
+only as written in the URL, and only where :func:`redact` shows it.
 
 Passwords are best percent-encoded, but raw ``/ ? # @ : , ( )`` and spaces work too: a broker's
 password runs from the first ``:`` after its ``scheme://`` to the last ``@`` before the next
@@ -146,15 +147,20 @@ class StompOptions:
         return self.login, self.passcode
 
 
+# How a checker shows a value in its errors: repr() for a keyword's; for a value from the URL's
+# query, its text as redact() shows it, if it does (see parse_url).
+_Show = Callable[[Any], str]
+
+
 def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, Any], float]:
-    def check(name: str, value: Any) -> float:
+    def check(name: str, value: Any, show: _Show = repr) -> float:
         raw = value
         if isinstance(value, str):
             text = value.strip()
             try:
                 value = float(text)
             except ValueError:
-                raise ValueError(f"option {name}={text!r} is not a number of seconds") from None
+                raise ValueError(f"option {name}={show(text)} is not a number of seconds") from None
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(
                 f"option {name} must be a number of seconds, got {type(value).__name__} {value!r}"
@@ -162,37 +168,39 @@ def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, 
         seconds = float(value)
         if not math.isfinite(seconds) or seconds < minimum or (positive and seconds <= 0):
             bound = f"> {minimum:g}" if positive else f">= {minimum:g}"
-            raise ValueError(f"option {name}={raw!r} must be a finite number of seconds {bound}")
+            raise ValueError(
+                f"option {name}={show(raw)} must be a finite number of seconds {bound}"
+            )
         return seconds
 
     return check
 
 
 def _count(minimum: int) -> Callable[[str, Any], int]:
-    def check(name: str, value: Any) -> int:
+    def check(name: str, value: Any, show: _Show = repr) -> int:
         if isinstance(value, str):
             text = value.strip()
             if not re.fullmatch(r"[+-]?\d+", text):
-                raise ValueError(f"option {name}={text!r} is not a whole number")
+                raise ValueError(f"option {name}={show(text)} is not a whole number")
             value = int(text)
         elif isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"option {name} must be an int, got {type(value).__name__} {value!r}")
         if value < minimum:
-            raise ValueError(f"option {name}={value!r} must be >= {minimum}")
+            raise ValueError(f"option {name}={show(value)} must be >= {minimum}")
         return int(value)
 
     return check
 
 
-def _text(name: str, value: Any) -> str:
+def _text(name: str, value: Any, show: _Show = repr) -> str:
     if not isinstance(value, str):
         raise TypeError(f"option {name} must be a str, got {type(value).__name__} {value!r}")
     if "\n" in value or "\r" in value or "\0" in value:
-        raise ValueError(f"option {name}={value!r} must not contain line breaks or NUL")
+        raise ValueError(f"option {name}={show(value)} must not contain line breaks or NUL")
     return value
 
 
-def _secret(name: str, value: Any) -> str:
+def _secret(name: str, value: Any, show: _Show = repr) -> str:
     # Never repeat the value: it is a password.
     if not isinstance(value, str):
         raise TypeError(f"option {name} must be a str, got a {type(value).__name__}")
@@ -201,7 +209,7 @@ def _secret(name: str, value: Any) -> str:
     return value
 
 
-def _flag(name: str, value: Any) -> bool:
+def _flag(name: str, value: Any, show: _Show = repr) -> bool:
     if isinstance(value, bool):
         return value
     if not isinstance(value, str):
@@ -211,31 +219,31 @@ def _flag(name: str, value: Any) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"option {name}={value!r} is not a boolean (true/false, 1/0, yes/no)")
+    raise ValueError(f"option {name}={show(value)} is not a boolean (true/false, 1/0, yes/no)")
 
 
-def _file(name: str, value: Any) -> str:
-    path = _text(name, value)
+def _file(name: str, value: Any, show: _Show = repr) -> str:
+    path = _text(name, value, show)
     if not path:
         raise ValueError(f"option {name} is empty; expected the path of a PEM file")
     if not os.path.isfile(path):
-        raise ValueError(f"option {name}={path!r}: no such file")
+        raise ValueError(f"option {name}={show(path)}: no such file")
     if not os.access(path, os.R_OK):
-        raise ValueError(f"option {name}={path!r}: the file is not readable")
+        raise ValueError(f"option {name}={show(path)}: the file is not readable")
     return path
 
 
-def _dialect(name: str, value: Any) -> str:
+def _dialect(name: str, value: Any, show: _Show = repr) -> str:
     if not isinstance(value, str):
         raise TypeError(f"option {name} must be a str, got {type(value).__name__} {value!r}")
     dialect = value.strip().lower()
     if dialect not in DIALECTS:
-        raise ValueError(f"option {name}={value!r} is not one of {', '.join(DIALECTS)}")
+        raise ValueError(f"option {name}={show(value)} is not one of {', '.join(DIALECTS)}")
     return dialect
 
 
 #: Every option: name -> (checker, description). Defaults are the :class:`StompOptions` fields'.
-OPTIONS: Mapping[str, tuple[Callable[[str, Any], Any], str]] = {
+OPTIONS: Mapping[str, tuple[Callable[..., Any], str]] = {
     "login": (_text, "user name sent in CONNECT"),
     "passcode": (_secret, "password sent in CONNECT"),
     "vhost": (_text, "CONNECT host header (RabbitMQ virtual host)"),
@@ -478,6 +486,11 @@ def _show(text: str, whole: str) -> str:
     return text if text in whole else "(not shown: it may hold a password)"
 
 
+def _shown_as(text: str, whole: str) -> _Show:
+    """A checker's ``show`` for a value whose text in the hidden copy is ``text``."""
+    return lambda _value: repr(_show(text, whole))
+
+
 def _reveal(text: str, secrets: list[str], decode: Callable[[str], str] = unquote) -> str:
     """A part of a hidden copy with its tokens replaced by the passwords, ``decode``-d."""
     return _TOKEN.sub(lambda m: decode(secrets[int(m[1])]), text)
@@ -594,8 +607,9 @@ def _split_failover(url: str, whole: str) -> tuple[list[str], str]:
     return parts, query[1:]
 
 
-def _query(query: str, whole: str, secrets: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _query(query: str, whole: str, secrets: list[str]) -> dict[str, tuple[str, str]]:
+    # name -> (value, its text in the hidden copy: for messages, through _show).
+    out: dict[str, tuple[str, str]] = {}
     if not query:
         return out
     try:
@@ -604,10 +618,12 @@ def _query(query: str, whole: str, secrets: list[str]) -> dict[str, str]:
         raise ValueError(
             f"url {whole!r}: the options {_show(query, whole)!r} are not 'name=value&...'"
         ) from None
-    for name, value in pairs:
+    # parse_qsl splits on '&' only (strict: every piece is name=value), in order.
+    texts = [piece.partition("=")[2] for piece in query.split("&")]
+    for (name, value), text in zip(pairs, texts, strict=True):
         if name in out:
             raise ValueError(f"url {whole!r}: option {name} is given twice")
-        out[name] = _reveal(value, secrets, unquote_plus)
+        out[name] = (_reveal(value, secrets, unquote_plus), text)
     return out
 
 
@@ -633,16 +649,20 @@ def parse_url(url: str, **options: Any) -> StompOptions:
         if key in seen:
             raise ValueError(f"url {shown!r} lists the broker {b} twice")
         seen.add(key)
-    given: dict[str, Any] = dict(_query(query, shown, secrets))
+    from_query = _query(query, shown, secrets)
+    given: dict[str, Any] = {name: value for name, (value, _) in from_query.items()}
     given.update(options)
     values: dict[str, Any] = {}
     for name, value in given.items():
+        # A value from the query shows only as redact() shows it: where the URL reads two
+        # ways, it may be part of a password.
+        show: _Show = repr if name in options else _shown_as(from_query[name][1], shown)
         spec = OPTIONS.get(name)
         if spec is None:
             known = ", ".join(sorted(OPTIONS))
-            shown = "value not shown" if "pass" in name.lower() else f"{value!r}"
-            raise ValueError(f"unknown option {name} ({shown}); known options: {known}")
-        values[name] = spec[0](name, value)
+            what = "value not shown" if "pass" in name.lower() else show(value)
+            raise ValueError(f"unknown option {name} ({what}); known options: {known}")
+        values[name] = spec[0](name, value, show)
     for name, env in (("login", LOGIN_ENV), ("passcode", PASSCODE_ENV)):
         if name not in values and os.environ.get(env):
             # The checker names the variable; a passcode is never echoed.
