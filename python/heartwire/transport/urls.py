@@ -17,8 +17,10 @@ allowed). See :data:`OPTIONS` for every option and its default.
 Credentials: a broker's own ``user:secret@`` wins, then ``login=`` / ``passcode=`` (keyword,
 then query), then the environment variables :data:`LOGIN_ENV` (``HEARTWIRE_BROKER_LOGIN``) and
 :data:`PASSCODE_ENV` (``HEARTWIRE_BROKER_PASSCODE``), which keep the password out of URLs,
-command lines and config files. Importing this module also installs a filter on stomp.py's
-logger that cuts the ``passcode`` header out of the frames it logs at DEBUG level.
+command lines and config files. The login and the passcode are taken separately: a broker's
+``user@`` without ``:secret`` uses the passcode given there. Importing this module also
+installs a filter on stomp.py's logger that cuts the ``passcode`` header out of the frames it
+logs at DEBUG level.
 
 Every error is a :class:`ValueError` (or :class:`TypeError` for a keyword of the wrong type) that
 names the option and the value, except that passwords are never repeated: a URL is shown with
@@ -141,9 +143,12 @@ class StompOptions:
         return str(self.brokers[0])
 
     def credentials(self, broker: BrokerAddress) -> tuple[str | None, str | None]:
-        """``(login, passcode)`` for ``broker``: its own from the URL, else the options'."""
+        """``(login, passcode)`` for ``broker``: its own from the URL, else the options'. A
+        broker with a login but no password (``stomp://svc@host``) takes the options' passcode
+        (keyword, query or :data:`PASSCODE_ENV`)."""
         if broker.login is not None:
-            return broker.login, broker.passcode
+            passcode = broker.passcode if broker.passcode is not None else self.passcode
+            return broker.login, passcode
         return self.login, self.passcode
 
 
