@@ -10,6 +10,12 @@ Reliable delivery uses a few more frames: RECEIPTs (``on_receipt(link, receipt_i
 frames after CONNECTED (``on_error_frame(link, headers, detail)``), ACK/NACK, BEGIN/COMMIT/ABORT,
 and a ``client-id`` CONNECT header (ActiveMQ's durable subscriptions need one).
 
+Writes are bounded: on a plain socket, a write that makes no progress for
+max(its caller's timeout, 1 s) (``request_blocking_time`` for frames without one) fails and
+ends the link as lost ("the broker stopped reading"), so a hung broker whose socket is still
+open never blocks a sender (a publisher's scheduler thread) for good. (stomp.py writes TLS
+sockets from its receiver thread, so a TLS send does not block its caller.)
+
 Threads: stomp.py reads each link on its own receiver thread, which calls ``on_message(link,
 frame)``; with heart-beating on, a second stomp.py thread sends and checks heart-beats. Both end
 when the link ends. Sends may come from any thread: the link writes one frame at a time, in the
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -44,6 +52,9 @@ _HEARTBEAT_RECEIVE_SCALE = 2.0
 _FRAMES = ("ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "UNSUBSCRIBE")
 # How long close() waits for the broker's receipt of DISCONNECT.
 _CLOSE_WAIT = 1.0
+# A write on a plain socket that makes no progress for max(the caller's timeout, this) seconds
+# fails and ends the link: the broker stopped reading (its buffers are full).
+_WRITE_FLOOR = 1.0
 
 
 class _Turns:
@@ -119,6 +130,8 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         self._error: str | None = None
         self._conn: Any = None
         self._writing = _Turns()  # one frame at a time, first come first served
+        self._sock: socket.socket | None = None  # the plain socket whose writes are bounded
+        self._write_bound = -1.0  # its SO_SNDTIMEO now (seconds)
         self._receiver: threading.Thread | None = None  # stomp.py's thread reading this link
 
     def __repr__(self) -> str:
@@ -184,8 +197,11 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         sock = getattr(conn.transport, "socket", None)
         if sock is not None and not self.broker.tls:  # stomp.py runs TLS sockets non-blocking
             # The connect timeout must not stay on the socket: an idle read would end the link.
+            # Writes are bounded with SO_SNDTIMEO instead (see _write), which reads ignore.
             with contextlib.suppress(OSError):
                 sock.settimeout(None)
+            self._sock = sock
+            self._bound_writes()  # stomp.py's heart-beat thread writes too
         if not self._ready.wait(max(0.0, deadline - time.monotonic())):
             self._end_quietly()
             late = f"no CONNECTED frame within {opts.connect_timeout:g} s"
@@ -269,12 +285,47 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
 
     # -- use ------------------------------------------------------------------------------------
 
-    def send(self, destination: str, body: bytes, headers: dict[str, str]) -> None:
-        """Send one message; raises (OSError, stomp.py's exceptions) if the socket fails."""
+    def send(
+        self,
+        destination: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float | None = None,
+    ) -> None:
+        """Send one message; raises (OSError, stomp.py's exceptions) if the socket fails, or
+        if the write makes no progress for max(``timeout``, 1 s) (then the link ends)."""
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
         with self._writing:
-            self._conn.send(destination, body, headers=headers)
+            self._write(lambda: self._conn.send(destination, body, headers=headers), timeout)
+
+    def _bound_writes(self, timeout: float | None = None) -> float:
+        # Set the plain socket's SO_SNDTIMEO (a write that makes no progress that long fails
+        # with EAGAIN; reads are not affected) for a caller's ``timeout``; returns the bound.
+        bound = max(
+            _WRITE_FLOOR, self.options.request_blocking_time if timeout is None else timeout
+        )
+        sock = self._sock
+        if sock is not None and bound != self._write_bound:
+            seconds = int(min(bound, 10**6))
+            micros = int((min(bound, 10**6) - seconds) * 1e6)
+            with contextlib.suppress(OSError, struct.error):
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", seconds, micros)
+                )
+                self._write_bound = bound
+        return bound
+
+    def _write(self, write: Callable[[], Any], timeout: float | None = None) -> None:
+        # Call ``write`` (holding the turn) with the socket's writes bounded; a write that timed
+        # out may have sent part of a frame, so the link ends.
+        bound = self._bound_writes(timeout)
+        try:
+            write()
+        except (BlockingIOError, TimeoutError) as exc:
+            why = f"the broker stopped reading: a write made no progress for {bound:g} s"
+            self.abort(why)
+            raise ConnectionError(f"{self.broker}: {why}") from exc
 
     def subscribe(
         self,
@@ -287,7 +338,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
         with self._writing:
-            self._conn.subscribe(destination, sub_id, ack=ack, headers=headers)
+            self._write(lambda: self._conn.subscribe(destination, sub_id, ack=ack, headers=headers))
 
     def frame(self, command: str, headers: dict[str, str]) -> None:
         """Send an ACK, NACK, BEGIN, COMMIT, ABORT or UNSUBSCRIBE frame with ``headers``;
@@ -297,7 +348,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
         with self._writing:
-            self._conn.send_frame(command, headers)
+            self._write(lambda: self._conn.send_frame(command, headers))
 
     def unsubscribe(self, sub_id: str, headers: dict[str, str] | None = None) -> None:
         """UNSUBSCRIBE the id (errors ignored: the link may be going down)."""
@@ -305,7 +356,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             return
         try:
             with self._writing:
-                self._conn.unsubscribe(sub_id, headers=headers)
+                self._write(lambda: self._conn.unsubscribe(sub_id, headers=headers))
         except Exception as exc:
             log.debug("%s: unsubscribe %s failed: %r", self.broker, sub_id, exc)
 
@@ -354,6 +405,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             receipt = f"close-{uuid.uuid4().hex[:8]}"
             try:
                 conn.transport.set_receipt(receipt, "DISCONNECT")
+                self._bound_writes(_CLOSE_WAIT)
                 conn.send_frame("DISCONNECT", {"receipt": receipt})
             except Exception as exc:
                 log.debug("%s: DISCONNECT failed: %r", self.broker, exc)
