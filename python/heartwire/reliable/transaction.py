@@ -15,7 +15,10 @@ COMMIT went out but its receipt did not come back in time, the outcome is unknow
 in a transaction must be of messages received on the same transport.
 
 On the embedded broker the sends and acks are held in the transaction and applied, in order, on
-commit; abort drops them (the messages acked in it stay unacknowledged).
+commit; abort drops them (the messages acked in it stay unacknowledged). A commit on a closed
+broker applies nothing (``applied`` False); an operation that raises on commit (a consumer's
+handler raising a BaseException, inside a send) does not stop the others: the state is then
+``"unknown"`` and the first error propagates.
 """
 
 from __future__ import annotations
@@ -102,10 +105,7 @@ class Transaction:
         ``"unknown"``: it may have taken effect)."""
         self._check_open()
         if not self._stomp:
-            ops, self._ops = self._ops, []
-            self.state = "committed"
-            for op in ops:
-                op()
+            self._commit_held()
             return
         if self.broker.current_link is not self._link or not self._link.open:
             self.state = "aborted"
@@ -125,6 +125,37 @@ class Transaction:
         hooks, self._committed = self._committed, []
         for hook in hooks:
             hook()
+
+    def _commit_held(self) -> None:
+        # The embedded broker: apply the held sends and acks, in order. Each is applied even if
+        # an earlier one raised (they are independent: nothing may be lost); then the state is
+        # "unknown" and the first error propagates (an Exception as TransactionFailed).
+        if getattr(self.broker, "closed", False):
+            self._ops.clear()
+            self.state = "aborted"
+            raise TransactionFailed(self.id, "the broker is closed; nothing was applied")
+        ops, self._ops = self._ops, []
+        first: BaseException | None = None
+        failed = 0
+        for op in ops:
+            try:
+                op()
+            except BaseException as exc:
+                failed += 1
+                if first is None:
+                    first = exc
+        if first is None:
+            self.state = "committed"
+            return
+        self.state = "unknown"
+        if not isinstance(first, Exception):
+            raise first
+        raise TransactionFailed(
+            self.id,
+            f"{failed} of {len(ops)} operations raised on commit, the others took effect; "
+            f"first: {first!r}",
+            applied=None,
+        ) from first
 
     def abort(self) -> None:
         """Drop every send and ack of the transaction; idempotent once aborted."""
