@@ -1,4 +1,4 @@
-"""A broker that stops reading: a write never blocks a sender for good (issue 14 round 3).
+"""A broker that stops reading, or a name that resolves slowly: neither blocks a caller for good.
 
 The peer is a real TCP server on loopback that answers CONNECT with CONNECTED and then never
 reads again (a hung broker whose process still holds the socket). The socket's buffers fill;
@@ -12,10 +12,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from heartwire.transport import SendTimeout, connect
+from heartwire.transport import ConnectFailed, SendTimeout, connect
 
 
 @pytest.fixture
@@ -77,3 +78,34 @@ def test_a_send_to_a_broker_that_stopped_reading_ends_in_a_bounded_time(deaf_bro
         assert time.monotonic() - started < 10
     finally:
         transport.close()
+
+
+def test_a_slow_name_lookup_is_bounded_by_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # stomp.py looked the name up in socket.create_connection, outside connect_timeout. The
+    # resolver is made slow for one name (a dead first nameserver); the broker is real.
+    from tests import brokers as B
+
+    real = socket.getaddrinfo
+    release = threading.Event()
+
+    def slow(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "slow.heartwire.test":
+            release.wait(5)
+            return real(B.HOST, *args, **kwargs)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConnectFailed) as info:
+            connect(
+                f"stomp://slow.heartwire.test:{B.PORTS['activemq']}"
+                "?connect_timeout=0.5&reconnect_period=0&keepalive_interval=0"
+            )
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert took < 1.5, f"connect took {took:.2f} s with connect_timeout=0.5"
+    assert "name lookup" in str(info.value)

@@ -57,6 +57,43 @@ _CLOSE_WAIT = 1.0
 _WRITE_FLOOR = 1.0
 
 
+# Name lookups in flight, by (host, port): a slow resolver gets one thread per name, whatever
+# the number of reconnection attempts waiting on it.
+_LOOKUPS: dict[tuple[str, int], tuple[threading.Event, list[Any]]] = {}
+_LOOKUPS_LOCK = threading.Lock()
+
+
+def _resolve(broker: BrokerAddress, deadline: float) -> list[Any]:
+    """``socket.getaddrinfo`` of ``broker`` (TCP), waited for until ``deadline`` (time.monotonic);
+    raises :class:`LinkError` if it fails or does not finish in time."""
+    key = (broker.host, broker.port)
+    with _LOOKUPS_LOCK:
+        entry = _LOOKUPS.get(key)
+        if entry is None:
+            entry = _LOOKUPS[key] = (threading.Event(), [])
+
+            def lookup(done: threading.Event = entry[0], out: list[Any] = entry[1]) -> None:
+                try:
+                    out.append(socket.getaddrinfo(*key, type=socket.SOCK_STREAM))
+                except OSError as exc:
+                    out.append(exc)
+                finally:
+                    with _LOOKUPS_LOCK:
+                        _LOOKUPS.pop(key, None)
+                    done.set()
+
+            threading.Thread(target=lookup, name="heartwire-dns", daemon=True).start()
+    done, out = entry
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        raise LinkError(broker, f"the name lookup of {broker.host!r} did not finish in time")
+    result = out[0]
+    if isinstance(result, OSError):
+        raise LinkError(broker, f"the name lookup of {broker.host!r} failed: {result}")
+    if not result:
+        raise LinkError(broker, f"the name lookup of {broker.host!r} found no address")
+    return list(result)
+
+
 class _Turns:
     """A FIFO lock: threads get it in the order they asked (``threading.Lock`` is not fair: a
     thread that releases and re-acquires it in a loop can keep it from the others)."""
@@ -157,17 +194,28 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         """
         opts = self.options
         hb = round(opts.heartbeat * 1000)
+        deadline = time.monotonic() + opts.connect_timeout
+        # The name is looked up here, within the deadline (stomp.py's create_connection would
+        # look it up outside its timeout, and give each address the whole timeout). A plain
+        # broker is then reached by address, each address with an equal share of the time left;
+        # a TLS broker keeps its name (the certificate check needs it).
+        addresses = _resolve(self.broker, deadline)
+        if self.broker.tls:
+            targets = [(self.broker.host, self.broker.port)]
+        else:
+            targets = [(str(a[4][0]), int(a[4][1])) for a in addresses]
+        share = max(0.01, deadline - time.monotonic()) / len(targets)
         conn = stomp.Connection12(
-            [(self.broker.host, self.broker.port)],
+            targets,
             prefer_localhost=False,
             try_loopback_connect=False,
             reconnect_sleep_initial=0.0,
             reconnect_sleep_increase=0.0,
             reconnect_sleep_jitter=0.0,
             reconnect_attempts_max=1,
-            timeout=opts.connect_timeout,
+            timeout=share,
             heartbeats=(hb, hb),
-            vhost=opts.vhost or None,
+            vhost=opts.vhost or self.broker.host,  # (stomp.py's default: the host it dialled)
             auto_decode=False,
             heart_beat_receive_scale=_HEARTBEAT_RECEIVE_SCALE,
         )
@@ -175,7 +223,6 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         tls.configure(conn, self.broker, opts)
         self._conn = conn
         login, passcode = opts.credentials(self.broker)
-        deadline = time.monotonic() + opts.connect_timeout
         try:
             conn.connect(
                 login,
