@@ -36,6 +36,20 @@ from heartwire.transport import is_stomp
 __all__ = ["Transaction", "TransactionFailed"]
 
 
+def _run_all(calls: list[Callable[[], None]]) -> tuple[int, BaseException | None]:
+    """Call each of ``calls`` in order, even after one raised; returns how many raised and
+    the first exception (None if none did)."""
+    failed, first = 0, None
+    for call in calls:
+        try:
+            call()
+        except BaseException as exc:
+            failed += 1
+            if first is None:
+                first = exc
+    return failed, first
+
+
 class TransactionFailed(RuntimeError):
     """A transaction could not begin or commit; ``transaction_id`` names it.
 
@@ -123,8 +137,9 @@ class Transaction:
             raise TransactionFailed(self.id, error)
         self.state = "committed"
         hooks, self._committed = self._committed, []
-        for hook in hooks:
-            hook()
+        _, first = _run_all(hooks)  # every consumer's ack bookkeeping, whatever raised
+        if first is not None:
+            raise first
 
     def _commit_held(self) -> None:
         # The embedded broker: apply the held sends and acks, in order. Each is applied even if
@@ -135,15 +150,7 @@ class Transaction:
             self.state = "aborted"
             raise TransactionFailed(self.id, "the broker is closed; nothing was applied")
         ops, self._ops = self._ops, []
-        first: BaseException | None = None
-        failed = 0
-        for op in ops:
-            try:
-                op()
-            except BaseException as exc:
-                failed += 1
-                if first is None:
-                    first = exc
+        failed, first = _run_all(ops)
         if first is None:
             self.state = "committed"
             return
