@@ -108,13 +108,14 @@ class StompOptions:
     dialect: str = "auto"
     #: STOMP heart-beating, both ways, seconds (0: off). A silent broker is dropped after 2x.
     heartbeat: float = 4.0
-    #: Bound on opening one connection (TCP connect + CONNECT/CONNECTED), seconds.
+    #: Bound on opening one connection (name lookup, TCP connect, CONNECT/CONNECTED), seconds.
     connect_timeout: float = 5.0
     #: Wait between reconnection attempts, seconds.
     reconnect_interval: float = 1.0
     #: Give up reconnecting after this many seconds without a broker (0: never give up).
     reconnect_period: float = 0.0
-    #: How long a send waits for a connection during an outage before SendTimeout, seconds.
+    #: How long a send waits for a connection during an outage before SendTimeout, seconds;
+    #: also how long a frame's write may make no progress before the link is dropped.
     request_blocking_time: float = 10.0
     #: A lost broker is confirmed dead after this many failed reconnection checks ...
     failover_check_count: int = 1
