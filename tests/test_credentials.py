@@ -210,3 +210,38 @@ def test_refused_ports_do_not_show_the_password(
     assert "99999" in str(bad.value)
     logging.getLogger("heartwire.test").debug("capture check")
     assert_no_secret(logs, _exception_text(info.value), _exception_text(bad.value))
+
+
+def test_a_login_without_password_takes_the_passcode_from_elsewhere(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    # R4 F9: 'svc@' without ':secret' sent no passcode, whatever the options said.
+    def creds(url: str, **kw: Any) -> tuple[str | None, str | None]:
+        o = parse_url(url, **kw)
+        return o.credentials(o.brokers[0])
+
+    assert creds("stomp://svc@h:1?passcode=pw") == ("svc", "pw")
+    assert creds("stomp://svc@h:1", passcode="kw") == ("svc", "kw")
+    clean_env.setenv(PASSCODE_ENV, SECRET)
+    assert creds("stomp://svc@h:1") == ("svc", SECRET)
+    assert creds("stomp://svc:own@h:1", passcode="kw") == ("svc", "own")  # its own still wins
+    assert creds("stomp://svc:@h:1") == ("svc", "")  # an empty password is a password
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_login_without_password_sends_the_environment_s_passcode(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    B.ensure("rabbitmq")
+    url = f"stomp://guest@{B.HOST}:{B.PORTS['rabbitmq']}?{QUICK}"
+    clean_env.setenv(PASSCODE_ENV, SECRET)  # sent, so refused
+    with pytest.raises(ConnectFailed) as info:
+        connect(url)
+    assert "refused" in info.value.reasons[f"stomp://{B.HOST}:{B.PORTS['rabbitmq']}"].lower()
+    assert SECRET not in _exception_text(info.value)
+    clean_env.setenv(PASSCODE_ENV, "guest")
+    t = connect(url)
+    try:
+        assert t.connected
+    finally:
+        t.close()

@@ -314,3 +314,21 @@ def test_a_subscription_the_broker_refuses_fails_start(closing: list[Any]) -> No
     with pytest.raises(ConnectionError, match="refused the subscription"):
         consumer.start()
     assert not consumer.running
+
+
+def test_every_after_commit_hook_runs_though_one_raises(closing: list[Any]) -> None:
+    # Same order as the embedded commit's: the hooks (consumers' ack bookkeeping) were taken
+    # out and run one by one, so one that raised skipped the rest.
+    broker = open_broker("activemq", closing)
+    ran: list[str] = []
+
+    def boom() -> None:
+        ran.append("boom")
+        raise RuntimeError("test: a hook raised")
+
+    tx = broker.transaction().begin()
+    tx._after_commit(boom)
+    tx._after_commit(lambda: ran.append("second"))
+    with pytest.raises(RuntimeError, match="a hook raised"):
+        tx.commit()
+    assert ran == ["boom", "second"] and tx.state == "committed"

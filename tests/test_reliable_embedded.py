@@ -368,3 +368,60 @@ def test_a_handler_can_send_and_flush_with_the_same_sender(broker: hw.MemoryBrok
     assert ok and took < 1.0, f"a flush inside the handler: ok={ok} after {took:.2f} s"
     assert sorted(m.body for m in got) == [b"ping", b"pong"]
     assert sender.outstanding == 0 and sender.stats()["refused"] == 0
+
+
+class _Stop(BaseException):
+    """A handler's BaseException (SystemExit, KeyboardInterrupt...): not a handler error."""
+
+
+def test_a_raising_delivery_loses_no_other_message(broker: hw.MemoryBroker) -> None:
+    # A durable subscription's buffer was cleared before delivering it: the messages after
+    # one whose delivery raised were lost.
+    got: list[bytes] = []
+
+    def handler(msg: hw.ReceivedMessage) -> None:
+        got.append(msg.body)
+        if msg.body == b"a1":
+            raise _Stop
+
+    c = hw.Consumer(broker, "/topic/alerts", durable_name="risk", on_message=handler)
+    c.start()
+    c.stop()
+    sender = hw.ReliableSender(broker, "/topic/alerts")
+    for body in (b"a1", b"a2", b"a3"):
+        sender.send(body)
+    with pytest.raises(_Stop):
+        c.start()
+    assert got == [b"a1", b"a2", b"a3"], "the messages after the raising one were lost"
+
+
+def test_an_embedded_commit_applies_every_operation_though_one_raises(
+    broker: hw.MemoryBroker,
+) -> None:
+    # commit() set "committed" and emptied its operations before running them: one that
+    # raised lost the rest.
+    got: list[bytes] = []
+
+    def handler(msg: hw.ReceivedMessage) -> None:
+        got.append(msg.body)
+        if msg.body == b"j1":
+            raise _Stop
+
+    hw.Consumer(broker, "/queue/jobs", on_message=handler).start()
+    tx = broker.transaction().begin()
+    tx.send("/queue/jobs", b"j1")
+    tx.send("/queue/jobs", b"j2")
+    with pytest.raises(_Stop):
+        tx.commit()
+    assert got == [b"j1", b"j2"], "the operations after the raising one were lost"
+    assert tx.state == "unknown"
+
+
+def test_a_commit_on_a_closed_embedded_broker_applies_nothing(broker: hw.MemoryBroker) -> None:
+    tx = broker.transaction().begin()
+    tx.send("/queue/jobs", b"j1")
+    broker.close()
+    with pytest.raises(hw.TransactionFailed) as info:
+        tx.commit()
+    assert info.value.applied is False and tx.state == "aborted"
+    assert store_of(broker).pending("/queue/jobs") == 0

@@ -118,7 +118,13 @@ class FaultySend:
         self.failed = 0
         original = StompLink.send
 
-        def send(link: StompLink, dest: str, body: bytes, headers: dict[str, str]) -> None:
+        def send(
+            link: StompLink,
+            dest: str,
+            body: bytes,
+            headers: dict[str, str],
+            timeout: float | None = None,
+        ) -> None:
             if dest == self.destination and threading.current_thread().name == FAILOVER_THREAD:
                 if self.fail:
                     self.fail = False
@@ -128,7 +134,7 @@ class FaultySend:
                     self.entered.set()
                     if not self.go.wait(15):
                         raise AssertionError("the test never released the re-send")
-            original(link, dest, body, headers)
+            original(link, dest, body, headers, timeout)
 
         monkeypatch.setattr(StompLink, "send", send)
 

@@ -494,6 +494,15 @@ class _Deferred:
             self._fn(stored, tag)
 
     def release(self) -> None:
+        # Every held message is delivered even if an earlier delivery raised (a handler's
+        # BaseException); the first one raised propagates once all are done.
         held, self._held = self._held, None
+        first: BaseException | None = None
         for stored, tag in held or ():
-            self._fn(stored, tag)
+            try:
+                self._fn(stored, tag)
+            except BaseException as exc:
+                if first is None:
+                    first = exc
+        if first is not None:
+            raise first

@@ -129,17 +129,27 @@ class MemoryStore:
             out.append((consumers[i], queue.popleft()))
 
     def _run(self, out: list[tuple[_Sub, StoredMessage]]) -> None:
-        # Outside the lock: handlers may send, ack and stop.
+        # Outside the lock: handlers may send, ack and stop. The messages in ``out`` have left
+        # their queue or buffer, so each is delivered even if an earlier delivery raised (a
+        # handler's BaseException: handler errors are the consumer's); the first one raised
+        # propagates once all are done.
+        first: BaseException | None = None
         for sub, message in out:
-            if not sub.active:
-                self._return(sub, message)
-                continue
-            tag = None
-            if sub.ack != "auto":
-                with self._lock:
-                    tag = next(self._tags)
-                    sub.unacked[tag] = message
-            sub.deliver(message, tag)
+            try:
+                if not sub.active:
+                    self._return(sub, message)
+                    continue
+                tag = None
+                if sub.ack != "auto":
+                    with self._lock:
+                        tag = next(self._tags)
+                        sub.unacked[tag] = message
+                sub.deliver(message, tag)
+            except BaseException as exc:
+                if first is None:
+                    first = exc
+        if first is not None:
+            raise first
 
     def _return(self, sub: _Sub, message: StoredMessage) -> None:
         # A message for a consumer that stopped meanwhile goes back where it came from.

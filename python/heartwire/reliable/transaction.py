@@ -15,7 +15,10 @@ COMMIT went out but its receipt did not come back in time, the outcome is unknow
 in a transaction must be of messages received on the same transport.
 
 On the embedded broker the sends and acks are held in the transaction and applied, in order, on
-commit; abort drops them (the messages acked in it stay unacknowledged).
+commit; abort drops them (the messages acked in it stay unacknowledged). A commit on a closed
+broker applies nothing (``applied`` False); an operation that raises on commit (a consumer's
+handler raising a BaseException, inside a send) does not stop the others: the state is then
+``"unknown"`` and the first error propagates.
 """
 
 from __future__ import annotations
@@ -31,6 +34,20 @@ from heartwire.reliable import destinations
 from heartwire.transport import is_stomp
 
 __all__ = ["Transaction", "TransactionFailed"]
+
+
+def _run_all(calls: list[Callable[[], None]]) -> tuple[int, BaseException | None]:
+    """Call each of ``calls`` in order, even after one raised; returns how many raised and
+    the first exception (None if none did)."""
+    failed, first = 0, None
+    for call in calls:
+        try:
+            call()
+        except BaseException as exc:
+            failed += 1
+            if first is None:
+                first = exc
+    return failed, first
 
 
 class TransactionFailed(RuntimeError):
@@ -102,10 +119,7 @@ class Transaction:
         ``"unknown"``: it may have taken effect)."""
         self._check_open()
         if not self._stomp:
-            ops, self._ops = self._ops, []
-            self.state = "committed"
-            for op in ops:
-                op()
+            self._commit_held()
             return
         if self.broker.current_link is not self._link or not self._link.open:
             self.state = "aborted"
@@ -123,8 +137,32 @@ class Transaction:
             raise TransactionFailed(self.id, error)
         self.state = "committed"
         hooks, self._committed = self._committed, []
-        for hook in hooks:
-            hook()
+        _, first = _run_all(hooks)  # every consumer's ack bookkeeping, whatever raised
+        if first is not None:
+            raise first
+
+    def _commit_held(self) -> None:
+        # The embedded broker: apply the held sends and acks, in order. Each is applied even if
+        # an earlier one raised (they are independent: nothing may be lost); then the state is
+        # "unknown" and the first error propagates (an Exception as TransactionFailed).
+        if getattr(self.broker, "closed", False):
+            self._ops.clear()
+            self.state = "aborted"
+            raise TransactionFailed(self.id, "the broker is closed; nothing was applied")
+        ops, self._ops = self._ops, []
+        failed, first = _run_all(ops)
+        if first is None:
+            self.state = "committed"
+            return
+        self.state = "unknown"
+        if not isinstance(first, Exception):
+            raise first
+        raise TransactionFailed(
+            self.id,
+            f"{failed} of {len(ops)} operations raised on commit, the others took effect; "
+            f"first: {first!r}",
+            applied=None,
+        ) from first
 
     def abort(self) -> None:
         """Drop every send and ack of the transaction; idempotent once aborted."""

@@ -10,6 +10,12 @@ Reliable delivery uses a few more frames: RECEIPTs (``on_receipt(link, receipt_i
 frames after CONNECTED (``on_error_frame(link, headers, detail)``), ACK/NACK, BEGIN/COMMIT/ABORT,
 and a ``client-id`` CONNECT header (ActiveMQ's durable subscriptions need one).
 
+Writes are bounded: on a plain socket, a write that makes no progress for
+max(its caller's timeout, 1 s) (``request_blocking_time`` for frames without one) fails and
+ends the link as lost ("the broker stopped reading"), so a hung broker whose socket is still
+open never blocks a sender (a publisher's scheduler thread) for good. (stomp.py writes TLS
+sockets from its receiver thread, so a TLS send does not block its caller.)
+
 Threads: stomp.py reads each link on its own receiver thread, which calls ``on_message(link,
 frame)``; with heart-beating on, a second stomp.py thread sends and checks heart-beats. Both end
 when the link ends. Sends may come from any thread: the link writes one frame at a time, in the
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -44,6 +52,46 @@ _HEARTBEAT_RECEIVE_SCALE = 2.0
 _FRAMES = ("ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "UNSUBSCRIBE")
 # How long close() waits for the broker's receipt of DISCONNECT.
 _CLOSE_WAIT = 1.0
+# A write on a plain socket that makes no progress for max(the caller's timeout, this) seconds
+# fails and ends the link: the broker stopped reading (its buffers are full).
+_WRITE_FLOOR = 1.0
+
+
+# Name lookups in flight, by (host, port): a slow resolver gets one thread per name, whatever
+# the number of reconnection attempts waiting on it.
+_LOOKUPS: dict[tuple[str, int], tuple[threading.Event, list[Any]]] = {}
+_LOOKUPS_LOCK = threading.Lock()
+
+
+def _resolve(broker: BrokerAddress, deadline: float) -> list[Any]:
+    """``socket.getaddrinfo`` of ``broker`` (TCP), waited for until ``deadline`` (time.monotonic);
+    raises :class:`LinkError` if it fails or does not finish in time."""
+    key = (broker.host, broker.port)
+    with _LOOKUPS_LOCK:
+        entry = _LOOKUPS.get(key)
+        if entry is None:
+            entry = _LOOKUPS[key] = (threading.Event(), [])
+
+            def lookup(done: threading.Event = entry[0], out: list[Any] = entry[1]) -> None:
+                try:
+                    out.append(socket.getaddrinfo(*key, type=socket.SOCK_STREAM))
+                except OSError as exc:
+                    out.append(exc)
+                finally:
+                    with _LOOKUPS_LOCK:
+                        _LOOKUPS.pop(key, None)
+                    done.set()
+
+            threading.Thread(target=lookup, name="heartwire-dns", daemon=True).start()
+    done, out = entry
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        raise LinkError(broker, f"the name lookup of {broker.host!r} did not finish in time")
+    result = out[0]
+    if isinstance(result, OSError):
+        raise LinkError(broker, f"the name lookup of {broker.host!r} failed: {result}")
+    if not result:
+        raise LinkError(broker, f"the name lookup of {broker.host!r} found no address")
+    return list(result)
 
 
 class _Turns:
@@ -119,6 +167,8 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         self._error: str | None = None
         self._conn: Any = None
         self._writing = _Turns()  # one frame at a time, first come first served
+        self._sock: socket.socket | None = None  # the plain socket whose writes are bounded
+        self._write_bound = -1.0  # its SO_SNDTIMEO now (seconds)
         self._receiver: threading.Thread | None = None  # stomp.py's thread reading this link
 
     def __repr__(self) -> str:
@@ -144,17 +194,28 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         """
         opts = self.options
         hb = round(opts.heartbeat * 1000)
+        deadline = time.monotonic() + opts.connect_timeout
+        # The name is looked up here, within the deadline (stomp.py's create_connection would
+        # look it up outside its timeout, and give each address the whole timeout). A plain
+        # broker is then reached by address, each address with an equal share of the time left;
+        # a TLS broker keeps its name (the certificate check needs it).
+        addresses = _resolve(self.broker, deadline)
+        if self.broker.tls:
+            targets = [(self.broker.host, self.broker.port)]
+        else:
+            targets = [(str(a[4][0]), int(a[4][1])) for a in addresses]
+        share = max(0.01, deadline - time.monotonic()) / len(targets)
         conn = stomp.Connection12(
-            [(self.broker.host, self.broker.port)],
+            targets,
             prefer_localhost=False,
             try_loopback_connect=False,
             reconnect_sleep_initial=0.0,
             reconnect_sleep_increase=0.0,
             reconnect_sleep_jitter=0.0,
             reconnect_attempts_max=1,
-            timeout=opts.connect_timeout,
+            timeout=share,
             heartbeats=(hb, hb),
-            vhost=opts.vhost or None,
+            vhost=opts.vhost or self.broker.host,  # (stomp.py's default: the host it dialled)
             auto_decode=False,
             heart_beat_receive_scale=_HEARTBEAT_RECEIVE_SCALE,
         )
@@ -162,7 +223,6 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         tls.configure(conn, self.broker, opts)
         self._conn = conn
         login, passcode = opts.credentials(self.broker)
-        deadline = time.monotonic() + opts.connect_timeout
         try:
             conn.connect(
                 login,
@@ -184,8 +244,11 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         sock = getattr(conn.transport, "socket", None)
         if sock is not None and not self.broker.tls:  # stomp.py runs TLS sockets non-blocking
             # The connect timeout must not stay on the socket: an idle read would end the link.
+            # Writes are bounded with SO_SNDTIMEO instead (see _write), which reads ignore.
             with contextlib.suppress(OSError):
                 sock.settimeout(None)
+            self._sock = sock
+            self._bound_writes()  # stomp.py's heart-beat thread writes too
         if not self._ready.wait(max(0.0, deadline - time.monotonic())):
             self._end_quietly()
             late = f"no CONNECTED frame within {opts.connect_timeout:g} s"
@@ -269,12 +332,47 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
 
     # -- use ------------------------------------------------------------------------------------
 
-    def send(self, destination: str, body: bytes, headers: dict[str, str]) -> None:
-        """Send one message; raises (OSError, stomp.py's exceptions) if the socket fails."""
+    def send(
+        self,
+        destination: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float | None = None,
+    ) -> None:
+        """Send one message; raises (OSError, stomp.py's exceptions) if the socket fails, or
+        if the write makes no progress for max(``timeout``, 1 s) (then the link ends)."""
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
         with self._writing:
-            self._conn.send(destination, body, headers=headers)
+            self._write(lambda: self._conn.send(destination, body, headers=headers), timeout)
+
+    def _bound_writes(self, timeout: float | None = None) -> float:
+        # Set the plain socket's SO_SNDTIMEO (a write that makes no progress that long fails
+        # with EAGAIN; reads are not affected) for a caller's ``timeout``; returns the bound.
+        bound = max(
+            _WRITE_FLOOR, self.options.request_blocking_time if timeout is None else timeout
+        )
+        sock = self._sock
+        if sock is not None and bound != self._write_bound:
+            seconds = int(min(bound, 10**6))
+            micros = int((min(bound, 10**6) - seconds) * 1e6)
+            with contextlib.suppress(OSError, struct.error):
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", seconds, micros)
+                )
+                self._write_bound = bound
+        return bound
+
+    def _write(self, write: Callable[[], Any], timeout: float | None = None) -> None:
+        # Call ``write`` (holding the turn) with the socket's writes bounded; a write that timed
+        # out may have sent part of a frame, so the link ends.
+        bound = self._bound_writes(timeout)
+        try:
+            write()
+        except (BlockingIOError, TimeoutError) as exc:
+            why = f"the broker stopped reading: a write made no progress for {bound:g} s"
+            self.abort(why)
+            raise ConnectionError(f"{self.broker}: {why}") from exc
 
     def subscribe(
         self,
@@ -287,7 +385,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
         with self._writing:
-            self._conn.subscribe(destination, sub_id, ack=ack, headers=headers)
+            self._write(lambda: self._conn.subscribe(destination, sub_id, ack=ack, headers=headers))
 
     def frame(self, command: str, headers: dict[str, str]) -> None:
         """Send an ACK, NACK, BEGIN, COMMIT, ABORT or UNSUBSCRIBE frame with ``headers``;
@@ -297,7 +395,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         if self._ended:
             raise ConnectionError(f"{self.broker}: the connection has ended")
         with self._writing:
-            self._conn.send_frame(command, headers)
+            self._write(lambda: self._conn.send_frame(command, headers))
 
     def unsubscribe(self, sub_id: str, headers: dict[str, str] | None = None) -> None:
         """UNSUBSCRIBE the id (errors ignored: the link may be going down)."""
@@ -305,7 +403,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             return
         try:
             with self._writing:
-                self._conn.unsubscribe(sub_id, headers=headers)
+                self._write(lambda: self._conn.unsubscribe(sub_id, headers=headers))
         except Exception as exc:
             log.debug("%s: unsubscribe %s failed: %r", self.broker, sub_id, exc)
 
@@ -354,6 +452,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             receipt = f"close-{uuid.uuid4().hex[:8]}"
             try:
                 conn.transport.set_receipt(receipt, "DISCONNECT")
+                self._bound_writes(_CLOSE_WAIT)
                 conn.send_frame("DISCONNECT", {"receipt": receipt})
             except Exception as exc:
                 log.debug("%s: DISCONNECT failed: %r", self.broker, exc)

@@ -377,7 +377,12 @@ class StompTransport:
             frame_headers = link.dialect.send_headers(headers)
             frame_headers[MESSAGE_ID_HEADER] = message_id
             try:
-                link.send(link.dialect.destination(topic), body, frame_headers)
+                link.send(
+                    link.dialect.destination(topic),
+                    body,
+                    frame_headers,
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
             except Exception as exc:
                 last_error = exc
                 with self._stats_lock:

@@ -17,19 +17,27 @@ allowed). See :data:`OPTIONS` for every option and its default.
 Credentials: a broker's own ``user:secret@`` wins, then ``login=`` / ``passcode=`` (keyword,
 then query), then the environment variables :data:`LOGIN_ENV` (``HEARTWIRE_BROKER_LOGIN``) and
 :data:`PASSCODE_ENV` (``HEARTWIRE_BROKER_PASSCODE``), which keep the password out of URLs,
-command lines and config files. Importing this module also installs a filter on stomp.py's
-logger that cuts the ``passcode`` header out of the frames it logs at DEBUG level.
+command lines and config files. The login and the passcode are taken separately: a broker's
+``user@`` without ``:secret`` uses the passcode given there. Importing this module also
+installs a filter on stomp.py's logger that cuts the ``passcode`` header out of the frames it
+logs at DEBUG level.
 
 Every error is a :class:`ValueError` (or :class:`TypeError` for a keyword of the wrong type) that
 names the option and the value, except that passwords are never repeated: a URL is shown with
-its password as ``***`` and a bad ``passcode`` is described, not echoed.
+its password as ``***``, a bad ``passcode`` is described, not echoed, and a query value shows
+only as written in the URL, and only where :func:`redact` shows it.
 
 Passwords are best percent-encoded, but raw ``/ ? # @ : , ( )`` and spaces work too: a broker's
 password runs from the first ``:`` after its ``scheme://`` to the last ``@`` before the next
-broker of a failover list (a ``,`` then ``scheme://``), and a ``passcode=`` value in the query
-keeps a raw ``&`` unless an option's ``name=`` follows. Only where a URL reads two ways (an
-``@`` in a query value: ``stomp://h:1?login=a@b``) the query reading wins if it names known
-options only, and :func:`redact` hides both readings.
+broker of a failover list. The next broker starts after a ``,`` followed by ``stomp://`` or
+``stomp+ssl://`` (any case), or after a ``,`` right after a broker's ``host:port``:
+``failover:(stomp://a:1,u:pw@b:2)`` is two brokers, the second malformed, not the password
+``1,u:pw``. A ``passcode=`` value in the query keeps a raw ``&`` unless an option's ``name=``
+follows. Only where a URL reads two ways (an ``@`` in a query value:
+``stomp://h:1?login=a@b``, or ``,stomp://`` in a password:
+``failover:(stomp://u:Sec,stomp://ret@h)``) the query reading, or the list reading, wins, and
+:func:`redact` hides both readings. A password that holds a whole ``@host:port,stomp://``
+always reads as a list: percent-encode it.
 """
 
 from __future__ import annotations
@@ -100,13 +108,14 @@ class StompOptions:
     dialect: str = "auto"
     #: STOMP heart-beating, both ways, seconds (0: off). A silent broker is dropped after 2x.
     heartbeat: float = 4.0
-    #: Bound on opening one connection (TCP connect + CONNECT/CONNECTED), seconds.
+    #: Bound on opening one connection (name lookup, TCP connect, CONNECT/CONNECTED), seconds.
     connect_timeout: float = 5.0
     #: Wait between reconnection attempts, seconds.
     reconnect_interval: float = 1.0
     #: Give up reconnecting after this many seconds without a broker (0: never give up).
     reconnect_period: float = 0.0
-    #: How long a send waits for a connection during an outage before SendTimeout, seconds.
+    #: How long a send waits for a connection during an outage before SendTimeout, seconds;
+    #: also how long a frame's write may make no progress before the link is dropped.
     request_blocking_time: float = 10.0
     #: A lost broker is confirmed dead after this many failed reconnection checks ...
     failover_check_count: int = 1
@@ -135,21 +144,29 @@ class StompOptions:
         return str(self.brokers[0])
 
     def credentials(self, broker: BrokerAddress) -> tuple[str | None, str | None]:
-        """``(login, passcode)`` for ``broker``: its own from the URL, else the options'."""
+        """``(login, passcode)`` for ``broker``: its own from the URL, else the options'. A
+        broker with a login but no password (``stomp://svc@host``) takes the options' passcode
+        (keyword, query or :data:`PASSCODE_ENV`)."""
         if broker.login is not None:
-            return broker.login, broker.passcode
+            passcode = broker.passcode if broker.passcode is not None else self.passcode
+            return broker.login, passcode
         return self.login, self.passcode
 
 
+# How a checker shows a value in its errors: repr() for a keyword's; for a value from the URL's
+# query, its text as redact() shows it, if it does (see parse_url).
+_Show = Callable[[Any], str]
+
+
 def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, Any], float]:
-    def check(name: str, value: Any) -> float:
+    def check(name: str, value: Any, show: _Show = repr) -> float:
         raw = value
         if isinstance(value, str):
             text = value.strip()
             try:
                 value = float(text)
             except ValueError:
-                raise ValueError(f"option {name}={text!r} is not a number of seconds") from None
+                raise ValueError(f"option {name}={show(text)} is not a number of seconds") from None
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(
                 f"option {name} must be a number of seconds, got {type(value).__name__} {value!r}"
@@ -157,37 +174,39 @@ def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, 
         seconds = float(value)
         if not math.isfinite(seconds) or seconds < minimum or (positive and seconds <= 0):
             bound = f"> {minimum:g}" if positive else f">= {minimum:g}"
-            raise ValueError(f"option {name}={raw!r} must be a finite number of seconds {bound}")
+            raise ValueError(
+                f"option {name}={show(raw)} must be a finite number of seconds {bound}"
+            )
         return seconds
 
     return check
 
 
 def _count(minimum: int) -> Callable[[str, Any], int]:
-    def check(name: str, value: Any) -> int:
+    def check(name: str, value: Any, show: _Show = repr) -> int:
         if isinstance(value, str):
             text = value.strip()
             if not re.fullmatch(r"[+-]?\d+", text):
-                raise ValueError(f"option {name}={text!r} is not a whole number")
+                raise ValueError(f"option {name}={show(text)} is not a whole number")
             value = int(text)
         elif isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"option {name} must be an int, got {type(value).__name__} {value!r}")
         if value < minimum:
-            raise ValueError(f"option {name}={value!r} must be >= {minimum}")
+            raise ValueError(f"option {name}={show(value)} must be >= {minimum}")
         return int(value)
 
     return check
 
 
-def _text(name: str, value: Any) -> str:
+def _text(name: str, value: Any, show: _Show = repr) -> str:
     if not isinstance(value, str):
         raise TypeError(f"option {name} must be a str, got {type(value).__name__} {value!r}")
     if "\n" in value or "\r" in value or "\0" in value:
-        raise ValueError(f"option {name}={value!r} must not contain line breaks or NUL")
+        raise ValueError(f"option {name}={show(value)} must not contain line breaks or NUL")
     return value
 
 
-def _secret(name: str, value: Any) -> str:
+def _secret(name: str, value: Any, show: _Show = repr) -> str:
     # Never repeat the value: it is a password.
     if not isinstance(value, str):
         raise TypeError(f"option {name} must be a str, got a {type(value).__name__}")
@@ -196,7 +215,7 @@ def _secret(name: str, value: Any) -> str:
     return value
 
 
-def _flag(name: str, value: Any) -> bool:
+def _flag(name: str, value: Any, show: _Show = repr) -> bool:
     if isinstance(value, bool):
         return value
     if not isinstance(value, str):
@@ -206,31 +225,31 @@ def _flag(name: str, value: Any) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"option {name}={value!r} is not a boolean (true/false, 1/0, yes/no)")
+    raise ValueError(f"option {name}={show(value)} is not a boolean (true/false, 1/0, yes/no)")
 
 
-def _file(name: str, value: Any) -> str:
-    path = _text(name, value)
+def _file(name: str, value: Any, show: _Show = repr) -> str:
+    path = _text(name, value, show)
     if not path:
         raise ValueError(f"option {name} is empty; expected the path of a PEM file")
     if not os.path.isfile(path):
-        raise ValueError(f"option {name}={path!r}: no such file")
+        raise ValueError(f"option {name}={show(path)}: no such file")
     if not os.access(path, os.R_OK):
-        raise ValueError(f"option {name}={path!r}: the file is not readable")
+        raise ValueError(f"option {name}={show(path)}: the file is not readable")
     return path
 
 
-def _dialect(name: str, value: Any) -> str:
+def _dialect(name: str, value: Any, show: _Show = repr) -> str:
     if not isinstance(value, str):
         raise TypeError(f"option {name} must be a str, got {type(value).__name__} {value!r}")
     dialect = value.strip().lower()
     if dialect not in DIALECTS:
-        raise ValueError(f"option {name}={value!r} is not one of {', '.join(DIALECTS)}")
+        raise ValueError(f"option {name}={show(value)} is not one of {', '.join(DIALECTS)}")
     return dialect
 
 
 #: Every option: name -> (checker, description). Defaults are the :class:`StompOptions` fields'.
-OPTIONS: Mapping[str, tuple[Callable[[str, Any], Any], str]] = {
+OPTIONS: Mapping[str, tuple[Callable[..., Any], str]] = {
     "login": (_text, "user name sent in CONNECT"),
     "passcode": (_secret, "password sent in CONNECT"),
     "vhost": (_text, "CONNECT host header (RabbitMQ virtual host)"),
@@ -259,8 +278,12 @@ _DEFAULTS = {f.name: f.default for f in fields(StompOptions)}
 # token (``_hide``), and every message shows only text that ``redact()`` shows too.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _FAILOVER = re.compile(r"failover:(?://)?\(", re.IGNORECASE)
-# The scheme of a failover list's next broker (its ',' and blanks included).
-_LIST_SCHEME = re.compile(r",\s*[A-Za-z][A-Za-z0-9+.-]*://")
+# The scheme of a failover list's next broker (its ',' and blanks included): only the schemes
+# a broker may have, so that ',x://' in a password does not end it.
+_LIST_SCHEME = re.compile(r",\s*stomp(?:\+ssl)?://", re.IGNORECASE)
+# A whole broker without credentials ('host', 'host:port', '[v6]:port'): a ',' after it ends
+# the broker, whatever follows ('stomp://a:1,u:pw@b:2' is two brokers, the second malformed).
+_HOSTPORT = re.compile(r"\s*(?:\[[A-Za-z0-9._:%-]*\]|[A-Za-z0-9._%-]+)(?::\d+)?/?\s*")
 _TOKEN = re.compile("\x00(\\d+)\x00")
 
 
@@ -271,14 +294,26 @@ def _secret_name(name: str) -> bool:
 
 def _entry_starts(url: str, own_scheme: bool = True) -> list[tuple[int, int]]:
     # (start, end) of each broker's text (after its 'scheme://'; for a malformed URL without
-    # one, from the start of the URL or of the failover list). A broker's scheme counts only
-    # at the start of the URL or of the list, or after a ',': a password may hold '://'.
+    # one, from the start of the URL or of the failover list, or after its ','). In a failover
+    # list a ',' ends a broker where the next broker's scheme follows it, or where the broker's
+    # text so far is a whole 'host[:port]' (no credentials): elsewhere a ',' is a password's.
+    # A broker's scheme counts only at the start of the URL or of the list, or after such a
+    # ',': a password may hold '://'.
     head = _FAILOVER.match(url)
     first = head.end() if head else 0
-    marks = [m for m in _LIST_SCHEME.finditer(url, first) if m.start() > first] if head else []
     own = _SCHEME.match(url, first) if own_scheme else None
-    starts = [own.end() if own else first] + [m.end() for m in marks]
-    ends = [m.start() for m in marks] + [len(url)]
+    starts, ends = [own.end() if own else first], []
+    if head:
+        for comma in (i for i in range(first, len(url)) if url[i] == ","):
+            if not (_LIST_SCHEME.match(url, comma) or _HOSTPORT.fullmatch(url, starts[-1], comma)):
+                continue
+            ends.append(comma)
+            after = comma + 1
+            while after < len(url) and url[after].isspace():
+                after += 1
+            scheme = _SCHEME.match(url, after)
+            starts.append(scheme.end() if scheme else after)
+    ends.append(len(url))
     return list(zip(starts, ends, strict=True))
 
 
@@ -315,6 +350,25 @@ def _password_spans(url: str, lenient: bool) -> list[tuple[int, int]]:
         # An unknown scheme: 'svc://x@h' may be a user 'svc' with the password '//x'.
         entries += _entry_starts(url, own_scheme=False)[:1]
     failover = _FAILOVER.match(url) is not None
+    if lenient and failover:
+        # The other reading of a ',' inside a password: a broker's password may run on from
+        # its first ':' to the last '@' of the next broker that has one, unless the broker
+        # ends in a whole 'host[:port]' followed by ',stomp://' ('stomp://h:1,stomp://u:p@g:2'
+        # keeps its port and second broker). Where no such scheme follows, the list reading
+        # does not parse anyway ('svc:1,pw@h' is 'svc:1' and 'pw@h', without a scheme).
+        for k, (s, e) in enumerate(entries[:-1]):
+            region = url[s:e]
+            colon = region.find(":")
+            if colon < 0:
+                continue
+            tail = region[region.rfind("@") + 1 :]
+            if _HOSTPORT.fullmatch(tail) and _LIST_SCHEME.match(url, e):
+                continue
+            for s2, e2 in entries[k + 1 :]:
+                at = url.rfind("@", s2, e2)
+                if at >= 0:
+                    spans.append((s + colon + 1, at))
+                    break
     for s, e in entries:
         last = e == len(url)
         region = url[s:e]
@@ -438,6 +492,11 @@ def _show(text: str, whole: str) -> str:
     return text if text in whole else "(not shown: it may hold a password)"
 
 
+def _shown_as(text: str, whole: str) -> _Show:
+    """A checker's ``show`` for a value whose text in the hidden copy is ``text``."""
+    return lambda _value: repr(_show(text, whole))
+
+
 def _reveal(text: str, secrets: list[str], decode: Callable[[str], str] = unquote) -> str:
     """A part of a hidden copy with its tokens replaced by the passwords, ``decode``-d."""
     return _TOKEN.sub(lambda m: decode(secrets[int(m[1])]), text)
@@ -468,13 +527,14 @@ PASSCODE_FILTER = PasscodeFilter()
 logging.getLogger("stomp.py").addFilter(PASSCODE_FILTER)
 
 
-def _broker(text: str, whole: str, secrets: list[str]) -> BrokerAddress:
+def _broker(text: str, whole: str, secrets: list[str], in_list: bool = False) -> BrokerAddress:
     # ``text``: one broker of the hidden copy; ``whole``: the redacted URL.
     shown = _show(text, whole)
     scheme, sep, rest = text.partition("://")
     if not sep:
+        hint = " (a ',' in a password is written %2C)" if in_list else ""
         raise ValueError(
-            f"url {whole!r}: broker {shown!r} is not a URL; expected 'stomp://host:port'"
+            f"url {whole!r}: broker {shown!r} is not a URL; expected 'stomp://host:port'{hint}"
         )
     if scheme.lower() not in ("stomp", "stomp+ssl"):
         raise ValueError(
@@ -514,8 +574,15 @@ def _broker(text: str, whole: str, secrets: list[str]) -> BrokerAddress:
     port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
     if port_text:
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            # In a list, a "port" that is not a number is never shown: it may be the start of
+            # a password that holds ',stomp://' ('failover:(stomp://svc:Secret,stomp://T@h)').
+            what = (
+                "(not shown: it may hold a password)"
+                if in_list and not port_text.isdigit()
+                else repr(_show(port_text, whole))
+            )
             raise ValueError(
-                f"url {whole!r}: broker {shown!r} has the port {_show(port_text, whole)!r}; "
+                f"url {whole!r}: broker {shown!r} has the port {what}; "
                 "expected a number from 1 to 65535"
             )
         port = int(port_text)
@@ -546,8 +613,9 @@ def _split_failover(url: str, whole: str) -> tuple[list[str], str]:
     return parts, query[1:]
 
 
-def _query(query: str, whole: str, secrets: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _query(query: str, whole: str, secrets: list[str]) -> dict[str, tuple[str, str]]:
+    # name -> (value, its text in the hidden copy: for messages, through _show).
+    out: dict[str, tuple[str, str]] = {}
     if not query:
         return out
     try:
@@ -556,10 +624,12 @@ def _query(query: str, whole: str, secrets: list[str]) -> dict[str, str]:
         raise ValueError(
             f"url {whole!r}: the options {_show(query, whole)!r} are not 'name=value&...'"
         ) from None
-    for name, value in pairs:
+    # parse_qsl splits on '&' only (strict: every piece is name=value), in order.
+    texts = [piece.partition("=")[2] for piece in query.split("&")]
+    for (name, value), text in zip(pairs, texts, strict=True):
         if name in out:
             raise ValueError(f"url {whole!r}: option {name} is given twice")
-        out[name] = _reveal(value, secrets, unquote_plus)
+        out[name] = (_reveal(value, secrets, unquote_plus), text)
     return out
 
 
@@ -578,23 +648,27 @@ def parse_url(url: str, **options: Any) -> StompOptions:
         head, _, query = hidden.partition("?")
         parts = [head]
         failover = False
-    brokers = tuple(_broker(p, shown, secrets) for p in parts)
+    brokers = tuple(_broker(p, shown, secrets, failover) for p in parts)
     seen: set[tuple[str, int]] = set()
     for b in brokers:
         key = (b.host.lower(), b.port)
         if key in seen:
             raise ValueError(f"url {shown!r} lists the broker {b} twice")
         seen.add(key)
-    given: dict[str, Any] = dict(_query(query, shown, secrets))
+    from_query = _query(query, shown, secrets)
+    given: dict[str, Any] = {name: value for name, (value, _) in from_query.items()}
     given.update(options)
     values: dict[str, Any] = {}
     for name, value in given.items():
+        # A value from the query shows only as redact() shows it: where the URL reads two
+        # ways, it may be part of a password.
+        show: _Show = repr if name in options else _shown_as(from_query[name][1], shown)
         spec = OPTIONS.get(name)
         if spec is None:
             known = ", ".join(sorted(OPTIONS))
-            shown = "value not shown" if "pass" in name.lower() else f"{value!r}"
-            raise ValueError(f"unknown option {name} ({shown}); known options: {known}")
-        values[name] = spec[0](name, value)
+            what = "value not shown" if "pass" in name.lower() else show(value)
+            raise ValueError(f"unknown option {name} ({what}); known options: {known}")
+        values[name] = spec[0](name, value, show)
     for name, env in (("login", LOGIN_ENV), ("passcode", PASSCODE_ENV)):
         if name not in values and os.environ.get(env):
             # The checker names the variable; a passcode is never echoed.
