@@ -532,3 +532,53 @@ def test_received_events_are_delivered_once_across_a_switch() -> None:
     assert mon.drain(5.0)
     mon.stop()
     assert sorted(t for t, _, _ in beats.seen) == sorted(topics), beats.seen
+
+
+class HoldsFirst(Order):
+    """Order, whose first ``on_failed`` waits (on the dispatch thread) until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def on_failed(self, event: Failed) -> None:
+        super().on_failed(event)
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(5.0), "never released"
+
+
+def test_a_chain_of_switches_keeps_a_topics_events_in_order() -> None:
+    # R5 F2 (issue 14, round 4): a new feed joined only the dispatch thread of the feed it
+    # replaced, and that one joined its own predecessor only from its first delivery. After
+    # A -> B -> C with B given no event, C joined B (over at once) and delivered while A's
+    # thread was still delivering: a topic's newer events came before (or, dropped as stale,
+    # instead of) its older ones.
+    clock = hw.ManualClock()
+    order = HoldsFirst()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order], listener_queue=None)
+    topics = TOPICS[:10]
+    for topic in topics:
+        mon.expect(topic)
+    mon.start()
+    try:
+        clock.advance(1.5)  # failed(t, 1) for every topic, all into feed A
+        assert order.entered.wait(5.0), "feed A delivered nothing"
+        wants = Wants()
+        mon.add_listener(wants)  # A -> B
+        mon.remove_listener(wants)  # B -> C: B got no event
+        clock.advance(1.0)  # failed(t, 2) for every topic, into feed C only
+        deadline = time.monotonic() + 1.0
+        while len(order.seen) < 11 and time.monotonic() < deadline:
+            time.sleep(0.005)  # a feed C that does not wait for A delivers meanwhile
+    finally:
+        order.release.set()
+    assert mon.drain(5.0)
+    mon.stop()
+    got = [(topic, missed) for kind, topic, missed, _ in order.seen if kind == "failed"]
+    assert sorted(got) == sorted((t, m) for t in topics for m in (1, 2)), got
+    for topic in topics:
+        mine = [m for t, m in got if t == topic]
+        assert mine == [1, 2], f"{topic}: failed events in the order {mine}"
+    assert mon.stats()["dropped"] == 0

@@ -163,9 +163,10 @@ class _Feed:
     meanwhile, and an event put aside while a ``"block"`` queue is subscribed goes to the
     queues subscribed when it is pushed: one that reached the old feed and then waited for room
     in another queue reaches the new feed too, however late (the core's rule, ``emit.rs``).
-    So the new feed's thread first waits for the old one to finish, then skips what is not
-    newer than what was delivered for its topic (see :class:`_Newest`). Its thread runs before
-    the old queue is let go: a producer may be waiting for room in the new queue.
+    So the new feed's thread first waits for the old ones to finish (the whole chain, oldest
+    first: one replaced before it delivered anything has not waited for its own), then skips
+    what is not newer than what was delivered for its topic (see :class:`_Newest`). Its thread
+    runs before the old queue is let go: a producer may be waiting for room in the new queue.
     """
 
     __slots__ = ("dispatcher", "finished", "overflow", "popped", "prev", "queue", "received")
@@ -1267,12 +1268,19 @@ class HeartbeatMonitor:
         local = self._local
         local.dispatching = True
         try:
-            prev = feed.prev
-            if prev is not None:
-                # Deliver everything of the feed this one replaces first (`newest` then skips
-                # what both got).
-                if prev.dispatcher is not None:
-                    prev.dispatcher.stop(_JOIN)
+            if feed.prev is not None:
+                # Deliver everything of the feeds this one replaces first, oldest first
+                # (`newest` then skips what both got). The whole chain: a feed replaced before
+                # it delivered anything never joined its own predecessor, which may still be
+                # delivering.
+                chain: list[_Feed] = []
+                prev = feed.prev
+                while prev is not None:
+                    chain.append(prev)
+                    prev = prev.prev
+                for prev in reversed(chain):
+                    if prev.dispatcher is not None:
+                        prev.dispatcher.stop(_JOIN)
                 feed.prev = None
             newest = self._newest
             listeners = self._listeners
