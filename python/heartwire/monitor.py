@@ -305,7 +305,12 @@ class HeartbeatMonitor:
       :meth:`expect` always adds. Default :data:`DEFAULT_MAX_TOPICS` (a million); ``None``: no cap.
     - ``listener_queue``, ``listener_overflow``: each listener's own queue size and what a full
       one drops (``"drop-oldest"`` or ``"drop-newest"``; counted). ``None``: no queues, listeners
-      are called in turn on the producing thread, and a slow one delays the others.
+      are called in turn on the producing thread, and a slow one delays the others. Under
+      ``"block"`` (a lossless listener) a listener called on the dispatch thread must not make
+      the detector emit (record a beat: ``beat``, ``handle_message``...; resume a topic that
+      recovered while paused) while the event queue is full: the push waits for room that only
+      its own thread would make, and detection stops with it. (:meth:`stop` is safe there: it
+      closes the queue first.)
 
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
@@ -882,6 +887,14 @@ class HeartbeatMonitor:
         Called by a listener on the dispatch thread (``listener_queue=None``), it closes the
         event queue first, as nothing else would make room in it: what the detector still
         pushes is dropped (counted), and so is what the queue holds past the call in progress.
+
+        Not covered, even under ``"block"``: an event emitted before stop() by another thread
+        (a beat or a ``resumed`` in flight, a :class:`~heartwire._core.ManualClock` advanced
+        elsewhere) that still waits to be pushed, behind a push waiting for room in another
+        subscriber's full ``"block"`` queue (an EventLog's, a detector subscription of yours),
+        may reach the event queue after it is closed: it is refused and counted in
+        ``stats()["dropped"]``. (The native detector does not tell how far it has pushed what
+        was emitted before its stop.)
         """
         while True:
             if self._paused:  # the detector keeps pauses across a restart; this one ends here
