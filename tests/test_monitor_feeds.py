@@ -588,3 +588,31 @@ def test_a_chain_of_switches_keeps_a_topics_events_in_order() -> None:
         mine = [m for t, m in got if t == topic]
         assert mine == [1, 2], f"{topic}: failed events in the order {mine}"
     assert mon.stats()["dropped"] == 0
+
+
+def test_an_event_the_old_feed_coalesced_away_is_not_delivered_late_by_the_new_one() -> None:
+    # R5 F3 (issue 14, round 4): a coalesce feed replaced by a lossless one. Both got a topic's
+    # failed(2) and failed(3) while the switch was under way; the old feed, full, kept only the
+    # newer (coalesced, counted) and delivered it; the new one holds both. Its thread must not
+    # then deliver failed(2) after failed(3). Real core events, through the monitor's handler
+    # in the order the two dispatch threads run it (the new one waits for the old one).
+    from heartwire.monitor import _Feed
+
+    clock = hw.ManualClock()
+    det = hw.Detector(clock=clock, period=1.0, max_local_pause=None)
+    det.add("svc.a")
+    old = det.subscribe(capacity=1, overflow="coalesce")
+    new = det.subscribe(capacity=100, overflow="block")
+    for now in (1.5, 2.5, 3.5):
+        clock.set(now)  # failed(svc.a, 1), (2), (3)
+    old_batch = old.try_pop()
+    assert [e.missed for e in old_batch] == [1, 3] and old.stats()["coalesced"] == 1
+    new_batch = new.try_pop()[1:]  # subscribed after failed(1) was pushed
+    assert [e.missed for e in new_batch] == [2, 3]
+    order = Order()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order], listener_queue=None)
+    old_feed = _Feed(old, False, "coalesce", None)
+    new_feed = _Feed(new, False, "block", old_feed)
+    mon._deliver(old_feed, old_batch)
+    mon._deliver(new_feed, new_batch)
+    assert [(t, m) for _, t, m, _ in order.seen] == [("svc.a", 1), ("svc.a", 3)]
