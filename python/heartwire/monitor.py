@@ -888,11 +888,11 @@ class HeartbeatMonitor:
         event queue first, as nothing else would make room in it: what the detector still
         pushes is dropped (counted), and so is what the queue holds past the call in progress.
 
-        Not covered, even under ``"block"``: an event emitted before stop() by another thread
-        (a beat or a ``resumed`` in flight, a :class:`~heartwire._core.ManualClock` advanced
-        elsewhere) that still waits to be pushed, behind a push waiting for room in another
-        subscriber's full ``"block"`` queue (an EventLog's, a detector subscription of yours),
-        may reach the event queue after it is closed: it is refused and counted in
+        Not covered, even with a lossless listener: an event emitted before stop() by another
+        thread (a beat's ``resumed`` in flight, a :class:`~heartwire._core.ManualClock`
+        advanced elsewhere) that still waits to be pushed, for room in a full ``"block"`` queue
+        (the monitor's own, or a detector subscription of yours) or behind such a push, may
+        reach the event queue after stop() closed it: it is refused and counted in
         ``stats()["dropped"]``. (The native detector does not tell how far it has pushed what
         was emitted before its stop.)
         """
