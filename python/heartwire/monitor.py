@@ -1287,13 +1287,13 @@ class HeartbeatMonitor:
                 # it delivered anything never joined its own predecessor, which may still be
                 # delivering.
                 chain: list[_Feed] = []
-                prev = feed.prev
+                prev: _Feed | None = feed.prev
                 while prev is not None:
                     chain.append(prev)
                     prev = prev.prev
-                for prev in reversed(chain):
-                    if prev.dispatcher is not None:
-                        prev.dispatcher.stop(_JOIN)
+                for older in reversed(chain):
+                    if older.dispatcher is not None:
+                        older.dispatcher.stop(_JOIN)
                 feed.prev = None
             newest = self._newest
             listeners = self._listeners
