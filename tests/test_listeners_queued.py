@@ -376,3 +376,55 @@ def test_a_listener_thread_that_cannot_start_drops_the_event_counted_never_raise
     assert ls.drain(timeout=WAIT)
     assert rec.events == [failed(2)]
     assert ls.close(timeout=WAIT)
+
+
+class HoldsFirstCall(SubscriberListener):
+    """Notes each call (topic, and whether another call of it was in progress); the first one
+    waits until released."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []
+        self.busy = 0
+        self.lock = threading.Lock()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def on_failed(self, event: Failed) -> None:
+        with self.lock:
+            self.busy += 1
+            self.calls.append((event.topic, self.busy > 1))
+        try:
+            if not self.entered.is_set():
+                self.entered.set()
+                assert self.release.wait(WAIT), "never released"
+        finally:
+            with self.lock:
+                self.busy -= 1
+
+
+@pytest.mark.parametrize("cycles", [1, 2])
+def test_a_listener_removed_and_added_again_gets_its_events_in_order_on_one_thread_at_a_time(
+    cycles: int,
+) -> None:
+    # R5 F2's pattern in the listener queues (issue 14, round 4): a removed listener still
+    # gets what its queue holds, on its old thread. Added again at once, it got a new queue
+    # and thread that called it meanwhile: two calls of one listener at the same time, and
+    # its newer events before its older ones. (Two cycles: a worker that never ran must still
+    # make its successor wait for the one before it.)
+    listeners: ListenerSet[SubscriberListener] = ListenerSet(
+        SubscriberListener, "svc.>", queue_size=100
+    )
+    holder = HoldsFirstCall()
+    listeners.add(holder)
+    for i in range(3):
+        listeners.emit("on_failed", failed(i))
+    assert holder.entered.wait(WAIT), "the first call never came"
+    for _ in range(cycles):
+        listeners.remove(holder)  # svc.1 and svc.2 are still queued for the old thread
+        listeners.add(holder)
+    listeners.emit("on_failed", failed(3))
+    time.sleep(0.05)  # a new thread that does not wait calls the listener meanwhile
+    holder.release.set()
+    assert listeners.drain(WAIT)
+    assert holder.calls == [(f"svc.{i}", False) for i in range(4)], holder.calls
+    assert listeners.close(WAIT)

@@ -391,12 +391,15 @@ def test_resume_does_not_hold_the_monitor_lock_while_its_events_wait_for_room(ho
 # -- an event pushed late, after the feed switch that should have covered it ------------------
 
 
-def test_a_switch_while_an_event_waits_for_room_elsewhere_delivers_it_once() -> None:
+@pytest.mark.parametrize("switches", [1, 2])
+def test_a_switch_while_an_event_waits_for_room_elsewhere_delivers_it_once(switches: int) -> None:
     # Issue 14 follow-up (item 2 of round 3): since a40b48a the core pushes each event to the
     # queues subscribed when it is pushed, newest first, and a push that finds a "block" queue
     # full lets go of the subscriber list while it waits. An event that reached the old feed
     # and then waited for room in another queue went, once woken, to the new feed too, after
-    # the switch had closed the window of events both feeds got: delivered twice.
+    # the switch had closed the window of events both feeds got: delivered twice. R5 F1
+    # (round 4, /tmp/review-R5/core_dup.py): with two switches during the wait it reaches only
+    # a feed subscribed after the one it was delivered by was unsubscribed.
     clock = hw.ManualClock()
     order = Order()
     mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order])
@@ -416,7 +419,10 @@ def test_a_switch_while_an_event_waits_for_room_elsewhere_delivers_it_once() -> 
             time.sleep(0.001)
         assert len(order.seen) == 2, f"expected 2 events delivered, got {order.seen}"
         assert advancing.is_alive(), "the driver did not wait for room in the other queue"
-        mon.add_listener(Wants())  # a feed switch while the second event waits
+        wants = Wants()
+        mon.add_listener(wants)  # a feed switch while the second event waits
+        if switches == 2:
+            mon.remove_listener(wants)  # and another: the first new feed gets nothing
     finally:
         mon.detector.unsubscribe(other)  # releases the waiting push
         advancing.join(5.0)
@@ -532,3 +538,81 @@ def test_received_events_are_delivered_once_across_a_switch() -> None:
     assert mon.drain(5.0)
     mon.stop()
     assert sorted(t for t, _, _ in beats.seen) == sorted(topics), beats.seen
+
+
+class HoldsFirst(Order):
+    """Order, whose first ``on_failed`` waits (on the dispatch thread) until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def on_failed(self, event: Failed) -> None:
+        super().on_failed(event)
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(5.0), "never released"
+
+
+def test_a_chain_of_switches_keeps_a_topics_events_in_order() -> None:
+    # R5 F2 (issue 14, round 4): a new feed joined only the dispatch thread of the feed it
+    # replaced, and that one joined its own predecessor only from its first delivery. After
+    # A -> B -> C with B given no event, C joined B (over at once) and delivered while A's
+    # thread was still delivering: a topic's newer events came before (or, dropped as stale,
+    # instead of) its older ones.
+    clock = hw.ManualClock()
+    order = HoldsFirst()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order], listener_queue=None)
+    topics = TOPICS[:10]
+    for topic in topics:
+        mon.expect(topic)
+    mon.start()
+    try:
+        clock.advance(1.5)  # failed(t, 1) for every topic, all into feed A
+        assert order.entered.wait(5.0), "feed A delivered nothing"
+        wants = Wants()
+        mon.add_listener(wants)  # A -> B
+        mon.remove_listener(wants)  # B -> C: B got no event
+        clock.advance(1.0)  # failed(t, 2) for every topic, into feed C only
+        deadline = time.monotonic() + 1.0
+        while len(order.seen) < 11 and time.monotonic() < deadline:
+            time.sleep(0.005)  # a feed C that does not wait for A delivers meanwhile
+    finally:
+        order.release.set()
+    assert mon.drain(5.0)
+    mon.stop()
+    got = [(topic, missed) for kind, topic, missed, _ in order.seen if kind == "failed"]
+    assert sorted(got) == sorted((t, m) for t in topics for m in (1, 2)), got
+    for topic in topics:
+        mine = [m for t, m in got if t == topic]
+        assert mine == [1, 2], f"{topic}: failed events in the order {mine}"
+    assert mon.stats()["dropped"] == 0
+
+
+def test_an_event_the_old_feed_coalesced_away_is_not_delivered_late_by_the_new_one() -> None:
+    # R5 F3 (issue 14, round 4): a coalesce feed replaced by a lossless one. Both got a topic's
+    # failed(2) and failed(3) while the switch was under way; the old feed, full, kept only the
+    # newer (coalesced, counted) and delivered it; the new one holds both. Its thread must not
+    # then deliver failed(2) after failed(3). Real core events, through the monitor's handler
+    # in the order the two dispatch threads run it (the new one waits for the old one).
+    from heartwire.monitor import _Feed
+
+    clock = hw.ManualClock()
+    det = hw.Detector(clock=clock, period=1.0, max_local_pause=None)
+    det.add("svc.a")
+    old = det.subscribe(capacity=1, overflow="coalesce")
+    new = det.subscribe(capacity=100, overflow="block")
+    for now in (1.5, 2.5, 3.5):
+        clock.set(now)  # failed(svc.a, 1), (2), (3)
+    old_batch = old.try_pop()
+    assert [e.missed for e in old_batch] == [1, 3] and old.stats()["coalesced"] == 1
+    new_batch = new.try_pop()[1:]  # subscribed after failed(1) was pushed
+    assert [e.missed for e in new_batch] == [2, 3]
+    order = Order()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order], listener_queue=None)
+    old_feed = _Feed(old, False, "coalesce", None)
+    new_feed = _Feed(new, False, "block", old_feed)
+    mon._deliver(old_feed, old_batch)
+    mon._deliver(new_feed, new_batch)
+    assert [(t, m) for _, t, m, _ in order.seen] == [("svc.a", 1), ("svc.a", 3)]

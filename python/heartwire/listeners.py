@@ -183,6 +183,9 @@ class _Worker:
         self.high_water = 0
         self.busy_since: float | None = None  # monotonic start of the call in progress
         self.start_failures = 0  # events dropped because the listener thread would not start
+        # The worker this one replaces (the same listener removed and added again), which may
+        # still be delivering what it holds: this one's thread waits for it first.
+        self.prev: _Worker | None = None
 
     def put(self, method: str, event: object, report: bool, *, last: bool = False) -> None:
         """Queue ``method(event)``; ``last``: nothing after it until :meth:`unseal`."""
@@ -251,6 +254,17 @@ class _Worker:
 
     def _run(self) -> None:
         _on_worker.worker = self
+        if self.prev is not None:
+            # The whole chain, oldest first: a worker replaced before it ran never waited for
+            # the one before it, which may still be calling the listener.
+            chain: list[_Worker] = []
+            prev: _Worker | None = self.prev
+            while prev is not None:
+                chain.append(prev)
+                prev = prev.prev
+            for prev in reversed(chain):
+                prev.join()
+            self.prev = None
         cond = self._cond
         while True:
             with cond:
@@ -310,6 +324,26 @@ class _Worker:
             self._cond.notify_all()
             return self._thread
 
+    def join(self) -> None:
+        """Wait until the thread (closed and sealed) has delivered its queue and ended."""
+        with self._cond:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    @property
+    def done(self) -> bool:
+        """Nothing left to deliver and no thread running, here and in the workers it waits
+        for."""
+        worker: _Worker | None = self
+        while worker is not None:
+            with worker._cond:
+                thread = worker._thread
+                if worker._items or (thread is not None and thread.is_alive()):
+                    return False
+                worker = worker.prev
+        return True
+
 
 def _overridden(listener: object, kind: type) -> frozenset[str]:
     """The ``on_*`` methods of ``kind`` that ``listener`` (its class or the instance) replaces."""
@@ -365,6 +399,9 @@ class ListenerSet(Generic[L]):
         self._lock = threading.Lock()
         self._errors = 0
         self._retired_dropped = 0  # drops of listeners since removed
+        # Per removed listener (by identity) its worker, while that may still be delivering:
+        # the listener added again waits for it (one thread at a time, events in order).
+        self._retired: dict[int, _Worker] = {}
         self._sealed = False  # emit_last was called: emits are refused until unseal()
         self._late = 0  # events refused for that (unqueued listeners and removed ones)
         # Unqueued sets: emits calling listeners right now (the last event waits for them), how
@@ -397,13 +434,16 @@ class ListenerSet(Generic[L]):
         with self._lock:
             if any(e.listener is listener for e in self._entries):
                 return
+            if entry.worker is not None:
+                entry.worker.prev = self._retired.pop(id(listener), None)
             if self._sealed and entry.worker is not None:
                 entry.worker.seal()  # added after the last event: nothing until unseal()
             self._entries = (*self._entries, entry)
 
     def remove(self, listener: L) -> bool:
         """Unregister ``listener``; False if it was not registered. A queued listener still
-        gets the events already in its queue, and no later one."""
+        gets the events already in its queue, and no later one; added again, it gets its new
+        events once those are delivered (on one thread at a time, in order)."""
         with self._lock:
             kept = tuple(e for e in self._entries if e.listener is not listener)
             gone = [e for e in self._entries if e.listener is listener]
@@ -416,6 +456,10 @@ class ListenerSet(Generic[L]):
                     self._retired_dropped += entry.worker.dropped
                     self._late += entry.worker.late
                     entry.worker.close()
+                    self._retired = {
+                        key: worker for key, worker in self._retired.items() if not worker.done
+                    }
+                    self._retired[id(listener)] = entry.worker
         return bool(gone)
 
     def wants(self, method_name: str) -> bool:

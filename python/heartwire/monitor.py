@@ -163,9 +163,10 @@ class _Feed:
     meanwhile, and an event put aside while a ``"block"`` queue is subscribed goes to the
     queues subscribed when it is pushed: one that reached the old feed and then waited for room
     in another queue reaches the new feed too, however late (the core's rule, ``emit.rs``).
-    So the new feed's thread first waits for the old one to finish, then skips what is not
-    newer than what was delivered for its topic (see :class:`_Newest`). Its thread runs before
-    the old queue is let go: a producer may be waiting for room in the new queue.
+    So the new feed's thread first waits for the old ones to finish (the whole chain, oldest
+    first: one replaced before it delivered anything has not waited for its own), then skips
+    what is not newer than what was delivered for its topic (see :class:`_Newest`). Its thread
+    runs before the old queue is let go: a producer may be waiting for room in the new queue.
     """
 
     __slots__ = ("dispatcher", "finished", "overflow", "popped", "prev", "queue", "received")
@@ -304,7 +305,12 @@ class HeartbeatMonitor:
       :meth:`expect` always adds. Default :data:`DEFAULT_MAX_TOPICS` (a million); ``None``: no cap.
     - ``listener_queue``, ``listener_overflow``: each listener's own queue size and what a full
       one drops (``"drop-oldest"`` or ``"drop-newest"``; counted). ``None``: no queues, listeners
-      are called in turn on the producing thread, and a slow one delays the others.
+      are called in turn on the producing thread, and a slow one delays the others. Under
+      ``"block"`` (a lossless listener) a listener called on the dispatch thread must not make
+      the detector emit (record a beat: ``beat``, ``handle_message``...; resume a topic that
+      recovered while paused) while the event queue is full: the push waits for room that only
+      its own thread would make, and detection stops with it. (:meth:`stop` is safe there: it
+      closes the queue first.)
 
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
@@ -881,6 +887,14 @@ class HeartbeatMonitor:
         Called by a listener on the dispatch thread (``listener_queue=None``), it closes the
         event queue first, as nothing else would make room in it: what the detector still
         pushes is dropped (counted), and so is what the queue holds past the call in progress.
+
+        Not covered, even with a lossless listener: an event emitted before stop() by another
+        thread (a beat's ``resumed`` in flight, a :class:`~heartwire._core.ManualClock`
+        advanced elsewhere) that still waits to be pushed, for room in a full ``"block"`` queue
+        (the monitor's own, or a detector subscription of yours) or behind such a push, may
+        reach the event queue after stop() closed it: it is refused and counted in
+        ``stats()["dropped"]``. (The native detector does not tell how far it has pushed what
+        was emitted before its stop.)
         """
         while True:
             if self._paused:  # the detector keeps pauses across a restart; this one ends here
@@ -1267,12 +1281,19 @@ class HeartbeatMonitor:
         local = self._local
         local.dispatching = True
         try:
-            prev = feed.prev
-            if prev is not None:
-                # Deliver everything of the feed this one replaces first (`newest` then skips
-                # what both got).
-                if prev.dispatcher is not None:
-                    prev.dispatcher.stop(_JOIN)
+            if feed.prev is not None:
+                # Deliver everything of the feeds this one replaces first, oldest first
+                # (`newest` then skips what both got). The whole chain: a feed replaced before
+                # it delivered anything never joined its own predecessor, which may still be
+                # delivering.
+                chain: list[_Feed] = []
+                prev: _Feed | None = feed.prev
+                while prev is not None:
+                    chain.append(prev)
+                    prev = prev.prev
+                for older in reversed(chain):
+                    if older.dispatcher is not None:
+                        older.dispatcher.stop(_JOIN)
                 feed.prev = None
             newest = self._newest
             listeners = self._listeners
