@@ -28,9 +28,9 @@ import importlib
 import sys
 import threading
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 FailedHandler = Callable[[Hashable, int, float, float], object]
 ResumedHandler = Callable[[Hashable, int, float], object]

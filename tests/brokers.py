@@ -21,9 +21,9 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import pytest
 

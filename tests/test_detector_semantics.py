@@ -137,7 +137,7 @@ def test_ten_thousand_topics_hundred_silent_exact_counts(rig: Rig) -> None:
     names = [f"svc.{i:05d}" for i in range(10_000)]
     handles = rig.det.add_many(names, allowed_misses=3)
     silent = set(names[::100])
-    live = [h for n, h in zip(names, handles) if n not in silent]
+    live = [h for n, h in zip(names, handles, strict=False) if n not in silent]
     rig.det.beat_handles(handles)
     for _ in range(10):
         rig.clock.advance(1.0)

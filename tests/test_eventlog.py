@@ -299,7 +299,9 @@ def test_a_buffered_row_that_does_not_convert_is_refused_at_the_write(tmp_path: 
     log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0)
     log.on_received(hw.Received("svc.a", 1, None, 1.0, wall_offset=T0))
     with log._lock:  # what no event can do: a value of the wrong type in the buffer
-        for name, value in zip(SCHEMA.names, ["received", "svc.a", 0, "x", None, None, None, None]):
+        for name, value in zip(
+            SCHEMA.names, ["received", "svc.a", 0, "x", None, None, None, None], strict=False
+        ):
             log._rows[name].append(value)
     log.on_received(hw.Received("svc.a", 2, None, 2.0, wall_offset=T0))
     assert len(log.flush()) == 1 and log.refused == 1 and log.write_errors == 0
@@ -350,7 +352,7 @@ def test_log_and_listeners_agree_on_wall_time_with_a_manual_clock(tmp_path: Path
     rows = sorted(r for r in _event_rows(tmp_path) if r[0] != "started")
     seen = sorted(wall.seen)
     assert [k for k, _ in rows] == [k for k, _ in seen] == ["failed", "received", "resumed"]
-    for (kind, ts), (_, wall_at) in zip(rows, seen):
+    for (kind, ts), (_, wall_at) in zip(rows, seen, strict=False):
         assert abs(ts - wall_at) < 2e-6, f"{kind}: log {ts} vs listeners {wall_at}"
     failed = read(tmp_path).filter(pc.equal(pc.field("kind"), "failed")).to_pylist()[0]
     assert abs(failed["since"].timestamp() - wall.since) < 2e-6

@@ -10,20 +10,13 @@ nulls and edge values, on hand-made logs with exact rows, and against a live Hea
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-if sys.version_info < (3, 10):
-    pytest.skip(
-        "heartwire.spark needs PySpark >= 4.1, which needs Python >= 3.10",
-        allow_module_level=True,
-    )
-
 import pyarrow as pa
+import pytest
 from pyspark.sql import functions as F
 
 import heartwire as hw
@@ -334,7 +327,7 @@ def outages_ref(
     if start is not None and beats[0][0] >= start:
         seq.append((start, beats[0][1]))
     seq += beats
-    pairs = [(a, b[0], False) for a, b in zip(seq, seq[1:])] + [(seq[-1], end, True)]
+    pairs = [(a, b[0], False) for a, b in itertools.pairwise(seq)] + [(seq[-1], end, True)]
     for (t0, p), t1, is_open in pairs:
         if p is None or p <= 0 or t1 - t0 <= allowed * p or t1 <= w0:
             continue

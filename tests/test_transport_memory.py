@@ -119,8 +119,8 @@ def test_matcher(pattern: str, yes: list[str], no: list[str]) -> None:
 def _reference_match(pattern: str, topic: str) -> bool:
     p, t = pattern.split("."), topic.split(".")
     if p[-1] == ">":
-        return len(t) >= len(p) and all(a in ("*", b) for a, b in zip(p[:-1], t))
-    return len(p) == len(t) and all(a in ("*", b) for a, b in zip(p, t))
+        return len(t) >= len(p) and all(a in ("*", b) for a, b in zip(p[:-1], t, strict=False))
+    return len(p) == len(t) and all(a in ("*", b) for a, b in zip(p, t, strict=False))
 
 
 _segments = st.sampled_from(["a", "b", "c-1", "d:2"])

@@ -32,9 +32,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Container
+from collections.abc import Callable, Container
 from http import client as http_client
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 __all__ = ["Check", "CheckFailed", "http", "path", "sql", "tcp"]

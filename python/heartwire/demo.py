@@ -16,8 +16,8 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from heartwire.events import Failed, Resumed
 from heartwire.listeners import SubscriberListener

@@ -495,7 +495,7 @@ class EventLog(SubscriberListener):
 
     def _append_locked(self, values: tuple[Any, ...]) -> None:
         self._roll_locked(values[2] // self._roll_us)
-        for column, value in zip(self._rows.values(), values):
+        for column, value in zip(self._rows.values(), values, strict=False):
             column.append(value)
         if len(self._rows["kind"]) >= self._size_trigger:
             self._try_write_locked()
@@ -632,9 +632,9 @@ class EventLog(SubscriberListener):
             pass
         names = SCHEMA.names
         keep = []
-        for i, row in enumerate(zip(*self._rows.values())):
+        for i, row in enumerate(zip(*self._rows.values(), strict=False)):
             try:
-                pa.Table.from_pylist([dict(zip(names, row))], schema=SCHEMA)
+                pa.Table.from_pylist([dict(zip(names, row, strict=False))], schema=SCHEMA)
             except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
                 self._refuse_locked(row[0], row[1], exc)
             else:

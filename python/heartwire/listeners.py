@@ -33,7 +33,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, ClassVar, Generic, Literal, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from heartwire.events import (
     Disconnected,

@@ -50,8 +50,8 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
-from typing import Any, Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from heartwire import _core
 from heartwire.checks import CheckFailed, _callable_name

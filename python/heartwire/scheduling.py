@@ -54,7 +54,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 from heartwire import _core
 

@@ -51,7 +51,7 @@ import datetime as _dt
 import time
 from collections.abc import Callable, Iterator
 from numbers import Integral
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,8 +83,8 @@ __all__ = [
 
 Engine = Literal["rust", "native"]
 GapEngine = Literal["rust", "rust-grouped", "native"]
-ColumnLike = Union[Column, str]
-TimeLike = Union[_dt.datetime, int]
+ColumnLike = Column | str
+TimeLike = _dt.datetime | int
 
 FRESHNESS_TYPE = StructType(
     [

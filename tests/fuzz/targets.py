@@ -150,9 +150,9 @@ def frame_bytes(body: bytes, destination: str = "svc.a", mode: int = 0) -> bytes
     return bytes([mode]) + destination.encode() + b"\ncontent-type:text/plain\nx:y\n\n" + body
 
 
-FRAME_SEEDS = [frame_bytes(b, d) for b, d in zip(SEEDS, ["svc.a", "svc.a", "svc.b.c"])] + [
-    frame_bytes(b, "", 4) for b in SEEDS
-]
+FRAME_SEEDS = [
+    frame_bytes(b, d) for b, d in zip(SEEDS, ["svc.a", "svc.a", "svc.b.c"], strict=False)
+] + [frame_bytes(b, "", 4) for b in SEEDS]
 
 _RIG: FrameRig | None = None
 

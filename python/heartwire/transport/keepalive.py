@@ -22,7 +22,7 @@ import logging
 import math
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["KeepAliveMonitor"]
 

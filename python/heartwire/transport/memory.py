@@ -17,9 +17,9 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.patterns import is_wildcard, matcher, validate_pattern, validate_topic

@@ -11,7 +11,7 @@ dialect (RabbitMQ's ``#``, ``/topic/`` prefixes) so callers never see it.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from heartwire._core import MAX_NAME_LEN
 

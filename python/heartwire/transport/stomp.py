@@ -56,9 +56,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.errors import SendTimeout, names

@@ -46,9 +46,9 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_plus
 
 __all__ = [
