@@ -41,7 +41,8 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from heartwire._core import DedupWindow
 from heartwire.reliable import destinations

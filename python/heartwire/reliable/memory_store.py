@@ -20,9 +20,9 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from heartwire.reliable import destinations
 from heartwire.transport.patterns import validate_topic

@@ -40,9 +40,9 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from heartwire.reliable import destinations
 from heartwire.reliable.events import DeliveryError, FlushAck

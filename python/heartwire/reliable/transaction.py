@@ -26,9 +26,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any
 
 from heartwire.reliable import destinations
 from heartwire.transport import is_stomp

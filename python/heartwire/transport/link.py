@@ -33,7 +33,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import stomp  # type: ignore[import-untyped]
 import stomp.exception  # type: ignore[import-untyped]
