@@ -1026,6 +1026,57 @@ def test_nothing_reaches_a_publisher_listener_after_on_stopped(rig: Rig) -> None
     assert rec.kinds() == ["Started", "Stopped", "Started", "Sent", "Stopped"]
 
 
+def test_a_full_event_queue_drops_connection_events_before_started_or_stopped(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 14, review R6: connection events share the outbox; a queue holding only them and
+    # lifecycle events fell back to dropping its oldest entry: the restart's on_stopped and
+    # on_started (a flapping link while one listener is slow).
+    monkeypatch.setattr(publisher_module, "EVENT_QUEUE", 4)
+    gate = threading.Event()
+    inside = threading.Event()
+    got: list[str] = []
+
+    class SlowOnDisconnect(PublisherListener):
+        def on_started(self, event: Started) -> None:
+            got.append("started")
+
+        def on_stopped(self, event: Stopped) -> None:
+            got.append("stopped")
+
+        def on_disconnected(self, event: Any) -> None:
+            got.append(f"disconnected {event.reason}")
+            inside.set()
+            gate.wait(10.0)
+
+    pub = rig.make("svc.flap", listeners=[SlowOnDisconnect()])
+    try:
+        pub.start()
+        pub._connection_event("on_disconnected", hw.Disconnected("stomp://h:1", "0"))
+        assert inside.wait(5.0), "the first on_disconnected was never delivered"
+        pub.stop()
+        pub.start()  # queued behind the slow call: stopped, started
+        for n in range(1, 6):  # a flapping link fills the rest of the queue, and more
+            pub._connection_event("on_disconnected", hw.Disconnected("stomp://h:1", str(n)))
+        gate.set()
+        pub.stop()
+        assert rig.sched.drain(timeout=5.0)
+        assert _wait_until(lambda: got[-1:] == ["stopped"], 5.0), got
+        # The restart's pair survives the flood; the oldest connection events made room (1-3
+        # for 3-5, then 4 for the final on_stopped).
+        assert got == [
+            "started",
+            "disconnected 0",
+            "stopped",
+            "started",
+            "disconnected 5",
+            "stopped",
+        ]
+        assert pub.stats()["events_dropped"] == 4
+    finally:
+        gate.set()
+
+
 def test_a_full_event_queue_drops_beats_events_never_started_or_stopped(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1038,12 +1089,12 @@ def test_a_full_event_queue_drops_beats_events_never_started_or_stopped(
     try:
         pub.start()
         rig.clock.advance(0.0)
-        assert _wait_until(lambda: pub.sent == 1, 2.0)  # its on_sent hangs on a check thread
+        assert _wait_until(lambda: pub.sent == 1, 10.0)  # its on_sent hangs on a check thread
         pub.stop()
         pub.start()  # queued: Stopped, Started (the oldest entries)
         for n in range(2, 6):
             rig.clock.advance(1.0)
-            assert _wait_until(lambda n=n: pub.sent == n, 2.0)  # type: ignore[misc]
+            assert _wait_until(lambda n=n: pub.sent == n, 10.0)  # type: ignore[misc]
         pub.stop()
         gate.set()
         assert rig.sched.drain(timeout=5)

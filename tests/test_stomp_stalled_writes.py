@@ -109,3 +109,24 @@ def test_a_slow_name_lookup_is_bounded_by_connect_timeout(
         release.set()
     assert took < 1.5, f"connect took {took:.2f} s with connect_timeout=0.5"
     assert "name lookup" in str(info.value)
+
+
+def test_a_name_the_resolver_refuses_fails_the_connect_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Review R6: the lookup thread caught OSError only; a name IDNA refuses (UnicodeError) killed
+    # it, and every connect then failed with IndexError('list index out of range').
+    real = socket.getaddrinfo
+
+    def refusing(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "refused.heartwire.test":
+            raise UnicodeError("label too long")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", refusing)
+    with pytest.raises(ConnectFailed) as info:
+        connect(
+            "stomp://refused.heartwire.test:61613"
+            "?connect_timeout=0.5&reconnect_period=0&keepalive_interval=0"
+        )
+    assert "name lookup" in str(info.value) and "label too long" in str(info.value), info.value

@@ -73,6 +73,8 @@ _STOPPED, _RUNNING, _PAUSED = "stopped", "running", "paused"
 EVENT_QUEUE = 1000
 # The events a full queue drops, oldest first: a beat's outcome, which the next beat supersedes.
 _DROPPABLE = frozenset({"on_sent", "on_exception"})
+# Dropped from a full queue after beat events, before on_started / on_stopped.
+_CONNECTION = frozenset({"on_disconnected", "on_reconnected"})
 
 #: Added to a dependency's own ``timeout`` for the default time limit, so that a stock check
 #: reports its own timeout before the publisher gives up on it.
@@ -601,17 +603,18 @@ class HeartbeatPublisher:
         self._emit(method, event, _JOB)
 
     def _make_room(self, method: str) -> bool:
-        """Drop (and count) the oldest beat event queued, ``on_sent`` or ``on_exception``, to
-        make room for a ``method`` event (under the lock); False if that one is to be dropped
-        instead. Lifecycle and connection events are kept: a queue holding nothing else drops
-        a new beat event, else loses its oldest (the bound holds whatever comes)."""
+        """Drop (and count) one event to make room for a ``method`` event (under the lock);
+        False if the new one is the one dropped. Beat events (``on_sent``, ``on_exception``) go
+        first, then connection events; ``on_started``/``on_stopped`` only from a queue holding
+        nothing else (the bound holds whatever comes). Oldest first within each kind."""
         self._events_dropped += 1
-        for i, (queued, _) in enumerate(self._outbox):
-            if queued in _DROPPABLE:
-                del self._outbox[i]
-                return True
-        if method in _DROPPABLE:
-            return False
+        for kinds in (_DROPPABLE, _CONNECTION):
+            for i, (queued, _) in enumerate(self._outbox):
+                if queued in kinds:
+                    del self._outbox[i]
+                    return True
+            if method in kinds:
+                return False
         self._outbox.popleft()
         return True
 

@@ -76,19 +76,24 @@ def _resolve(broker: BrokerAddress, deadline: float) -> list[Any]:
             def lookup(done: threading.Event = entry[0], out: list[Any] = entry[1]) -> None:
                 try:
                     out.append(socket.getaddrinfo(*key, type=socket.SOCK_STREAM))
-                except OSError as exc:
+                except Exception as exc:  # OSError, and UnicodeError for a name IDNA refuses
                     out.append(exc)
                 finally:
                     with _LOOKUPS_LOCK:
                         _LOOKUPS.pop(key, None)
                     done.set()
 
-            threading.Thread(target=lookup, name="heartwire-dns", daemon=True).start()
+            try:
+                threading.Thread(target=lookup, name="heartwire-dns", daemon=True).start()
+            except RuntimeError as exc:  # no thread: this connect fails, the next one retries
+                _LOOKUPS.pop(key, None)
+                why = f"the name lookup of {broker.host!r} failed: {exc}"
+                raise LinkError(broker, why) from None
     done, out = entry
     if not done.wait(max(0.0, deadline - time.monotonic())):
         raise LinkError(broker, f"the name lookup of {broker.host!r} did not finish in time")
     result = out[0]
-    if isinstance(result, OSError):
+    if isinstance(result, Exception):
         raise LinkError(broker, f"the name lookup of {broker.host!r} failed: {result}")
     if not result:
         raise LinkError(broker, f"the name lookup of {broker.host!r} found no address")
