@@ -869,8 +869,8 @@ class HeartbeatMonitor:
             else:
                 _running.add(self)
         if error is not None:  # undone as stop() does, the detector's stop without the lock
-            self._stop_detector(chain)
-            self._finish_feeds(chain, timeout=1.0)
+            mark = self._stop_detector(chain)
+            self._finish_feeds(chain, 1.0, mark, time.monotonic() + 1.0)
             raise error
         self._resume_in_detector(resume)
         return self
