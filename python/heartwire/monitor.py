@@ -869,8 +869,8 @@ class HeartbeatMonitor:
             else:
                 _running.add(self)
         if error is not None:  # undone as stop() does, the detector's stop without the lock
-            self._stop_detector(chain)
-            self._finish_feeds(chain, timeout=1.0)
+            mark = self._stop_detector(chain)
+            self._finish_feeds(chain, 1.0, mark, time.monotonic() + 1.0)
             raise error
         self._resume_in_detector(resume)
         return self
@@ -888,13 +888,14 @@ class HeartbeatMonitor:
         event queue first, as nothing else would make room in it: what the detector still
         pushes is dropped (counted), and so is what the queue holds past the call in progress.
 
-        Not covered, even with a lossless listener: an event emitted before stop() by another
-        thread (a beat's ``resumed`` in flight, a :class:`~heartwire._core.ManualClock`
-        advanced elsewhere) that still waits to be pushed, for room in a full ``"block"`` queue
-        (the monitor's own, or a detector subscription of yours) or behind such a push, may
-        reach the event queue after stop() closed it: it is refused and counted in
-        ``stats()["dropped"]``. (The native detector does not tell how far it has pushed what
-        was emitted before its stop.)
+        Events emitted before stop() by another thread (a beat's ``resumed`` in flight, a
+        :class:`~heartwire._core.ManualClock` advanced elsewhere) that still wait to be pushed,
+        for room in a full ``"block"`` queue (the monitor's own, or a detector subscription of
+        yours) or behind such a push, are waited for with the event queue open, within
+        ``timeout`` (even with a lossless listener: a subscription of yours nobody reads would
+        otherwise hang it); what reaches the queue after that is refused and counted in
+        ``stats()["dropped"]``. Called from the consumer of such a queue, it waits out
+        ``timeout`` for itself: close or unsubscribe that queue first.
         """
         while True:
             if self._paused:  # the detector keeps pauses across a restart; this one ends here
@@ -921,9 +922,9 @@ class HeartbeatMonitor:
                 self._stopping += 1
                 break
         deadline = time.monotonic() + timeout
-        self._stop_detector(chain)
+        mark = self._stop_detector(chain)
         # Outside the lock: a listener running on the dispatch thread may need it to finish.
-        self._finish_feeds(chain, None if self._listeners.lossless else timeout)
+        self._finish_feeds(chain, None if self._listeners.lossless else timeout, mark, deadline)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
         # did not finish in time, a late bad beat, a listener's error report) is refused and
         # counted (``listener_late``), and starts no listener thread again. An unqueued
@@ -936,18 +937,24 @@ class HeartbeatMonitor:
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):
             log.warning("listeners of %r still busy when stop() timed out", self._pattern)
 
-    def _stop_detector(self, chain: list[_Feed]) -> None:
+    def _stop_detector(self, chain: list[_Feed]) -> int | None:
         """Stop the detector for a stop() that noted itself in ``_stopping`` (under the lock),
         without the lock: the detector's stop takes in the beats in flight (a ``resumed`` may
         wait for room in a ``"block"`` queue) and joins the real-clock driver (which may be
         waiting for room), and the queue's consumer, a listener on the dispatch thread, may
         need the lock to return. Called on that thread, close the queues first: nothing else
-        would make room."""
+        would make room.
+
+        Returns the detector's outbox mark at its stop (for :meth:`_finish_feeds` to wait
+        until every event emitted before it is pushed), or None on the dispatch thread."""
         try:
             if getattr(self._local, "dispatching", False):
                 for feed in chain:
                     feed.queue.close()
+                self._det.stop()
+                return None
             self._det.stop()
+            return self._det.outbox_mark()
         finally:
             with self._lock:
                 self._stopping -= 1
@@ -1239,10 +1246,21 @@ class HeartbeatMonitor:
         chain.reverse()
         return chain
 
-    def _finish_feeds(self, chain: list[_Feed], timeout: float | None) -> None:
+    def _finish_feeds(
+        self,
+        chain: list[_Feed],
+        timeout: float | None,
+        mark: int | None = None,
+        deadline: float | None = None,
+    ) -> None:
         """Deliver what the feeds hold within ``timeout`` (``None``: all of it), end their
         threads, and let go of their queues. A thread still busy then delivers nothing more
         (what it holds is counted in ``dropped``) and ends by itself.
+
+        With ``mark`` (the detector's outbox mark at its stop), the last feed stays open, its
+        thread delivering, until every event emitted before the stop is pushed (a beat's
+        ``resumed`` waiting for room in this feed or another ``"block"`` queue), at most until
+        ``deadline`` (``time.monotonic()``; None: no bound); only then is it closed.
 
         Each queue is closed first, as in :meth:`_open_feed`: a producer still pushing (a beat
         taken just before the detector stopped) may be waiting for room in a full ``"block"``
@@ -1251,6 +1269,14 @@ class HeartbeatMonitor:
         refused and counted in ``dropped``); the thread still delivers what is queued."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for i, feed in enumerate(chain):
+            if mark is not None and i == len(chain) - 1:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not self._det.wait_pushed(mark, wait):
+                    log.warning(
+                        "stopping %r: events emitted before the stop still wait for room in "
+                        "a full 'block' queue; what reaches the closed feed is dropped",
+                        self._pattern,
+                    )
             feed.queue.close()
             dispatcher = feed.dispatcher
             if dispatcher is not None:

@@ -99,12 +99,43 @@ impl Detector {
             self.push_all(&events);
             self.delivered
                 .fetch_add(events.len() as u64, Ordering::Release);
+            {
+                let _pushed = self.pushed_lock.lock();
+                self.pushed.notify_all();
+            }
             events.clear();
             let mut spare = self.spare.lock();
             if spare.len() < SPARE_BUFFERS && events.capacity() <= 2 * DELIVER_EVERY {
                 spare.push(events);
             }
         }
+    }
+
+    /// The outbox position reached so far: every event emitted before this call is pushed
+    /// once [`wait_pushed`](Detector::wait_pushed) of it returns true (events pushed at once,
+    /// under the lock, are pushed before it is read).
+    pub fn outbox_mark(&self) -> u64 {
+        self.inner.lock().appended
+    }
+
+    /// Wait until the outbox is pushed up to `mark` (from [`outbox_mark`](Detector::outbox_mark)),
+    /// at most `timeout` (`None`: no bound). False on timeout. It pushes nothing itself and holds
+    /// no lock while it waits: the threads that emitted the events push them; a consumer of a
+    /// full `block` queue that waits here for its own queue times out.
+    pub fn wait_pushed(&self, mark: u64, timeout: Option<std::time::Duration>) -> bool {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut guard = self.pushed_lock.lock();
+        while self.delivered.load(Ordering::Acquire) < mark {
+            match deadline {
+                None => self.pushed.wait(&mut guard),
+                Some(d) => {
+                    if self.pushed.wait_until(&mut guard, d).timed_out() {
+                        return self.delivered.load(Ordering::Acquire) >= mark;
+                    }
+                }
+            }
+        }
+        true
     }
 
     /// Push `events`, in order, into every queue subscribed (that wants them), newest first.

@@ -273,3 +273,44 @@ fn a_call_that_emits_nothing_does_not_wait_for_others_events() {
         driver.join().unwrap()
     });
 }
+
+#[test]
+fn wait_pushed_waits_for_events_emitted_before_the_mark_and_times_out_while_they_wait() {
+    let (clock, det) = manual_detector();
+    let feed = det.subscribe(100, Overflow::Block, false).unwrap();
+    det.add("a", None, Some(0)).unwrap();
+    det.add("x", None, Some(0)).unwrap();
+    let slow = det.subscribe(1, Overflow::Block, false).unwrap();
+    // Two failures into a queue with room for one: the driver waits for room in `slow`.
+    let driver = {
+        let clock = clock.clone();
+        thread::spawn(move || clock.set(S + MS).unwrap())
+    };
+    let deadline = std::time::Instant::now() + BOUND;
+    while slow.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no push into slow");
+        thread::sleep(Duration::from_millis(1));
+    }
+    det.stop();
+    let mark = det.outbox_mark();
+    assert_eq!(mark, 2, "both failures were put aside before stop");
+    // The second failure waits for room: not pushed yet, so the wait times out.
+    assert!(!det.wait_pushed(mark, Some(Duration::from_millis(50))));
+    assert_eq!(feed.len(), 1);
+    let (det2, slow2) = (det.clone(), slow.clone());
+    let waiter = thread::spawn(move || {
+        let ok = det2.wait_pushed(mark, Some(BOUND));
+        drop(slow2);
+        ok
+    });
+    pop_one(&slow);
+    assert!(
+        bounded("wait_pushed", std::slice::from_ref(&slow), move || waiter
+            .join()
+            .unwrap()),
+        "wait_pushed timed out although the events were pushed"
+    );
+    assert_eq!(feed.len(), 2);
+    assert!(det.wait_pushed(0, Some(Duration::ZERO)));
+    driver.join().unwrap();
+}

@@ -28,7 +28,7 @@ use crate::queue::{EventQueue, Overflow, QueueStats};
 use crate::registry::{make_handle, Handle, NameView, RegisterError, Registry, TopicId};
 use crate::wheel::Wheel;
 use crate::word::{self, State, FRESH, HEARD, PHI};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -260,6 +260,9 @@ pub struct Detector {
     delivered: AtomicU64,
     /// Held while pushing from the outbox: one pusher at a time keeps the order emitted.
     turn: Mutex<()>,
+    /// Notified (under `pushed_lock`) each time `delivered` rises, for [`Detector::wait_pushed`].
+    pushed: Condvar,
+    pushed_lock: Mutex<()>,
     /// Emptied outbox buffers, for `commit` to reuse.
     spare: Mutex<Vec<Vec<Event>>>,
     /// A wake-up later than this after the last run is a local pause (ns; `u64::MAX`: never).
@@ -313,6 +316,8 @@ impl Detector {
             outbox: Mutex::new(VecDeque::new()),
             delivered: AtomicU64::new(0),
             turn: Mutex::new(()),
+            pushed: Condvar::new(),
+            pushed_lock: Mutex::new(()),
             spare: Mutex::new(Vec::new()),
             max_local_pause_ns: AtomicU64::new(DEFAULT_MAX_LOCAL_PAUSE_NS),
             counters: Counters::default(),

@@ -560,6 +560,32 @@ impl PyDetector {
         });
     }
 
+    /// The outbox position reached so far: every event emitted before this call has been
+    /// pushed once ``wait_pushed`` of it returns True.
+    fn outbox_mark(&self, py: Python<'_>) -> u64 {
+        let det = self.det.clone();
+        py.detach(move || det.outbox_mark())
+    }
+
+    /// Wait (GIL released) until every event emitted before ``outbox_mark()`` returned ``mark``
+    /// has been pushed into the queues, at most ``timeout`` seconds (None: no bound). Returns
+    /// False on timeout. It pushes nothing itself: the threads that emitted the events do (a
+    /// push may wait for room in a full ``"block"`` queue, so its consumer must not wait here).
+    #[pyo3(signature = (mark, timeout = None))]
+    fn wait_pushed(&self, py: Python<'_>, mark: u64, timeout: Option<f64>) -> PyResult<bool> {
+        let timeout = match timeout {
+            None => None,
+            Some(t) if t.is_finite() && t >= 0.0 => Some(std::time::Duration::from_secs_f64(t)),
+            Some(t) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "timeout must be a finite number >= 0 or None, got {t}"
+                )))
+            }
+        };
+        let det = self.det.clone();
+        Ok(py.detach(move || det.wait_pushed(mark, timeout)))
+    }
+
     /// Whether the detector is watching.
     #[getter]
     fn running(&self, py: Python<'_>) -> bool {
