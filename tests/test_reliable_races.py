@@ -23,10 +23,10 @@ import pytest
 import heartwire as hw
 from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
+from tests.test_reliable_brokers import Inbox, open_broker
 
 pytestmark = pytest.mark.usefixtures("brokers")
 
-FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=2&keepalive_interval=0"
 BOTH = ["activemq", "rabbitmq"]
 
 
@@ -44,32 +44,6 @@ def closing() -> Iterator[list[Any]]:
                 thing.stop(forget=thing.durable_name is not None)
             else:
                 thing.close()
-
-
-def open_broker(name: str, closing: list[Any], **options: Any) -> Any:
-    B.ensure(name)
-    broker = hw.connect(B.url(name) + "?" + FAST, **options)
-    closing.append(broker)
-    return broker
-
-
-class Inbox:
-    """Messages a consumer got, thread-safe."""
-
-    def __init__(self, ack: bool = True) -> None:
-        self.lock = threading.Lock()
-        self.messages: list[hw.ReceivedMessage] = []
-        self.ack = ack
-
-    def __call__(self, msg: hw.ReceivedMessage) -> None:
-        with self.lock:
-            self.messages.append(msg)
-        if self.ack:
-            msg.ack()
-
-    def bodies(self) -> list[bytes]:
-        with self.lock:
-            return [m.body for m in self.messages]
 
 
 class HoldAttach:
