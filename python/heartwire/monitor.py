@@ -40,12 +40,11 @@ import threading
 import time
 import weakref
 from array import array
-from collections import Counter
 from collections.abc import Iterable
 from numbers import Real
 from typing import Any, Literal
 
-from heartwire._core import Detector, Event, EventQueue, ManualClock, Phi
+from heartwire._core import Detector, Event, EventQueue, Intake, ManualClock, Phi
 from heartwire.dispatch import Dispatcher
 from heartwire.events import (
     ExceptionEvent,
@@ -64,9 +63,9 @@ from heartwire.listeners import (
     ListenerSet,
     SubscriberListener,
 )
-from heartwire.message import Beat, BeatCodec, DecodeError
+from heartwire.message import DECODE_REASONS, BeatCodec, DecodeError
 from heartwire.transport import Message, Subscription, Transport
-from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
+from heartwire.transport.patterns import validate_pattern, validate_topic
 
 __all__ = ["HeartbeatMonitor", "HeartbeatSubscriber"]
 
@@ -99,23 +98,6 @@ BEAT_AGE_SKEW = 60.0
 
 #: The bits of a ``received`` event's ``seq`` that :class:`_Newest` compares.
 _SEQ_BITS = (1 << 63) - 1
-
-# One remembered boot of a topic: (boot id, last seq taken, its send time).
-_Boot = tuple[str, int, float | None]
-
-
-def _replay(history: tuple[_Boot, ...], boot: str, seq: int, sent: float | None) -> str:
-    """Why a signed beat (``boot``, ``seq``, ``sent``) is a replay given the topic's remembered
-    boots (least recently heard first); "" if it is not."""
-    for known, last_seq, _ in history:
-        if known == boot:
-            return f"seq {seq} <= {last_seq} of the same boot" if seq <= last_seq else ""
-    if len(history) >= REPLAY_BOOTS and sent is not None:
-        oldest = history[0][2]
-        if oldest is not None and sent <= oldest:
-            return f"an unknown boot id, sent before the last {REPLAY_BOOTS} boots' beats"
-    return ""
-
 
 def _short(value: object, limit: int = 120) -> str:
     """``repr(value)``, cut to ``limit`` characters: hostile names stay out of logs and events."""
@@ -361,12 +343,10 @@ class HeartbeatMonitor:
         self._broker = broker
         self._overflow = overflow
         self._max_topics = max_topics
-        self._matches = matcher(self._pattern)
-        self._codec = BeatCodec(key=key)
+        self._codec = BeatCodec(key=key)  # checks the key; decodes what the core defers
         if max_beat_age is not None and max_beat_age != math.inf:
             max_beat_age = _check_period(max_beat_age, "max_beat_age")
         self._max_beat_age = max_beat_age
-        self._stale_logged = 0
         if listener_queue is not None:
             listener_queue = _check_int(listener_queue, "listener_queue", 1)
         self._listeners: ListenerSet[SubscriberListener] = ListenerSet(
@@ -388,6 +368,21 @@ class HeartbeatMonitor:
             max_local_pause=max_local_pause,
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
+        # Every rule a beat passes before it is recorded, and the topic table (periods, pins,
+        # graces, learning, replays, pauses by name), in the core: see _core.Intake.
+        self._intake = Intake(
+            self._det,
+            self._pattern,
+            self._period,
+            grace=self._grace,
+            key=key.encode("utf-8") if isinstance(key, str) else key,
+            max_topics=max_topics,
+            max_beat_age=max_beat_age,
+            max_size=self._codec.max_size,
+        )
+        if type(self).beat is HeartbeatMonitor.beat:
+            # beat() straight into the core: no Python frame on the single-beat path.
+            self.beat = self._intake.beat  # type: ignore[method-assign]
         self._clock = clock
         if wall_offset is None:
             wall_offset = real_clock_offset() if clock is None else time.time() - clock.now()
@@ -404,27 +399,12 @@ class HeartbeatMonitor:
         # stop()s that let go of the lock to stop the detector; start() waits for them.
         self._stopping = 0
         self._stopped = threading.Condition(self._lock)
-        self._running = False
-        self._paused = False
-        self._paused_topics: set[str] = set()  # paused one by one (kept across pause/resume)
         # The handles of the topics the detector may hold paused since the last stop(): it
         # keeps them paused across a restart, so start() resumes those resumed meanwhile.
         self._held_paused: set[int] = set()
         # Handles being resumed in the detector by a thread that let go of the lock for it.
         self._resuming: set[int] = set()
-        # Per slot (a handle's low bits, the core's dense ids): the topic's current period (NaN:
-        # not tracked yet), whether it was given to expect() (then beats do not change it), and
-        # the grace given to expect() (NaN: the monitor's rule, following the period).
-        self._periods = array("d")
-        self._pinned = bytearray()
-        self._graces = array("d")
-        self._learned = 0
-        self._rejected: Counter[str] = Counter()
-        self._rejected_lock = threading.Lock()
-        # Signed beats only: per topic (full handle: a slot's next topic starts afresh), its
-        # last REPLAY_BOOTS boots (replays).
-        self._boots: dict[int, tuple[_Boot, ...]] = {}
-        self._replay_lock = threading.Lock()
+        self._losses_lock = threading.Lock()
         self._feed: _Feed | None = None
         self._subscription: Subscription | None = None
         self._local = threading.local()
@@ -435,6 +415,24 @@ class HeartbeatMonitor:
         self._newest = _Newest()  # what the dispatch threads delivered (no duplicates)
 
     # -- properties ------------------------------------------------------------------------
+
+    # Whether the monitor runs, and whether it is paused as a whole: kept in the intake, which
+    # learns topics on the reading thread (a topic learned while paused starts paused).
+    @property
+    def _running(self) -> bool:
+        return self._intake.running
+
+    @_running.setter
+    def _running(self, on: bool) -> None:
+        self._intake.running = on
+
+    @property
+    def _paused(self) -> bool:
+        return self._intake.paused_all
+
+    @_paused.setter
+    def _paused(self, on: bool) -> None:
+        self._intake.paused_all = on
 
     @property
     def pattern(self) -> str:
@@ -562,7 +560,7 @@ class HeartbeatMonitor:
         monitor's pattern.
         """
         validate_topic(topic, "topic")
-        if not self._matches(topic):
+        if not self._intake.matches(topic):
             raise ValueError(
                 f"topic {topic!r} does not match the monitor's pattern {self._pattern!r}"
             )
@@ -571,255 +569,75 @@ class HeartbeatMonitor:
         if allowed_misses is not None:
             allowed_misses = _check_int(allowed_misses, "allowed_misses", 1)
         grace = _check_grace(grace)
+        if phi is not None and not isinstance(phi, Phi):
+            raise TypeError(f"phi must be a Phi or None, got {type(phi).__name__} {phi!r}")
         with self._lock:
-            handle = self._det.handle(topic)
-            if handle is None:
-                handle = self._add(topic, period, allowed_misses, phi, grace)
-            else:
-                given = grace
-                if (
-                    given is None
-                    and period is not None
-                    and math.isnan(self._graces[handle & _SLOT])
-                ):
-                    given = self._grace_for(period)  # the rule follows the new period
-                changes = (period, allowed_misses, phi, given)
-                if any(c is not None for c in changes):
-                    self._det.configure(
-                        handle, period=period, allowed_misses=allowed_misses, phi=phi, grace=given
-                    )
-                if period is not None:
-                    self._periods[handle & _SLOT] = period
-                if grace is not None:
-                    self._graces[handle & _SLOT] = grace
-            if period is not None:
-                self._pinned[handle & _SLOT] = 1
-            return handle
+            return self._intake.expect(topic, period, allowed_misses, phi, grace)
 
     def remove(self, topic: str) -> bool:
         """Stop watching ``topic`` (a later beat learns it again); False if it was not watched."""
         with self._lock:
-            handle = self._det.handle(topic)
-            if handle is None:
-                return False
-            self._det.remove(handle)
-            self._paused_topics.discard(topic)
-            with self._replay_lock:
-                self._boots.pop(handle, None)
-            return True
+            return self._intake.remove(topic)
 
     def handle(self, topic: str) -> int | None:
         """The topic's handle for :meth:`beat_handles` (``None`` if not watched)."""
         return self._det.handle(topic)
-
-    def _add(
-        self,
-        topic: str,
-        period: float | None,
-        allowed_misses: int | None,
-        phi: Phi | None,
-        grace: float | None = None,
-    ) -> int:
-        # Called with the lock held.
-        effective = period if period is not None else self._period
-        handle = self._det.add(
-            topic,
-            period=period,
-            allowed_misses=allowed_misses,
-            phi=phi,
-            grace=self._grace_for(effective) if grace is None else grace,
-        )
-        self._track(handle, effective)
-        if grace is not None:
-            self._graces[handle & _SLOT] = grace
-        if (self._paused or topic in self._paused_topics) and self._running:
-            self._det.pause(handle)
-        return handle
-
-    def _track(self, handle: int, period: float) -> None:
-        slot = handle & _SLOT
-        if slot >= len(self._periods):
-            grow = max(slot + 1 - len(self._periods), len(self._periods) // 2, 1024)
-            self._periods.extend([math.nan] * grow)
-            self._pinned.extend(bytes(grow))
-            self._graces.extend([math.nan] * grow)
-        self._periods[slot] = period
-        self._pinned[slot] = 0
-        self._graces[slot] = math.nan
-
-    def _learn(self, topic: str, period: float | None) -> int | None:
-        """Add a topic first heard from now; None if refused (counted)."""
-        with self._lock:
-            handle = self._det.handle(topic)
-            if handle is not None:
-                return handle
-            if not self._running:
-                return None
-            if not self._matches(topic):
-                self._reject(
-                    "pattern_mismatch", None, f"{_short(topic)} is not in {self._pattern!r}"
-                )
-                return None
-            if self._max_topics is not None and len(self._det) >= self._max_topics:
-                self._reject(
-                    "too_many_topics",
-                    None,
-                    f"beat for {_short(topic)} refused: the monitor already has "
-                    f"{len(self._det)} topics (max_topics={self._max_topics})",
-                )
-                return None
-            self._learned += 1
-            return self._add(topic, period, None, None)
 
     # -- beats -----------------------------------------------------------------------------
 
     def beat(self, topic: str, *, seq: int | None = None, latency: float | None = None) -> bool:
         """Record a beat for ``topic`` from any source; True if recorded.
 
-        An unknown topic matching the pattern is learned with the default period. Not recorded
-        while the monitor is not running.
+        An unknown topic matching the pattern is learned with the default period (one that
+        does not match, or past ``max_topics``, is refused and counted, and reported to
+        ``on_exception`` from the dispatch thread or at :meth:`drain`). ``ValueError`` for an
+        invalid name. Not recorded while the monitor is not running. A direct call into the
+        core (the instance's ``beat`` is the native intake's own method).
         """
-        handle = self._det.handle(topic)
-        if handle is None:
-            validate_topic(topic, "topic")
-            handle = self._learn(topic, None)
-            if handle is None:
-                return False
-        if seq is None and latency is None:
-            return self._det.beat(handle)  # no keywords to parse: the common call
-        return self._det.beat(handle, seq=seq, latency=latency)
+        return self._intake.beat(topic, seq=seq, latency=latency)
 
     def beat_many(self, names: Iterable[str] | Any) -> int:
         """Record one beat for each name (a list of str, or an Arrow/NumPy string array);
-        unknown names matching the pattern are learned. Returns how many were recorded."""
+        unknown names matching the pattern are learned, invalid ones refused (``bad_topic``,
+        counted). Returns how many were recorded."""
         batch: Any = names
-        if not isinstance(batch, (list, tuple)) and not _is_array(batch):
-            batch = list(batch)  # maybe a one-shot iterable: read it once
-        recorded = self._det.beat_many(batch)
-        if recorded == len(batch) or not self._running:
-            return recorded
-        for name in _as_list(batch):
-            if isinstance(name, str) and name not in self._det:
-                try:
-                    recorded += self.beat(name)
-                except ValueError:
-                    self._reject("bad_topic", None, f"{_short(name)} is not a valid topic name")
-        return recorded
+        if not isinstance(batch, (list, tuple)) and not hasattr(batch, "__arrow_c_array__"):
+            batch = _as_list(batch)  # an iterable, or a NumPy array: read it once
+        return self._intake.beat_many(batch)
 
     def beat_handles(self, handles: Iterable[int] | Any) -> int:
         """Record one beat for each handle (list, NumPy or Arrow integers); how many recorded."""
         return self._det.beat_handles(handles)
 
     def handle_message(self, message: Message) -> None:
-        """Decode and record one broker message (the monitor's subscription calls this)."""
-        try:
-            beat = self._codec.decode(message.body, message.destination)
-        except DecodeError as exc:
-            where = _short(message.destination)
-            self._reject(exc.reason, exc, f"message to {where}: {_short(str(exc), 300)}")
-            return
-        self._record(beat)
-
-    def _record(self, beat: Beat) -> None:
-        topic = beat.topic
-        handle = self._det.handle(topic)
-        period = beat.period
-        if period is not None and not MIN_BEAT_PERIOD <= period <= MAX_BEAT_PERIOD:
-            self._reject(
-                "bad_period",
-                None,
-                f"beat for {_short(topic)} carries the period {period!r} s; "
-                f"accepted: {MIN_BEAT_PERIOD} to {MAX_BEAT_PERIOD:.0e} s",
-            )
-            return
-        # Every check comes before any change: a refused beat changes nothing about its topic
-        # (a replayed beat with another period must not re-tune it and move its deadline).
-        if not self._running:
-            return  # not recorded while stopped (as beat()): nor may it re-tune its topic
-        if self._codec.signed and beat.sent_at is not None and not self._fresh(handle, beat):
-            return
-        if handle is None:
-            # A topic not watched yet has no remembered boots, so the replay check below cannot
-            # refuse this beat: learning it first changes nothing a refusal should undo.
-            handle = self._learn(topic, period)
-            if handle is None:
-                return
-        if self._codec.signed and not self._newer(handle, beat):
-            return
-        if period is not None:
-            periods = self._periods
-            slot = handle & _SLOT
-            if slot < len(periods) and periods[slot] != period and not self._pinned[slot]:
-                self._retune(handle, period)
-        latency = None if beat.sent_at is None else time.time() - beat.sent_at
-        self._det.beat(handle, seq=beat.seq, latency=latency)
-
-    def _fresh(self, handle: int | None, beat: Beat) -> bool:
-        """Whether a signed ``beat``'s send time is within ``max_beat_age`` of the monitor's
-        wall clock; a stale one is counted and logged (``"stale"``)."""
-        assert beat.sent_at is not None
-        allowance = self._max_beat_age
-        if allowance is None:
-            period = self._period
-            slot = -1 if handle is None else handle & _SLOT
-            if 0 <= slot < len(self._periods):
-                tracked = self._periods[slot]
-                if not math.isnan(tracked):
-                    period = tracked
-            allowance = BEAT_AGE_PERIODS * period + BEAT_AGE_SKEW
-        age = time.time() - beat.sent_at
-        if abs(age) <= allowance:
-            return True
-        when = f"{age:.3f} s before" if age > 0 else f"{-age:.3f} s after"
-        detail = (
-            f"beat for {_short(beat.topic)} refused: sent {when} the monitor's wall clock, "
-            f"more than max_beat_age {allowance:g} s (a replayed old beat, or the publisher's "
-            "clock is wrong)"
-        )
-        self._stale_logged += 1
-        n = self._stale_logged
-        if n <= 10 or n % 1000 == 0:  # a publisher with a wrong clock cannot flood the log
-            log.warning("%s [stale beat %d]", detail, n)
-        self._reject("stale", None, detail)
-        return False
-
-    def _newer(self, handle: int, beat: Beat) -> bool:
-        """Whether a signed ``beat`` is newer than the last one taken for its topic (then it is
-        remembered); a replay is counted (``"replayed"``)."""
-        seq, boot, sent = beat.seq, beat.boot_id, beat.sent_at
-        if seq is None or boot is None:
-            return True
-        why = ""
-        with self._replay_lock:
-            history = self._boots.get(handle, ())
-            why = _replay(history, boot, seq, sent)
-            # Remembered only while `handle` is still the topic's (remove() forgets it under
-            # this lock): a beat racing the removal leaves nothing behind.
-            if not why and self._det.handle(beat.topic) == handle:
-                kept = tuple(b for b in history if b[0] != boot)
-                self._boots[handle] = (*kept, (boot, seq, sent))[-REPLAY_BOOTS:]
-        if why:
-            self._reject("replayed", None, f"beat for {_short(beat.topic)} replayed: {why}")
-            return False
-        return True
-
-    def _retune(self, handle: int, period: float) -> None:
-        with self._lock:
-            if self._pinned[handle & _SLOT] or self._periods[handle & _SLOT] == period:
-                return
-            grace = self._graces[handle & _SLOT]
-            if math.isnan(grace):
-                grace = self._grace_for(period)
+        """Decode and record one broker message (the monitor's subscription calls this; over
+        STOMP the core reads most beats off the socket itself and only the rest come here)."""
+        body = message.body
+        done = None
+        if isinstance(body, (bytes, bytearray, memoryview)):
+            done = self._intake.ingest(body, message.destination)
+        if done is None:  # the native decoder was not sure: the Python codec decides
             try:
-                self._det.configure(handle, period=period, grace=grace)
-            except KeyError:  # removed meanwhile
-                return
-            self._periods[handle & _SLOT] = period
+                beat = self._codec.decode(body, message.destination)
+            except DecodeError as exc:
+                where = _short(message.destination)
+                self._intake.refuse(exc.reason, f"message to {where}: {_short(str(exc), 300)}")
+            else:
+                self._intake.record(beat.topic, beat.seq, beat.boot_id, beat.sent_at, beat.period)
+        if self._intake.pending:
+            self._report_refusals()
 
-    def _reject(self, reason: str, error: BaseException | None, detail: str) -> None:
-        with self._rejected_lock:
-            self._rejected[reason] += 1
-        self._listeners.emit("on_exception", ExceptionEvent(self._pattern, reason, error, detail))
+    def _report_refusals(self) -> None:
+        """Hand the intake's refusals kept since the last call to ``on_exception`` (and log
+        stale beats: the first 10, then every 1000th, so a publisher with a wrong clock cannot
+        flood the log)."""
+        pattern = self._pattern
+        emit = self._listeners.emit
+        for reason, detail, count in self._intake.take_refusals():
+            if reason == "stale" and (count <= 10 or count % 1000 == 0):
+                log.warning("%s [stale beat %d]", detail, count)
+            error = DecodeError(reason, detail) if reason in DECODE_REASONS else None
+            emit("on_exception", ExceptionEvent(pattern, reason, error, detail))
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -847,7 +665,7 @@ class HeartbeatMonitor:
             # The monitor owns pauses; the detector (which refuses pause/resume while stopped)
             # restored those it held at stop(): make it match what was paused or resumed since
             # (the resumes below, once the lock is let go).
-            for topic in self._paused_topics:
+            for topic in self._intake.paused_names():
                 if topic in self._det:
                     self._det.pause(topic)
             keep = self._paused_handles()
@@ -857,7 +675,7 @@ class HeartbeatMonitor:
             error: BaseException | None = None
             try:
                 if self._broker is not None:
-                    self._subscription = self._broker.subscribe(self._pattern, self.handle_message)
+                    self._subscription = self._subscribe(self._broker)
                     self._connection_events.attach(self._broker)
             except BaseException as exc:
                 error = exc
@@ -874,6 +692,17 @@ class HeartbeatMonitor:
             raise error
         self._resume_in_detector(resume)
         return self
+
+    def _subscribe(self, broker: Transport) -> Subscription:
+        """Subscribe to the pattern: over STOMP the core reads the beats off the socket itself
+        (``subscribe_intake``); other transports hand each message to :meth:`handle_message`."""
+        native = getattr(broker, "subscribe_intake", None)
+        if native is not None:
+            sub: Subscription = native(
+                self._pattern, self._intake, self.handle_message, self._report_refusals
+            )
+            return sub
+        return broker.subscribe(self._pattern, self.handle_message)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop watching: cancel the broker subscription, stop the detector, deliver the events
@@ -930,6 +759,8 @@ class HeartbeatMonitor:
         # counted (``listener_late``), and starts no listener thread again. An unqueued
         # listener's call in progress on another thread ends first (or, past the deadline,
         # makes on_stopped itself when it ends).
+        if self._intake.pending:  # beats refused before the stop are reported before on_stopped
+            self._report_refusals()
         remaining = max(0.0, deadline - time.monotonic())
         self._listeners.emit_last("on_stopped", Stopped(self._pattern), timeout=remaining)
         # Queued listeners get what was produced, then their threads end (a blocked one ends
@@ -968,9 +799,8 @@ class HeartbeatMonitor:
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)
-                if topic in self._paused_topics:
+                if not self._intake.pause_name(topic):
                     return False
-                self._paused_topics.add(topic)
                 if self._running and not self._paused:
                     self._det.pause(handle)
                 return True
@@ -998,9 +828,8 @@ class HeartbeatMonitor:
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)
-                if topic not in self._paused_topics:
+                if not self._intake.unpause_name(topic):
                     return False
-                self._paused_topics.discard(topic)
                 if not (self._running and not self._paused):
                     return True
                 resume = [handle]
@@ -1044,7 +873,7 @@ class HeartbeatMonitor:
         """The handles of the topics paused one by one (called with the lock held)."""
         return {
             handle
-            for topic in self._paused_topics
+            for topic in self._intake.paused_names()
             if (handle := self._det.handle(topic)) is not None
         }
 
@@ -1091,8 +920,7 @@ class HeartbeatMonitor:
         ``disconnects`` and ``reconnects`` (of the broker connection)."""
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
-        with self._rejected_lock:
-            rejected = dict(self._rejected)
+        intake = self._intake.stats()
         dropped = self._losses
         depth = 0
         feed = self._feed
@@ -1102,8 +930,10 @@ class HeartbeatMonitor:
             feed = feed.prev
         connection = self._connection_events
         out.update(
-            learned=self._learned,
-            rejected=rejected,
+            learned=intake["learned"],
+            rejected=intake["rejected"],
+            native=intake["native"],
+            deferred=intake["deferred"],
             dispatched=self._dispatched,
             dropped=dropped,
             listener_errors=self._listeners.errors,
@@ -1169,6 +999,8 @@ class HeartbeatMonitor:
         """
         if getattr(self._local, "dispatching", False) or self._listeners.on_listener_thread():
             return False
+        if self._intake.pending:
+            self._report_refusals()
         deadline = time.monotonic() + timeout
         feed = self._feed
         chain: list[_Feed] = []
@@ -1288,7 +1120,7 @@ class HeartbeatMonitor:
             if i == len(chain) - 1:
                 # Refused by the closed queue. (A replaced feed's were pushed to its successor.)
                 losses += stats["rejected_closed"]
-            with self._rejected_lock:
+            with self._losses_lock:
                 self._losses += losses
             if dispatcher is not None and dispatcher.alive:
                 log.warning(
@@ -1328,7 +1160,7 @@ class HeartbeatMonitor:
             off = self._wall_offset
             for i, ev in enumerate(batch):
                 if feed.finished:  # stop() did not wait for this: after on_stopped, never
-                    with self._rejected_lock:
+                    with self._losses_lock:
                         self._losses += len(batch) - i
                     break
                 kind = ev.kind
@@ -1367,6 +1199,8 @@ class HeartbeatMonitor:
                     newest.pause_at = at
                     duration = ev.duration
                     emit("on_local_pause", LocalPause(duration or 0.0, at, wall_offset=off))
+            if self._intake.pending:  # refusals of beat() calls, reported here or at drain()
+                self._report_refusals()
         finally:
             local.dispatching = False
             with self._progress:
@@ -1421,7 +1255,3 @@ def _as_list(names: Any) -> list[Any]:
     if hasattr(names, "tolist"):
         return names.tolist()  # type: ignore[no-any-return]
     return list(names)
-
-
-def _is_array(names: object) -> bool:
-    return hasattr(names, "__arrow_c_array__") or hasattr(names, "dtype")

@@ -36,7 +36,7 @@ fn to_py(e: DetectorError) -> PyErr {
 #[pyclass(name = "Phi", module = "heartwire._core", frozen, from_py_object)]
 #[derive(Clone, Copy)]
 pub struct PyPhi {
-    config: PhiConfig,
+    pub(crate) config: PhiConfig,
 }
 
 #[pymethods]
@@ -103,7 +103,7 @@ impl PyPhi {
 /// one, then one for the latest deadline passed, with the exact count.
 #[pyclass(name = "Detector", module = "heartwire._core", frozen)]
 pub struct PyDetector {
-    det: Arc<Detector>,
+    pub(crate) det: Arc<Detector>,
     driver: Mutex<Option<Driver>>,
     tick: Duration,
 }

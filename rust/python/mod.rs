@@ -11,6 +11,7 @@ mod clock;
 mod dedup;
 mod detector;
 mod events;
+mod intake;
 mod scheduler;
 mod spark;
 mod time;
@@ -27,6 +28,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<events::PyEvent>()?;
     m.add_class::<events::PyEventQueue>()?;
     m.add_class::<events::PyTopicStatus>()?;
+    m.add_class::<intake::PyIntake>()?;
+    m.add_class::<intake::PyRoutes>()?;
+    m.add_class::<intake::PyFrameReader>()?;
     m.add_class::<scheduler::PyScheduler>()?;
     m.add_function(wrap_pyfunction!(spark::freshness_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(spark::outages_kernel, m)?)?;

@@ -39,6 +39,7 @@ from typing import Any
 import stomp  # type: ignore[import-untyped]
 import stomp.exception  # type: ignore[import-untyped]
 
+from heartwire._core import FrameReader, Routes
 from heartwire.transport import tls
 from heartwire.transport.dialect import ACTIVEMQ, Dialect, detect, named
 from heartwire.transport.urls import BrokerAddress, StompOptions
@@ -49,6 +50,8 @@ log = logging.getLogger("heartwire.transport.stomp")
 
 # A silent broker is dropped after this many heart-beat intervals.
 _HEARTBEAT_RECEIVE_SCALE = 2.0
+# How much one read of the socket takes (the core splits and records it in one call).
+_READ_BYTES = 256 * 1024
 # The frames StompLink.frame sends.
 _FRAMES = ("ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "UNSUBSCRIBE")
 # How long close() waits for the broker's receipt of DISCONNECT.
@@ -151,8 +154,14 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         client_id: str | None = None,
         on_receipt: Callable[[StompLink, str], None] | None = None,
         on_error_frame: Callable[[StompLink, dict[str, str], str], None] | None = None,
+        routes: Routes | None = None,
+        after_read: Callable[[], None] | None = None,
     ) -> None:
         self.broker = broker
+        self._routes = routes
+        self._after_read = after_read
+        #: The core's reader of this link's bytes (None: stomp.py reads every frame).
+        self.reader: FrameReader | None = None
         #: The ``client-id`` CONNECT header, if any.
         self.client_id = client_id
         self._on_receipt = on_receipt
@@ -226,6 +235,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             heart_beat_receive_scale=_HEARTBEAT_RECEIVE_SCALE,
         )
         conn.set_listener("heartwire", self)
+        self._install_reader(conn)
         tls.configure(conn, self.broker, opts)
         self._conn = conn
         login, passcode = opts.credentials(self.broker)
@@ -270,6 +280,47 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             raise LinkError(self.broker, why)
         self.opened_at = time.monotonic()
         return self
+
+    def _install_reader(self, conn: Any) -> None:
+        """Pass every chunk stomp.py reads from the socket through the core's FrameReader
+        first: it records the beats of routed subscriptions and hands back only the other
+        frames, whole and in order, for stomp.py's own frame handling.
+
+        stomp.py reads the socket in ``Transport.receive()``; an empty read means "closed" to
+        it, so a chunk the core consumed whole comes back as one heart-beat EOL (which also
+        keeps stomp.py's heart-beat bookkeeping fed: data arrived). Chunks are read up to
+        :data:`_READ_BYTES` at a time (stomp.py's 16 KiB default costs a Python round trip
+        per ~60 beats). Reading is the intake's back-pressure: while the core works on a
+        chunk nothing is read, so a monitor that falls behind leaves the backlog in the
+        kernel's socket buffer and the broker, never in its own memory."""
+        routes = self._routes
+        transport = getattr(conn, "transport", None)
+        if routes is None or transport is None or not hasattr(transport, "receive"):
+            return
+        reader = FrameReader(routes)
+        receive = transport.receive
+        if hasattr(transport, "_Transport__recv_bytes"):  # stomp.py's private read size
+            transport._Transport__recv_bytes = _READ_BYTES
+        after = self._after_read
+        feed = reader.feed
+
+        def read() -> Any:
+            data = receive()
+            if not data:
+                return data  # closed (or nothing yet on a TLS socket): stomp.py decides
+            left = feed(data, len(data) >= _READ_BYTES)
+            if after is not None:
+                after()
+            return left or b"\n"
+
+        transport.receive = read
+        self.reader = reader
+
+    @property
+    def native_consumed(self) -> int:
+        """Beat frames the core took from this link (stomp.py never saw them)."""
+        reader = self.reader
+        return 0 if reader is None else int(reader.stats()["consumed"])
 
     def _choose_dialect(self) -> None:
         wanted = self.options.dialect

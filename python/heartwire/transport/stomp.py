@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from heartwire._core import Intake, Routes
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.errors import SendTimeout, names
 from heartwire.transport.failover import ConnectionListener, Connector
@@ -152,6 +153,11 @@ class StompSubscription:
     def __exit__(self, *exc: object) -> None:
         self.cancel()
 
+    def _native_consumed(self) -> int:
+        """Beat frames the core took straight off the sockets (never seen by stomp.py)."""
+        with self._stats_lock:
+            return self._native_base + sum(link.native_consumed for link in self._native_links)
+
     def __repr__(self) -> str:
         state = "active" if self._active else "cancelled"
         return f"<StompSubscription {self.pattern!r} {state}, {self.delivered} delivered>"
@@ -196,6 +202,15 @@ class StompTransport:
         self._pings_sent = 0
         self._pings_received = 0
         self._keepalive_expirations = 0
+        # Subscriptions whose beats the core records straight off the socket (see
+        # subscribe_intake): their routes, shared by every connection's FrameReader, and per
+        # subscription id its intake and the callback that reports the intake's refusals.
+        self._routes = Routes()
+        self._native: dict[str, tuple[Intake, Callable[[], None]]] = {}
+        # The last links opened (for the count of beats taken natively), and the count of
+        # those let go (ended long ago).
+        self._native_links: list[StompLink] = []
+        self._native_base = 0
         self._closed = False
         self._connector = Connector(
             self._options, self._new_link, self._attach, self._detach, self._attached
@@ -275,7 +290,8 @@ class StompTransport:
 
     def stats(self) -> dict[str, Any]:
         """Counters: ``published``, ``send_retries`` (sends repeated on a new connection),
-        ``send_timeouts``, ``delivered``, ``unrouted`` (messages no subscription took),
+        ``send_timeouts``, ``delivered``, ``native`` (beats recorded by the core off the socket,
+        see :meth:`subscribe_intake`; not in ``delivered``), ``unrouted`` (messages no subscription took),
         ``handler_errors``, ``subscriptions``, ``reconnects``, ``connect_attempts``,
         ``keepalive_pings`` / ``keepalive_returned`` / ``keepalive_expirations``,
         ``listener_errors``, and ``outages`` (``(broker, seconds)`` of the last ones)."""
@@ -286,6 +302,7 @@ class StompTransport:
                 "send_retries": self._send_retries,
                 "send_timeouts": self._send_timeouts,
                 "delivered": self._delivered,
+                "native": self._native_consumed(),
                 "unrouted": self._unrouted,
                 "handler_errors": self._handler_errors,
                 "subscriptions": len(self._subs),
@@ -428,6 +445,24 @@ class StompTransport:
                     self._connector.link_lost(link, f"subscribe failed: {exc!r}")
                 else:
                     self._start_keepalive(link)
+        return sub
+
+    def subscribe_intake(
+        self, pattern: str, intake: Intake, handler: MessageHandler, on_refusals: Callable[[], None]
+    ) -> StompSubscription:
+        """:meth:`subscribe`, with the beats of the subscription decoded and recorded by the
+        core's ``intake`` straight from the bytes read off the socket: only what the native
+        path leaves (a body its decoder is not sure of, a destination with header escapes)
+        reaches ``handler`` as a :class:`~heartwire.transport.Message`. ``on_refusals()`` is
+        called on the receiving thread after a read in which the intake refused beats (to
+        report them)."""
+        sub = self.subscribe(pattern, handler)
+        # Routed once subscribed: frames that came before went the Python way, which records
+        # through the same intake.
+        with self._connector.cond:
+            if sub.id in self._subs:
+                self._native[sub.id] = (intake, on_refusals)
+                self._routes.add(sub.id, intake)
         return sub
 
     def subscribe_destination(
@@ -587,6 +622,8 @@ class StompTransport:
 
     def _remove(self, sub: StompSubscription, headers: dict[str, str] | None = None) -> None:
         with self._connector.cond:
+            if self._native.pop(sub.id, None) is not None:
+                self._routes.remove(sub.id)
             if self._subs.pop(sub.id, None) is None:
                 return
             link = self._connector.current
@@ -598,7 +635,7 @@ class StompTransport:
     # -- connections (called by the connector) ------------------------------------------------
 
     def _new_link(self, broker: BrokerAddress) -> StompLink:
-        return StompLink(
+        link = StompLink(
             broker,
             self._options,
             self._on_frame,
@@ -606,7 +643,24 @@ class StompTransport:
             client_id=self.client_id,
             on_receipt=self._on_receipt,
             on_error_frame=self._on_error_frame,
+            routes=self._routes,
+            after_read=self._after_read,
         )
+        with self._stats_lock:
+            self._native_links.append(link)
+            if len(self._native_links) > 8:  # the oldest has ended: its count is final
+                self._native_base += self._native_links.pop(0).native_consumed
+        return link
+
+    def _after_read(self) -> None:
+        """After each read of a link (its receiving thread): report the refusals of the
+        intakes fed natively."""
+        for intake, report in list(self._native.values()):
+            if intake.pending:
+                try:
+                    report()
+                except Exception:
+                    log.exception("reporting refused beats failed")
 
     def _connector_lost(self, link: StompLink, reason: str) -> None:
         self._connector.link_lost(link, reason)
