@@ -10,6 +10,7 @@ pub mod dedup;
 pub mod detector;
 pub mod driver;
 pub mod event;
+pub mod ingest;
 pub mod kernels;
 pub mod phi;
 pub mod queue;

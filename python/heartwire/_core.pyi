@@ -16,6 +16,7 @@ __all__ = [
     "TopicStatus",
     "__version__",
     "availability_kernel",
+    "decode_beat",
     "freshness_kernel",
     "outages_kernel",
     "partition_kernel",
@@ -283,6 +284,20 @@ class Scheduler:
 # Times: Arrow timestamps (any unit, rounded down to ms; without a time zone: UTC wall-clock
 # time) or integers (epoch ms); periods: ms.
 # Arrays come in through the Arrow PyCapsule interface and are computed with the GIL released.
+
+def decode_beat(
+    body: bytes,
+    key: bytes | None = None,
+    max_size: int = 65536,
+    destination: str | None = None,
+) -> (
+    tuple[Literal["beat"], str, int | None, str | None, float | None, float | None, bool]
+    | tuple[Literal["reject"], str, str]
+    | tuple[Literal["defer"]]
+):
+    """Decode one message body natively, as ``BeatCodec(key, max_size).decode(body,
+    destination)`` would: ``("beat", topic, seq, boot, sent, period, legacy)``,
+    ``("reject", reason, detail)``, or ``("defer",)`` when only the Python codec can tell."""
 
 def freshness_kernel(last_seen: Any, period_ms: Any, as_of: Any, allowed_misses: int = 1) -> Any:
     """Freshness of every row of ``last_seen`` (an Arrow array): a ``pyarrow.StructArray``

@@ -12,6 +12,7 @@ mod dedup;
 mod detector;
 mod events;
 mod intake;
+mod ingest;
 mod scheduler;
 mod spark;
 mod time;
@@ -36,6 +37,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark::outages_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(spark::availability_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(spark::partition_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(ingest::decode_beat, m)?)?;
     m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
     m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
     Ok(())

@@ -1,0 +1,573 @@
+//! The STOMP 1.2 frame splitter: a byte stream read in chunks, cut into complete frames.
+//!
+//! Frame boundaries follow stomp.py's own reader exactly (`Transport.__read`), so that the
+//! frames passed on to it, concatenated, split into the same frames there: a frame ends at its
+//! first NUL, unless a `content-length` header (stomp.py's regex: a line starting
+//! `content-length:`, optional whitespace, digits) in the header block before the first blank
+//! line (`\n\n` or `\r\n\r\n`) reaches past that NUL, in which case it ends `content-length` bytes
+//! after the blank line plus one terminator byte. EOLs (`\n`, `\r\n`) between frames are
+//! heart-beats: counted and dropped.
+//!
+//! A MESSAGE frame goes to the callback only if its header block is well formed (every line
+//! `name:value`, uniform line ends, a plain-number `content-length` that the frame honours with a
+//! NUL); any other frame is passed through untouched for stomp.py to judge.
+
+use memchr::{memchr, memchr_iter};
+
+/// What the message callback decided for a MESSAGE frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Handled: the frame vanishes.
+    Consumed,
+    /// Not handled: the frame's bytes go to `out` unchanged.
+    Pass,
+}
+
+/// A complete, well-formed MESSAGE frame, borrowed from the stream.
+#[derive(Debug, Clone, Copy)]
+pub struct MessageFrame<'a> {
+    /// Raw value of the first `subscription` header.
+    pub subscription: Option<&'a [u8]>,
+    /// Raw value of the first `destination` header.
+    pub destination: Option<&'a [u8]>,
+    /// Some header (name or value) holds a '\' (STOMP 1.2 escape): raw values are not final.
+    pub escaped: bool,
+    /// The raw header block (lines after the command line, without the blank line).
+    pub headers: &'a [u8],
+    /// The body: `content-length` bytes, or up to the NUL.
+    pub body: &'a [u8],
+}
+
+/// Counters of one [`Splitter::feed`] call.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedStats {
+    /// Complete frames seen (heart-beat EOLs not included).
+    pub frames: u64,
+    /// MESSAGE frames the callback consumed.
+    pub consumed: u64,
+    /// Heart-beat EOLs dropped.
+    pub eols: u64,
+}
+
+/// Splits a STOMP byte stream into frames, holding a partial frame between calls.
+#[derive(Debug, Default)]
+pub struct Splitter {
+    /// The start of a frame not yet complete (never starts with an EOL; may be a lone `\r`).
+    held: Vec<u8>,
+}
+
+/// Where a complete frame ends.
+struct Bounds {
+    /// The frame's length including its terminator byte.
+    len: usize,
+    /// Offset of the first NUL.
+    nul: usize,
+    /// The blank line ending the header block: (start, end), before the first NUL.
+    preamble: Option<(usize, usize)>,
+    /// stomp.py's content-length, if its regex matched the header block.
+    content_length: Option<usize>,
+}
+
+/// The first blank line, as stomp.py's `PREAMBLE_END_RE` (`\n\n|\r\n\r\n`) finds it.
+fn preamble_end(f: &[u8]) -> Option<(usize, usize)> {
+    // Leftmost match: for the n-th '\n', a "\r\n\r\n" starting just before it, or a "\n\n"
+    // starting at it (the two exclude each other); no earlier '\n' can start a later match.
+    for i in memchr_iter(b'\n', f) {
+        match f.get(i + 1) {
+            Some(b'\n') => return Some((i, i + 2)),
+            Some(b'\r') if i >= 1 && f[i - 1] == b'\r' && f.get(i + 2) == Some(&b'\n') => {
+                return Some((i - 1, i + 3))
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// stomp.py's `^content-length[:]\s*(?P<value>[0-9]+)` (MULTILINE) on the header block: the first
+/// line start that matches. Saturates a huge value (such a frame never completes, in stomp.py
+/// either).
+fn regex_content_length(pre: &[u8]) -> Option<usize> {
+    const NAME: &[u8] = b"content-length:";
+    let starts = std::iter::once(0).chain(memchr_iter(b'\n', pre).map(|i| i + 1));
+    for s in starts {
+        let Some(rest) = pre.get(s..).filter(|r| r.starts_with(NAME)) else {
+            continue;
+        };
+        let rest = &rest[NAME.len()..];
+        // Python's bytes `\s`: space, \t, \n, \r, \f, \v.
+        let ws = rest
+            .iter()
+            .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'\x0b'))
+            .count();
+        let digits = rest[ws..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 {
+            continue;
+        }
+        let mut v: usize = 0;
+        for &d in &rest[ws..ws + digits] {
+            v = v.saturating_mul(10).saturating_add(usize::from(d - b'0'));
+        }
+        return Some(v);
+    }
+    None
+}
+
+/// The bounds of the frame at the start of `f`, or None if it is not complete yet.
+fn bounds(f: &[u8]) -> Option<Bounds> {
+    let nul = memchr(0, f)?;
+    let preamble = preamble_end(&f[..nul]);
+    let content_length = preamble.and_then(|(ps, _)| regex_content_length(&f[..ps]));
+    let mut len = nul + 1;
+    if let (Some((_, pe)), Some(cl)) = (preamble, content_length) {
+        let size = pe.saturating_add(cl);
+        if size > nul {
+            // stomp.py takes the byte at `size` as the terminator without looking at it.
+            if size < f.len() {
+                len = size + 1;
+            } else {
+                return None;
+            }
+        }
+    }
+    Some(Bounds {
+        len,
+        nul,
+        preamble,
+        content_length,
+    })
+}
+
+/// Each header line of a block whose line ends are `\n` or `\r\n` (the `\r` removed; a
+/// stray `\r` elsewhere stays in the line).
+fn header_lines(headers: &[u8]) -> impl Iterator<Item = &[u8]> {
+    headers
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+}
+
+/// The frame as a well-formed MESSAGE, or None (pass it through).
+fn message<'a>(f: &'a [u8], b: &Bounds) -> Option<MessageFrame<'a>> {
+    let (ps, pe) = b.preamble?;
+    let pre = &f[..ps];
+    let (cmd, headers) = match memchr(b'\n', pre) {
+        Some(i) => (&pre[..i], &pre[i + 1..]),
+        None => (pre, &pre[pre.len()..]),
+    };
+    let cmd = cmd.strip_suffix(b"\r").unwrap_or(cmd);
+    if cmd != b"MESSAGE" {
+        return None;
+    }
+    // stomp.py keeps a '\r' that ends the block before "\n\n" in the last value: refuse it.
+    if headers.last() == Some(&b'\r') && &f[ps..pe] == b"\n\n" {
+        return None;
+    }
+    let mut subscription = None;
+    let mut destination = None;
+    let mut content_length = None;
+    let mut seen_cl = false;
+    if !headers.is_empty() {
+        for line in header_lines(headers) {
+            if memchr(b'\r', line).is_some() {
+                return None;
+            }
+            let colon = memchr(b':', line)?;
+            if colon == 0 {
+                return None;
+            }
+            let (name, value) = (&line[..colon], &line[colon + 1..]);
+            match name {
+                b"subscription" if subscription.is_none() => subscription = Some(value),
+                b"destination" if destination.is_none() => destination = Some(value),
+                b"content-length" if !seen_cl => {
+                    seen_cl = true;
+                    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+                        return None;
+                    }
+                    // The same line stomp.py's regex found first, so the same number.
+                    content_length = Some(b.content_length?);
+                }
+                _ => {}
+            }
+        }
+    }
+    if !seen_cl && b.content_length.is_some() {
+        return None; // the regex saw a content-length the lines do not show plainly
+    }
+    let body = match content_length {
+        Some(cl) => {
+            // The frame must end exactly there, on a NUL.
+            let end = pe.checked_add(cl)?;
+            if end + 1 != b.len || f[end] != 0 {
+                return None;
+            }
+            &f[pe..end]
+        }
+        None => &f[pe..b.nul],
+    };
+    Some(MessageFrame {
+        subscription,
+        destination,
+        escaped: memchr(b'\\', headers).is_some(),
+        headers,
+        body,
+    })
+}
+
+/// Split every complete frame at the start of `buf`; returns the bytes used (the rest is an
+/// incomplete frame, or empty).
+fn run(
+    buf: &[u8],
+    out: &mut Vec<u8>,
+    on_message: &mut impl FnMut(&MessageFrame<'_>) -> Verdict,
+    stats: &mut FeedStats,
+) -> usize {
+    let mut i = 0;
+    loop {
+        // Heart-beats between frames.
+        loop {
+            match buf.get(i) {
+                Some(b'\n') => i += 1,
+                Some(b'\r') if buf.get(i + 1) == Some(&b'\n') => i += 2,
+                _ => break,
+            }
+            stats.eols += 1;
+        }
+        let f = &buf[i..];
+        if f.is_empty() {
+            return i;
+        }
+        let Some(b) = bounds(f) else {
+            return i;
+        };
+        let frame = &f[..b.len];
+        stats.frames += 1;
+        let verdict = if frame.starts_with(b"MESSAGE") {
+            message(frame, &b).map_or(Verdict::Pass, |m| on_message(&m))
+        } else {
+            Verdict::Pass
+        };
+        match verdict {
+            Verdict::Consumed => stats.consumed += 1,
+            Verdict::Pass => out.extend_from_slice(frame),
+        }
+        i += b.len;
+    }
+}
+
+impl Splitter {
+    pub fn new() -> Splitter {
+        Splitter::default()
+    }
+
+    /// Split `data` (after any partial frame held from earlier calls) into complete frames, in
+    /// order. A MESSAGE frame goes to `on_message`: Consumed frames vanish, Pass frames' bytes
+    /// (exactly as received, terminating NUL included) are appended to `out`. Every other
+    /// complete frame (CONNECTED, RECEIPT, ERROR, anything unparseable) is appended to `out`
+    /// unchanged, in order. EOLs between frames (STOMP heart-beats) are counted and dropped. A
+    /// trailing incomplete frame is kept for the next call.
+    ///
+    /// Only a frame that straddles calls is copied (into the held buffer, up to its end); the
+    /// frames complete within `data` are read in place.
+    pub fn feed(
+        &mut self,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        mut on_message: impl FnMut(&MessageFrame<'_>) -> Verdict,
+    ) -> FeedStats {
+        let mut stats = FeedStats::default();
+        let mut pos = 0;
+        // Complete the held frame first, taking from `data` only what it can need.
+        while !self.held.is_empty() && pos < data.len() {
+            let rest = &data[pos..];
+            if self.held == b"\r" && rest[0] == b'\n' {
+                // A CRLF heart-beat cut in two.
+                self.held.clear();
+                stats.eols += 1;
+                pos += 1;
+                break;
+            }
+            let take = match memchr(0, &self.held) {
+                // No NUL yet: up to and including the next one.
+                None => memchr(0, rest).map_or(rest.len(), |k| k + 1),
+                // A content-length frame waiting for its body: exactly what it lacks.
+                Some(_) => match bounds_need(&self.held) {
+                    Some(total) => (total - self.held.len()).min(rest.len()),
+                    None => rest.len(), // cannot happen: a held frame with a NUL is incomplete
+                },
+            };
+            self.held.extend_from_slice(&rest[..take]);
+            pos += take;
+            let used = run(&self.held, out, &mut on_message, &mut stats);
+            self.held.drain(..used);
+        }
+        if pos < data.len() {
+            let used = run(&data[pos..], out, &mut on_message, &mut stats);
+            self.held.extend_from_slice(&data[pos + used..]);
+        }
+        stats
+    }
+
+    /// Bytes held (a partial frame).
+    pub fn pending(&self) -> usize {
+        self.held.len()
+    }
+
+    /// A header's raw value (first occurrence) in a raw header block.
+    pub fn header<'a>(headers: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+        if headers.is_empty() {
+            return None;
+        }
+        header_lines(headers).find_map(|line| {
+            let colon = memchr(b':', line)?;
+            (&line[..colon] == name).then(|| &line[colon + 1..])
+        })
+    }
+}
+
+/// For a held frame that has its first NUL but waits for a content-length body: the total
+/// length it needs (frame plus terminator).
+fn bounds_need(f: &[u8]) -> Option<usize> {
+    let nul = memchr(0, f)?;
+    let (ps, pe) = preamble_end(&f[..nul])?;
+    let cl = regex_content_length(&f[..ps])?;
+    let size = pe.saturating_add(cl);
+    (size > nul).then(|| size.saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What a feed produced: the consumed messages (subscription, destination, body, escaped),
+    /// the passed bytes, and the counters.
+    type Consumed = (Vec<u8>, Vec<u8>, Vec<u8>, bool);
+
+    #[derive(Debug, Default, PartialEq)]
+    struct Seen {
+        consumed: Vec<Consumed>,
+        out: Vec<u8>,
+        stats: FeedStats,
+    }
+
+    /// Consume MESSAGEs on subscription "hb", pass the rest.
+    fn feed_chunks(chunks: &[&[u8]]) -> (Seen, usize) {
+        let mut s = Splitter::new();
+        let mut seen = Seen::default();
+        for c in chunks {
+            let st = s.feed(c, &mut seen.out, |m| {
+                if m.subscription == Some(b"hb") {
+                    seen.consumed.push((
+                        m.subscription.unwrap().to_vec(),
+                        m.destination.unwrap_or_default().to_vec(),
+                        m.body.to_vec(),
+                        m.escaped,
+                    ));
+                    Verdict::Consumed
+                } else {
+                    Verdict::Pass
+                }
+            });
+            seen.stats.frames += st.frames;
+            seen.stats.consumed += st.consumed;
+            seen.stats.eols += st.eols;
+        }
+        (seen, s.pending())
+    }
+
+    const MSG_NUL: &[u8] =
+        b"MESSAGE\nsubscription:hb\ndestination:/topic/a\nmessage-id:1\n\n{\"v\":1}\0";
+    const MSG_CL: &[u8] =
+        b"MESSAGE\r\nsubscription:hb\r\ndestination:/topic/b\r\ncontent-length:5\r\n\r\na\0b\0c\0";
+    const MSG_OTHER: &[u8] = b"MESSAGE\nsubscription:other\ndestination:/queue/x\n\nhello\0";
+    const MSG_ESC: &[u8] = b"MESSAGE\nsubscription:hb\ndestination:/topic/a\\cb\n\nx\0";
+    const RECEIPT: &[u8] = b"RECEIPT\nreceipt-id:77\n\n\0";
+    const ERROR: &[u8] = b"ERROR\nmessage:bad\ncontent-length:3\n\nx\0y\0";
+    const BAD_CL: &[u8] = b"MESSAGE\nsubscription:hb\ncontent-length:x5\n\nbody\0";
+    const NO_COLON: &[u8] = b"MESSAGE\nsubscription:hb\nnocolon\n\nbody\0";
+
+    fn stream() -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(b"CONNECTED\nversion:1.2\nheart-beat:0,1000\n\n\0\n");
+        v.extend_from_slice(MSG_NUL);
+        v.extend_from_slice(b"\r\n\n");
+        v.extend_from_slice(MSG_CL);
+        v.extend_from_slice(MSG_OTHER);
+        v.extend_from_slice(b"\n");
+        v.extend_from_slice(RECEIPT);
+        v.extend_from_slice(MSG_ESC);
+        v.extend_from_slice(ERROR);
+        v.extend_from_slice(b"\r\n");
+        v.extend_from_slice(BAD_CL);
+        v.extend_from_slice(NO_COLON);
+        v.extend_from_slice(MSG_NUL);
+        v.extend_from_slice(b"\n\r\n");
+        v
+    }
+
+    fn expected_out() -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(b"CONNECTED\nversion:1.2\nheart-beat:0,1000\n\n\0");
+        v.extend_from_slice(MSG_OTHER);
+        v.extend_from_slice(RECEIPT);
+        v.extend_from_slice(ERROR);
+        v.extend_from_slice(BAD_CL);
+        v.extend_from_slice(NO_COLON);
+        v
+    }
+
+    #[test]
+    fn whole_stream() {
+        let s = stream();
+        let (seen, pending) = feed_chunks(&[&s]);
+        assert_eq!(pending, 0);
+        assert_eq!(seen.out, expected_out());
+        let bodies: Vec<&[u8]> = seen.consumed.iter().map(|c| c.2.as_slice()).collect();
+        assert_eq!(
+            bodies,
+            [&b"{\"v\":1}"[..], b"a\0b\0c", b"x", b"{\"v\":1}"],
+            "{seen:?}"
+        );
+        assert_eq!(seen.consumed[1].1, b"/topic/b");
+        assert!(seen.consumed[2].3 && !seen.consumed[0].3);
+        assert_eq!(seen.consumed[2].1, b"/topic/a\\cb");
+        assert_eq!(
+            seen.stats,
+            FeedStats {
+                frames: 10,
+                consumed: 4,
+                eols: 7
+            }
+        );
+    }
+
+    #[test]
+    fn every_split_point_matches_whole() {
+        let s = stream();
+        let (whole, _) = feed_chunks(&[&s]);
+        for i in 0..=s.len() {
+            let (seen, pending) = feed_chunks(&[&s[..i], &s[i..]]);
+            assert_eq!(seen, whole, "split at {i}");
+            assert_eq!(pending, 0);
+        }
+    }
+
+    #[test]
+    fn every_two_split_points_and_bytewise() {
+        let s = stream();
+        let (whole, _) = feed_chunks(&[&s]);
+        for i in (0..s.len()).step_by(3) {
+            for j in i..=s.len() {
+                let (seen, _) = feed_chunks(&[&s[..i], &s[i..j], &s[j..]]);
+                assert_eq!(seen, whole, "split at {i}, {j}");
+            }
+        }
+        let bytes: Vec<&[u8]> = s.chunks(1).collect();
+        assert_eq!(feed_chunks(&bytes).0, whole);
+    }
+
+    #[test]
+    fn partial_frame_is_held_then_completed() {
+        let mut s = Splitter::new();
+        let mut out = Vec::new();
+        let st = s.feed(&MSG_CL[..40], &mut out, |_| Verdict::Consumed);
+        assert_eq!((st.frames, s.pending()), (0, 40));
+        // Split inside the body's NULs and again right before the terminator.
+        let n = MSG_CL.len();
+        let st = s.feed(&MSG_CL[40..n - 1], &mut out, |_| Verdict::Consumed);
+        assert_eq!((st.frames, s.pending()), (0, n - 1));
+        let st = s.feed(&MSG_CL[n - 1..], &mut out, |_| Verdict::Consumed);
+        assert_eq!((st.frames, st.consumed, s.pending()), (1, 1, 0));
+        // A CRLF heart-beat cut between its two bytes.
+        assert_eq!(s.feed(b"\r", &mut out, |_| Verdict::Pass).eols, 0);
+        assert_eq!(s.pending(), 1);
+        assert_eq!(s.feed(b"\n", &mut out, |_| Verdict::Pass).eols, 1);
+        assert_eq!(s.pending(), 0);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn malformed_frames_pass_untouched() {
+        for f in [
+            // A '\r' left in the last header by "\r\n\n".
+            &b"MESSAGE\r\nsubscription:hb\r\n\nbody\0"[..],
+            // content-length with spaces (stomp.py's regex takes it, the strict parse does not).
+            b"MESSAGE\nsubscription:hb\ncontent-length: 4\n\nbody\0",
+            // content-length shorter than the body up to the NUL.
+            b"MESSAGE\nsubscription:hb\ncontent-length:2\n\nbody\0",
+            // An empty header name.
+            b"MESSAGE\nsubscription:hb\n:x\n\nbody\0",
+            // No blank line before the NUL.
+            b"MESSAGE\nsubscription:hb\0",
+            // Not quite MESSAGE.
+            b"MESSAGES\nsubscription:hb\n\nbody\0",
+        ] {
+            let (seen, pending) = feed_chunks(&[f]);
+            assert_eq!(
+                (seen.out.as_slice(), pending),
+                (f, 0),
+                "{:?}",
+                String::from_utf8_lossy(f)
+            );
+            assert!(seen.consumed.is_empty());
+        }
+        // content-length whose terminator byte is not a NUL: stomp.py cuts there anyway; so do
+        // we, and pass it.
+        let f = b"MESSAGE\nsubscription:hb\ncontent-length:4\n\nab\0cd";
+        let (seen, pending) = feed_chunks(&[&f[..]]);
+        assert!(seen.consumed.is_empty() && pending == 0);
+        assert_eq!(seen.out, &f[..]);
+    }
+
+    #[test]
+    fn header_lookup() {
+        let h = b"destination:/topic/a\r\nfoo:1\r\nfoo:2\r\nempty:\r\nx:a:b";
+        assert_eq!(Splitter::header(h, b"foo"), Some(&b"1"[..]));
+        assert_eq!(Splitter::header(h, b"empty"), Some(&b""[..]));
+        assert_eq!(Splitter::header(h, b"x"), Some(&b"a:b"[..]));
+        assert_eq!(Splitter::header(h, b"destination"), Some(&b"/topic/a"[..]));
+        assert_eq!(Splitter::header(h, b"nope"), None);
+        assert_eq!(Splitter::header(b"", b"x"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn random_chunkings_match_whole(cuts in proptest::collection::vec(0usize..400, 0..12)) {
+            let s = stream();
+            let (whole, _) = feed_chunks(&[&s]);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (s.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut prev = 0;
+            for c in cuts {
+                chunks.push(&s[prev..c]);
+                prev = c;
+            }
+            chunks.push(&s[prev..]);
+            prop_assert_eq!(feed_chunks(&chunks).0, whole);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_keep_every_byte(
+            data in proptest::collection::vec(
+                prop_oneof![Just(0u8), Just(b'\n'), Just(b'\r'), Just(b':'), any::<u8>()], 0..300),
+            cut in 0usize..300,
+        ) {
+            // Every byte ends up passed, consumed, dropped as an EOL, or held: passing everything,
+            // out + EOL bytes + held == input (lengths), whatever the chunking.
+            let cut = cut.min(data.len());
+            let mut s = Splitter::new();
+            let mut out = Vec::new();
+            let a = s.feed(&data[..cut], &mut out, |_| Verdict::Pass);
+            let b = s.feed(&data[cut..], &mut out, |_| Verdict::Pass);
+            let mut s2 = Splitter::new();
+            let mut out2 = Vec::new();
+            let w = s2.feed(&data, &mut out2, |_| Verdict::Pass);
+            prop_assert_eq!(&out, &out2);
+            prop_assert_eq!(a.eols + b.eols, w.eols);
+            prop_assert_eq!(s.pending(), s2.pending());
+            prop_assert!(out.len() + s.pending() <= data.len());
+        }
+    }
+}
