@@ -10,8 +10,11 @@ __all__ = [
     "Detector",
     "Event",
     "EventQueue",
+    "FrameReader",
+    "Intake",
     "ManualClock",
     "Phi",
+    "Routes",
     "Scheduler",
     "TopicStatus",
     "__version__",
@@ -257,6 +260,77 @@ class Detector:
     def unsubscribe(self, queue: EventQueue) -> bool: ...
 
 @final
+class Intake:
+    """A monitor's intake: every rule a beat passes before the detector records it (period
+    bounds, running, signed-beat age, learning with pattern and ``max_topics``, replays,
+    re-tuning), however the beat arrives. Refusals are counted by reason; the first 1024 not yet
+    taken are kept with details (:meth:`take_refusals`)."""
+
+    running: bool
+    paused_all: bool
+    def __init__(
+        self,
+        detector: Detector,
+        pattern: str,
+        period: float,
+        *,
+        grace: float | None = None,
+        key: bytes | None = None,
+        max_topics: int | None = None,
+        max_beat_age: float | None = None,
+        max_size: int = 65536,
+    ) -> None: ...
+    def pause_name(self, name: str) -> bool: ...
+    def unpause_name(self, name: str) -> bool: ...
+    def is_paused_name(self, name: str) -> bool: ...
+    def paused_names(self) -> list[str]: ...
+    def expect(
+        self,
+        name: str,
+        period: float | None = None,
+        allowed_misses: int | None = None,
+        phi: Phi | None = None,
+        grace: float | None = None,
+    ) -> int: ...
+    def remove(self, name: str) -> bool: ...
+    def matches(self, topic: str) -> bool: ...
+    def beat(self, topic: str, *, seq: int | None = None, latency: float | None = None) -> bool: ...
+    def beat_many(self, names: Any) -> int: ...
+    def ingest(self, body: bytes | bytearray | memoryview, destination: str | None = None) -> bool | None: ...
+    def record(
+        self,
+        topic: str,
+        seq: int | None = None,
+        boot: str | None = None,
+        sent: float | None = None,
+        period: float | None = None,
+    ) -> bool: ...
+    def refuse(self, reason: str, detail: str) -> None: ...
+    @property
+    def pending(self) -> bool: ...
+    def take_refusals(self) -> list[tuple[str, str, int]]: ...
+    def stats(self) -> dict[str, Any]: ...
+    def tracked(self, handle: int) -> tuple[float, bool, float] | None: ...
+    def heap_bytes(self) -> int: ...
+
+class Routes:
+    """Which STOMP subscription id feeds which :class:`Intake` (one per transport)."""
+
+    def __init__(self) -> None: ...
+    def add(self, sub_id: str, intake: Intake) -> None: ...
+    def remove(self, sub_id: str) -> bool: ...
+    def __len__(self) -> int: ...
+
+class FrameReader:
+    """One connection's reader: :meth:`feed` takes the bytes read from the socket, records the
+    beats of routed subscriptions, and returns the other frames, whole and in order."""
+
+    def __init__(self, routes: Routes) -> None: ...
+    def feed(self, data: bytes, backlogged: bool = False) -> bytes: ...
+    @property
+    def pending(self) -> int: ...
+    def stats(self) -> dict[str, Any]: ...
+
 class Scheduler:
     """Deadlines per integer key on the core's timer wheel, for publishers.
 

@@ -150,13 +150,37 @@ fn ns(seconds: f64) -> u64 {
     (seconds * 1e9).round().max(1.0) as u64
 }
 
-/// `repr`-like text cut to `limit` characters: hostile names stay out of logs and events.
+/// Python's `repr` of a str: the quote it would pick, backslash escapes for the rest.
+pub fn py_repr(text: &str) -> String {
+    let quote = if text.contains('\'') && !text.contains('"') { '"' } else { '\'' };
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push(quote);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// `repr(text)` cut to `limit` characters: hostile names stay out of logs and events.
 pub fn short(text: &str, limit: usize) -> String {
-    if text.chars().count() <= limit {
-        format!("{text:?}")
+    let n = text.chars().count();
+    if n <= limit {
+        py_repr(text)
     } else {
         let cut: String = text.chars().take(limit).collect();
-        format!("{cut:?}... ({} characters)", text.chars().count())
+        format!("{}... ({n} characters)", py_repr(&cut))
     }
 }
 
@@ -458,7 +482,7 @@ impl Intake {
         if !self.pattern.matches(name) {
             drop(table);
             self.refuse("pattern_mismatch", || {
-                format!("{} is not in {:?}", short(name, 120), self.pattern_text)
+                format!("{} is not in {}", short(name, 120), py_repr(&self.pattern_text))
             });
             return None;
         }

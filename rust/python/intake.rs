@@ -142,6 +142,11 @@ impl PyIntake {
             .map_err(PyValueError::new_err)
     }
 
+    /// Whether ``topic`` matches the monitor's pattern.
+    fn matches(&self, topic: &str) -> bool {
+        self.intake.matches(topic)
+    }
+
     /// Stop watching ``name``; False if it was not watched.
     fn remove(&self, py: Python<'_>, name: &str) -> bool {
         py.detach(|| self.intake.remove(name))
@@ -186,8 +191,17 @@ impl PyIntake {
             }
             return Ok(matches!(result, crate::detector::Beat::Recorded { .. }));
         }
-        py.detach(|| intake.beat_name(&name, seq.unwrap_or(NO_SEQ), latency, None))
-            .map_err(PyValueError::new_err)
+        match py.detach(|| intake.beat_name(&name, seq.unwrap_or(NO_SEQ), latency, None)) {
+            Ok(recorded) => Ok(recorded),
+            Err(why) => {
+                // An invalid name: Python's own check raises the error users see everywhere
+                // (naming the field, the value and what is wrong with it).
+                py.import("heartwire.transport.patterns")?
+                    .getattr("validate_topic")?
+                    .call1((topic, "topic"))?;
+                Err(PyValueError::new_err(why))
+            }
+        }
     }
 
     /// One beat for each name (a list of str, or an Arrow string array); unknown names are
