@@ -1,4 +1,37 @@
-//! The beat decoder: a message body to a [`Beat`], agreeing with Python's `BeatCodec.decode`.
+//! The beat decoder: a message body to a [`Beat`], agreeing with Python's `BeatCodec.decode`
+//! (`python/heartwire/message.py`) or deferring to it.
+//!
+//! The contract: [`Decoded::Beat`] only where Python returns a beat with the same fields,
+//! [`Decoded::Reject`] only where Python raises `DecodeError` with the same reason, and
+//! [`Decoded::Defer`] wherever this module cannot be sure (Python then decides, slowly). What
+//! real senders send — heartwire's own canonical JSON, signed or not, and the legacy
+//! `"<topic> HEARTBEAT"` text — and the common bad inputs are decided here.
+//!
+//! Checks run in Python's order: size, UTF-8, `str.strip()`, legacy vs JSON by the first
+//! character, JSON syntax (Python's `json` rules: strict strings, no NaN/Infinity, no float that
+//! overflows), object, signature, fields, destination.
+//!
+//! Signatures: Python signs the canonical JSON (`json.dumps(sort_keys, separators=(',', ':'),
+//! ensure_ascii)`) of every member but `sig`. When the body minus the `sig` member is already
+//! canonical — what heartwire's publisher sends — those bytes are exactly what Python would sign,
+//! so they are fed to the HMAC in place (two slices, no copy). Otherwise: defer.
+
+use super::topic::valid_topic;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::fmt::{self, Write as _};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The longest boot id accepted, in characters (Python's `MAX_BOOT_ID_LEN`).
+const MAX_BOOT_LEN: usize = 256;
+/// Nesting deeper than this defers: Python may raise RecursionError (bad_json) or not.
+const MAX_DEPTH: u32 = 100;
+/// An integer literal with more digits than this defers: Python's int parsing refuses more
+/// than `sys.get_int_max_str_digits()` digits (4300 by default, settable down to 640).
+const MAX_INT_DIGITS: usize = 640;
+/// Details are cut to about this many bytes (hostile input is echoed only in part).
+const DETAIL_MAX: usize = 200;
 
 /// One decoded beat, borrowing from the body.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,27 +58,960 @@ pub enum Decoded<'a> {
     Defer,
 }
 
-/// A beat decoder for one key and size limit; immutable, cheap to share.
+/// A beat decoder for one key and size limit; immutable, `Send + Sync`, cheap to share.
 #[derive(Clone)]
 pub struct Decoder {
+    /// The keyed HMAC state, computed once and cloned per signed beat.
+    mac: Option<HmacSha256>,
     max_size: usize,
 }
 
+impl fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decoder")
+            .field("signed", &self.signed())
+            .field("max_size", &self.max_size)
+            .finish()
+    }
+}
+
+/// Why decoding stopped before an answer: a definite rejection, or "ask Python".
+enum Stop {
+    Reject(&'static str, String),
+    Defer,
+}
+
+type Res<T> = Result<T, Stop>;
+
+fn reject<T>(reason: &'static str, detail: String) -> Res<T> {
+    Err(Stop::Reject(reason, detail))
+}
+
+/// `s` cut to at most `n` bytes on a character boundary.
+fn clip(s: &str, n: usize) -> &str {
+    if s.len() <= n {
+        return s;
+    }
+    let mut end = n;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Bytes that Python's `str.strip()` and regex `\s` treat as whitespace, among ASCII.
+#[inline]
+fn py_space(b: u8) -> bool {
+    matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f | b' ')
+}
+
+/// JSON whitespace (what Python's `json` skips between tokens).
+#[inline]
+fn json_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
 impl Decoder {
-    /// A decoder; `key`, if given, must be non-empty (an empty key is treated as none).
+    /// A decoder. `key`, if given, must be non-empty (`BeatCodec` refuses an empty key; here an
+    /// empty key is treated as none).
     pub fn new(key: Option<&[u8]>, max_size: usize) -> Decoder {
-        let _ = key;
-        Decoder { max_size }
+        let mac = key
+            .filter(|k| !k.is_empty())
+            .map(|k| HmacSha256::new_from_slice(k).expect("HMAC takes a key of any length"));
+        Decoder { mac, max_size }
     }
 
     /// Whether beats must be signed.
     pub fn signed(&self) -> bool {
-        todo!()
+        self.mac.is_some()
+    }
+
+    /// The largest body looked at, in bytes.
+    pub fn max_size(&self) -> usize {
+        self.max_size
     }
 
     /// Decode `body`; `destination`: the topic the message arrived on (None: not checked).
     pub fn decode<'a>(&self, body: &'a [u8], destination: Option<&str>) -> Decoded<'a> {
-        let _ = (body, destination, self.max_size);
-        todo!()
+        match self.decode_inner(body, destination) {
+            Ok(beat) => Decoded::Beat(beat),
+            Err(Stop::Reject(reason, detail)) => Decoded::Reject { reason, detail },
+            Err(Stop::Defer) => Decoded::Defer,
+        }
+    }
+
+    fn decode_inner<'a>(&self, body: &'a [u8], destination: Option<&str>) -> Res<Beat<'a>> {
+        if body.len() > self.max_size {
+            return reject(
+                "too_large",
+                format!("{} bytes, limit {}", body.len(), self.max_size),
+            );
+        }
+        let text = match std::str::from_utf8(body) {
+            Ok(t) => t,
+            Err(e) => return reject("not_utf8", format!("{e}")),
+        };
+        // Python's `str.strip()`: ASCII whitespace here; a non-ASCII character left at either
+        // end may be Unicode whitespace Python would strip, so defer.
+        let b = text.as_bytes();
+        let start = b.iter().position(|&c| !py_space(c)).unwrap_or(b.len());
+        let end = b
+            .iter()
+            .rposition(|&c| !py_space(c))
+            .map_or(start, |e| e + 1);
+        let t = &b[start..end];
+        if t.first().is_some_and(|&c| c >= 0x80) || t.last().is_some_and(|&c| c >= 0x80) {
+            return Err(Stop::Defer);
+        }
+        // Both ends are ASCII, so `start..end` are character boundaries.
+        let t = text.get(start..end).ok_or(Stop::Defer)?;
+        let beat = if t.as_bytes().first() == Some(&b'{') {
+            self.decode_json(t)?
+        } else {
+            self.decode_legacy(t)?
+        };
+        if let Some(dest) = destination {
+            if dest != beat.topic {
+                return reject(
+                    "topic_mismatch",
+                    format!(
+                        "beat for {:?} arrived on {:?}",
+                        clip(beat.topic, 100),
+                        clip(dest, 100)
+                    ),
+                );
+            }
+        }
+        Ok(beat)
+    }
+
+    /// `(\S+) HEARTBEAT`, matched whole.
+    fn decode_legacy<'a>(&self, t: &'a str) -> Res<Beat<'a>> {
+        let name = t.strip_suffix(" HEARTBEAT").unwrap_or("");
+        let nb = name.as_bytes();
+        if nb.is_empty() || nb.iter().any(|&c| py_space(c)) {
+            return reject(
+                "bad_json",
+                format!(
+                    "neither a JSON object nor '<topic> HEARTBEAT': {:?}",
+                    clip(t, 60)
+                ),
+            );
+        }
+        if !name.is_ascii() {
+            return Err(Stop::Defer); // `\S` may or may not match a non-ASCII character
+        }
+        if self.mac.is_some() {
+            return reject("unsigned", "a legacy text beat carries no signature".into());
+        }
+        if !valid_topic(name) {
+            return reject(
+                "bad_field",
+                format!("topic {:?} is not valid", clip(name, 100)),
+            );
+        }
+        Ok(Beat {
+            topic: name,
+            seq: None,
+            boot: None,
+            sent: None,
+            period: None,
+            legacy: true,
+        })
+    }
+
+    fn decode_json<'a>(&self, t: &'a str) -> Res<Beat<'a>> {
+        let signed = self.mac.is_some();
+        let mut p = Parser {
+            s: t.as_bytes(),
+            i: 0,
+            want_canon: signed,
+            canon: true,
+            defer: false,
+        };
+        let f = p.top_object()?;
+        if p.defer {
+            return Err(Stop::Defer);
+        }
+        if let Some(mac) = &self.mac {
+            self.check_signature(mac, t.as_bytes(), &f, p.canon)?;
+        }
+        self.fields(t, &f)
+    }
+
+    fn check_signature(&self, mac: &HmacSha256, s: &[u8], f: &Fields, canon: bool) -> Res<()> {
+        let sig = match f.sig {
+            None => return reject("unsigned", "the beat has no 'sig'".into()),
+            Some(v) if v.kind == Kind::Null => {
+                return reject("unsigned", "the beat has no 'sig'".into())
+            }
+            Some(v) => v,
+        };
+        if sig.kind != Kind::Str {
+            return reject("bad_signature", "'sig' is not 64 hex digits".into());
+        }
+        if sig.escaped {
+            return Err(Stop::Defer);
+        }
+        let hex = &s[sig.start..sig.end];
+        let mut want = [0u8; 32];
+        if hex.len() != 64 || !decode_hex(hex, &mut want) {
+            return reject("bad_signature", "'sig' is not 64 hex digits".into());
+        }
+        if f.sig_count > 1 || !canon {
+            // Python's canonical text is not the body minus one member: only it can sign it.
+            return Err(Stop::Defer);
+        }
+        // Cut the `sig` member out with one adjacent comma (canonical text has no spaces).
+        let (ms, me) = f.sig_member;
+        let (a, b) = if ms > 0 && s[ms - 1] == b',' {
+            (ms - 1, me)
+        } else if s.get(me) == Some(&b',') {
+            (ms, me + 1)
+        } else {
+            (ms, me)
+        };
+        let mut m = mac.clone();
+        m.update(&s[..a]);
+        m.update(&s[b..]);
+        if m.verify_slice(&want).is_err() {
+            return reject(
+                "bad_signature",
+                "the signature does not match the beat".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The field checks, in Python's order; all failures are `bad_field`.
+    fn fields<'a>(&self, t: &'a str, f: &Fields) -> Res<Beat<'a>> {
+        let s = t.as_bytes();
+        let raw = |v: &Val| t.get(v.start..v.end).unwrap_or("");
+        let mut defer = false;
+        // v: a number (not bool) equal to 1.
+        let v_ok = match f.v {
+            Some(v) if v.kind == Kind::Int => &s[v.start..v.end] == b"1",
+            Some(v) if v.kind == Kind::Float => v.num == 1.0,
+            _ => false,
+        };
+        if !v_ok {
+            let shown = f.v.map_or("None", |v| raw(&v));
+            return reject(
+                "bad_field",
+                format!("v must be 1, got {}", clip(shown, DETAIL_MAX)),
+            );
+        }
+        let topic = match f.topic {
+            Some(v) if v.kind == Kind::Str => {
+                let name = raw(&v);
+                if v.escaped {
+                    defer = true; // the value is not the raw text
+                    ""
+                } else if valid_topic(name) {
+                    name
+                } else {
+                    return reject(
+                        "bad_field",
+                        format!(
+                            "topic {:?} is not a valid topic name",
+                            clip(name, DETAIL_MAX)
+                        ),
+                    );
+                }
+            }
+            other => return reject("bad_field", type_error("topic", "a str", t, other)),
+        };
+        let seq = match f.seq {
+            None => None,
+            Some(v) if v.kind == Kind::Null => None,
+            Some(v) if v.kind == Kind::Int => {
+                let lit = &s[v.start..v.end];
+                match lit {
+                    b"-0" => Some(0),
+                    _ => match raw(&v).parse::<u64>() {
+                        Ok(n) => Some(n),
+                        Err(_) => {
+                            return reject(
+                                "bad_field",
+                                format!(
+                                    "seq must be in 0..2**64-1, got {}",
+                                    clip(raw(&v), DETAIL_MAX)
+                                ),
+                            )
+                        }
+                    },
+                }
+            }
+            other => return reject("bad_field", type_error("seq", "an int", t, other)),
+        };
+        let boot = match f.boot {
+            None => None,
+            Some(v) if v.kind == Kind::Null => None,
+            Some(v) if v.kind == Kind::Str => {
+                let b = raw(&v);
+                if v.escaped {
+                    defer = true;
+                    None
+                } else {
+                    let n = b.chars().count();
+                    if n == 0 || n > MAX_BOOT_LEN {
+                        return reject(
+                            "bad_field",
+                            format!("boot must be 1 to {MAX_BOOT_LEN} characters, got {n}"),
+                        );
+                    }
+                    Some(b)
+                }
+            }
+            other => return reject("bad_field", type_error("boot", "a str", t, other)),
+        };
+        let sent = match number(t, "sent", f.sent)? {
+            Some(x) if !x.is_finite() => {
+                return reject("bad_field", "sent must be finite".into());
+            }
+            x => x,
+        };
+        let period = match number(t, "period", f.period)? {
+            Some(x) if !(x > 0.0 && x.is_finite()) => {
+                return reject(
+                    "bad_field",
+                    format!("period must be a positive finite number of seconds, got {x}"),
+                );
+            }
+            x => x,
+        };
+        if defer {
+            return Err(Stop::Defer);
+        }
+        Ok(Beat {
+            topic,
+            seq,
+            boot,
+            sent,
+            period,
+            legacy: false,
+        })
+    }
+}
+
+/// A `bad_field` detail for a field of the wrong type.
+fn type_error(field: &str, want: &str, t: &str, v: Option<Val>) -> String {
+    let (kind, shown) = match v {
+        None => ("NoneType", "None"),
+        Some(v) => (v.kind.py_name(), t.get(v.start..v.end).unwrap_or("")),
+    };
+    format!(
+        "{field} must be {want}, got {kind} {}",
+        clip(shown, DETAIL_MAX)
+    )
+}
+
+/// A `sent`/`period` value as Python's `float(value)` (an int that overflows gives inf, as
+/// Python's checks treat it); None if absent or null; `bad_field` if not a number.
+fn number(t: &str, field: &str, v: Option<Val>) -> Res<Option<f64>> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.kind == Kind::Null => Ok(None),
+        Some(v) if v.kind == Kind::Float => Ok(Some(v.num)),
+        Some(v) if v.kind == Kind::Int => {
+            // Correctly rounded, like Python's int -> float; "-0" is the int 0, so +0.0.
+            let x: f64 = t[v.start..v.end].parse().unwrap_or(f64::INFINITY);
+            Ok(Some(if x == 0.0 { 0.0 } else { x }))
+        }
+        other => reject("bad_field", type_error(field, "a number", t, other)),
+    }
+}
+
+fn hex_val(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Decode 64 hex digits (either case) into 32 bytes; false if any is not hex.
+fn decode_hex(hex: &[u8], out: &mut [u8; 32]) -> bool {
+    for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+        match (hex_val(pair[0]), hex_val(pair[1])) {
+            (Some(h), Some(l)) => *o = (h << 4) | l,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The JSON kind of a parsed value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Str,
+    Int,
+    Float,
+    True,
+    False,
+    Null,
+    Object,
+    Array,
+}
+
+impl Kind {
+    /// The Python type name, for details.
+    fn py_name(self) -> &'static str {
+        match self {
+            Kind::Str => "str",
+            Kind::Int => "int",
+            Kind::Float => "float",
+            Kind::True | Kind::False => "bool",
+            Kind::Null => "NoneType",
+            Kind::Object => "dict",
+            Kind::Array => "list",
+        }
+    }
+}
+
+/// A parsed value: its kind and span (a string's span is inside the quotes).
+#[derive(Debug, Clone, Copy)]
+struct Val {
+    kind: Kind,
+    start: usize,
+    end: usize,
+    /// A string holding an escape (its value is not its raw text).
+    escaped: bool,
+    /// A float's value (finite).
+    num: f64,
+}
+
+/// The top-level members the decoder reads (the last of duplicates, as Python's dict keeps).
+#[derive(Default)]
+struct Fields {
+    v: Option<Val>,
+    topic: Option<Val>,
+    seq: Option<Val>,
+    boot: Option<Val>,
+    sent: Option<Val>,
+    period: Option<Val>,
+    sig: Option<Val>,
+    sig_count: u32,
+    /// The last `sig` member: from its key's opening quote to the end of its value.
+    sig_member: (usize, usize),
+}
+
+/// A JSON parser with Python's `json` acceptance rules; tracks whether the text is exactly
+/// what `json.dumps(sort_keys=True, separators=(',', ':'), ensure_ascii=True)` writes.
+struct Parser<'s> {
+    s: &'s [u8],
+    i: usize,
+    /// Whether to track `canon` (signed decoders only).
+    want_canon: bool,
+    /// So far the text is canonical (the `sig` member aside).
+    canon: bool,
+    /// Valid so far, but only Python can tell the outcome (a huge int literal, an escaped key).
+    defer: bool,
+}
+
+fn bad<T>(what: &str, at: usize) -> Res<T> {
+    reject("bad_json", format!("{what} at char {at}"))
+}
+
+impl Parser<'_> {
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    #[inline]
+    fn ws(&mut self) {
+        let start = self.i;
+        while self.peek().is_some_and(json_space) {
+            self.i += 1;
+        }
+        if self.i != start {
+            self.canon = false;
+        }
+    }
+
+    fn top_object(&mut self) -> Res<Fields> {
+        let mut f = Fields::default();
+        // The caller saw '{'.
+        self.i = 1;
+        self.ws();
+        let mut prev: Option<(usize, usize)> = None;
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+        } else {
+            loop {
+                let member_start = self.i;
+                if self.peek() != Some(b'"') {
+                    return bad("Expecting property name enclosed in double quotes", self.i);
+                }
+                let key = self.string()?;
+                self.ws();
+                if self.peek() != Some(b':') {
+                    return bad("Expecting ':' delimiter", self.i);
+                }
+                self.i += 1;
+                self.ws();
+                let val = self.value(1)?;
+                let member_end = self.i;
+                if key.escaped {
+                    // It may spell a known field: only Python's dict knows which.
+                    self.defer = true;
+                    self.canon = false;
+                } else {
+                    let k = &self.s[key.start..key.end];
+                    match k {
+                        b"v" => f.v = Some(val),
+                        b"topic" => f.topic = Some(val),
+                        b"seq" => f.seq = Some(val),
+                        b"boot" => f.boot = Some(val),
+                        b"sent" => f.sent = Some(val),
+                        b"period" => f.period = Some(val),
+                        b"sig" => {
+                            f.sig = Some(val);
+                            f.sig_count += 1;
+                            f.sig_member = (member_start, member_end);
+                        }
+                        _ => {}
+                    }
+                    if self.want_canon && k != b"sig" {
+                        self.order(&mut prev, key);
+                    }
+                }
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.ws();
+                    }
+                    Some(b'}') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return bad("Expecting ',' delimiter", self.i),
+                }
+            }
+        }
+        if self.i != self.s.len() {
+            return bad("Extra data", self.i);
+        }
+        Ok(f)
+    }
+
+    /// Canonical key order: each key (unescaped, so compared as bytes = code points) strictly
+    /// after the previous one.
+    fn order(&mut self, prev: &mut Option<(usize, usize)>, key: Val) {
+        if key.escaped {
+            self.canon = false;
+        } else if let Some((a, b)) = *prev {
+            if self.s[a..b] >= self.s[key.start..key.end] {
+                self.canon = false;
+            }
+        }
+        *prev = Some((key.start, key.end));
+    }
+
+    fn value(&mut self, depth: u32) -> Res<Val> {
+        let start = self.i;
+        let lit = |p: &mut Self, word: &[u8], kind: Kind| -> Res<Val> {
+            if p.s[p.i..].starts_with(word) {
+                p.i += word.len();
+                Ok(Val {
+                    kind,
+                    start,
+                    end: p.i,
+                    escaped: false,
+                    num: 0.0,
+                })
+            } else {
+                bad("Expecting value", start)
+            }
+        };
+        match self.peek() {
+            Some(b'"') => self.string(),
+            Some(b'{') => self.object(depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(b't') => lit(self, b"true", Kind::True),
+            Some(b'f') => lit(self, b"false", Kind::False),
+            Some(b'n') => lit(self, b"null", Kind::Null),
+            // NaN, Infinity and anything else.
+            _ => bad("Expecting value", start),
+        }
+    }
+
+    fn object(&mut self, depth: u32) -> Res<Val> {
+        if depth > MAX_DEPTH {
+            return Err(Stop::Defer);
+        }
+        let start = self.i;
+        self.i += 1;
+        self.ws();
+        let mut prev = None;
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+        } else {
+            loop {
+                if self.peek() != Some(b'"') {
+                    return bad("Expecting property name enclosed in double quotes", self.i);
+                }
+                let key = self.string()?;
+                if self.want_canon {
+                    self.order(&mut prev, key);
+                }
+                self.ws();
+                if self.peek() != Some(b':') {
+                    return bad("Expecting ':' delimiter", self.i);
+                }
+                self.i += 1;
+                self.ws();
+                self.value(depth)?;
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.ws();
+                    }
+                    Some(b'}') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return bad("Expecting ',' delimiter", self.i),
+                }
+            }
+        }
+        Ok(Val {
+            kind: Kind::Object,
+            start,
+            end: self.i,
+            escaped: false,
+            num: 0.0,
+        })
+    }
+
+    fn array(&mut self, depth: u32) -> Res<Val> {
+        if depth > MAX_DEPTH {
+            return Err(Stop::Defer);
+        }
+        let start = self.i;
+        self.i += 1;
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.i += 1;
+        } else {
+            loop {
+                self.value(depth)?;
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.ws();
+                    }
+                    Some(b']') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return bad("Expecting ',' delimiter", self.i),
+                }
+            }
+        }
+        Ok(Val {
+            kind: Kind::Array,
+            start,
+            end: self.i,
+            escaped: false,
+            num: 0.0,
+        })
+    }
+
+    /// A string at its opening quote. Python's strict rules: no raw control character, only
+    /// the JSON escapes, `\u` with exactly four hex digits (lone surrogates allowed).
+    fn string(&mut self) -> Res<Val> {
+        let open = self.i;
+        self.i += 1;
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            // Skip the plain run in one go.
+            let run = self.s[self.i..]
+                .iter()
+                .position(|&c| c == b'"' || c == b'\\' || !(0x20..0x7f).contains(&c));
+            let Some(off) = run else {
+                return bad("Unterminated string starting", open);
+            };
+            self.i += off;
+            let c = self.s[self.i];
+            match c {
+                b'"' => {
+                    let end = self.i;
+                    self.i += 1;
+                    return Ok(Val {
+                        kind: Kind::Str,
+                        start,
+                        end,
+                        escaped,
+                        num: 0.0,
+                    });
+                }
+                b'\\' => {
+                    escaped = true;
+                    let e = self.s.get(self.i + 1).copied();
+                    match e {
+                        Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 2,
+                        Some(b'/') => {
+                            self.canon = false; // json.dumps writes '/' plainly
+                            self.i += 2;
+                        }
+                        Some(b'u') => {
+                            let hex = self.s.get(self.i + 2..self.i + 6);
+                            let Some(hex) = hex.filter(|h| h.iter().all(|&d| hex_val(d).is_some()))
+                            else {
+                                return bad("Invalid \\uXXXX escape", self.i + 1);
+                            };
+                            if self.want_canon {
+                                let code = hex.iter().fold(0u32, |a, &d| {
+                                    (a << 4) | u32::from(hex_val(d).unwrap_or(0))
+                                });
+                                // json.dumps (ensure_ascii) writes \u only for these, in
+                                // lower case; the rest it writes plainly or as \b \t \n \f \r.
+                                let needed = (code < 0x20
+                                    && !matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d))
+                                    || code >= 0x7f;
+                                if !needed || hex.iter().any(u8::is_ascii_uppercase) {
+                                    self.canon = false;
+                                }
+                            }
+                            self.i += 6;
+                        }
+                        _ => return bad("Invalid \\escape", self.i),
+                    }
+                }
+                c if c < 0x20 => return bad("Invalid control character", self.i),
+                _ => {
+                    // DEL or non-ASCII: valid JSON, but json.dumps (ensure_ascii) escapes it.
+                    self.canon = false;
+                    self.i += 1;
+                }
+            }
+        }
+    }
+
+    /// A number, as Python's scanner reads it: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`
+    /// (a '.' or 'e' not followed by digits ends the number, and then fails as the next token).
+    fn number(&mut self) -> Res<Val> {
+        let s = self.s;
+        let start = self.i;
+        let mut i = start;
+        if s.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        let digits = |mut i: usize| {
+            while s.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            i
+        };
+        match s.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => i = digits(i + 1),
+            // "-" alone, "-Infinity", ...
+            _ => return bad("Expecting value", start),
+        }
+        let int_end = i;
+        let mut is_float = false;
+        if s.get(i) == Some(&b'.') && s.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            i = digits(i + 2);
+            is_float = true;
+        }
+        if matches!(s.get(i), Some(b'e' | b'E')) {
+            let mut j = i + 1;
+            if matches!(s.get(j), Some(b'+' | b'-')) {
+                j += 1;
+            }
+            if s.get(j).is_some_and(u8::is_ascii_digit) {
+                i = digits(j + 1);
+                is_float = true;
+            }
+        }
+        self.i = i;
+        let text = std::str::from_utf8(&s[start..i]).unwrap_or("");
+        if !is_float {
+            let n = int_end - start - usize::from(s[start] == b'-');
+            if n > MAX_INT_DIGITS {
+                self.defer = true;
+            }
+            if self.want_canon && text == "-0" {
+                self.canon = false; // Python writes the int 0 as "0"
+            }
+            return Ok(Val {
+                kind: Kind::Int,
+                start,
+                end: i,
+                escaped: false,
+                num: 0.0,
+            });
+        }
+        // Python's parse_float (`_finite_float`): correctly rounded, and inf is an error.
+        let x: f64 = text.parse().unwrap_or(f64::INFINITY);
+        if !x.is_finite() {
+            return reject(
+                "bad_json",
+                format!("number {} is out of range", clip(text, 40)),
+            );
+        }
+        if self.want_canon && self.canon && !is_py_repr(x, text.as_bytes()) {
+            self.canon = false;
+        }
+        Ok(Val {
+            kind: Kind::Float,
+            start,
+            end: i,
+            escaped: false,
+            num: x,
+        })
+    }
+}
+
+/// A fixed buffer that `write!` formats into, without allocating.
+struct StackBuf {
+    b: [u8; 48],
+    n: usize,
+}
+
+impl fmt::Write for StackBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.n + s.len();
+        if end > self.b.len() {
+            return Err(fmt::Error);
+        }
+        self.b[self.n..end].copy_from_slice(s.as_bytes());
+        self.n = end;
+        Ok(())
+    }
+}
+
+impl StackBuf {
+    fn new() -> StackBuf {
+        StackBuf { b: [0; 48], n: 0 }
+    }
+    fn push(&mut self, c: u8) {
+        if self.n < self.b.len() {
+            self.b[self.n] = c;
+            self.n += 1;
+        }
+    }
+    fn push_all(&mut self, s: &[u8]) {
+        for &c in s {
+            self.push(c);
+        }
+    }
+    fn as_bytes(&self) -> &[u8] {
+        &self.b[..self.n]
+    }
+}
+
+/// Python's `repr(x)` of a finite float, into `out`: the shortest digits that round-trip, in
+/// fixed notation with at least one decimal (`123.0`, `0.0001`) when the decimal exponent is
+/// in -4..16, else `d[.ddd]e±XX` (`1e-05`, `1.5e+16`).
+fn py_float_repr(x: f64, out: &mut StackBuf) -> bool {
+    // Rust's `{:e}` gives the same shortest round-trip digits: "1.5e16", "-1e-5", "0e0".
+    let mut e = StackBuf::new();
+    if write!(e, "{x:e}").is_err() {
+        return false;
+    }
+    let s = e.as_bytes();
+    let (neg, s) = match s.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, s),
+    };
+    let Some(epos) = s.iter().position(|&c| c == b'e') else {
+        return false;
+    };
+    let (mant, exp) = (&s[..epos], &s[epos + 1..]);
+    let Some(exp) = std::str::from_utf8(exp)
+        .ok()
+        .and_then(|t| t.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    let mut digits = StackBuf::new();
+    for &c in mant {
+        if c != b'.' {
+            digits.push(c);
+        }
+    }
+    let d = digits.as_bytes();
+    let nd = d.len() as i32;
+    if neg {
+        out.push(b'-');
+    }
+    let decpt = exp + 1; // the value is 0.d1d2... * 10^decpt
+    if !(-4 < decpt && decpt <= 16) {
+        out.push(d[0]);
+        if d.len() > 1 {
+            out.push(b'.');
+            out.push_all(&d[1..]);
+        }
+        let _ = write!(out, "e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
+    } else if decpt <= 0 {
+        out.push_all(b"0.");
+        for _ in 0..-decpt {
+            out.push(b'0');
+        }
+        out.push_all(d);
+    } else if decpt >= nd {
+        out.push_all(d);
+        for _ in 0..decpt - nd {
+            out.push(b'0');
+        }
+        out.push_all(b".0");
+    } else {
+        let k = decpt as usize;
+        out.push_all(&d[..k]);
+        out.push(b'.');
+        out.push_all(&d[k..]);
+    }
+    true
+}
+
+/// Whether `text` is exactly Python's `repr(x)`.
+fn is_py_repr(x: f64, text: &[u8]) -> bool {
+    let mut out = StackBuf::new();
+    py_float_repr(x, &mut out) && out.as_bytes() == text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repr(x: f64) -> String {
+        let mut b = StackBuf::new();
+        assert!(py_float_repr(x, &mut b));
+        String::from_utf8(b.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn float_repr_matches_python() {
+        for (x, want) in [
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1.0, "1.0"),
+            (123.0, "123.0"),
+            (0.1, "0.1"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1e16, "1e+16"),
+            (1.5e16, "1.5e+16"),
+            (9999999999999998.0, "9999999999999998.0"),
+            (1718000000.25, "1718000000.25"),
+            (5e-324, "5e-324"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (1.5e300, "1.5e+300"),
+            (-2.5e-7, "-2.5e-07"),
+            (123456789012345.6, "123456789012345.6"),
+            (0.30000000000000004, "0.30000000000000004"),
+        ] {
+            assert_eq!(repr(x), want);
+        }
     }
 }
