@@ -80,7 +80,7 @@ def test_json_legacy_and_signed_beats_are_recorded_off_the_socket(name: str, clo
     assert transport.stats()["native"] == 15, transport.stats()
     assert transport.stats()["delivered"] == 0, "no beat went through stomp.py's frame handling"
     assert signed_t.stats()["native"] == 3
-    assert mon.detector.config(f"{root}.a.0").period == 2.0  # learned from the beat
+    assert mon.detector.status(f"{root}.a.0").period == 2.0  # learned from the beat
     assert sorted(s.topic for s in signed.statuses()) == [f"{root}.s.x"]
     assert mon.stats()["rejected"] == {} and signed.stats()["rejected"] == {}
     assert errors.seen == []
@@ -146,14 +146,15 @@ class CuttingRelay:
         try:
             while data := src.recv(65536):
                 if cut:
+                    forwarded = len(seen)
                     seen += data
                     at = seen.find(self.marker)
                     if at >= 0:
                         start = seen.rfind(b"MESSAGE", 0, at)
-                        dst.sendall(seen[: start + (at - start) // 2 + len(b"MESSAGE")])
+                        end = start + len(b"MESSAGE") + (at - start) // 2
+                        dst.sendall(seen[forwarded:end])
                         self.cut.set()
                         break
-                    continue
                 dst.sendall(data)
         except OSError:
             pass

@@ -67,7 +67,7 @@ def test_beats_are_recorded_and_the_other_frames_come_back_whole_and_in_order() 
         "svc.b",
         "svc.legacy",
     ]
-    assert mon.detector.config("svc.a").period == 2.0  # learned from the beat
+    assert mon.detector.status("svc.a").period == 2.0  # learned from the beat
     assert mon.stats()["beats"] == 4
     mon.stop()
 
@@ -107,7 +107,7 @@ def test_refusals_are_counted_and_reported_to_on_exception() -> None:
 
     from heartwire.listeners import SubscriberListener
 
-    class L(SubscriberListener, Errors):
+    class L(Errors, SubscriberListener):
         pass
 
     mon = monitor(key=b"k", listeners=[L()], listener_queue=None)

@@ -468,10 +468,14 @@ fn route(routes: &RouteMap, frame: &MessageFrame<'_>, freshest: &mut Option<f64>
     let Some(intake) = frame.subscription.and_then(|s| routes.get(s)) else {
         return Verdict::Pass;
     };
-    if frame.escaped {
-        return Verdict::Pass; // header escapes: stomp.py decodes them
+    // (Other headers may hold escapes, e.g. ActiveMQ's message-id: only these two matter.)
+    let Some(destination) = frame.destination else {
+        return Verdict::Pass;
+    };
+    if memchr::memchr(b'\\', destination).is_some() {
+        return Verdict::Pass; // a header escape: stomp.py decodes it
     }
-    let Some(topic) = frame.destination.and_then(topic_of) else {
+    let Some(topic) = topic_of(destination) else {
         return Verdict::Pass;
     };
     if topic.starts_with(PING_PREFIX) || !intake.matches(topic) {

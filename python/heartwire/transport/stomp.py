@@ -153,11 +153,6 @@ class StompSubscription:
     def __exit__(self, *exc: object) -> None:
         self.cancel()
 
-    def _native_consumed(self) -> int:
-        """Beat frames the core took straight off the sockets (never seen by stomp.py)."""
-        with self._stats_lock:
-            return self._native_base + sum(link.native_consumed for link in self._native_links)
-
     def __repr__(self) -> str:
         state = "active" if self._active else "cancelled"
         return f"<StompSubscription {self.pattern!r} {state}, {self.delivered} delivered>"
@@ -273,6 +268,11 @@ class StompTransport:
         """The registered connection listeners."""
         return self._connector.listeners
 
+    def _native_consumed(self) -> int:
+        """Beat frames the core took straight off the sockets (never seen by stomp.py)."""
+        with self._stats_lock:
+            return self._native_base + sum(link.native_consumed for link in self._native_links)
+
     def add_connection_listener(self, listener: ConnectionListener | Any) -> None:
         """Register an object with ``on_disconnected(broker, reason)``,
         ``on_reconnected(broker)`` and/or ``on_reconnect_failed(reason)`` (called on the
@@ -296,13 +296,14 @@ class StompTransport:
         ``keepalive_pings`` / ``keepalive_returned`` / ``keepalive_expirations``,
         ``listener_errors``, and ``outages`` (``(broker, seconds)`` of the last ones)."""
         c = self._connector
+        native = self._native_consumed()  # (takes the stats lock itself)
         with self._stats_lock:
             return {
                 "published": self._published,
                 "send_retries": self._send_retries,
                 "send_timeouts": self._send_timeouts,
                 "delivered": self._delivered,
-                "native": self._native_consumed(),
+                "native": native,
                 "unrouted": self._unrouted,
                 "handler_errors": self._handler_errors,
                 "subscriptions": len(self._subs),
