@@ -11,6 +11,7 @@ pub mod detector;
 pub mod driver;
 pub mod event;
 pub mod kernels;
+pub mod newest;
 pub mod phi;
 pub mod queue;
 pub mod registry;
