@@ -16,9 +16,12 @@
 //!   a replaced feed notes each `received` it pops (handle, `at`, `seq`), and the feed that
 //!   replaced it skips those. Only adjacent feeds overlap (the old queue is closed right after
 //!   the new one is subscribed, and a closed queue takes nothing), so a feed that starts
-//!   filtering forgets what feeds before its predecessor noted. Two beats of a topic at the same
-//!   clock reading with the same `seq` (a ManualClock not moved between them) that straddle a
-//!   switch count as one.
+//!   filtering forgets what feeds before its predecessor noted. One more event may be shared:
+//!   the one being pushed when the switch is made (it reached the old queue, then waited for
+//!   room in a `block` queue, and goes to the new one too). It is its topic's newest `received`
+//!   delivered, so a feed that follows one that delivered `received` events also skips a repeat
+//!   of its topic's newest. Two beats of a topic at the same clock reading with the same `seq`
+//!   (a ManualClock not moved between them) then count as one.
 
 use crate::event::{Event, EventKind};
 use std::collections::HashMap;
@@ -39,6 +42,10 @@ pub struct Newest {
     filtering: u64,
     /// `received` (handle, at_ns, seq) popped by a replaced feed -> the newest such feed.
     carried: HashMap<(u64, u64, u64), u64>,
+    /// Per slot, the newest `received` delivered (handle, at_ns, seq; handle `u64::MAX`: none).
+    last_received: Vec<(u64, u64, u64)>,
+    /// The first feed that delivered a `received` event (0: none yet).
+    first_received_feed: u64,
 }
 
 impl Newest {
@@ -104,10 +111,23 @@ impl Newest {
                 self.carried.retain(|_, by| by.saturating_add(1) >= feed);
             }
         }
-        let repeat = self.carried.get(&key).is_some_and(|&by| by < feed);
+        let slot = (key.0 & 0xFFFF_FFFF) as usize;
+        if slot >= self.last_received.len() {
+            let len = (slot + 1).max(self.last_received.len() * 3 / 2).max(1024);
+            self.last_received.resize(len, (u64::MAX, 0, 0));
+        }
+        let follows = self.first_received_feed != 0 && self.first_received_feed < feed;
+        let repeat = self.carried.get(&key).is_some_and(|&by| by < feed)
+            || (follows && self.last_received[slot] == key);
         if feed < self.latest {
             // Replaced: its successor has (or will have) every event it pops from now on.
             self.carried.insert(key, feed);
+        }
+        if !repeat {
+            self.last_received[slot] = key;
+            if self.first_received_feed == 0 {
+                self.first_received_feed = feed;
+            }
         }
         !repeat
     }
@@ -116,6 +136,7 @@ impl Newest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::NO_SEQ;
 
     fn handle(slot: u32, gen: u32) -> u64 {
         (u64::from(gen) << 32) | u64::from(slot)
@@ -158,6 +179,24 @@ mod tests {
         assert!(n.fresh(c, &Event::received(0, 10_000, 1, 0), h));
         assert!(n.fresh(c, &Event::received(0, 5_000, 2, 0), h));
         assert!(n.fresh(c, &Event::received(0, 5_000, 3, 0), h));
+        // Without seq (NO_SEQ), times going back and forth.
+        assert!(n.fresh(c, &Event::received(0, 10_000, NO_SEQ, 0), h));
+        assert!(n.fresh(c, &Event::received(0, 5_000, NO_SEQ, 0), h));
+        assert!(n.fresh(c, &Event::received(0, 10_000, NO_SEQ, 0), h));
+    }
+
+    #[test]
+    fn received_pushed_across_the_switch_is_delivered_once() {
+        // Popped and delivered by the old feed before the switch, then pushed to the new one
+        // too (it waited for room in a `block` queue meanwhile).
+        let mut n = Newest::new();
+        let h = handle(1, 0);
+        let old = n.open_feed();
+        let e = Event::received(1, 7, NO_SEQ, 0);
+        assert!(n.fresh(old, &e, h));
+        let new = n.open_feed();
+        assert!(!n.fresh(new, &e, h));
+        assert!(n.fresh(new, &Event::received(1, 8, NO_SEQ, 0), h));
     }
 
     #[test]

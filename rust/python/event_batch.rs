@@ -223,6 +223,46 @@ impl PyEventBatch {
         PyList::new(py, (0..topics.len()).map(|i| topics.value(i)))
     }
 
+    /// The events of the given kinds (names, e.g. ``("failed", "resumed")``), in order; the
+    /// same batch when it holds no other kind.
+    fn of_kinds(slf: &Bound<'_, Self>, kinds: Vec<String>) -> PyResult<Py<Self>> {
+        let mut wanted = [false; EventKind::ALL.len()];
+        for name in &kinds {
+            let Some(kind) = EventKind::ALL.into_iter().find(|k| k.as_str() == name) else {
+                return Err(PyValueError::new_err(format!(
+                    "kinds must be among {}; got {name:?}",
+                    kind_names().join(", ")
+                )));
+            };
+            wanted[kind.code() as usize] = true;
+        }
+        let keep: Vec<bool> = slf
+            .get()
+            .events
+            .iter()
+            .map(|e| wanted[e.kind.code() as usize])
+            .collect();
+        Self::select(slf, &keep)
+    }
+
+    /// The events ``start`` to ``stop`` (clamped to the batch, as a slice is).
+    fn slice(slf: &Bound<'_, Self>, start: usize, stop: usize) -> PyResult<Py<Self>> {
+        let this = slf.get();
+        let stop = stop.min(this.events.len());
+        let start = start.min(stop);
+        if start == 0 && stop == this.events.len() {
+            return Ok(slf.clone().unbind());
+        }
+        Py::new(
+            slf.py(),
+            Self {
+                events: this.events[start..stop].to_vec(),
+                handles: this.handles[start..stop].to_vec(),
+                topics: Arc::new(this.topics.slice(start, stop - start)),
+            },
+        )
+    }
+
     /// The events feed number ``feed`` should hand over, filtered through ``newest`` (which
     /// notes them): duplicates and stale events of a feed switch left out (see
     /// :class:`Newest`). The same batch when nothing is left out.
@@ -236,6 +276,14 @@ impl PyEventBatch {
                 .map(|(ev, &h)| newest.fresh(feed, ev, h as u64))
                 .collect()
         };
+        Self::select(slf, &keep)
+    }
+}
+
+impl PyEventBatch {
+    /// The events whose `keep` is true (the same batch when all are).
+    fn select(slf: &Bound<'_, Self>, keep: &[bool]) -> PyResult<Py<Self>> {
+        let this = slf.get();
         if keep.iter().all(|&k| k) {
             return Ok(slf.clone().unbind());
         }

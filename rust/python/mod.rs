@@ -27,6 +27,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detector::PyPhi>()?;
     m.add_class::<events::PyEvent>()?;
     m.add_class::<event_batch::PyEventBatch>()?;
+    m.add_class::<event_batch::PyEventBatchIter>()?;
     m.add_class::<event_batch::PyNewest>()?;
     m.add_class::<events::PyEventQueue>()?;
     m.add_class::<events::PyTopicStatus>()?;
