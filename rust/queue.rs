@@ -33,7 +33,7 @@
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::{Backoff, CachePadded};
 use parking_lot::{Condvar, Mutex};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -732,6 +732,7 @@ impl<T: Copy + Send + Keyed> fmt::Debug for EventQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use std::sync::Arc;
     use std::thread;
 
