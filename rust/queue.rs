@@ -912,6 +912,50 @@ mod tests {
     }
 
     #[test]
+    fn coalesce_mass_overflow_is_taken_straight_from_the_side_table_in_order() {
+        // A mass failure: far more distinct keys than the ring holds, then a second event for
+        // some of them, parked or in the ring. Popped in batches larger than the ring.
+        let q = EventQueue::new(64, Overflow::Coalesce);
+        let n = 10_000u32;
+        for key in 0..n {
+            assert!(q.push(ev(key, u64::from(key))));
+        }
+        for key in (0..n).step_by(7) {
+            assert!(q.push(ev(key, u64::from(n + key)))); // replaces a parked one, or parks
+        }
+        let parked_again = (0..64).step_by(7).count() as u64; // their first is in the ring
+        let replaced = (0..n).step_by(7).count() as u64 - parked_again;
+        assert_eq!(q.stats().coalesced, replaced);
+        let mut out = Vec::new();
+        while q.try_pop_batch(&mut out, 1000) > 0 {}
+        assert_eq!(out.len() as u64, u64::from(n) + parked_again);
+        assert_per_key_order(&out);
+        // Every key's newest event came out, in the order the keys first overflowed.
+        let mut newest: HashMap<u32, u64> = HashMap::new();
+        for e in &out {
+            newest.insert(e.key, e.seq);
+        }
+        for key in 0..n {
+            let want = if key % 7 == 0 { n + key } else { key };
+            assert_eq!(newest[&key], u64::from(want), "key {key}");
+        }
+        let s = q.stats();
+        assert_eq!((s.len, s.pushed), (0, s.popped + s.coalesced));
+        // Keys parked again after their entries were taken get new ones: their old positions
+        // are stale and must not match (key 70 was parked at position 6 of the first round).
+        for i in 0..64 {
+            assert!(q.push(ev(100_000 + i, 0)));
+        }
+        assert!(q.push(ev(5, 1)));
+        assert!(q.push(ev(70, 1)));
+        assert_eq!(q.stats().coalesced, replaced);
+        let mut out = Vec::new();
+        while q.try_pop_batch(&mut out, 1000) > 0 {}
+        assert_eq!(out.len(), 66);
+        assert_eq!(&out[64..], &[ev(5, 1), ev(70, 1)]);
+    }
+
+    #[test]
     fn coalesce_sends_a_parked_key_to_the_side_table_even_with_room() {
         let q = EventQueue::new(4, Overflow::Coalesce);
         for i in 0..4 {
