@@ -2,7 +2,8 @@
 
 Subclass :class:`SubscriberListener` (monitors) or :class:`PublisherListener` (publishers) and
 override the methods you care about; the others are no-ops and cost nothing (a monitor asks the
-core for ``received`` events only when some listener overrides ``on_received``). A method may be
+core for ``received`` events only when some listener overrides ``on_received`` or sets
+``wants_received``). A method may be
 a coroutine function (``async def``): it is then scheduled on the event loop that was running
 when the listener was added.
 

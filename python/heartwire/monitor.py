@@ -259,6 +259,10 @@ class HeartbeatMonitor:
       and unsigned beats (whose ``sent`` anyone can forge) are not checked.
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
+      ``"coalesce"`` stays the default because a mass failure (every topic failing at once, far
+      more events than ``capacity``) then loses nothing, one event per topic, and costs about
+      what the other policies cost per event (its overflow is a table indexed by topic, taken
+      straight into the dispatch thread's batches), without ``"block"``'s stalls of detection.
       While a lossless listener is registered (its class sets ``lossless = True``, as
       :class:`~heartwire.eventlog.EventLog` does), the queue is ``"block"`` instead: when the
       dispatch thread falls behind, the detector's driver (and a recording thread) waits for
