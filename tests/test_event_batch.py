@@ -314,3 +314,46 @@ def test_listener_queue_trims_batches_at_event_granularity() -> None:
         assert ls.drain(WAIT)
         assert ls.close(WAIT)
         assert slow.got == kept, overflow
+
+
+def test_a_replaced_feed_s_overflow_losses_stay_counted() -> None:
+    # Found on the way: once the feed that replaced a coalescing one delivered its first batch,
+    # it let go of the old feed, and stats()["dropped"] forgot what the old one had coalesced
+    # away: events lost without a count.
+    gate = threading.Event()
+
+    class Hold(SubscriberListener):
+        def __init__(self) -> None:
+            self.failed = 0
+
+        def on_failed(self, event: Failed) -> None:
+            gate.wait(WAIT)  # holds the dispatch thread (listener_queue=None)
+            self.failed += 1
+
+    class Lossless(SubscriberListener):
+        lossless = True
+
+    clock = hw.ManualClock()
+    hold = Hold()
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", clock=clock, listeners=[hold], capacity=4, listener_queue=None, grace=0.0
+    )
+    for i in range(20):
+        mon.expect(f"svc.t{i}")
+    mon.start()
+    try:
+        clock.advance(1.5)  # failed(1) x 20: the dispatch thread takes some and is held
+        clock.advance(1.0)  # failed(2) x 20: 4 in the ring, the rest parked
+        clock.advance(1.0)  # failed(3) x 20: parked ones replaced (coalesced)
+        coalesced = mon.stats()["dropped"]
+        assert coalesced > 0
+        mon.add_listener(Lossless())  # a new feed ("block"); the old one is replaced
+    finally:
+        gate.set()
+    clock.advance(1.0)  # failed(4) x 20, to the new feed only: its thread lets go of the old
+    assert mon.drain(WAIT)
+    stats = mon.stats()
+    mon.stop()
+    assert stats["failed"] == 80
+    assert stats["dropped"] == coalesced
+    assert hold.failed + stats["dropped"] == 80

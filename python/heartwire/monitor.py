@@ -175,6 +175,7 @@ class _Feed:
     """
 
     __slots__ = (
+        "counted",
         "dispatcher",
         "finished",
         "number",
@@ -200,6 +201,7 @@ class _Feed:
         self.prev = prev
         self.dispatcher: Dispatcher | None = None
         self.finished = False  # stop() is over: what the thread still holds is not delivered
+        self.counted = False  # its overflow losses are in the monitor's `_losses`
         self.popped = 0
 
 
@@ -1071,15 +1073,17 @@ class HeartbeatMonitor:
         ``disconnects`` and ``reconnects`` (of the broker connection)."""
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
+        depth = 0
         with self._rejected_lock:
             rejected = dict(self._rejected)
-        dropped = self._losses
-        depth = 0
-        feed = self._feed
-        while feed is not None:
-            dropped += _losses(feed.queue)
-            depth += len(feed.queue)
-            feed = feed.prev
+            # Under the lock: a dispatch thread moves replaced feeds' losses into `_losses` as
+            # it takes them out of the chain, under it too (each counted once).
+            dropped = self._losses
+            feed = self._feed
+            while feed is not None:
+                dropped += _losses(feed.queue)
+                depth += len(feed.queue)
+                feed = feed.prev
         connection = self._connection_events
         out.update(
             learned=self._learned,
@@ -1269,7 +1273,9 @@ class HeartbeatMonitor:
                 # Refused by the closed queue. (A replaced feed's were pushed to its successor.)
                 losses += stats["rejected_closed"]
             with self._rejected_lock:
-                self._losses += losses
+                if not feed.counted:  # (a successor's thread may have counted it already)
+                    feed.counted = True
+                    self._losses += losses
             if dispatcher is not None and dispatcher.alive:
                 log.warning(
                     "stopping %r: the dispatch thread did not deliver everything within %s s; "
@@ -1302,7 +1308,15 @@ class HeartbeatMonitor:
                 for older in reversed(chain):
                     if older.dispatcher is not None:
                         older.dispatcher.stop(_JOIN)
-                feed.prev = None
+                # What their overflow policy discarded stays counted once they leave the chain
+                # (stats() walks it), as stop() counts the feeds still in it: all of it, though
+                # some of it reached this feed too (pushed to both during the switch).
+                with self._rejected_lock:
+                    for older in chain:
+                        if not older.counted:
+                            older.counted = True
+                            self._losses += _losses(older.queue)
+                    feed.prev = None
             if feed.finished:  # stop() did not wait for this: after on_stopped, never
                 with self._rejected_lock:
                     self._losses += len(batch)
