@@ -357,3 +357,39 @@ def test_a_replaced_feed_s_overflow_losses_stay_counted() -> None:
     assert stats["failed"] == 80
     assert stats["dropped"] == coalesced
     assert hold.failed + stats["dropped"] == 80
+
+
+def test_an_on_events_that_raises_is_counted_and_reported_and_delivery_goes_on() -> None:
+    from heartwire.events import ExceptionEvent
+
+    class Boom(SubscriberListener):
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def on_events(self, batch: EventBatch) -> None:
+            self.calls += 1
+            raise RuntimeError("bulk bug")
+
+    class Watch(PerEvent):
+        def __init__(self) -> None:
+            super().__init__()
+            self.errors: list[ExceptionEvent] = []
+
+        def on_exception(self, event: ExceptionEvent) -> None:
+            self.errors.append(event)
+
+    clock = hw.ManualClock()
+    boom, watch = Boom(), Watch()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[boom, watch])
+    mon.expect("svc.a")
+    mon.start()
+    clock.advance(1.5)
+    assert mon.drain(WAIT)
+    clock.advance(1.0)
+    assert mon.drain(WAIT)
+    stats = mon.stats()
+    mon.stop()
+    assert boom.calls == 2 and stats["listener_errors"] == 2
+    assert [e.reason for e in watch.errors] == ["listener_error"] * 2
+    assert "Boom.on_events" in watch.errors[0].detail
+    assert [e.missed for e in watch.seen if isinstance(e, Failed)] == [1, 2]
