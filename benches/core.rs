@@ -326,5 +326,71 @@ fn wheel(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, beats, expiries, wheel);
+/// A mass failure through one subscriber queue: 1 M events (distinct topics) pushed by one
+/// thread into a queue of the monitor's default capacity (65 536), per overflow policy.
+/// `burst`: all pushed, then all popped (nobody pops meanwhile: the worst case of `coalesce`,
+/// whose side table then holds all but 65 536). `concurrent`: a consumer thread pops batches of
+/// 65 536 meanwhile, as a dispatch thread does (`block` waits for it). Per event, push + pop.
+fn queue_mass(c: &mut Criterion) {
+    const CAPACITY: usize = 65_536;
+    let mut g = c.benchmark_group("queue_mass");
+    g.sample_size(10);
+    g.sampling_mode(SamplingMode::Flat);
+    g.throughput(Throughput::Elements(N as u64));
+    let events: Vec<Event> = (0..N as TopicId)
+        .map(|id| Event::failed(id, 1, START, START))
+        .collect();
+    for overflow in [
+        Overflow::Coalesce,
+        Overflow::DropOldest,
+        Overflow::DropNewest,
+    ] {
+        g.bench_function(format!("burst/{}", overflow.as_str()), |b| {
+            b.iter(|| {
+                let q = EventQueue::new(CAPACITY, overflow);
+                for &ev in &events {
+                    q.push_deferred(ev);
+                }
+                let mut out = Vec::with_capacity(CAPACITY);
+                let mut popped = 0;
+                while q.try_pop_batch(&mut out, CAPACITY) > 0 {
+                    popped += out.len();
+                    out.clear();
+                }
+                black_box(popped)
+            })
+        });
+    }
+    for overflow in Overflow::ALL {
+        g.bench_function(format!("concurrent/{}", overflow.as_str()), |b| {
+            b.iter(|| {
+                let q = Arc::new(EventQueue::new(CAPACITY, overflow));
+                let consumer = {
+                    let q = q.clone();
+                    std::thread::spawn(move || {
+                        let mut out = Vec::with_capacity(CAPACITY);
+                        let mut popped = 0;
+                        loop {
+                            let n = q.pop_batch(&mut out, CAPACITY, None);
+                            if n == 0 {
+                                return popped;
+                            }
+                            popped += n;
+                            out.clear();
+                        }
+                    })
+                };
+                for &ev in &events {
+                    q.push_deferred(ev);
+                }
+                q.flush_wake();
+                q.close();
+                black_box(consumer.join().unwrap())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, beats, expiries, wheel, queue_mass);
 criterion_main!(benches);

@@ -19,6 +19,25 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Every kind, at the index of its [`code`](EventKind::code).
+    pub const ALL: [EventKind; 4] = [
+        EventKind::Failed,
+        EventKind::Resumed,
+        EventKind::Received,
+        EventKind::LocalPause,
+    ];
+
+    /// A small number for the kind (its index in [`EventKind::ALL`]): the `kinds` column of
+    /// a Python event batch.
+    pub fn code(self) -> u8 {
+        match self {
+            EventKind::Failed => 0,
+            EventKind::Resumed => 1,
+            EventKind::Received => 2,
+            EventKind::LocalPause => 3,
+        }
+    }
+
     /// The lower-case name used in Python (`"failed"`, `"resumed"`, `"received"`,
     /// `"local_pause"`).
     pub fn as_str(self) -> &'static str {
@@ -140,5 +159,17 @@ impl Keyed for Event {
     #[inline]
     fn key(&self) -> u32 {
         self.topic
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_codes_index_all() {
+        for (i, kind) in EventKind::ALL.iter().enumerate() {
+            assert_eq!(kind.code() as usize, i, "{}", kind.as_str());
+        }
     }
 }

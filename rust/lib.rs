@@ -12,6 +12,7 @@ pub mod driver;
 pub mod event;
 pub mod ingest;
 pub mod kernels;
+pub mod newest;
 pub mod phi;
 pub mod queue;
 pub mod registry;

@@ -176,3 +176,18 @@ def test_drain_never_returns_before_the_handler_saw_every_event() -> None:
                 early.append((n, seen[0]))
     assert early == [], f"drain returned before the handler saw everything: {early[:5]}"
     assert queue.stats()["pushed"] == seen[0] == n_topics * rounds
+
+
+def test_columnar_dispatcher_hands_core_batches(rig: Rig) -> None:
+    batches: list[hw._core.EventBatch] = []
+    disp = hw.Dispatcher(rig.events, batches.append, columnar=True)
+    with disp:
+        rig.det.add_many([f"t{i}" for i in range(3000)])
+        rig.clock.advance(1.001)
+        assert disp.drain(timeout=5.0), "dispatcher did not deliver within 5 s"
+    assert all(isinstance(b, hw._core.EventBatch) for b in batches)
+    topics = [t for b in batches for t in b.topic_list()]
+    assert sorted(topics) == sorted(f"t{i}" for i in range(3000))
+    assert disp.handled == 3000
+    with pytest.raises(TypeError, match="batch_size must be an int"):
+        hw.Dispatcher(rig.events, print, batch_size=1.5)  # type: ignore[arg-type]

@@ -605,14 +605,14 @@ def test_an_event_the_old_feed_coalesced_away_is_not_delivered_late_by_the_new_o
     new = det.subscribe(capacity=100, overflow="block")
     for now in (1.5, 2.5, 3.5):
         clock.set(now)  # failed(svc.a, 1), (2), (3)
-    old_batch = old.try_pop()
-    assert [e.missed for e in old_batch] == [1, 3] and old.stats()["coalesced"] == 1
-    new_batch = new.try_pop()[1:]  # subscribed after failed(1) was pushed
-    assert [e.missed for e in new_batch] == [2, 3]
+    old_batch = old.try_pop_batch()
+    assert old_batch.missed.tolist() == [1, 3] and old.stats()["coalesced"] == 1
+    new_batch = new.try_pop_batch().slice(1, 3)  # subscribed after failed(1) was pushed
+    assert new_batch.missed.tolist() == [2, 3]
     order = Order()
     mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order], listener_queue=None)
-    old_feed = _Feed(old, False, "coalesce", None)
-    new_feed = _Feed(new, False, "block", old_feed)
+    old_feed = _Feed(old, False, "coalesce", None, mon._newest.open_feed())
+    new_feed = _Feed(new, False, "block", old_feed, mon._newest.open_feed())
     mon._deliver(old_feed, old_batch)
     mon._deliver(new_feed, new_batch)
     assert [(t, m) for _, t, m, _ in order.seen] == [("svc.a", 1), ("svc.a", 3)]

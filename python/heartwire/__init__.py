@@ -26,6 +26,7 @@ from heartwire.checks import CheckFailed
 from heartwire.dispatch import Dispatcher
 from heartwire.events import (
     Disconnected,
+    EventBatch,
     ExceptionEvent,
     Failed,
     LocalPause,
@@ -82,6 +83,7 @@ __all__ = [
     "Disconnected",
     "Dispatcher",
     "Event",
+    "EventBatch",
     "EventQueue",
     "ExceptionEvent",
     "Failed",

@@ -1,7 +1,7 @@
 """Type stubs for the native core, ``heartwire._core``."""
 
 from collections.abc import Iterable
-from typing import Any, Literal, final
+from typing import Any, ClassVar, Literal, final
 
 __all__ = [
     "MAX_NAME_LEN",
@@ -9,10 +9,13 @@ __all__ = [
     "DedupWindow",
     "Detector",
     "Event",
+    "EventBatch",
+    "EventBatchIterator",
     "EventQueue",
     "FrameReader",
     "Intake",
     "ManualClock",
+    "Newest",
     "Phi",
     "Routes",
     "Scheduler",
@@ -96,6 +99,110 @@ class Event:
     def duration(self) -> float | None: ...
 
 @final
+class EventBatch:
+    """Detector events popped together, oldest first. ``len(batch)``; ``batch[i]`` and
+    iteration give :class:`Event` objects (built on access); the columns give every event's
+    field at once.
+
+    Columns are read-only ``memoryview`` objects over a copy made at each access (keep one in
+    a local rather than reading the attribute in a loop); ``numpy.asarray(col)`` takes one
+    without a further copy, and ``col.tolist()`` gives Python numbers. A field an event does not
+    have is NaN (floats), ``NO_SEQ`` (``seq``) or -1 (``handles`` of a local pause). ``topics``
+    is an Arrow string array (``__arrow_c_array__``: ``pyarrow.array(batch.topics)`` takes it
+    without a copy); :meth:`topic_list` gives the names as a ``list[str]``.
+    """
+
+    NO_SEQ: ClassVar[int]
+    KINDS: ClassVar[tuple[str, ...]]
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> Event: ...
+    def __iter__(self) -> EventBatchIterator: ...
+    def count(self, kind: str) -> int:
+        """How many events of ``kind`` (``"failed"``...) the batch holds."""
+
+    @property
+    def kinds(self) -> memoryview:
+        """Each event's kind as a code (``"B"``: unsigned bytes); ``KINDS[code]`` is its name."""
+
+    @property
+    def handles(self) -> memoryview:
+        """The topics' handles (``"q"``; -1 for a local pause)."""
+
+    @property
+    def missed(self) -> memoryview:
+        """Consecutive missed periods (``"I"``; 0 for ``received`` and ``local_pause``)."""
+
+    @property
+    def at(self) -> memoryview:
+        """``at`` of each event, seconds on the detector's clock (``"d"``)."""
+
+    @property
+    def since(self) -> memoryview:
+        """failed: when the outage began (``"d"``; NaN for other kinds)."""
+
+    @property
+    def downtime(self) -> memoryview:
+        """resumed: how long the outage lasted (``"d"``; NaN for other kinds)."""
+
+    @property
+    def duration(self) -> memoryview:
+        """local_pause: how long the monitor was not running (``"d"``; NaN for other kinds)."""
+
+    @property
+    def latency(self) -> memoryview:
+        """received: the beat's transit time, seconds (``"d"``; NaN when unknown or another
+        kind)."""
+
+    @property
+    def seq(self) -> memoryview:
+        """received: the beat's sequence number (``"Q"``; ``NO_SEQ`` when it carried none or
+        for another kind)."""
+
+    @property
+    def topics(self) -> Any:
+        """The topics' names as an Arrow string array (``""`` for a local pause), shared, not
+        copied: ``pyarrow.array(batch.topics)``."""
+
+    def topic_list(self) -> list[str]:
+        """The topics' names as a list (``""`` for a local pause)."""
+
+    def of_kinds(self, kinds: list[str]) -> EventBatch:
+        """The events of the given kinds (names), in order; the same batch when it holds no
+        other kind."""
+
+    def slice(self, start: int, stop: int) -> EventBatch:
+        """The events ``start`` to ``stop`` (clamped to the batch, as a slice is)."""
+
+    def fresh(self, newest: Newest, feed: int) -> EventBatch:
+        """The events feed number ``feed`` should hand over, filtered through ``newest``
+        (which notes them): duplicates and stale events of a feed switch left out (see
+        :class:`Newest`). The same batch when nothing is left out."""
+
+@final
+class EventBatchIterator:
+    """Iterates a batch's events as :class:`Event` objects."""
+
+    def __iter__(self) -> EventBatchIterator: ...
+    def __next__(self) -> Event: ...
+
+@final
+class Newest:
+    """What a monitor's dispatch feeds delivered, so that a feed switch hands no event over
+    twice (see :meth:`EventBatch.fresh`): per topic, the newest ``failed``/``resumed`` (a
+    topic's have strictly increasing ``at``), the newest ``local_pause``, and the ``received``
+    events a replaced feed popped (skipped only as exact repeats: same topic, ``at`` and
+    ``seq``)."""
+
+    def __new__(cls) -> Newest: ...
+    def open_feed(self) -> int:
+        """A new feed is opened: its number. Call it before subscribing the feed's queue;
+        feeds with lower numbers are replaced from then on."""
+
+    @property
+    def carried(self) -> int:
+        """``received`` events noted by replaced feeds, not yet forgotten."""
+
+@final
 class TopicStatus:
     """A snapshot of one topic."""
 
@@ -143,6 +250,13 @@ class EventQueue:
 
     def pop(self, max: int = 1024, timeout: float | None = None) -> list[Event]: ...
     def try_pop(self, max: int = 1024) -> list[Event]: ...
+    def pop_batch(self, max: int = 65536, timeout: float | None = None) -> EventBatch:
+        """:meth:`pop` as one :class:`EventBatch` (columns, events built on access) of up to
+        ``max`` events (at most 4194304); empty on timeout or when closed and empty."""
+
+    def try_pop_batch(self, max: int = 65536) -> EventBatch:
+        """:meth:`try_pop` as one :class:`EventBatch`."""
+
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...

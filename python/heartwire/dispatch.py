@@ -12,13 +12,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from heartwire._core import Event, EventQueue
+from heartwire._core import Event, EventBatch, EventQueue
 
 log = logging.getLogger("heartwire.dispatch")
 
-Handler = Callable[[list[Event]], object]
-ErrorHandler = Callable[[BaseException, list[Event]], object]
+#: What a handler gets: a list of events, or with ``columnar`` one :class:`EventBatch`.
+Batch = list[Event] | EventBatch
+Handler = Callable[[Any], object]
+ErrorHandler = Callable[[BaseException, Any], object]
 
 
 class Dispatcher:
@@ -26,6 +29,11 @@ class Dispatcher:
 
     ``on_error(exc, batch)`` is called when the handler raises (default: log it); the failing
     batch is counted in :attr:`errors` and delivery goes on with the next batch.
+
+    ``columnar``: each batch is one :class:`~heartwire._core.EventBatch` (built in the core:
+    columns, events made on access; :meth:`~heartwire._core.EventQueue.pop_batch`) instead of a
+    list of :class:`~heartwire._core.Event` objects. ``batch_size`` is the most events per
+    batch (default 1024, or 65536 with ``columnar``).
     """
 
     def __init__(
@@ -34,17 +42,24 @@ class Dispatcher:
         handler: Handler,
         *,
         on_error: ErrorHandler | None = None,
-        batch_size: int = 1024,
+        batch_size: int | None = None,
         name: str = "heartwire-dispatch",
+        columnar: bool = False,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        if batch_size is None:
+            batch_size = 65536 if columnar else 1024
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self._queue = queue
         self._handler = handler
         self._on_error = on_error
         self._batch_size = batch_size
+        self._pop = queue.pop_batch if columnar else queue.pop
+        self._try_pop = queue.try_pop_batch if columnar else queue.try_pop
         self._handled = 0
         self._popped_before = 0  # events others took from the queue before start()
         self._errors = 0
@@ -75,7 +90,7 @@ class Dispatcher:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            batch = self._queue.pop(self._batch_size, timeout=0.1)
+            batch = self._pop(self._batch_size, timeout=0.1)
             if batch:
                 self._deliver(batch)
             elif self._queue.closed:
@@ -84,12 +99,12 @@ class Dispatcher:
         # producers keep going.
         pushed = self._queue.stats()["pushed"]
         while not self._delivered(pushed):
-            batch = self._queue.try_pop(self._batch_size)
+            batch = self._try_pop(self._batch_size)
             if not batch:
                 return
             self._deliver(batch)
 
-    def _deliver(self, batch: list[Event]) -> None:
+    def _deliver(self, batch: Batch) -> None:
         try:
             self._handler(batch)
         except Exception as exc:
@@ -99,7 +114,7 @@ class Dispatcher:
             self._handled += len(batch)
             self._progress.notify_all()
 
-    def _report(self, exc: Exception, batch: list[Event]) -> None:
+    def _report(self, exc: Exception, batch: Batch) -> None:
         if self._on_error is None:
             log.error("event handler raised on a batch of %d events", len(batch), exc_info=exc)
             return

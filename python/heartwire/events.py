@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    from heartwire import _core
+from heartwire import _core
 
 __all__ = [
+    "EVENT_METHODS",
     "Disconnected",
+    "EventBatch",
     "ExceptionEvent",
     "Failed",
     "ListenerEvent",
     "LocalPause",
+    "MonitorEvent",
     "Received",
     "Reconnected",
     "Resumed",
@@ -238,6 +241,149 @@ ListenerEvent = (
     | Reconnected
     | ExceptionEvent
 )
+
+#: A monitor's detector events, the ones an :class:`EventBatch` holds.
+MonitorEvent = Failed | Resumed | Received | LocalPause
+
+#: Per detector event kind (``_core.Event.kind``), the listener method that takes it.
+EVENT_METHODS: dict[str, str] = {
+    "failed": "on_failed",
+    "resumed": "on_resumed",
+    "received": "on_received",
+    "local_pause": "on_local_pause",
+}
+
+#: Per detector event kind, how its listener event is made from the core's (and a wall offset).
+_BUILDERS: dict[str, Callable[[_core.Event, float], Any]] = {
+    "failed": lambda e, off: Failed(
+        e.topic, e.missed, e.at if e.since is None else e.since, e.at, wall_offset=off
+    ),
+    "resumed": lambda e, off: Resumed(e.topic, e.missed, e.downtime or 0.0, e.at, wall_offset=off),
+    "received": lambda e, off: Received(e.topic, e.seq, e.latency, e.at, wall_offset=off),
+    "local_pause": lambda e, off: LocalPause(e.duration or 0.0, e.at, wall_offset=off),
+}
+
+
+class EventBatch:
+    """A monitor's detector events handed over together (``on_events``), oldest first.
+
+    ``len(batch)``; iterating (or ``batch[i]``) gives the usual event objects
+    (:class:`Failed`, :class:`Resumed`, :class:`Received`, :class:`LocalPause`), each built
+    when it is reached, and :meth:`calls` pairs each with the listener method that takes it.
+
+    For bulk use the columns give one field of every event at once, without a Python object
+    per event. Numeric columns are read-only ``memoryview`` objects (typecodes below) over a
+    copy made at each access, so keep one in a local: ``numpy.asarray(batch.at)`` takes it
+    without a further copy, ``batch.at.tolist()`` gives floats. A field an event does not
+    have is NaN (floats), :attr:`NO_SEQ` (``seq``) or -1 (``handles``, for a local pause).
+
+    - ``kinds`` (``B``): codes, ``KINDS[code]`` the kind's name; :meth:`count` counts one kind.
+    - ``topics``: an Arrow string array (``__arrow_c_array__``, the Arrow PyCapsule interface:
+      ``pyarrow.array(batch.topics)`` takes it without a copy; ``""`` for a local pause);
+      :meth:`topic_list`: the same as a ``list[str]``.
+    - ``handles`` (``q``), ``missed`` (``I``), ``at``, ``since`` (failed), ``downtime``
+      (resumed), ``duration`` (local_pause), ``latency`` (received) (``d``, seconds on the
+      monitor's clock: add :attr:`wall_offset` for Unix time), ``seq`` (``Q``, received).
+
+    A batch is built in the core from the events the dispatch thread popped: a listener is
+    given only the kinds it takes (see :meth:`~heartwire.listeners.SubscriberListener.on_events`).
+    """
+
+    __slots__ = ("core", "wall_offset")
+
+    #: The kinds' names, indexed by the ``kinds`` column's codes.
+    KINDS: ClassVar[tuple[str, ...]] = _core.EventBatch.KINDS
+    #: The ``seq`` column's value for "none" (2**64 - 1).
+    NO_SEQ: ClassVar[int] = _core.EventBatch.NO_SEQ
+
+    def __init__(self, core: _core.EventBatch, wall_offset: float | None = None) -> None:
+        #: The core's batch (its events are :class:`heartwire._core.Event` objects).
+        self.core = core
+        #: Seconds to add to the monitor's clock to get Unix time.
+        self.wall_offset = real_clock_offset() if wall_offset is None else wall_offset
+
+    def __len__(self) -> int:
+        return len(self.core)
+
+    def __repr__(self) -> str:
+        return f"EventBatch(len={len(self.core)})"
+
+    def __iter__(self) -> Iterator[MonitorEvent]:
+        off = self.wall_offset
+        build = _BUILDERS
+        for ev in self.core:
+            yield build[ev.kind](ev, off)
+
+    def __getitem__(self, index: int) -> MonitorEvent:
+        ev = self.core[index]
+        return _BUILDERS[ev.kind](ev, self.wall_offset)  # type: ignore[no-any-return]
+
+    def calls(self) -> Iterator[tuple[str, MonitorEvent]]:
+        """``(method name, event)`` for each event, in order: ``("on_failed", Failed(...))``."""
+        off = self.wall_offset
+        build = _BUILDERS
+        methods = EVENT_METHODS
+        for ev in self.core:
+            kind = ev.kind
+            yield methods[kind], build[kind](ev, off)
+
+    def count(self, kind: str) -> int:
+        """How many events of ``kind`` (``"failed"``, ...) the batch holds."""
+        return self.core.count(kind)
+
+    def of_kinds(self, kinds: Iterable[str]) -> EventBatch:
+        """The events of the given kinds, in order (this batch if it holds no other)."""
+        core = self.core.of_kinds(list(kinds))
+        return self if core is self.core else EventBatch(core, self.wall_offset)
+
+    def slice(self, start: int, stop: int) -> EventBatch:
+        """The events ``start`` to ``stop`` (clamped, as a slice is)."""
+        core = self.core.slice(start, stop)
+        return self if core is self.core else EventBatch(core, self.wall_offset)
+
+    def topic_list(self) -> list[str]:
+        """The topics' names (``""`` for a local pause)."""
+        return self.core.topic_list()
+
+    @property
+    def kinds(self) -> memoryview:
+        return self.core.kinds
+
+    @property
+    def topics(self) -> Any:
+        return self.core.topics
+
+    @property
+    def handles(self) -> memoryview:
+        return self.core.handles
+
+    @property
+    def missed(self) -> memoryview:
+        return self.core.missed
+
+    @property
+    def at(self) -> memoryview:
+        return self.core.at
+
+    @property
+    def since(self) -> memoryview:
+        return self.core.since
+
+    @property
+    def downtime(self) -> memoryview:
+        return self.core.downtime
+
+    @property
+    def duration(self) -> memoryview:
+        return self.core.duration
+
+    @property
+    def latency(self) -> memoryview:
+        return self.core.latency
+
+    @property
+    def seq(self) -> memoryview:
+        return self.core.seq
 
 
 class State(str, Enum):

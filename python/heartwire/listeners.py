@@ -2,9 +2,15 @@
 
 Subclass :class:`SubscriberListener` (monitors) or :class:`PublisherListener` (publishers) and
 override the methods you care about; the others are no-ops and cost nothing (a monitor asks the
-core for ``received`` events only when some listener overrides ``on_received``). A method may be
+core for ``received`` events only when some listener overrides ``on_received`` or sets
+``wants_received``). A method may be
 a coroutine function (``async def``): it is then scheduled on the event loop that was running
 when the listener was added.
+
+A monitor hands its detector events (failed, resumed, received, local pause) to listeners in
+batches: a listener that overrides :meth:`SubscriberListener.on_events` gets each batch in one
+call (an :class:`~heartwire.events.EventBatch`: columns for bulk use, event objects on
+iteration); the others get one call per event, of the methods they override, in order.
 
 A listener that raises never reaches the publisher or monitor, nor stops the other listeners: the
 error is counted, logged (each of a listener's first ten errors, then one in a thousand), and
@@ -22,6 +28,15 @@ still delays only itself, and costs memory instead of events. That shows: ``stat
 ``queued`` and ``high_water``, and a warning is logged each time its backlog doubles past
 ``queue_size``. A monitor with a lossless listener also makes its own event queue block rather
 than coalesce or drop (see :class:`~heartwire.monitor.HeartbeatMonitor`).
+
+Queues count events, not calls: a batch (for ``on_events``, or for a listener's per-event
+methods, called on its thread) takes as many places as it holds events, and an overflow drops
+events from batches (the oldest ones of the oldest batch under ``"drop-oldest"``, the newest
+ones of the new batch under ``"drop-newest"``), never more. A batch put in an empty queue goes
+in whole, whatever its size (up to 65536 events from a monitor). Batches have a bound of their
+own, ``batch_queue_size`` (events, at least ``queue_size``): a failure of every topic at once
+comes as a burst of compact batches that should not be cut by the bound that keeps floods of
+single events (``on_exception``) in check.
 """
 
 from __future__ import annotations
@@ -37,7 +52,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from heartwire.events import (
+    EVENT_METHODS,
     Disconnected,
+    EventBatch,
     ExceptionEvent,
     Failed,
     LocalPause,
@@ -73,12 +90,34 @@ class SubscriberListener:
     ``on_received`` is called once per beat, so override it only if you need it: a monitor of a
     million topics then costs no Python call per beat.
 
+    ``on_events(batch)``: override it to take a monitor's detector events a batch at a time
+    (see :meth:`on_events`); ``wants_received = True`` puts ``received`` events in its batches.
+
     ``lossless``: set it to True on a subclass that must get every event (an audit log, the
     event log availability figures come from): its queue then grows instead of dropping (see
     the module docs), and the monitor's event queue blocks instead of losing events.
     """
 
     lossless: ClassVar[bool] = False
+    #: Whether this listener's batches (:meth:`on_events`) hold ``received`` events, one per
+    #: beat recorded. Off by default: a monitor asks the core for them only when some listener
+    #: wants them (sets this, or overrides :meth:`on_received`).
+    wants_received: ClassVar[bool] = False
+
+    def on_events(self, batch: EventBatch) -> Any:
+        """The detector events produced since the last call, oldest first (an
+        :class:`~heartwire.events.EventBatch`).
+
+        Override it to take them in bulk: the monitor then calls it once per batch (as many
+        events as its dispatch thread took out at once, up to 65536), and never calls this
+        listener's :meth:`on_failed`, :meth:`on_resumed`, :meth:`on_received` or
+        :meth:`on_local_pause`. Its batches hold every kind of detector event, ``received``
+        only if :attr:`wants_received` is set or :meth:`on_received` is overridden (the
+        ``batch.kinds`` column tells them apart). Not overridden, this is what it does: each
+        event goes to its method, in order.
+        """
+        for method, event in batch.calls():
+            getattr(self, method)(event)
 
     def on_started(self, event: Started) -> Any:
         """The monitor started."""
@@ -139,11 +178,27 @@ def _is_lossless(listener: object) -> bool:
     return getattr(listener, "lossless", False) is True
 
 
-class _Entry:
-    """One registered listener, the loop its coroutines run on, the methods it overrides, and
-    (in a queued set) its own queue and thread."""
+#: What a worker item's method is for a batch handed over event by event (the listener does
+#: not override ``on_events``): each event goes to its own method, on the listener's thread.
+_EACH = ""
 
-    __slots__ = ("errors", "listener", "loop", "lossless", "overrides", "worker")
+
+class _Entry:
+    """One registered listener, the loop its coroutines run on, the methods it overrides, the
+    detector event kinds it takes (``kinds``; ``batched``: as one ``on_events`` call), and (in
+    a queued set) its own queue and thread."""
+
+    __slots__ = (
+        "batched",
+        "errors",
+        "kinds",
+        "listener",
+        "loop",
+        "lossless",
+        "overrides",
+        "wants_received",
+        "worker",
+    )
 
     def __init__(
         self, listener: Any, loop: asyncio.AbstractEventLoop | None, overrides: frozenset[str]
@@ -152,24 +207,43 @@ class _Entry:
         self.loop = loop
         self.overrides = overrides
         self.lossless = _is_lossless(listener)
+        self.batched = "on_events" in overrides
+        self.wants_received = "on_received" in overrides or (
+            getattr(listener, "wants_received", False) is True
+        )
+        if self.batched:
+            self.kinds = tuple(
+                kind for kind in EVENT_METHODS if kind != "received" or self.wants_received
+            )
+        else:
+            self.kinds = tuple(kind for kind, m in EVENT_METHODS.items() if m in overrides)
         self.errors = 0
         self.worker: _Worker | None = None
 
 
 class _Worker:
-    """One listener's bounded FIFO of ``(method, event, report)`` and the daemon thread that
-    calls them in order. The thread starts with the first event and ends on :meth:`close` once
-    the queue is empty (a later event starts a new one). A lossless listener's FIFO has no
-    bound: past ``size`` it grows, and each doubling of the backlog is logged."""
+    """One listener's bounded FIFO of ``(method, event, report, weight)`` and the daemon thread
+    that calls them in order. The thread starts with the first event and ends on :meth:`close`
+    once the queue is empty (a later event starts a new one). A lossless listener's FIFO has no
+    bound: past ``size`` it grows, and each doubling of the backlog is logged.
 
-    def __init__(self, owner: ListenerSet[Any], entry: _Entry, size: int, overflow: str) -> None:
+    Sizes and counters are in events: an item is one event (weight 1) or a batch (weight: its
+    length) for ``on_events``, or for ``_EACH`` (one call per event). Overflow trims batches
+    at event granularity."""
+
+    def __init__(
+        self, owner: ListenerSet[Any], entry: _Entry, size: int, overflow: str, batch_size: int
+    ) -> None:
         self._owner = owner
         self._entry = entry
         self._size = size
+        self._batch_size = max(size, batch_size)  # the bound when a batch is put
         self._drop_oldest = overflow == "drop-oldest"
         self.lossless = entry.lossless
         self._warn_at = size  # a lossless backlog this deep is logged (then twice as deep)
-        self._items: deque[tuple[str, object, bool]] = deque()
+        self._items: deque[tuple[str, object, bool, int]] = deque()
+        self._depth = 0  # events in _items (their weights)
+        self._in_hand = 0  # events of the batch being called one by one, not called yet
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -189,30 +263,46 @@ class _Worker:
         self.prev: _Worker | None = None
 
     def put(self, method: str, event: object, report: bool, *, last: bool = False) -> None:
-        """Queue ``method(event)``; ``last``: nothing after it until :meth:`unseal`."""
+        """Queue ``method(event)``; ``last``: nothing after it until :meth:`unseal`. A batch
+        (``method`` ``"on_events"`` or ``_EACH``) counts as its events."""
         behind = 0
         failed: tuple[RuntimeError, int] | None = None
+        batch = isinstance(event, EventBatch)
+        weight = len(event) if batch else 1  # type: ignore[arg-type]
         with self._cond:
             if self.sealed:
-                self.late += 1
+                self.late += weight
                 return
             self.sealed = last
-            if len(self._items) >= self._size and not last:  # the last event is never dropped
-                if self.lossless:
-                    if len(self._items) >= self._warn_at:
-                        behind = len(self._items)
+            waiting = self._depth + self._in_hand
+            excess = waiting + weight - (self._batch_size if batch else self._size)
+            # The last event is never dropped, and neither is a batch put in an empty queue
+            # (whatever its size: each put makes progress, and the queue holds at most
+            # `size` events or one batch).
+            if self.lossless:
+                if excess > 0 and waiting + weight > self._warn_at:
+                    behind = waiting + weight
+                    while self._warn_at < behind:
                         self._warn_at *= 2
-                else:
-                    self.dropped += 1
-                    if not self._drop_oldest:
+            elif excess > 0 and not last and waiting:
+                if not self._drop_oldest:
+                    if excess >= weight:
+                        self.dropped += weight
                         return
-                    self._items.popleft()
-                    self.finished += 1
-            self._items.append((method, event, report))
+                    # Keep the batch's first events, as many as there is room for.
+                    self.dropped += excess
+                    event = event.slice(0, weight - excess)  # type: ignore[attr-defined]
+                    weight -= excess
+                else:
+                    # Or all that is queued (the events in hand stay): then the batch goes in
+                    # whole.
+                    self._drop_first(excess)
+            self._items.append((method, event, report, weight))
+            self._depth += weight
             self._closing = False  # only an accepted event keeps (or starts) the thread going
-            self.accepted += 1
-            if len(self._items) > self.high_water:
-                self.high_water = len(self._items)
+            self.accepted += weight
+            if self._depth + self._in_hand > self.high_water:
+                self.high_water = self._depth + self._in_hand
             thread = self._thread
             if thread is None or not thread.is_alive():
                 name = f"heartwire-listener[{type(self._entry.listener).__qualname__}]"
@@ -225,8 +315,9 @@ class _Worker:
                     self._thread = None
                     if not self.lossless:
                         self._items.pop()
-                        self.accepted -= 1
-                        self.dropped += 1
+                        self._depth -= weight
+                        self.accepted -= weight
+                        self.dropped += weight
                     self.start_failures += 1
                     failed = (exc, self.start_failures)
             elif self._idle or self._waiters:
@@ -253,6 +344,23 @@ class _Worker:
                 "-" if busy is None else f"{time.monotonic() - busy:.1f} s",
             )
 
+    def _drop_first(self, count: int) -> None:
+        """Drop the ``count`` oldest queued events (fewer if fewer are queued); the lock is
+        held. A batch is trimmed when only part of it must go."""
+        items = self._items
+        while count > 0 and items:
+            method, event, report, weight = items[0]
+            if weight <= count:
+                items.popleft()
+                gone = weight
+            else:
+                items[0] = (method, event.slice(count, weight), report, weight - count)  # type: ignore[attr-defined]
+                gone = count
+            count -= gone
+            self._depth -= gone
+            self.dropped += gone
+            self.finished += gone
+
     def _run(self) -> None:
         _on_worker.worker = self
         if self.prev is not None:
@@ -277,23 +385,48 @@ class _Worker:
                     self._idle = True
                     cond.wait()
                     self._idle = False
-                method, event, report = self._items.popleft()
-                if len(self._items) < self._size:
+                method, event, report, weight = self._items.popleft()
+                self._depth -= weight
+                if self._depth < self._size:
                     self._warn_at = self._size  # caught up: warn again if it falls behind
+                if method == _EACH:
+                    self._in_hand = weight  # still waiting, though no longer droppable
+                else:
+                    self.busy_since = time.monotonic()
+            if method == _EACH:
+                self._run_each(event, report)  # type: ignore[arg-type]
+                continue
+            try:
+                self._owner._call(self._entry, method, event, report=report)
+            finally:
+                self._done(weight)
+
+    def _run_each(self, batch: EventBatch, report: bool) -> None:
+        """Each event of ``batch`` to its method, counted one by one (``queued``, ``handled``
+        and :meth:`wait` move per event, as for events queued singly)."""
+        cond = self._cond
+        for method, event in batch.calls():
+            with cond:
+                self._in_hand -= 1
                 self.busy_since = time.monotonic()
             try:
                 self._owner._call(self._entry, method, event, report=report)
             finally:
-                with cond:
-                    self.busy_since = None
-                    self.handled += 1
-                    self.finished += 1
-                    if self._waiters:
-                        cond.notify_all()
+                self._done(1)
+
+    def _done(self, weight: int) -> None:
+        with self._cond:
+            self.busy_since = None
+            self.handled += weight
+            self.finished += weight
+            if self._waiters:
+                self._cond.notify_all()
 
     @property
     def depth(self) -> int:
-        return len(self._items)
+        """Events waiting: queued, and those of a batch being called one by one not reached
+        yet."""
+        return self._depth + self._in_hand
 
     def wait(self, accepted: int, deadline: float) -> bool:
         """Wait until the first ``accepted`` events are handled or dropped; False on timeout."""
@@ -383,6 +516,7 @@ class ListenerSet(Generic[L]):
         *,
         queue_size: int | None = None,
         overflow: ListenerOverflow = "drop-oldest",
+        batch_queue_size: int | None = None,
     ) -> None:
         if queue_size is not None and (
             isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1
@@ -395,6 +529,16 @@ class ListenerSet(Generic[L]):
         self.kind = kind
         self.source = source
         self.queue_size = queue_size
+        if batch_queue_size is not None and (
+            isinstance(batch_queue_size, bool)
+            or not isinstance(batch_queue_size, int)
+            or batch_queue_size < 1
+        ):
+            raise ValueError(
+                f"batch_queue_size must be an int >= 1 or None, got {batch_queue_size!r}"
+            )
+        #: The bound of each listener queue when a batch of detector events is put (events).
+        self.batch_queue_size = max(queue_size or 1, batch_queue_size or 1)
         self.overflow = overflow
         self._entries: tuple[_Entry, ...] = ()
         self._lock = threading.Lock()
@@ -431,7 +575,9 @@ class ListenerSet(Generic[L]):
                 loop = None
         entry = _Entry(listener, loop, _overridden(listener, self.kind))
         if self.queue_size is not None:
-            entry.worker = _Worker(self, entry, self.queue_size, self.overflow)
+            entry.worker = _Worker(
+                self, entry, self.queue_size, self.overflow, self.batch_queue_size
+            )
         with self._lock:
             if any(e.listener is listener for e in self._entries):
                 return
@@ -466,6 +612,12 @@ class ListenerSet(Generic[L]):
     def wants(self, method_name: str) -> bool:
         """Whether some registered listener overrides ``method_name`` (e.g. ``"on_received"``)."""
         return any(method_name in e.overrides for e in self._entries)
+
+    @property
+    def wants_received(self) -> bool:
+        """Whether some registered listener takes ``received`` events: overrides
+        ``on_received``, or takes batches (``on_events``) with ``wants_received`` set."""
+        return any(e.wants_received for e in self._entries)
 
     @property
     def lossless(self) -> bool:
@@ -509,6 +661,48 @@ class ListenerSet(Generic[L]):
                         self._call(entry, method_name, event, report=True)
         finally:
             self._leave()
+
+    def emit_batch(self, batch: EventBatch) -> None:
+        """Hand ``batch`` (detector events) to every listener that takes some of its kinds:
+        one ``on_events`` call, or one call per event of the methods it overrides, in order.
+        In a queued set only enqueued (its events count in the queue's size); otherwise called
+        in turn on this thread. Never raises, never waits for a queued listener; refused after
+        :meth:`emit_last` (counted in :attr:`late`, per event) until :meth:`unseal`."""
+        if self.queue_size is not None:
+            for entry in self._entries:
+                worker = entry.worker
+                if worker is not None and entry.kinds:
+                    mine = batch.of_kinds(entry.kinds)
+                    if len(mine):
+                        worker.put("on_events" if entry.batched else _EACH, mine, True)
+            return
+        with self._calls:
+            if self._sealed:
+                self._late += sum(len(batch.of_kinds(e.kinds)) for e in self._entries if e.kinds)
+                return
+            self._in_flight += 1
+        self._mine.depth = getattr(self._mine, "depth", 0) + 1
+        try:
+            for entry in self._entries:
+                if not entry.kinds:
+                    continue
+                mine = batch.of_kinds(entry.kinds)
+                if not len(mine):
+                    continue
+                if self._sealed:  # a listener called before emitted the last event
+                    with self._lock:
+                        self._late += len(mine)
+                elif entry.batched:
+                    self._call(entry, "on_events", mine, report=True)
+                else:
+                    self._call_each(entry, mine, report=True)
+        finally:
+            self._leave()
+
+    def _call_each(self, entry: _Entry, batch: EventBatch, *, report: bool) -> None:
+        """Each event of ``batch`` to its method of ``entry``'s listener, in order."""
+        for method, event in batch.calls():
+            self._call(entry, method, event, report=report)
 
     def _enter(self, method_name: str) -> bool:
         """An unqueued emit begins: False (and counted late) after the last event."""

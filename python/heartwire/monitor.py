@@ -3,9 +3,12 @@
 A :class:`HeartbeatMonitor` subscribes to a pattern on a broker (``"svc.>"``), decodes each beat
 with :class:`~heartwire.message.BeatCodec` and records it in the native
 :class:`~heartwire._core.Detector`, which counts missed periods on its own thread. The detector's
-events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher` thread, which turns
-them into :class:`~heartwire.events.Failed`, :class:`~heartwire.events.Resumed` and
-:class:`~heartwire.events.Received` and calls the listeners. Detection never waits for Python.
+events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher` thread, which takes
+them out in batches (up to 65536 events, each an :class:`~heartwire.events.EventBatch` built in
+the core) and hands each batch to the listeners: whole to those that override
+:meth:`~heartwire.listeners.SubscriberListener.on_events`, as :class:`~heartwire.events.Failed`,
+:class:`~heartwire.events.Resumed`, :class:`~heartwire.events.Received` and
+:class:`~heartwire.events.LocalPause` calls to the others. Detection never waits for Python.
 
 Topics come from two places:
 
@@ -39,19 +42,16 @@ import math
 import threading
 import time
 import weakref
-from array import array
 from collections.abc import Iterable
 from numbers import Real
 from typing import Any, Literal
 
-from heartwire._core import Detector, Event, EventQueue, Intake, ManualClock, Phi
+from heartwire._core import Detector, EventQueue, Intake, ManualClock, Newest, Phi
+from heartwire._core import EventBatch as CoreBatch
 from heartwire.dispatch import Dispatcher
 from heartwire.events import (
+    EventBatch,
     ExceptionEvent,
-    Failed,
-    LocalPause,
-    Received,
-    Resumed,
     Started,
     Stopped,
     TopicStatus,
@@ -82,6 +82,10 @@ _SLOT = 0xFFFF_FFFF
 DEFAULT_MAX_TOPICS = 1_000_000
 #: The default size of each listener's own queue (``listener_queue``).
 DEFAULT_LISTENER_QUEUE = 10_000
+#: The size of each listener's own queue for detector events (batches, counted in events):
+#: one failure of every topic at the default ``max_topics`` fits (batches hold events in the
+#: core's compact form, ~70 bytes each with its topic name, not as Python objects).
+DEFAULT_LISTENER_BATCH_QUEUE = 1 << 20
 #: The periods a beat may carry, seconds; a beat with another is refused (``"bad_period"``):
 #: the core cannot time less than a nanosecond or more than ~30 years, and a hostile 1 ns
 #: period would fail its topic on every tick.
@@ -96,8 +100,6 @@ REPLAY_BOOTS = 4
 BEAT_AGE_PERIODS = 3
 BEAT_AGE_SKEW = 60.0
 
-#: The bits of a ``received`` event's ``seq`` that :class:`_Newest` compares.
-_SEQ_BITS = (1 << 63) - 1
 
 def _short(value: object, limit: int = 120) -> str:
     """``repr(value)``, cut to ``limit`` characters: hostile names stay out of logs and events."""
@@ -147,73 +149,42 @@ class _Feed:
     in another queue reaches the new feed too, however late (the core's rule, ``emit.rs``).
     So the new feed's thread first waits for the old ones to finish (the whole chain, oldest
     first: one replaced before it delivered anything has not waited for its own), then skips
-    what is not newer than what was delivered for its topic (see :class:`_Newest`). Its thread
-    runs before the old queue is let go: a producer may be waiting for room in the new queue.
+    what both got or is stale (:meth:`~heartwire._core.EventBatch.fresh` through the monitor's
+    :class:`~heartwire._core.Newest`, in the core: no Python step per event). Its thread runs
+    before the old queue is let go: a producer may be waiting for room in the new queue.
+    ``number``: the feed's number from ``Newest.open_feed``, taken before its queue is
+    subscribed.
     """
 
-    __slots__ = ("dispatcher", "finished", "overflow", "popped", "prev", "queue", "received")
+    __slots__ = (
+        "counted",
+        "dispatcher",
+        "finished",
+        "number",
+        "overflow",
+        "popped",
+        "prev",
+        "queue",
+        "received",
+    )
 
     def __init__(
-        self, queue: EventQueue, received: bool, overflow: Overflow, prev: _Feed | None
+        self,
+        queue: EventQueue,
+        received: bool,
+        overflow: Overflow,
+        prev: _Feed | None,
+        number: int = 0,
     ) -> None:
         self.queue = queue
+        self.number = number
         self.received = received
         self.overflow = overflow
         self.prev = prev
         self.dispatcher: Dispatcher | None = None
         self.finished = False  # stop() is over: what the thread still holds is not delivered
+        self.counted = False  # its overflow losses are in the monitor's `_losses`
         self.popped = 0
-
-
-class _Newest:
-    """Per topic slot, the newest ``failed``/``resumed`` event handed to the listeners (its
-    topic's full handle, ``at``, and ``missed`` and kind), and the newest ``local_pause``'s
-    ``at``: what a dispatch thread must not hand over again.
-
-    A topic's events have strictly increasing ``at`` (each ``failed`` at its own deadline, a
-    ``resumed`` at a beat later than the last deadline counted, the next deadline after it),
-    and every queue gets them in that order. So an event is a duplicate (both feeds of a
-    switch got it) or stale (older than one delivered: overtaken across a switch) exactly when
-    its ``at`` is below the newest one's, or equal with the same kind and ``missed`` (an equal
-    ``at`` with another kind or count is a distinct event, nanoseconds apart on a clock read
-    far from zero, where a float cannot tell them apart). Unlike a window of events both feeds
-    got, this holds however late an event reaches a feed. Only the dispatch threads use it,
-    one after the other. 24 bytes per slot.
-
-    ``received`` events are noted the same way (by ``at`` and ``seq``) and skipped once a feed
-    that carried them has been replaced (:attr:`overlap`): before that no two feeds got the
-    same one. Two beats of a topic at the same clock reading with the same ``seq`` (possible only
-    with a :class:`~heartwire._core.ManualClock` not moved between them) then count as one.
-    """
-
-    __slots__ = ("ats", "codes", "handles", "overlap", "pause_at", "received")
-
-    def __init__(self) -> None:
-        self.handles = array("q")  # -1: no event delivered for the slot's topic
-        self.ats = array("d")
-        self.codes = array("q")  # missed * 2 + (1 for resumed)
-        self.pause_at = -math.inf
-        self.overlap = False  # some replaced feed carried `received` events
-        self.received: _Newest | None = None  # the same, for `received` (codes: seq)
-
-    def fresh(self, handle: int, at: float, code: int) -> bool:
-        """Whether the event (``handle``, ``at``, ``code``) is newer than the newest one
-        delivered for its topic; then it becomes the newest."""
-        slot = handle & _SLOT
-        handles = self.handles
-        if slot >= len(handles):
-            grow = max(slot + 1 - len(handles), len(handles) // 2, 1024)
-            handles.extend([-1] * grow)
-            self.ats.extend([math.nan] * grow)
-            self.codes.extend([0] * grow)
-        elif handles[slot] == handle:
-            newest = self.ats[slot]
-            if at < newest or (at == newest and self.codes[slot] == code):
-                return False
-        handles[slot] = handle
-        self.ats[slot] = at
-        self.codes[slot] = code
-        return True
 
 
 _running: weakref.WeakSet[HeartbeatMonitor] = weakref.WeakSet()
@@ -272,6 +243,10 @@ class HeartbeatMonitor:
       and unsigned beats (whose ``sent`` anyone can forge) are not checked.
     - ``overflow``, ``capacity``: the event queue's policy and size (``"coalesce"`` keeps each
       topic's newest event when listeners fall behind; every loss is counted in :meth:`stats`).
+      ``"coalesce"`` stays the default because a mass failure (every topic failing at once, far
+      more events than ``capacity``) then loses nothing, one event per topic, and costs about
+      what the other policies cost per event (its overflow is a table indexed by topic, taken
+      straight into the dispatch thread's batches), without ``"block"``'s stalls of detection.
       While a lossless listener is registered (its class sets ``lossless = True``, as
       :class:`~heartwire.eventlog.EventLog` does), the queue is ``"block"`` instead: when the
       dispatch thread falls behind, the detector's driver (and a recording thread) waits for
@@ -286,7 +261,11 @@ class HeartbeatMonitor:
       in :meth:`stats`) once the monitor watches this many topics, expected ones included;
       :meth:`expect` always adds. Default :data:`DEFAULT_MAX_TOPICS` (a million); ``None``: no cap.
     - ``listener_queue``, ``listener_overflow``: each listener's own queue size and what a full
-      one drops (``"drop-oldest"`` or ``"drop-newest"``; counted). ``None``: no queues, listeners
+      one drops (``"drop-oldest"`` or ``"drop-newest"``; counted), in events. At the default
+      (:data:`DEFAULT_LISTENER_QUEUE`, 10 000) the detector's events, which reach a listener
+      queue in batches, are bounded at :data:`DEFAULT_LISTENER_BATCH_QUEUE` (2**20) instead,
+      so that a failure of every topic at once reaches a listener that keeps up whole; any
+      other value bounds every event. ``None``: no queues, listeners
       are called in turn on the producing thread, and a slow one delays the others. Under
       ``"block"`` (a lossless listener) a listener called on the dispatch thread must not make
       the detector emit (record a beat: ``beat``, ``handle_message``...; resume a topic that
@@ -354,6 +333,9 @@ class HeartbeatMonitor:
             self._pattern,
             queue_size=listener_queue,
             overflow=listener_overflow,
+            batch_queue_size=DEFAULT_LISTENER_BATCH_QUEUE
+            if listener_queue == DEFAULT_LISTENER_QUEUE
+            else listener_queue,
         )
         for listener in listeners:
             self._listeners.add(listener)
@@ -412,7 +394,7 @@ class HeartbeatMonitor:
         self._dispatched = 0
         self._dispatch_errors = 0
         self._losses = 0  # events lost to the overflow policy on feeds already closed
-        self._newest = _Newest()  # what the dispatch threads delivered (no duplicates)
+        self._newest = Newest()  # what the dispatch threads delivered (no duplicates)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -921,13 +903,16 @@ class HeartbeatMonitor:
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
         intake = self._intake.stats()
-        dropped = self._losses
         depth = 0
-        feed = self._feed
-        while feed is not None:
-            dropped += _losses(feed.queue)
-            depth += len(feed.queue)
-            feed = feed.prev
+        with self._losses_lock:
+            # Under the lock: a dispatch thread moves replaced feeds' losses into `_losses` as
+            # it takes them out of the chain, under it too (each counted once).
+            dropped = self._losses
+            feed = self._feed
+            while feed is not None:
+                dropped += _losses(feed.queue)
+                depth += len(feed.queue)
+                feed = feed.prev
         connection = self._connection_events
         out.update(
             learned=intake["learned"],
@@ -1028,22 +1013,22 @@ class HeartbeatMonitor:
         while some listener is lossless (nothing may be coalesced or dropped before it)."""
         listeners = self._listeners
         overflow: Overflow = "block" if listeners.lossless else self._overflow
-        return listeners.wants("on_received"), overflow
+        return listeners.wants_received, overflow
 
     def _open_feed(self, received: bool, overflow: Overflow) -> None:
         # Called with the lock held.
         old = self._feed
-        if old is not None and old.received:
-            # From now on `received` events may come twice: to this feed, or (pushed late) to
-            # a later one that wants them again.
-            self._newest.overlap = True
+        # Numbered before the queue is subscribed: the old feed pops every event the two share
+        # after it is replaced, and notes the `received` ones for this feed to skip.
+        number = self._newest.open_feed()
         queue = self._det.subscribe(capacity=self._capacity, overflow=overflow, received=received)
-        feed = _Feed(queue, received, overflow, old)
+        feed = _Feed(queue, received, overflow, old, number)
         feed.dispatcher = Dispatcher(
             queue,
             lambda batch: self._deliver(feed, batch),
             on_error=self._dispatch_failed,
             name=f"heartwire-monitor[{self._pattern}]",
+            columnar=True,
         )
         self._feed = feed
         # The new queue is fed from now on: its thread must run before anything here waits for
@@ -1121,7 +1106,9 @@ class HeartbeatMonitor:
                 # Refused by the closed queue. (A replaced feed's were pushed to its successor.)
                 losses += stats["rejected_closed"]
             with self._losses_lock:
-                self._losses += losses
+                if not feed.counted:  # (a successor's thread may have counted it already)
+                    feed.counted = True
+                    self._losses += losses
             if dispatcher is not None and dispatcher.alive:
                 log.warning(
                     "stopping %r: the dispatch thread did not deliver everything within %s s; "
@@ -1130,18 +1117,20 @@ class HeartbeatMonitor:
                     "-" if timeout is None else f"{timeout:.3g}",
                 )
 
-    def _dispatch_failed(self, exc: BaseException, batch: list[Event]) -> None:
+    def _dispatch_failed(self, exc: BaseException, batch: CoreBatch) -> None:
         self._dispatch_errors += 1
         log.error("dispatching %d events of %r failed", len(batch), self._pattern, exc_info=exc)
 
-    def _deliver(self, feed: _Feed, batch: list[Event]) -> None:
-        """The dispatch thread's handler: core events to listener calls."""
+    def _deliver(self, feed: _Feed, batch: CoreBatch) -> None:
+        """The dispatch thread's handler: a batch of core events to the listeners, in one
+        piece (:meth:`~heartwire.listeners.ListenerSet.emit_batch`). No Python step per event
+        here: the feed-switch dedupe and each listener's selection run in the core."""
         local = self._local
         local.dispatching = True
         try:
             if feed.prev is not None:
                 # Deliver everything of the feeds this one replaces first, oldest first
-                # (`newest` then skips what both got). The whole chain: a feed replaced before
+                # (`fresh` then skips what both got). The whole chain: a feed replaced before
                 # it delivered anything never joined its own predecessor, which may still be
                 # delivering.
                 chain: list[_Feed] = []
@@ -1152,53 +1141,22 @@ class HeartbeatMonitor:
                 for older in reversed(chain):
                     if older.dispatcher is not None:
                         older.dispatcher.stop(_JOIN)
-                feed.prev = None
-            newest = self._newest
-            listeners = self._listeners
-            emit = listeners.emit
-            wants_received = listeners.wants("on_received")
-            off = self._wall_offset
-            for i, ev in enumerate(batch):
-                if feed.finished:  # stop() did not wait for this: after on_stopped, never
-                    with self._losses_lock:
-                        self._losses += len(batch) - i
-                    break
-                kind = ev.kind
-                if kind == "received":
-                    if wants_received:
-                        seq = ev.seq
-                        got = newest.received
-                        if got is None:
-                            got = newest.received = _Newest()
-                        code = -1 if seq is None else seq & _SEQ_BITS
-                        if not got.fresh(ev.handle, ev.at, code) and newest.overlap:
-                            continue  # both feeds of a switch got it
-                        emit(
-                            "on_received",
-                            Received(ev.topic, seq, ev.latency, ev.at, wall_offset=off),
-                        )
-                    continue
-                at = ev.at
-                if kind == "failed":
-                    missed = ev.missed
-                    if not newest.fresh(ev.handle, at, missed * 2):
-                        continue  # delivered already (both feeds of a switch got it)
-                    since = ev.since
-                    since = at if since is None else since
-                    emit("on_failed", Failed(ev.topic, missed, since, at, wall_offset=off))
-                elif kind == "resumed":
-                    missed = ev.missed
-                    if not newest.fresh(ev.handle, at, missed * 2 + 1):
-                        continue
-                    downtime = ev.downtime
-                    resumed = Resumed(ev.topic, missed, downtime or 0.0, at, wall_offset=off)
-                    emit("on_resumed", resumed)
-                elif kind == "local_pause":
-                    if at <= newest.pause_at:
-                        continue
-                    newest.pause_at = at
-                    duration = ev.duration
-                    emit("on_local_pause", LocalPause(duration or 0.0, at, wall_offset=off))
+                # What their overflow policy discarded stays counted once they leave the chain
+                # (stats() walks it), as stop() counts the feeds still in it: all of it, though
+                # some of it reached this feed too (pushed to both during the switch).
+                with self._losses_lock:
+                    for older in chain:
+                        if not older.counted:
+                            older.counted = True
+                            self._losses += _losses(older.queue)
+                    feed.prev = None
+            if feed.finished:  # stop() did not wait for this: after on_stopped, never
+                with self._losses_lock:
+                    self._losses += len(batch)
+                return
+            fresh = batch.fresh(self._newest, feed.number)
+            if len(fresh):
+                self._listeners.emit_batch(EventBatch(fresh, self._wall_offset))
             if self._intake.pending:  # refusals of beat() calls, reported here or at drain()
                 self._report_refusals()
         finally:

@@ -1,5 +1,6 @@
 //! Events, topic snapshots and the event queue as Python objects.
 
+use super::event_batch::PyEventBatch;
 use super::time::{to_ns, to_seconds};
 use crate::detector::{Detector, TopicStatus};
 use crate::event::{Event, NO_TOPIC};
@@ -48,7 +49,7 @@ pub struct PyEvent {
 }
 
 impl PyEvent {
-    fn new(ev: &Event, topic: &str, handle: i64) -> Self {
+    pub(crate) fn new(ev: &Event, topic: &str, handle: i64) -> Self {
         Self {
             kind: ev.kind.as_str(),
             topic: topic.to_owned(),
@@ -184,7 +185,19 @@ impl PyEventQueue {
         self.queue.release_popped();
         out
     }
+
+    /// The same as one [`PyEventBatch`].
+    fn convert_batch(&self, events: Vec<Event>) -> PyEventBatch {
+        let batch = self.detector.with_names(|names| {
+            PyEventBatch::build(events, names, |id| self.detector.handle_of(id))
+        });
+        self.queue.release_popped();
+        batch
+    }
 }
+
+/// The most events one batch holds: its topic names' offsets are 32-bit.
+const MAX_BATCH: usize = 1 << 22;
 
 #[pymethods]
 impl PyEventQueue {
@@ -203,6 +216,40 @@ impl PyEventQueue {
             out
         });
         self.convert(py, &events)
+    }
+
+    /// :meth:`pop` as one :class:`EventBatch` (columns, events built on access) of up to
+    /// ``max`` events (at most 4194304); empty on timeout or when closed and empty.
+    #[pyo3(signature = (max = 65536, timeout = None))]
+    fn pop_batch(
+        &self,
+        py: Python<'_>,
+        max: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<PyEventBatch> {
+        let timeout = timeout
+            .map(|t| to_ns("timeout", t, true).map(Duration::from_nanos))
+            .transpose()?;
+        let queue = self.queue.clone();
+        let max = max.clamp(1, MAX_BATCH);
+        let events = py.detach(move || {
+            let mut out = Vec::with_capacity(max.min(4096));
+            queue.pop_batch(&mut out, max, timeout);
+            out
+        });
+        Ok(py.detach(|| self.convert_batch(events)))
+    }
+
+    /// :meth:`try_pop` as one :class:`EventBatch`.
+    #[pyo3(signature = (max = 65536))]
+    fn try_pop_batch(&self, py: Python<'_>, max: usize) -> PyEventBatch {
+        let queue = self.queue.clone();
+        let max = max.clamp(1, MAX_BATCH);
+        py.detach(move || {
+            let mut out = Vec::new();
+            queue.try_pop_batch(&mut out, max);
+            self.convert_batch(out)
+        })
     }
 
     /// Up to ``max`` events that are ready now, without waiting.

@@ -10,6 +10,7 @@ mod batch;
 mod clock;
 mod dedup;
 mod detector;
+mod event_batch;
 mod events;
 mod intake;
 mod ingest;
@@ -27,6 +28,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detector::PyDetector>()?;
     m.add_class::<detector::PyPhi>()?;
     m.add_class::<events::PyEvent>()?;
+    m.add_class::<event_batch::PyEventBatch>()?;
+    m.add_class::<event_batch::PyEventBatchIter>()?;
+    m.add_class::<event_batch::PyNewest>()?;
     m.add_class::<events::PyEventQueue>()?;
     m.add_class::<events::PyTopicStatus>()?;
     m.add_class::<intake::PyIntake>()?;
