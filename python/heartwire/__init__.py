@@ -25,9 +25,11 @@ from heartwire._core import (
 from heartwire.checks import CheckFailed
 from heartwire.dispatch import Dispatcher
 from heartwire.events import (
+    CaughtUp,
     Disconnected,
     ExceptionEvent,
     Failed,
+    Lagging,
     LocalPause,
     Received,
     Reconnected,
@@ -72,6 +74,7 @@ __all__ = [
     "AlertPublisher",
     "Beat",
     "BeatCodec",
+    "CaughtUp",
     "CheckFailed",
     "ConnectFailed",
     "Consumer",
@@ -90,6 +93,7 @@ __all__ = [
     "HeartbeatPublisher",
     "HeartbeatSubscriber",
     "KeepAliveMonitor",
+    "Lagging",
     "LocalPause",
     "ManualClock",
     "MemoryBroker",

@@ -2,9 +2,9 @@
 
 Every event is a small frozen dataclass. Times are seconds: ``Sent.at`` is wall time
 (:func:`time.time`); the monitor's events (``Received``, ``Failed``, ``Resumed``,
-``LocalPause``) and the :class:`TopicStatus` times are on the monitor's clock (the core's
-monotonic clock, or a :class:`~heartwire._core.ManualClock`), which is exact for intervals but
-means nothing to a person or another program (seconds since boot).
+``LocalPause``, ``Lagging``, ``CaughtUp``) and the :class:`TopicStatus` times are on the
+monitor's clock (the core's monotonic clock, or a :class:`~heartwire._core.ManualClock`), which
+is exact for intervals but means nothing to a person or another program (seconds since boot).
 
 For those, each of these carries ``wall_offset``, the seconds to add to the monitor's clock to
 get Unix time (the monitor's :attr:`~heartwire.monitor.HeartbeatMonitor.wall_offset`, measured
@@ -25,9 +25,11 @@ if TYPE_CHECKING:
     from heartwire import _core
 
 __all__ = [
+    "CaughtUp",
     "Disconnected",
     "ExceptionEvent",
     "Failed",
+    "Lagging",
     "ListenerEvent",
     "LocalPause",
     "Received",
@@ -194,6 +196,47 @@ class LocalPause:
 
 
 @dataclass(frozen=True)
+class Lagging:
+    """The monitor's own intake fell ``lag`` seconds behind its feed, found at ``at`` (its
+    clock): more than the monitor's ``lag_threshold``.
+
+    Beats waited unread (in the socket, at the broker) because the monitor reads more slowly
+    than they come: its backlog, not the services'. Meanwhile deadlines are judged against
+    what has been read instead of the clock (never more than ``max_ingest_lag`` behind it), so
+    no live topic is failed for the backlog; a topic that really stopped is reported late, by
+    the lag at most. Once per episode; :class:`CaughtUp` ends it.
+    """
+
+    lag: float
+    at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """The intake that was :class:`Lagging` read its backlog at ``at`` (its clock), after
+    ``duration`` seconds behind (from its first read found backlogged); ``max_lag`` is the
+    largest lag seen meanwhile. Deadlines are judged at the clock again. Also sent when the
+    episode ends because the monitor stops or the guard is turned off.
+    """
+
+    duration: float
+    max_lag: float
+    at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
+
+
+@dataclass(frozen=True)
 class Disconnected:
     """The transport lost its connection to ``broker`` (``reason`` says how); it is reconnecting.
 
@@ -234,6 +277,8 @@ ListenerEvent = (
     | Failed
     | Resumed
     | LocalPause
+    | Lagging
+    | CaughtUp
     | Disconnected
     | Reconnected
     | ExceptionEvent

@@ -41,15 +41,17 @@ import time
 import weakref
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from numbers import Real
 from typing import Any, Literal
 
 from heartwire._core import Detector, Event, EventQueue, ManualClock, Phi
 from heartwire.dispatch import Dispatcher
 from heartwire.events import (
+    CaughtUp,
     ExceptionEvent,
     Failed,
+    Lagging,
     LocalPause,
     Received,
     Resumed,
@@ -204,15 +206,25 @@ class _Newest:
     with a :class:`~heartwire._core.ManualClock` not moved between them) then count as one.
     """
 
-    __slots__ = ("ats", "codes", "handles", "overlap", "pause_at", "received")
+    __slots__ = ("ats", "codes", "handles", "lag_at", "overlap", "pause_at", "received")
 
     def __init__(self) -> None:
         self.handles = array("q")  # -1: no event delivered for the slot's topic
         self.ats = array("d")
         self.codes = array("q")  # missed * 2 + (1 for resumed)
         self.pause_at = -math.inf
+        self.lag_at: tuple[float, str] = (-math.inf, "")  # the newest lagging/caught_up
         self.overlap = False  # some replaced feed carried `received` events
         self.received: _Newest | None = None  # the same, for `received` (codes: seq)
+
+    def fresh_lag(self, kind: str, at: float) -> bool:
+        """Whether a ``lagging``/``caught_up`` event is newer than the newest one delivered
+        (they alternate: one at the same ``at`` of the other kind is distinct)."""
+        newest, newest_kind = self.lag_at
+        if at < newest or (at == newest and kind == newest_kind):
+            return False
+        self.lag_at = (at, kind)
+        return True
 
     def fresh(self, handle: int, at: float, code: int) -> bool:
         """Whether the event (``handle``, ``at``, ``code``) is newer than the newest one
@@ -266,6 +278,15 @@ class HeartbeatMonitor:
       period (plus grace) after the wake-up; beats recorded meanwhile count as heard. Listeners
       get one :class:`~heartwire.events.LocalPause` per pause (``on_local_pause``), and
       :meth:`stats` counts them.
+    - ``lag_threshold``: the ingest-lag guard, seconds (``None`` turns it off; default 1 s:
+      below it a lag is ordinary read batching, held silently). When the monitor's own intake
+      falls behind its feed (the native reader finds each read filling its buffer), deadlines
+      are judged against what has been read, not the clock, so the backlog fails no live
+      topic; a topic that really stopped is reported late, by the lag at most (and at most
+      ``detector.max_ingest_lag``, 60 s by default, behind the clock). Listeners get one
+      :class:`~heartwire.events.Lagging` when the lag first exceeds this (``on_lagging``) and
+      one :class:`~heartwire.events.CaughtUp` when the intake has read its backlog
+      (``on_caught_up``); :meth:`stats` has ``lagging`` (episodes) and ``ingest_lag`` (now).
     - ``listeners``: :class:`~heartwire.listeners.SubscriberListener` instances (more can be added
       and removed at run time).
     - ``clock``: a :class:`~heartwire._core.ManualClock` for tests and simulations; events are then
@@ -337,6 +358,7 @@ class HeartbeatMonitor:
         max_topics: int | None = DEFAULT_MAX_TOPICS,
         grace: float | None = None,
         max_local_pause: float | None = 5.0,
+        lag_threshold: float | None = 1.0,
         listener_queue: int | None = DEFAULT_LISTENER_QUEUE,
         listener_overflow: ListenerOverflow = "drop-oldest",
         max_beat_age: float | None = None,
@@ -348,6 +370,8 @@ class HeartbeatMonitor:
         self._grace = _check_grace(grace)
         if max_local_pause is not None:
             max_local_pause = _check_period(max_local_pause, "max_local_pause")
+        if lag_threshold is not None:
+            lag_threshold = _check_period(lag_threshold, "lag_threshold")
         if clock is not None and not isinstance(clock, ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
         if overflow not in _OVERFLOWS:
@@ -386,6 +410,7 @@ class HeartbeatMonitor:
             clock=clock,
             tick=tick,
             max_local_pause=max_local_pause,
+            lag_threshold=lag_threshold,
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
         self._clock = clock
@@ -473,6 +498,18 @@ class HeartbeatMonitor:
         if seconds is not None:
             seconds = _check_period(seconds, "max_local_pause")
         self._det.max_local_pause = seconds
+
+    @property
+    def lag_threshold(self) -> float | None:
+        """Seconds the intake may lag behind its feed before a ``lagging`` event (``None``: the
+        ingest-lag guard is off). Can be changed while it runs."""
+        return self._det.lag_threshold
+
+    @lag_threshold.setter
+    def lag_threshold(self, seconds: float | None) -> None:
+        if seconds is not None:
+            seconds = _check_period(seconds, "lag_threshold")
+        self._det.lag_threshold = seconds
 
     def _grace_for(self, period: float) -> float:
         """The grace a topic with ``period`` gets by the monitor's rule."""
@@ -1077,8 +1114,10 @@ class HeartbeatMonitor:
 
     def stats(self) -> dict[str, Any]:
         """Counters: the detector's (``beats``, ``unknown``, ``refused``, ``failed``, ``resumed``,
-        ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``),
-        ``local_pause_seconds`` (the same length in seconds), ``learned`` topics, ``rejected``
+        ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``,
+        ``lagging`` episodes of the intake and its lag now ``ingest_lag_ns``),
+        ``local_pause_seconds`` (the same length in seconds), ``ingest_lag`` (the intake's lag
+        now, seconds: 0.0 unless it is backlogged), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow
         policy, held by a dispatch thread that :meth:`stop` did not wait for, or pushed by a
         beat that raced :meth:`stop` after its queue was closed),
@@ -1091,6 +1130,7 @@ class HeartbeatMonitor:
         ``disconnects`` and ``reconnects`` (of the broker connection)."""
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
+        out["ingest_lag"] = out["ingest_lag_ns"] / 1e9
         with self._rejected_lock:
             rejected = dict(self._rejected)
         dropped = self._losses
@@ -1123,7 +1163,8 @@ class HeartbeatMonitor:
 
         - ``topics``: topics watched; ``states``: how many in each state (all six keys);
         - ``beats``: beats recorded; ``learned``: topics learned from beats;
-        - ``failed``, ``resumed``, ``local_pauses``: events produced;
+        - ``failed``, ``resumed``, ``local_pauses``, ``lagging``: events produced;
+        - ``ingest_lag``: how far the intake is behind its feed now, seconds;
         - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
           ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``), ``rejected_total``
           their sum;
@@ -1145,6 +1186,8 @@ class HeartbeatMonitor:
             "failed": stats["failed"],
             "resumed": stats["resumed"],
             "local_pauses": stats["local_pauses"],
+            "lagging": stats["lagging"],
+            "ingest_lag": stats["ingest_lag"],
             "rejected": rejected,
             "rejected_total": sum(rejected.values()),
             "dropped": {"dispatch": stats["dropped"], "listeners": stats["listener_dropped"]},
@@ -1302,6 +1345,35 @@ class HeartbeatMonitor:
         self._dispatch_errors += 1
         log.error("dispatching %d events of %r failed", len(batch), self._pattern, exc_info=exc)
 
+    def _deliver_lag(self, ev: Event, emit: Callable[[str, object], None], off: float) -> None:
+        """Hand a ``lagging`` or ``caught_up`` event to the listeners; say so in the log, and
+        when the lag went past ``max_ingest_lag`` (deadlines were no longer held that far)."""
+        if ev.kind == "lagging":
+            lag = ev.lag or 0.0
+            log.warning("monitor %s: its intake is %.3f s behind its feed", self._pattern, lag)
+            emit("on_lagging", Lagging(lag, ev.at, wall_offset=off))
+            return
+        duration, max_lag = ev.duration or 0.0, ev.max_lag or 0.0
+        bound = self._det.max_ingest_lag
+        if bound is not None and max_lag > bound:
+            log.warning(
+                "monitor %s: its intake lagged up to %.3f s, past max_ingest_lag (%.3f s): "
+                "deadlines were judged only %.3f s behind the clock, so topics may have been "
+                "failed for the monitor's own backlog",
+                self._pattern,
+                max_lag,
+                bound,
+                bound,
+            )
+        else:
+            log.info(
+                "monitor %s: its intake caught up after %.3f s (largest lag %.3f s)",
+                self._pattern,
+                duration,
+                max_lag,
+            )
+        emit("on_caught_up", CaughtUp(duration, max_lag, ev.at, wall_offset=off))
+
     def _deliver(self, feed: _Feed, batch: list[Event]) -> None:
         """The dispatch thread's handler: core events to listener calls."""
         local = self._local
@@ -1367,6 +1439,8 @@ class HeartbeatMonitor:
                     newest.pause_at = at
                     duration = ev.duration
                     emit("on_local_pause", LocalPause(duration or 0.0, at, wall_offset=off))
+                elif kind in ("lagging", "caught_up") and newest.fresh_lag(kind, at):
+                    self._deliver_lag(ev, emit, off)
         finally:
             local.dispatching = False
             with self._progress:
