@@ -22,7 +22,7 @@ import heartwire as hw
 from heartwire.events import CaughtUp, Failed, Lagging
 from heartwire.message import Beat, BeatCodec
 from heartwire.monitor import HeartbeatMonitor
-from heartwire.transport import Message, connect
+from heartwire.transport import Message, StompTransport, connect
 from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
 
@@ -92,6 +92,7 @@ def test_a_throttled_intake_over_rabbitmq_reports_lagging_not_failures(
     closing.append(sub)
     pub = connect(B.url("rabbitmq") + OPTIONS, login="guest", passcode="guest")
     closing.append(pub)
+    assert isinstance(pub, StompTransport)
     mon.start()
     sub.subscribe(f"{root}.*", reader)
     time.sleep(0.3)  # SUBSCRIBE is not acknowledged: let the broker register it
