@@ -261,3 +261,35 @@ def test_the_prometheus_exporter_has_the_lag_gauge() -> None:
             got = scrape(server.port)
     assert got['heartwire_ingest_lag_seconds{pattern="svc.>"}'] == 2.0
     assert got['heartwire_lagging_total{pattern="svc.>"}'] == 1
+
+
+def test_alerts_and_wall_fields_of_the_lag_events() -> None:
+    import json
+
+    from heartwire.events import wall_fields
+
+    broker = hw.MemoryBroker()
+    clock = hw.ManualClock()
+    got: list[hw.ReceivedMessage] = []
+    hw.Consumer(broker, "/topic/alerts", on_message=got.append).start()
+    alerts = hw.AlertPublisher(hw.ReliableSender(broker, "/topic/alerts"))
+    mon = HeartbeatMonitor(broker, "svc.>", clock=clock, wall_offset=1000.0, listeners=[alerts])
+    mon.start()
+    clock.advance(4.0)
+    mon.detector.note_intake(True, 2.0)  # 2 s behind at 4
+    clock.advance(1.0)
+    mon.detector.note_intake(False)
+    mon.stop()
+    bodies = [json.loads(m.body) for m in got]
+    assert [(b["alert"], b["at_monotonic"], b["at"]) for b in bodies] == [
+        ("lagging", 4.0, 1004.0),
+        ("caught_up", 5.0, 1005.0),
+    ]
+    assert bodies[0]["lag"] == 2.0
+    assert (bodies[1]["duration"], bodies[1]["max_lag"]) == (1.0, 3.0)
+    assert wall_fields(Lagging(2.0, 4.0, wall_offset=1000.0)) == {
+        "lag": 2.0,
+        "at": 1004.0,
+        "at_iso": "1970-01-01T00:16:44.000000Z",
+        "at_monotonic": 4.0,
+    }
