@@ -194,6 +194,7 @@ def test_the_monitor_reports_the_lag_not_failures() -> None:
         events = list(rec.events)
         metrics = mon.metrics()
         stats = mon.stats()
+        counts = mon.counts()
     lagging = [e for e in events if isinstance(e, Lagging)]
     caught_up = [e for e in events if isinstance(e, CaughtUp)]
     assert [(e.lag, e.at) for e in lagging] == [pytest.approx((1.1, 6.1))]
@@ -207,7 +208,7 @@ def test_the_monitor_reports_the_lag_not_failures() -> None:
     assert seen[0]["ingest_lag"] == pytest.approx(2.0) and seen[0]["lagging"] == 1
     assert (metrics["lagging"], metrics["ingest_lag"]) == (1, 0.0)
     assert (stats["lagging"], stats["ingest_lag"]) == (1, 0.0)
-    assert mon.counts()["FAILED"] == 0  # stopped: nothing watched
+    assert (counts["FAILED"], counts["ALIVE"]) == (2, 198)
 
 
 def test_the_monitor_ends_an_episode_when_it_stops_and_validates_the_option() -> None:
