@@ -294,3 +294,34 @@ def test_alerts_and_wall_fields_of_the_lag_events() -> None:
         "at_iso": "1970-01-01T00:16:44.000000Z",
         "at_monotonic": 4.0,
     }
+
+
+def test_the_watermark_never_goes_back_and_stop_start_clears_the_hold() -> None:
+    clock, det, q = rig()
+    clock.advance(10.0)
+    det.add("a")  # due at 11
+    det.note_intake(True, 3.0)  # read up to 7
+    clock.advance(0.5)
+    det.note_intake(True, 4.0)  # 6.5: older than what was read, ignored
+    assert det.lag == pytest.approx(3.5)
+    det.note_intake(True)  # no transit: stays at 7
+    clock.advance(4.0)  # 14.5: `a`'s deadline (11) is past the clock, not the watermark
+    events = q.try_pop()
+    assert failed(events) == []
+    assert [repr(e) for e in events] == ["Event(lagging, at=10, lag=3)"]
+    assert det.status("a").state == "PENDING" and det.lag == pytest.approx(7.5)
+    det.note_intake(True, 3.4)  # read up to 11.1
+    clock.advance(0.001)
+    assert failed(q.try_pop()) == [("a", 1, 11.0)]
+    det.stop()  # ends the episode
+    assert [repr(e) for e in q.try_pop()] == [
+        "Event(caught_up, at=14.501, duration=4.501, max_lag=7.5)"
+    ]
+    assert det.lag == 0.0
+    det.note_intake(True, 5.0)  # stopped: not held
+    assert det.lag == 0.0
+    clock.advance(1.0)
+    det.start()  # 15.501: `a` due a period later, judged at the clock
+    clock.advance(1.001)
+    assert failed(q.try_pop()) == [("a", 2, pytest.approx(16.501))]
+    assert det.stats()["lagging"] == 1
