@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("brokers")
 
 N = 100  # topics
 PERIOD = 0.5  # 200 beats/s
-GRACE = 0.2
+GRACE = 0.3  # generous: the publisher shares 2 loaded cores
 BACKLOG = 0.02  # s of transit the stand-in reader counts as backlogged
 CAP = 120.0  # beats/s the throttled intake takes: 60% of the feed
 OPTIONS = "?heartbeat=0&keepalive_interval=0&reconnect_interval=0.2&connect_timeout=5"
