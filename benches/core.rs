@@ -1,4 +1,5 @@
-//! Throughput of the core at one million topics: beats, expiries, and the timer wheel alone.
+//! Throughput of the core at one million topics: beats, expiries, and the timer wheel alone;
+//! and the ingest-lag guard's cost per socket read.
 //!
 //! Run (see benches/README.md):
 //!
@@ -392,5 +393,26 @@ fn queue_mass(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, beats, expiries, wheel, queue_mass);
+/// The ingest-lag guard's cost to the reader, per `note_intake` (one call per socket read):
+/// not backlogged (the common case: two atomic loads), and backlogged inside an episode
+/// (raising the watermark, no lock).
+fn intake(c: &mut Criterion) {
+    let mut g = c.benchmark_group("note_intake");
+    g.throughput(Throughput::Elements(1));
+    let det = detector(&[]);
+    let now = Cell::new(START);
+    g.bench_function("not_backlogged", |b| {
+        b.iter(|| det.note_intake(black_box(false), Some(MS), None))
+    });
+    det.note_intake(true, Some(SEC), Some(START)); // an episode starts
+    g.bench_function("backlogged", |b| {
+        b.iter(|| {
+            now.set(now.get() + 1);
+            det.note_intake(black_box(true), Some(SEC), Some(now.get()))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, beats, expiries, wheel, queue_mass, intake);
 criterion_main!(benches);

@@ -16,15 +16,24 @@ pub enum EventKind {
     /// The monitor itself was not running for longer than its `max_local_pause`; deadlines
     /// that fell inside were re-based instead of fired. Not about one topic.
     LocalPause,
+    /// The monitor's own intake fell behind its feed by more than its `lag_threshold`:
+    /// deadlines are judged against what has been read, not the clock (see
+    /// `detector/lag.rs`). Not about one topic.
+    Lagging,
+    /// The intake that was [`Lagging`](EventKind::Lagging) has read its backlog (or the
+    /// episode ended: the guard was turned off, the detector stopped). Not about one topic.
+    CaughtUp,
 }
 
 impl EventKind {
     /// Every kind, at the index of its [`code`](EventKind::code).
-    pub const ALL: [EventKind; 4] = [
+    pub const ALL: [EventKind; 6] = [
         EventKind::Failed,
         EventKind::Resumed,
         EventKind::Received,
         EventKind::LocalPause,
+        EventKind::Lagging,
+        EventKind::CaughtUp,
     ];
 
     /// A small number for the kind (its index in [`EventKind::ALL`]): the `kinds` column of
@@ -35,17 +44,21 @@ impl EventKind {
             EventKind::Resumed => 1,
             EventKind::Received => 2,
             EventKind::LocalPause => 3,
+            EventKind::Lagging => 4,
+            EventKind::CaughtUp => 5,
         }
     }
 
     /// The lower-case name used in Python (`"failed"`, `"resumed"`, `"received"`,
-    /// `"local_pause"`).
+    /// `"local_pause"`, `"lagging"`, `"caught_up"`).
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::Failed => "failed",
             EventKind::Resumed => "resumed",
             EventKind::Received => "received",
             EventKind::LocalPause => "local_pause",
+            EventKind::Lagging => "lagging",
+            EventKind::CaughtUp => "caught_up",
         }
     }
 }
@@ -56,7 +69,8 @@ pub const NO_LATENCY: i64 = i64::MIN;
 /// Sequence number meaning "the beat carried none".
 pub const NO_SEQ: u64 = u64::MAX;
 
-/// The `topic` of an event about no topic ([`EventKind::LocalPause`]); never a topic id, since
+/// The `topic` of an event about no topic ([`EventKind::LocalPause`], [`EventKind::Lagging`],
+/// [`EventKind::CaughtUp`]); never a topic id, since
 /// ids stay below the registry's `MAX_TOPICS`.
 pub const NO_TOPIC: TopicId = TopicId::MAX;
 
@@ -65,17 +79,19 @@ pub const NO_TOPIC: TopicId = TopicId::MAX;
 pub struct Event {
     /// What happened.
     pub kind: EventKind,
-    /// The topic it happened to ([`NO_TOPIC`] for a local pause).
+    /// The topic it happened to ([`NO_TOPIC`] for a local pause, lagging, caught up).
     pub topic: TopicId,
     /// Consecutive missed periods: the count reached (failed) or the count before the beat (resumed).
     pub missed: u32,
-    /// When: the deadline that passed (failed), the beat's time (resumed, received), or the
-    /// wake-up (local pause).
+    /// When: the deadline that passed (failed), the beat's time (resumed, received), the
+    /// wake-up (local pause), or when the lag was found (lagging, caught up).
     pub at_ns: u64,
     /// Failed: when the outage began. Resumed: its length. Received: the beat's sequence number.
-    /// Local pause: how long the monitor was not running.
+    /// Local pause: how long the monitor was not running. Lagging: the lag. Caught up: how long
+    /// the episode lasted.
     pub detail: u64,
-    /// Received: transit time of the beat in ns, or [`NO_LATENCY`].
+    /// Received: transit time of the beat in ns, or [`NO_LATENCY`]. Caught up: the largest lag
+    /// seen in the episode (ns, saturated at `i64::MAX`).
     pub latency_ns: i64,
 }
 
@@ -126,6 +142,46 @@ impl Event {
             detail: duration_ns,
             latency_ns: NO_LATENCY,
         }
+    }
+
+    /// A `lagging` event: at `at_ns` the intake was found `lag_ns` behind the clock.
+    pub fn lagging(at_ns: u64, lag_ns: u64) -> Self {
+        Self {
+            kind: EventKind::Lagging,
+            topic: NO_TOPIC,
+            missed: 0,
+            at_ns,
+            detail: lag_ns,
+            latency_ns: NO_LATENCY,
+        }
+    }
+
+    /// A `caught_up` event: at `at_ns` a lag episode of `duration_ns` ended, whose largest lag
+    /// was `max_lag_ns`.
+    pub fn caught_up(at_ns: u64, duration_ns: u64, max_lag_ns: u64) -> Self {
+        Self {
+            kind: EventKind::CaughtUp,
+            topic: NO_TOPIC,
+            missed: 0,
+            at_ns,
+            detail: duration_ns,
+            latency_ns: i64::try_from(max_lag_ns).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// Lagging: how far behind the clock the intake was.
+    pub fn lag_ns(&self) -> Option<u64> {
+        (self.kind == EventKind::Lagging).then_some(self.detail)
+    }
+
+    /// Caught up: how long the lag episode lasted.
+    pub fn lag_duration_ns(&self) -> Option<u64> {
+        (self.kind == EventKind::CaughtUp).then_some(self.detail)
+    }
+
+    /// Caught up: the largest lag seen in the episode.
+    pub fn max_lag_ns(&self) -> Option<u64> {
+        (self.kind == EventKind::CaughtUp).then_some(self.latency_ns.max(0) as u64)
     }
 
     /// Local pause: how long the monitor was not running.

@@ -36,6 +36,8 @@ pub struct Newest {
     ats: Vec<u64>,
     codes: Vec<u64>,
     pause_at: Option<u64>,
+    /// The newest `lagging`/`caught_up` delivered: its time and kind.
+    lag_at: Option<(u64, EventKind)>,
     /// The newest feed opened ([`open_feed`](Newest::open_feed)); feeds below it are replaced.
     latest: u64,
     /// The newest feed that filtered so far (entries of feeds before its predecessor are gone).
@@ -80,6 +82,17 @@ impl Newest {
             EventKind::Failed | EventKind::Resumed => {
                 let code = u64::from(ev.missed) * 2 + u64::from(ev.kind == EventKind::Resumed);
                 self.fresh_ordered(handle, ev.at_ns, code)
+            }
+            EventKind::Lagging | EventKind::CaughtUp => {
+                // They alternate: one at the same time as the other kind is distinct.
+                if self
+                    .lag_at
+                    .is_some_and(|(at, kind)| ev.at_ns < at || (ev.at_ns == at && ev.kind == kind))
+                {
+                    return false;
+                }
+                self.lag_at = Some((ev.at_ns, ev.kind));
+                true
             }
         }
     }

@@ -45,7 +45,9 @@ def raw_sender(name: str) -> Any:
 
 
 @pytest.mark.parametrize("name", ["activemq", "rabbitmq"])
-def test_json_legacy_and_signed_beats_are_recorded_off_the_socket(name: str, closing: list[Any]) -> None:
+def test_json_legacy_and_signed_beats_are_recorded_off_the_socket(
+    name: str, closing: list[Any]
+) -> None:
     B.ensure(name)
     root = uid()
     transport = connect(B.url(name) + "?" + FAST)
@@ -169,7 +171,9 @@ class CuttingRelay:
         self.server.close()
 
 
-def test_a_connection_cut_in_the_middle_of_a_frame_leaves_nothing_behind(closing: list[Any]) -> None:
+def test_a_connection_cut_in_the_middle_of_a_frame_leaves_nothing_behind(
+    closing: list[Any],
+) -> None:
     B.ensure("activemq")
     root = uid()
     relay = CuttingRelay(B.PORTS["activemq"], f"{root}.cut".encode())

@@ -166,7 +166,9 @@ def test_unrouted_subscriptions_pings_and_foreign_topics_pass_through() -> None:
     mon.stop()
 
 
-@pytest.mark.parametrize("junk", [b"\x00", b"GARBAGE\x00", b"MESSAGE\n\x00", b"MESSAGE\nsubscription:sub-1\n\n\x00"])
+@pytest.mark.parametrize(
+    "junk", [b"\x00", b"GARBAGE\x00", b"MESSAGE\n\x00", b"MESSAGE\nsubscription:sub-1\n\n\x00"]
+)
 def test_hostile_frames_never_crash_and_are_handed_on(junk: bytes) -> None:
     mon = monitor()
     routes = Routes()

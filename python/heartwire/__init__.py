@@ -25,10 +25,12 @@ from heartwire._core import (
 from heartwire.checks import CheckFailed
 from heartwire.dispatch import Dispatcher
 from heartwire.events import (
+    CaughtUp,
     Disconnected,
     EventBatch,
     ExceptionEvent,
     Failed,
+    Lagging,
     LocalPause,
     Received,
     Reconnected,
@@ -73,6 +75,7 @@ __all__ = [
     "AlertPublisher",
     "Beat",
     "BeatCodec",
+    "CaughtUp",
     "CheckFailed",
     "ConnectFailed",
     "Consumer",
@@ -92,6 +95,7 @@ __all__ = [
     "HeartbeatPublisher",
     "HeartbeatSubscriber",
     "KeepAliveMonitor",
+    "Lagging",
     "LocalPause",
     "ManualClock",
     "MemoryBroker",

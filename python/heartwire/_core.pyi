@@ -75,10 +75,16 @@ class Event:
     A ``"local_pause"`` event is about no topic (``topic == ""``, ``handle == -1``): the
     detector itself was not running for ``duration`` seconds, up to ``at`` (the wake-up), and
     re-based the deadlines that fell inside instead of firing them. Every queue gets it.
+
+    ``"lagging"`` and ``"caught_up"`` are about no topic either: the monitor's own intake fell
+    behind its feed by ``lag`` seconds (more than ``lag_threshold``), and later (``caught_up``)
+    read its backlog after ``duration`` seconds, the largest lag being ``max_lag``.
     """
 
     @property
-    def kind(self) -> Literal["failed", "resumed", "received", "local_pause"]: ...
+    def kind(
+        self,
+    ) -> Literal["failed", "resumed", "received", "local_pause", "lagging", "caught_up"]: ...
     @property
     def topic(self) -> str: ...
     @property
@@ -97,6 +103,10 @@ class Event:
     def latency(self) -> float | None: ...
     @property
     def duration(self) -> float | None: ...
+    @property
+    def lag(self) -> float | None: ...
+    @property
+    def max_lag(self) -> float | None: ...
 
 @final
 class EventBatch:
@@ -299,6 +309,8 @@ class Detector:
         tick: float = 0.01,
         auto_add: bool = False,
         max_local_pause: float | None = 5.0,
+        lag_threshold: float | None = 1.0,
+        max_ingest_lag: float | None = 60.0,
     ) -> Detector: ...
     def add(
         self,
@@ -362,6 +374,21 @@ class Detector:
     def running(self) -> bool: ...
     auto_add: bool
     max_local_pause: float | None
+    def note_intake(
+        self, backlogged: bool, transit: float | None = None, *, now: float | None = None
+    ) -> None:
+        """One read of the intake: ``backlogged`` (the read filled its buffer), ``transit``
+        (seconds, wall now minus the freshest beat's send time, None if none carried one).
+        While backlogged, deadlines are judged against the watermark ``now - transit`` (held
+        where it was without a transit, never more than ``max_ingest_lag`` behind the clock);
+        a read not backlogged releases it."""
+
+    @property
+    def lag(self) -> float:
+        """How far behind the clock the intake's watermark is now, seconds (0.0: not backlogged)."""
+
+    lag_threshold: float | None
+    max_ingest_lag: float | None
     def now(self) -> float: ...
     def status(self, topic: _Topic) -> TopicStatus: ...
     def statuses(self) -> list[TopicStatus]: ...
@@ -410,7 +437,9 @@ class Intake:
     def matches(self, topic: str) -> bool: ...
     def beat(self, topic: str, *, seq: int | None = None, latency: float | None = None) -> bool: ...
     def beat_many(self, names: Any) -> int: ...
-    def ingest(self, body: bytes | bytearray | memoryview, destination: str | None = None) -> bool | None: ...
+    def ingest(
+        self, body: bytes | bytearray | memoryview, destination: str | None = None
+    ) -> bool | None: ...
     def record(
         self,
         topic: str,

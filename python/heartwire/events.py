@@ -2,9 +2,9 @@
 
 Every event is a small frozen dataclass. Times are seconds: ``Sent.at`` is wall time
 (:func:`time.time`); the monitor's events (``Received``, ``Failed``, ``Resumed``,
-``LocalPause``) and the :class:`TopicStatus` times are on the monitor's clock (the core's
-monotonic clock, or a :class:`~heartwire._core.ManualClock`), which is exact for intervals but
-means nothing to a person or another program (seconds since boot).
+``LocalPause``, ``Lagging``, ``CaughtUp``) and the :class:`TopicStatus` times are on the
+monitor's clock (the core's monotonic clock, or a :class:`~heartwire._core.ManualClock`), which
+is exact for intervals but means nothing to a person or another program (seconds since boot).
 
 For those, each of these carries ``wall_offset``, the seconds to add to the monitor's clock to
 get Unix time (the monitor's :attr:`~heartwire.monitor.HeartbeatMonitor.wall_offset`, measured
@@ -26,10 +26,12 @@ from heartwire import _core
 
 __all__ = [
     "EVENT_METHODS",
+    "CaughtUp",
     "Disconnected",
     "EventBatch",
     "ExceptionEvent",
     "Failed",
+    "Lagging",
     "ListenerEvent",
     "LocalPause",
     "MonitorEvent",
@@ -197,6 +199,47 @@ class LocalPause:
 
 
 @dataclass(frozen=True)
+class Lagging:
+    """The monitor's own intake fell ``lag`` seconds behind its feed, found at ``at`` (its
+    clock): more than the monitor's ``lag_threshold``.
+
+    Beats waited unread (in the socket, at the broker) because the monitor reads more slowly
+    than they come: its backlog, not the services'. Meanwhile deadlines are judged against
+    what has been read instead of the clock (never more than ``max_ingest_lag`` behind it), so
+    no live topic is failed for the backlog; a topic that really stopped is reported late, by
+    the lag at most. Once per episode; :class:`CaughtUp` ends it.
+    """
+
+    lag: float
+    at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """The intake that was :class:`Lagging` read its backlog at ``at`` (its clock), after
+    ``duration`` seconds behind (from its first read found backlogged); ``max_lag`` is the
+    largest lag seen meanwhile. Deadlines are judged at the clock again. Also sent when the
+    episode ends because the monitor stops or the guard is turned off.
+    """
+
+    duration: float
+    max_lag: float
+    at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
+
+
+@dataclass(frozen=True)
 class Disconnected:
     """The transport lost its connection to ``broker`` (``reason`` says how); it is reconnecting.
 
@@ -237,6 +280,8 @@ ListenerEvent = (
     | Failed
     | Resumed
     | LocalPause
+    | Lagging
+    | CaughtUp
     | Disconnected
     | Reconnected
     | ExceptionEvent
@@ -251,6 +296,8 @@ EVENT_METHODS: dict[str, str] = {
     "resumed": "on_resumed",
     "received": "on_received",
     "local_pause": "on_local_pause",
+    "lagging": "on_lagging",
+    "caught_up": "on_caught_up",
 }
 
 #: Per detector event kind, how its listener event is made from the core's (and a wall offset).
@@ -261,6 +308,10 @@ _BUILDERS: dict[str, Callable[[_core.Event, float], Any]] = {
     "resumed": lambda e, off: Resumed(e.topic, e.missed, e.downtime or 0.0, e.at, wall_offset=off),
     "received": lambda e, off: Received(e.topic, e.seq, e.latency, e.at, wall_offset=off),
     "local_pause": lambda e, off: LocalPause(e.duration or 0.0, e.at, wall_offset=off),
+    "lagging": lambda e, off: Lagging(e.lag or 0.0, e.at, wall_offset=off),
+    "caught_up": lambda e, off: CaughtUp(
+        e.duration or 0.0, e.max_lag or 0.0, e.at, wall_offset=off
+    ),
 }
 
 

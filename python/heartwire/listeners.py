@@ -53,10 +53,12 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from heartwire.events import (
     EVENT_METHODS,
+    CaughtUp,
     Disconnected,
     EventBatch,
     ExceptionEvent,
     Failed,
+    Lagging,
     LocalPause,
     Received,
     Reconnected,
@@ -138,6 +140,14 @@ class SubscriberListener:
     def on_local_pause(self, event: LocalPause) -> Any:
         """The monitor itself was not running for ``event.duration`` seconds (its process was
         stopped or starved); no topic was failed for it. Once per pause."""
+
+    def on_lagging(self, event: Lagging) -> Any:
+        """The monitor's own intake fell ``event.lag`` seconds behind its feed (more than its
+        ``lag_threshold``); no live topic is failed for it. Once per episode."""
+
+    def on_caught_up(self, event: CaughtUp) -> Any:
+        """The intake that was lagging read its backlog, after ``event.duration`` seconds
+        (largest lag ``event.max_lag``)."""
 
     def on_disconnected(self, event: Disconnected) -> Any:
         """The transport lost its broker connection and is reconnecting (STOMP only)."""

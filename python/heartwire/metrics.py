@@ -31,6 +31,8 @@ SERIES: dict[str, tuple[str, str]] = {
     "heartwire_failed_total": ("counter", "Failed events produced"),
     "heartwire_resumed_total": ("counter", "Resumed events produced"),
     "heartwire_local_pauses_total": ("counter", "Pauses of the monitor itself"),
+    "heartwire_lagging_total": ("counter", "Episodes of the monitor's intake lagging its feed"),
+    "heartwire_ingest_lag_seconds": ("gauge", "How far the monitor's intake is behind its feed"),
     "heartwire_rejected_total": ("counter", "Beats refused, by reason"),
     "heartwire_dropped_total": ("counter", "Events lost to an overflow policy, by queue"),
     "heartwire_listener_errors_total": ("counter", "Listener calls that raised"),
@@ -90,6 +92,7 @@ def collector(monitor: HeartbeatMonitor) -> Any:
                 "failed",
                 "resumed",
                 "local_pauses",
+                "lagging",
                 "listener_errors",
                 "listener_late",
                 "dispatch_errors",
@@ -111,6 +114,9 @@ def collector(monitor: HeartbeatMonitor) -> Any:
                 g = family(f"heartwire_{key}", ["pattern"])
                 g.add_metric([p], m[key])
                 yield g
+            lag = family("heartwire_ingest_lag_seconds", ["pattern"])
+            lag.add_metric([p], m["ingest_lag"])
+            yield lag
 
     return MonitorCollector()
 

@@ -219,6 +219,15 @@ class HeartbeatMonitor:
       period (plus grace) after the wake-up; beats recorded meanwhile count as heard. Listeners
       get one :class:`~heartwire.events.LocalPause` per pause (``on_local_pause``), and
       :meth:`stats` counts them.
+    - ``lag_threshold``: the ingest-lag guard, seconds (``None`` turns it off; default 1 s:
+      below it a lag is ordinary read batching, held silently). When the monitor's own intake
+      falls behind its feed (the native reader finds each read filling its buffer), deadlines
+      are judged against what has been read, not the clock, so the backlog fails no live
+      topic; a topic that really stopped is reported late, by the lag at most (and at most
+      ``detector.max_ingest_lag``, 60 s by default, behind the clock). Listeners get one
+      :class:`~heartwire.events.Lagging` when the lag first exceeds this (``on_lagging``) and
+      one :class:`~heartwire.events.CaughtUp` when the intake has read its backlog
+      (``on_caught_up``); :meth:`stats` has ``lagging`` (episodes) and ``ingest_lag`` (now).
     - ``listeners``: :class:`~heartwire.listeners.SubscriberListener` instances (more can be added
       and removed at run time).
     - ``clock``: a :class:`~heartwire._core.ManualClock` for tests and simulations; events are then
@@ -298,6 +307,7 @@ class HeartbeatMonitor:
         max_topics: int | None = DEFAULT_MAX_TOPICS,
         grace: float | None = None,
         max_local_pause: float | None = 5.0,
+        lag_threshold: float | None = 1.0,
         listener_queue: int | None = DEFAULT_LISTENER_QUEUE,
         listener_overflow: ListenerOverflow = "drop-oldest",
         max_beat_age: float | None = None,
@@ -309,6 +319,8 @@ class HeartbeatMonitor:
         self._grace = _check_grace(grace)
         if max_local_pause is not None:
             max_local_pause = _check_period(max_local_pause, "max_local_pause")
+        if lag_threshold is not None:
+            lag_threshold = _check_period(lag_threshold, "lag_threshold")
         if clock is not None and not isinstance(clock, ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
         if overflow not in _OVERFLOWS:
@@ -348,6 +360,7 @@ class HeartbeatMonitor:
             clock=clock,
             tick=tick,
             max_local_pause=max_local_pause,
+            lag_threshold=lag_threshold,
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
         # Every rule a beat passes before it is recorded, and the topic table (periods, pins,
@@ -453,6 +466,18 @@ class HeartbeatMonitor:
         if seconds is not None:
             seconds = _check_period(seconds, "max_local_pause")
         self._det.max_local_pause = seconds
+
+    @property
+    def lag_threshold(self) -> float | None:
+        """Seconds the intake may lag behind its feed before a ``lagging`` event (``None``: the
+        ingest-lag guard is off). Can be changed while it runs."""
+        return self._det.lag_threshold
+
+    @lag_threshold.setter
+    def lag_threshold(self, seconds: float | None) -> None:
+        if seconds is not None:
+            seconds = _check_period(seconds, "lag_threshold")
+        self._det.lag_threshold = seconds
 
     def _grace_for(self, period: float) -> float:
         """The grace a topic with ``period`` gets by the monitor's rule."""
@@ -888,8 +913,10 @@ class HeartbeatMonitor:
 
     def stats(self) -> dict[str, Any]:
         """Counters: the detector's (``beats``, ``unknown``, ``refused``, ``failed``, ``resumed``,
-        ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``),
-        ``local_pause_seconds`` (the same length in seconds), ``learned`` topics, ``rejected``
+        ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``,
+        ``lagging`` episodes of the intake and its lag now ``ingest_lag_ns``),
+        ``local_pause_seconds`` (the same length in seconds), ``ingest_lag`` (the intake's lag
+        now, seconds: 0.0 unless it is backlogged), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow
         policy, held by a dispatch thread that :meth:`stop` did not wait for, or pushed by a
         beat that raced :meth:`stop` after its queue was closed),
@@ -902,6 +929,7 @@ class HeartbeatMonitor:
         ``disconnects`` and ``reconnects`` (of the broker connection)."""
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
+        out["ingest_lag"] = out["ingest_lag_ns"] / 1e9
         intake = self._intake.stats()
         depth = 0
         with self._losses_lock:
@@ -938,7 +966,8 @@ class HeartbeatMonitor:
 
         - ``topics``: topics watched; ``states``: how many in each state (all six keys);
         - ``beats``: beats recorded; ``learned``: topics learned from beats;
-        - ``failed``, ``resumed``, ``local_pauses``: events produced;
+        - ``failed``, ``resumed``, ``local_pauses``, ``lagging``: events produced;
+        - ``ingest_lag``: how far the intake is behind its feed now, seconds;
         - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
           ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``), ``rejected_total``
           their sum;
@@ -960,6 +989,8 @@ class HeartbeatMonitor:
             "failed": stats["failed"],
             "resumed": stats["resumed"],
             "local_pauses": stats["local_pauses"],
+            "lagging": stats["lagging"],
+            "ingest_lag": stats["ingest_lag"],
             "rejected": rejected,
             "rejected_total": sum(rejected.values()),
             "dropped": {"dispatch": stats["dropped"], "listeners": stats["listener_dropped"]},

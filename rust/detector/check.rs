@@ -38,6 +38,8 @@ impl Detector {
             self.guard_pause(&mut inner, &subscribers, now);
         }
         inner.now = inner.now.max(now);
+        // Deadlines are judged up to the intake's watermark while it lags (see `lag.rs`).
+        let now = self.judge_until(&mut inner, &subscribers, now);
         let before = self.counters.failed.load(Ordering::Relaxed)
             + self.counters.resumed.load(Ordering::Relaxed);
         let now_tick = now / self.resolution_ns;

@@ -12,7 +12,8 @@
 //! after the last beat (or after the topic was added) is `last + n * period + grace`, so a beat
 //! exactly at `last + period + grace` is on time. A `failed` event's `at` is the deadline
 //! itself, whenever the driver got to it. Deadlines that passed while the monitor itself was not
-//! running (a local pause, see `pause.rs`) are re-based instead of counted.
+//! running (a local pause, see `pause.rs`) are re-based instead of counted, and while the
+//! monitor's intake lags behind its feed, deadlines after what it has read wait (`lag.rs`).
 //!
 //! Every event is emitted while the detector lock is held, which is what keeps each topic's
 //! events in order across the two paths. It is pushed into the subscriber queues at once when
@@ -41,6 +42,9 @@ mod emit;
 mod emit_tests;
 #[cfg(test)]
 mod grace_tests;
+mod lag;
+#[cfg(test)]
+mod lag_tests;
 mod pause;
 #[cfg(test)]
 mod pause_tests;
@@ -52,6 +56,7 @@ mod tests;
 mod topics;
 
 pub use beats::Batch;
+pub use lag::{DEFAULT_LAG_THRESHOLD_NS, DEFAULT_MAX_INGEST_LAG_NS};
 pub use pause::DEFAULT_MAX_LOCAL_PAUSE_NS;
 pub use status::{DetectorStats, TopicStatus};
 
@@ -184,6 +189,11 @@ struct Inner {
     running: bool,
     /// The furthest time advanced to (relative ns): when the detector last ran.
     now: u64,
+    /// Up to when deadlines have been judged (relative ns): `now`, unless the intake lagged
+    /// (the ingest-lag guard holds deadlines at its watermark, see `lag.rs`). Never goes back.
+    judged: u64,
+    /// When the current ingest-lag episode began (relative ns; meaningful while one is on).
+    lag_since: u64,
     /// The latest local pause (relative ns, empty if none): a deadline inside it is re-based
     /// to a full period after its end instead of counted as missed (see `pause.rs`).
     pause: Range<u64>,
@@ -233,6 +243,7 @@ struct Counters {
     received: AtomicU64,
     local_pauses: AtomicU64,
     local_pause_ns: AtomicU64,
+    laggings: AtomicU64,
 }
 
 /// Watches any number of topics for missed periods. Share it through `Arc`.
@@ -267,6 +278,8 @@ pub struct Detector {
     spare: Mutex<Vec<Vec<Event>>>,
     /// A wake-up later than this after the last run is a local pause (ns; `u64::MAX`: never).
     max_local_pause_ns: AtomicU64,
+    /// The ingest-lag guard (see `lag.rs`).
+    lag: lag::LagGuard,
     counters: Counters,
 }
 
@@ -301,6 +314,8 @@ impl Detector {
                 slots: Vec::new(),
                 running: true,
                 now: 0,
+                judged: 0,
+                lag_since: 0,
                 pause: 0..0,
                 held: HashMap::new(),
                 free: Vec::new(),
@@ -320,6 +335,7 @@ impl Detector {
             pushed_lock: Mutex::new(()),
             spare: Mutex::new(Vec::new()),
             max_local_pause_ns: AtomicU64::new(DEFAULT_MAX_LOCAL_PAUSE_NS),
+            lag: lag::LagGuard::new(),
             counters: Counters::default(),
         });
         if let Some(manual) = manual {

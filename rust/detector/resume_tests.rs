@@ -144,7 +144,7 @@ fn a_graced_topic_resumed_after_a_recovery_is_due_a_period_plus_grace_later() {
 
 #[test]
 fn concurrent_beats_pauses_and_driver_give_well_formed_sequences() {
-    use crate::event::EventKind::{Failed, LocalPause, Received, Resumed};
+    use crate::event::EventKind::{CaughtUp, Failed, Lagging, LocalPause, Received, Resumed};
     let r = Rig::new(10 * MS, 1);
     let ids: Vec<TopicId> = (0..64).map(|i| r.add(&format!("c{i}"))).collect();
     let stop = Arc::new(AtomicBool::new(false));
@@ -208,7 +208,7 @@ fn concurrent_beats_pauses_and_driver_give_well_formed_sequences() {
                     assert!(expect_next > 1, "resumed without failed for {id}");
                     expect_next = 1;
                 }
-                Received | LocalPause => unreachable!(),
+                Received | LocalPause | Lagging | CaughtUp => unreachable!(),
             }
         }
         let st = r.det.status(id).unwrap();

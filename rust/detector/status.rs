@@ -48,6 +48,10 @@ pub struct DetectorStats {
     pub local_pauses: u64,
     /// Their total length, ns.
     pub local_pause_ns: u64,
+    /// `lagging` events: ingest-lag episodes whose lag passed `lag_threshold`.
+    pub lagging: u64,
+    /// How far the intake's watermark is behind the clock now, ns (0 when not backlogged).
+    pub ingest_lag_ns: u64,
 }
 
 impl Detector {
@@ -128,6 +132,8 @@ impl Detector {
             topics: self.registry.live() as u64,
             local_pauses: c.local_pauses.load(Ordering::Relaxed),
             local_pause_ns: c.local_pause_ns.load(Ordering::Relaxed),
+            lagging: c.laggings.load(Ordering::Relaxed),
+            ingest_lag_ns: self.lag_ns(),
         }
     }
 

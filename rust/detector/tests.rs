@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::event::EventKind::{Failed, LocalPause, Received, Resumed};
+use crate::event::EventKind::{CaughtUp, Failed, Lagging, LocalPause, Received, Resumed};
 
 pub(super) const S: u64 = 1_000_000_000;
 pub(super) const MS: u64 = 1_000_000;
@@ -472,7 +472,7 @@ fn concurrent_beats_and_driver_give_well_formed_sequences() {
                     assert!(expect_next > 1, "resumed without failed for {id}");
                     expect_next = 1;
                 }
-                Received | LocalPause => unreachable!(),
+                Received | LocalPause | Lagging | CaughtUp => unreachable!(),
             }
         }
         let failed_now = r.det.status(id).unwrap().state == State::Failed;

@@ -599,6 +599,9 @@ impl Detector {
     }
 
     fn stop_locked(&self, inner: &mut Inner, subscribers: &[Subscriber]) {
+        // Stopping ends an ingest-lag episode (deadlines are not judged while stopped).
+        let now = inner.now.max(self.rel_now(None));
+        self.end_lag(inner, subscribers, now);
         inner.running = false;
         for id in 0..inner.slots.len() as TopicId {
             let word = self.word(id);

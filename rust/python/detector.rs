@@ -25,6 +25,11 @@ fn max_pause_ns(seconds: Option<f64>) -> PyResult<Option<u64>> {
         .transpose()
 }
 
+/// An optional seconds argument (> 0, or None) in ns; `what` names it in the error.
+fn opt_positive_ns(what: &str, seconds: Option<f64>) -> PyResult<Option<u64>> {
+    seconds.map(|s| to_ns(what, s, false)).transpose()
+}
+
 fn to_py(e: DetectorError) -> PyErr {
     match e {
         DetectorError::Unknown(what) => PyKeyError::new_err(format!("unknown topic: {what}")),
@@ -206,8 +211,8 @@ impl PyDetector {
 impl PyDetector {
     #[new]
     #[pyo3(
-        signature = (*, period = 1.0, allowed_misses = 1, grace = 0.0, clock = None, resolution = 0.001, tick = 0.01, auto_add = false, max_local_pause = Some(5.0)),
-        text_signature = "(*, period=1.0, allowed_misses=1, grace=0.0, clock=None, resolution=0.001, tick=0.01, auto_add=False, max_local_pause=5.0)"
+        signature = (*, period = 1.0, allowed_misses = 1, grace = 0.0, clock = None, resolution = 0.001, tick = 0.01, auto_add = false, max_local_pause = Some(5.0), lag_threshold = Some(1.0), max_ingest_lag = Some(60.0)),
+        text_signature = "(*, period=1.0, allowed_misses=1, grace=0.0, clock=None, resolution=0.001, tick=0.01, auto_add=False, max_local_pause=5.0, lag_threshold=1.0, max_ingest_lag=60.0)"
     )]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
@@ -220,6 +225,8 @@ impl PyDetector {
         tick: f64,
         auto_add: bool,
         max_local_pause: Option<f64>,
+        lag_threshold: Option<f64>,
+        max_ingest_lag: Option<f64>,
     ) -> PyResult<Self> {
         if allowed_misses == 0 {
             return Err(PyValueError::new_err("allowed_misses must be >= 1, got 0"));
@@ -231,6 +238,10 @@ impl PyDetector {
         let det = Detector::new(clock_source(py, clock)?, defaults, resolution).map_err(to_py)?;
         det.set_auto_add(auto_add);
         det.set_max_local_pause(max_pause_ns(max_local_pause)?)
+            .map_err(to_py)?;
+        det.set_lag_threshold(opt_positive_ns("lag_threshold", lag_threshold)?)
+            .map_err(to_py)?;
+        det.set_max_ingest_lag(opt_positive_ns("max_ingest_lag", max_ingest_lag)?)
             .map_err(to_py)?;
         let this = Self {
             det,
@@ -618,6 +629,80 @@ impl PyDetector {
             .map_err(to_py)
     }
 
+    /// One observation of the intake (the reader of the broker connection), made after a read
+    /// whose beats were recorded: ``backlogged`` (the read filled its buffer: more is waiting)
+    /// and ``transit`` (seconds: wall now minus the send time of the freshest beat in that
+    /// read, None if no beat carried one; a negative one, from a publisher clock ahead, counts
+    /// as 0), at ``now`` (default: the clock's now).
+    ///
+    /// While backlogged, deadlines are judged against the watermark of what has been read
+    /// (``now - transit``; with no transit, it stays where it was) instead of the clock, but
+    /// never more than ``max_ingest_lag`` behind it: beats read meanwhile re-arm their topics,
+    /// so live topics do not fail for the monitor's own backlog, and a topic that really died
+    /// is reported once the watermark passes its deadline. A read that is not backlogged
+    /// releases the watermark. A ``lagging`` event is emitted when the lag first exceeds
+    /// ``lag_threshold`` and a ``caught_up`` one when that episode ends. Ignored while the
+    /// guard is off (``lag_threshold=None``) or the detector is stopped.
+    #[pyo3(signature = (backlogged, transit = None, *, now = None))]
+    fn note_intake(
+        &self,
+        py: Python<'_>,
+        backlogged: bool,
+        transit: Option<f64>,
+        now: Option<f64>,
+    ) -> PyResult<()> {
+        let transit = match transit {
+            Some(t) if t.is_finite() => Some(to_ns("transit", t.max(0.0), true)?),
+            Some(t) => {
+                return Err(PyValueError::new_err(format!(
+                    "transit must be a finite number of seconds or None, got {t}"
+                )))
+            }
+            None => None,
+        };
+        let now = opt_time("now", now)?;
+        let det = self.det.clone();
+        py.detach(move || det.note_intake(backlogged, transit, now));
+        Ok(())
+    }
+
+    /// How far behind the clock the intake's read watermark is now, seconds (0.0 when the
+    /// intake is not backlogged). Deadlines are held by this much, up to ``max_ingest_lag``.
+    #[getter]
+    fn lag(&self) -> f64 {
+        to_seconds(self.det.lag_ns())
+    }
+
+    /// The lag (seconds > 0) above which a ``lagging`` event is emitted, or None: the
+    /// ingest-lag guard is off (:meth:`note_intake` holds nothing; setting None mid-episode
+    /// releases the hold and ends the episode).
+    #[getter]
+    fn get_lag_threshold(&self) -> Option<f64> {
+        self.det.lag_threshold().map(to_seconds)
+    }
+
+    #[setter]
+    fn set_lag_threshold(&self, py: Python<'_>, seconds: Option<f64>) -> PyResult<()> {
+        let ns = opt_positive_ns("lag_threshold", seconds)?;
+        let det = self.det.clone();
+        py.detach(move || det.set_lag_threshold(ns)).map_err(to_py)
+    }
+
+    /// How far behind the clock (seconds > 0) deadlines may be held while the intake lags, or
+    /// None for no bound. Past it the lag is not believed (a legacy feed with no send times, a
+    /// reader that stopped reporting) and deadlines proceed that far behind the clock.
+    #[getter]
+    fn get_max_ingest_lag(&self) -> Option<f64> {
+        self.det.max_ingest_lag().map(to_seconds)
+    }
+
+    #[setter]
+    fn set_max_ingest_lag(&self, seconds: Option<f64>) -> PyResult<()> {
+        self.det
+            .set_max_ingest_lag(opt_positive_ns("max_ingest_lag", seconds)?)
+            .map_err(to_py)
+    }
+
     /// The clock's reading, seconds.
     fn now(&self) -> f64 {
         to_seconds(self.det.now_ns())
@@ -661,7 +746,8 @@ impl PyDetector {
     }
 
     /// Counters: beats, unknown, refused, failed, resumed, received, topics, local_pauses and
-    /// local_pause_ns (their total length in nanoseconds).
+    /// local_pause_ns (their total length in nanoseconds), lagging (``lagging`` events) and
+    /// ingest_lag_ns (the intake's lag now, nanoseconds).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.det.stats();
         let d = PyDict::new(py);
@@ -674,6 +760,8 @@ impl PyDetector {
         d.set_item("topics", s.topics)?;
         d.set_item("local_pauses", s.local_pauses)?;
         d.set_item("local_pause_ns", s.local_pause_ns)?;
+        d.set_item("lagging", s.lagging)?;
+        d.set_item("ingest_lag_ns", s.ingest_lag_ns)?;
         Ok(d)
     }
 

@@ -10,25 +10,27 @@ use pyo3::types::PyDict;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// One detector event. ``kind`` is ``"failed"``, ``"resumed"``, ``"received"`` or
-/// ``"local_pause"``; times are seconds on the detector's clock.
+/// One detector event. ``kind`` is ``"failed"``, ``"resumed"``, ``"received"``,
+/// ``"local_pause"``, ``"lagging"`` or ``"caught_up"``; times are seconds on the detector's
+/// clock.
 #[pyclass(name = "Event", module = "heartwire._core", frozen, eq)]
 #[derive(PartialEq)]
 pub struct PyEvent {
-    /// ``"failed"``, ``"resumed"``, ``"received"`` or ``"local_pause"``.
+    /// ``"failed"``, ``"resumed"``, ``"received"``, ``"local_pause"``, ``"lagging"`` or
+    /// ``"caught_up"``.
     #[pyo3(get)]
     kind: &'static str,
-    /// The topic's name (``""`` for a local pause, which is about no topic).
+    /// The topic's name (``""`` for a local pause, lagging or caught up: about no topic).
     #[pyo3(get)]
     topic: String,
-    /// The topic's handle (-1 for a local pause).
+    /// The topic's handle (-1 for an event about no topic).
     #[pyo3(get)]
     handle: i64,
     /// Consecutive missed periods (failed: reached; resumed: before the beat).
     #[pyo3(get)]
     missed: u32,
     /// failed: the deadline that passed; resumed/received: the beat's time; local_pause: when
-    /// the monitor woke up.
+    /// the monitor woke up; lagging/caught_up: when the lag was found or the episode ended.
     #[pyo3(get)]
     at: f64,
     /// failed: when the outage began.
@@ -44,8 +46,15 @@ pub struct PyEvent {
     #[pyo3(get)]
     latency: Option<f64>,
     /// local_pause: how long the monitor was not running, seconds (it ended at ``at``).
+    /// caught_up: how long the lag episode lasted (it ended at ``at``).
     #[pyo3(get)]
     duration: Option<f64>,
+    /// lagging: how far behind the clock the intake's watermark was, seconds.
+    #[pyo3(get)]
+    lag: Option<f64>,
+    /// caught_up: the largest lag seen in the episode, seconds.
+    #[pyo3(get)]
+    max_lag: Option<f64>,
 }
 
 impl PyEvent {
@@ -60,7 +69,9 @@ impl PyEvent {
             downtime: ev.downtime_ns().map(to_seconds),
             seq: ev.seq(),
             latency: ev.latency().map(|l| l as f64 / 1e9),
-            duration: ev.pause_ns().map(to_seconds),
+            duration: ev.pause_ns().or(ev.lag_duration_ns()).map(to_seconds),
+            lag: ev.lag_ns().map(to_seconds),
+            max_lag: ev.max_lag_ns().map(to_seconds),
         }
     }
 }
@@ -76,6 +87,21 @@ impl PyEvent {
                     "Event(local_pause, at={}, duration={})",
                     self.at,
                     self.duration.unwrap_or(f64::NAN)
+                )
+            }
+            "lagging" => {
+                return format!(
+                    "Event(lagging, at={}, lag={})",
+                    self.at,
+                    self.lag.unwrap_or(f64::NAN)
+                )
+            }
+            "caught_up" => {
+                return format!(
+                    "Event(caught_up, at={}, duration={}, max_lag={})",
+                    self.at,
+                    self.duration.unwrap_or(f64::NAN),
+                    self.max_lag.unwrap_or(f64::NAN)
                 )
             }
             _ => format!("seq={}", self.seq.unwrap_or(0)),

@@ -410,12 +410,12 @@ impl PyFrameReader {
         backlogged: bool,
     ) -> Bound<'py, PyBytes> {
         let routes = self.routes.lock().clone();
-        let _ = backlogged; // the lag guard's input (see note_intake)
         let buffer = py.detach(|| {
             let mut state = self.state.lock();
             let ReaderState { splitter, out } = &mut *state;
             out.clear();
-            let mut freshest: Option<f64> = None;
+            // Per intake fed by this read, the send time of its freshest beat.
+            let mut freshest: Vec<(&Arc<Intake>, Option<f64>)> = Vec::new();
             let mut consumed = 0u64;
             let mut passed = 0u64;
             splitter.feed(data, out, |frame: &MessageFrame<'_>| {
@@ -429,10 +429,22 @@ impl PyFrameReader {
             self.consumed.fetch_add(consumed, Ordering::Relaxed);
             self.passed.fetch_add(passed, Ordering::Relaxed);
             self.reads.fetch_add(1, Ordering::Relaxed);
-            let transit = freshest.map_or(u64::MAX, |sent| {
-                ((wall_now() - sent).max(0.0) * 1e9) as u64
-            });
-            self.last_transit.store(transit, Ordering::Relaxed);
+            // The lag guard's input: every routed intake learns whether this read found a
+            // backlog, and how old the freshest beat read for it was (see `note_intake`).
+            let now = wall_now();
+            let mut last = u64::MAX;
+            for intake in routes.values() {
+                let sent = freshest
+                    .iter()
+                    .find(|(i, _)| Arc::ptr_eq(i, intake))
+                    .and_then(|(_, s)| *s);
+                let transit = sent.map(|s| ((now - s).max(0.0) * 1e9) as u64);
+                if let Some(t) = transit {
+                    last = t;
+                }
+                intake.detector().note_intake(backlogged, transit, None);
+            }
+            self.last_transit.store(last, Ordering::Relaxed);
             std::mem::take(out)
         });
         let bytes = PyBytes::new(py, &buffer);
@@ -464,7 +476,11 @@ impl PyFrameReader {
 
 /// What to do with one MESSAGE frame: record it if it is a beat of a routed subscription that
 /// the native path can decide; else leave it to stomp.py (and the Python path).
-fn route(routes: &RouteMap, frame: &MessageFrame<'_>, freshest: &mut Option<f64>) -> Verdict {
+fn route<'r>(
+    routes: &'r RouteMap,
+    frame: &MessageFrame<'_>,
+    freshest: &mut Vec<(&'r Arc<Intake>, Option<f64>)>,
+) -> Verdict {
     let Some(intake) = frame.subscription.and_then(|s| routes.get(s)) else {
         return Verdict::Pass;
     };
@@ -484,7 +500,10 @@ fn route(routes: &RouteMap, frame: &MessageFrame<'_>, freshest: &mut Option<f64>
     match intake.ingest(frame.body, Some(topic), None) {
         Outcome::Recorded { sent } => {
             if let Some(s) = sent {
-                *freshest = Some(freshest.map_or(s, |f: f64| f.max(s)));
+                match freshest.iter_mut().find(|(i, _)| Arc::ptr_eq(i, intake)) {
+                    Some((_, f)) => *f = Some(f.map_or(s, |f: f64| f.max(s))),
+                    None => freshest.push((intake, Some(s))),
+                }
             }
             Verdict::Consumed
         }

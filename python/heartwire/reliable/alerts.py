@@ -5,7 +5,8 @@
     sender = hw.ReliableSender(broker, "/topic/heartwire.alerts")
     monitor.add_listener(hw.AlertPublisher(sender))
 
-Every ``failed``, ``resumed`` and ``local_pause`` event of the monitor becomes one message
+Every ``failed``, ``resumed``, ``local_pause``, ``lagging`` and ``caught_up`` event of the
+monitor becomes one message
 through ``sender`` (kept until the broker has it, re-sent across reconnections), so a consumer
 with a durable subscription to the destination learns of a failure even if it was offline when
 it happened. The body is a JSON object, its times on the wall clock (Unix seconds, and ISO 8601
@@ -18,7 +19,8 @@ nothing outside the monitor's host)::
      "source": "risk-monitor"}
 
 (``resumed`` has ``downtime`` instead of ``since``; ``local_pause`` has ``duration`` and no
-topic). Headers: ``content-type: application/json`` and ``hw-alert: <kind>``.
+topic; ``lagging`` has ``lag``, ``caught_up`` ``duration`` and ``max_lag``, neither a topic).
+Headers: ``content-type: application/json`` and ``hw-alert: <kind>``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import json
 import logging
 from typing import Any
 
-from heartwire.events import Failed, LocalPause, Resumed, wall_fields
+from heartwire.events import CaughtUp, Failed, Lagging, LocalPause, Resumed, wall_fields
 from heartwire.listeners import SubscriberListener
 
 __all__ = ["AlertPublisher"]
@@ -58,6 +60,12 @@ class AlertPublisher(SubscriberListener):
 
     def on_local_pause(self, event: LocalPause) -> None:
         self._publish("local_pause", event)
+
+    def on_lagging(self, event: Lagging) -> None:
+        self._publish("lagging", event)
+
+    def on_caught_up(self, event: CaughtUp) -> None:
+        self._publish("caught_up", event)
 
     def _publish(self, kind: str, event: Any) -> None:
         alert: dict[str, Any] = {"alert": kind, **wall_fields(event)}

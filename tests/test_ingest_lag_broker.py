@@ -1,0 +1,146 @@
+"""The ingest-lag guard over a real broker (RabbitMQ): a monitor whose intake is throttled below
+its feed reports ``lagging``, not failures, and ``caught_up`` once it reads its backlog.
+
+Until the native reader lands, a stomp.py handler stands in for it: it records each beat through
+the monitor, then calls ``Detector.note_intake`` with the beat's transit (wall now minus its
+``sent``). A handler sees one message at a time, not the socket, so it calls itself backlogged
+when that transit is above ``BACKLOG`` (the native reader will use "the read filled its
+buffer"). The intake is throttled to 60% of the feed for a few seconds (an intake-rate cap), so
+the broker holds the backlog and transit grows past the period plus grace.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+import heartwire as hw
+from heartwire.events import CaughtUp, Failed, Lagging
+from heartwire.message import Beat, BeatCodec
+from heartwire.monitor import HeartbeatMonitor
+from heartwire.transport import Message, StompTransport, connect
+from tests import brokers as B
+from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
+
+pytestmark = pytest.mark.usefixtures("brokers")
+
+N = 100  # topics
+PERIOD = 0.5  # 200 beats/s
+GRACE = 0.3  # generous: the publisher shares 2 loaded cores
+BACKLOG = 0.02  # s of transit the stand-in reader counts as backlogged
+CAP = 120.0  # beats/s the throttled intake takes: 60% of the feed
+OPTIONS = "?heartbeat=0&keepalive_interval=0&reconnect_interval=0.2&connect_timeout=5"
+
+
+class Rec(hw.SubscriberListener):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: list[Any] = []
+
+    def _add(self, event: Any) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def on_failed(self, event: Failed) -> None:
+        self._add(event)
+
+    def on_lagging(self, event: Lagging) -> None:
+        self._add(event)
+
+    def on_caught_up(self, event: CaughtUp) -> None:
+        self._add(event)
+
+    def of(self, kind: type) -> list[Any]:
+        with self.lock:
+            return [e for e in self.events if isinstance(e, kind)]
+
+
+def test_a_throttled_intake_over_rabbitmq_reports_lagging_not_failures(
+    closing: list[Any],
+) -> None:
+    B.ensure("rabbitmq")
+    root = "lag" + uuid.uuid4().hex[:8]
+    names = [f"{root}.{i:03d}" for i in range(N)]
+    dead = names[0]  # stops when the throttle starts
+    rec = Rec()
+    mon = HeartbeatMonitor(
+        None, f"{root}.*", period=PERIOD, grace=GRACE, lag_threshold=0.5, listeners=[rec]
+    )
+    closing.append(mon)
+    codec = BeatCodec()
+    det = mon.detector
+    throttle = threading.Event()
+    state = {"next": 0.0, "max_transit": 0.0}
+
+    def reader(message: Message) -> None:
+        if throttle.is_set():  # an intake-rate cap: at most CAP beats/s
+            now = time.monotonic()
+            state["next"] = max(state["next"], now) + 1.0 / CAP
+            time.sleep(max(0.0, state["next"] - now - 1.0 / CAP))
+        mon.handle_message(message)
+        sent = codec.decode(message.body, message.destination).sent_at
+        transit = None if sent is None else time.time() - sent
+        if transit is not None:
+            state["max_transit"] = max(state["max_transit"], transit)
+        det.note_intake(transit is not None and transit > BACKLOG, transit)
+
+    sub = connect(B.url("rabbitmq") + OPTIONS, login="guest", passcode="guest")
+    closing.append(sub)
+    pub = connect(B.url("rabbitmq") + OPTIONS, login="guest", passcode="guest")
+    closing.append(pub)
+    assert isinstance(pub, StompTransport)
+    mon.start()
+    sub.subscribe(f"{root}.*", reader)
+    time.sleep(0.3)  # SUBSCRIBE is not acknowledged: let the broker register it
+
+    stop = threading.Event()
+    stopped_dead = threading.Event()
+
+    def publish() -> None:
+        # Every topic once per period, spread over the period.
+        gap = PERIOD / N
+        t = time.monotonic()
+        while not stop.is_set():
+            for name in names:
+                if name == dead and stopped_dead.is_set():
+                    continue
+                body = codec.encode(Beat(name, sent_at=time.time(), period=PERIOD))
+                pub.send(name, body)
+                t += gap
+                delay = t - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+
+    publisher = threading.Thread(target=publish, name="lag-publisher", daemon=True)
+    publisher.start()
+    try:
+        wait_for(lambda: len(mon) == N, 10, f"the monitor to learn the {N} topics")
+        time.sleep(1.5)  # keeping up
+        assert rec.of(Failed) == [] and rec.of(Lagging) == []
+        throttle.set()
+        stopped_dead.set()
+        time.sleep(4.0)  # 60% of the feed: the backlog grows at the broker
+        assert rec.of(Lagging), f"no lagging after 4 s throttled (transit {state}, {det.lag})"
+        throttle.clear()
+        wait_for(lambda: rec.of(CaughtUp), 15, "caught_up once the intake is unthrottled")
+        time.sleep(2 * (PERIOD + GRACE))  # the dead one's deadline is judged at the clock now
+        wait_for(lambda: rec.of(Failed), 5, f"{dead} to be reported failed")
+    finally:
+        stop.set()
+        publisher.join(5)
+    assert mon.drain(timeout=10)
+    fails = rec.of(Failed)
+    assert {e.topic for e in fails} == {dead}, f"false failures: {fails[:5]}"
+    lagging, caught_up = rec.of(Lagging), rec.of(CaughtUp)
+    assert len(lagging) == 1 and len(caught_up) == 1, rec.events
+    # The backlog was real: beats were read later than their deadlines (period plus grace
+    # after the topic's previous beat), so judged at the clock they would have failed.
+    assert caught_up[0].max_lag > PERIOD + GRACE, (caught_up, state)
+    assert lagging[0].lag > 0.5
+    stats = mon.stats()
+    assert stats["lagging"] == 1 and stats["ingest_lag"] == 0.0
+    assert stats["rejected"] == {}
