@@ -4,6 +4,7 @@ a connection cut in the middle of a frame leaves nothing half-read behind."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -161,10 +162,8 @@ class CuttingRelay:
         except OSError:
             pass
         for s in (src, dst):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     def close(self) -> None:

@@ -290,8 +290,9 @@ class StompTransport:
 
     def stats(self) -> dict[str, Any]:
         """Counters: ``published``, ``send_retries`` (sends repeated on a new connection),
-        ``send_timeouts``, ``delivered``, ``native`` (beats recorded by the core off the socket,
-        see :meth:`subscribe_intake`; not in ``delivered``), ``unrouted`` (messages no subscription took),
+        ``send_timeouts``, ``delivered``, ``native`` (beats recorded by the core off the
+        socket, see :meth:`subscribe_intake`; not in ``delivered``), ``unrouted`` (messages no
+        subscription took),
         ``handler_errors``, ``subscriptions``, ``reconnects``, ``connect_attempts``,
         ``keepalive_pings`` / ``keepalive_returned`` / ``keepalive_expirations``,
         ``listener_errors``, and ``outages`` (``(broker, seconds)`` of the last ones)."""
