@@ -39,7 +39,7 @@ class Errors(hw.SubscriberListener):
 
 
 def raw_sender(name: str) -> Any:
-    conn = stomp.Connection12([(B.HOST, B.PORTS[name])])
+    conn = stomp.Connection12([(B.HOST, B.PORTS[name])], vhost="/" if name == "rabbitmq" else None)
     login = ("guest", "guest") if name == "rabbitmq" else (None, None)
     conn.connect(*login, wait=True)
     return conn
