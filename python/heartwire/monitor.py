@@ -622,7 +622,10 @@ class HeartbeatMonitor:
         body = message.body
         done = None
         if isinstance(body, (bytes, bytearray, memoryview)):
-            done = self._intake.ingest(body, message.destination)
+            try:
+                done = self._intake.ingest(body, message.destination)
+            except (TypeError, UnicodeEncodeError):  # a destination the core cannot read as
+                done = None  # text (not a str, lone surrogates): the Python codec decides
         if done is None:  # the native decoder was not sure: the Python codec decides
             try:
                 beat = self._codec.decode(body, message.destination)
