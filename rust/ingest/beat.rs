@@ -19,6 +19,7 @@
 use super::topic::valid_topic;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -38,7 +39,8 @@ const DETAIL_MAX: usize = 200;
 pub struct Beat<'a> {
     pub topic: &'a str,
     pub seq: Option<u64>,
-    pub boot: Option<&'a str>,
+    /// Borrowed from the body, unless it held JSON escapes (then decoded into a `String`).
+    pub boot: Option<Cow<'a, str>>,
     pub sent: Option<f64>,
     pub period: Option<f64>,
     pub legacy: bool,
@@ -250,10 +252,14 @@ impl Decoder {
         if sig.kind != Kind::Str {
             return reject("bad_signature", "'sig' is not 64 hex digits".into());
         }
-        if sig.escaped {
-            return Err(Stop::Defer);
-        }
-        let hex = &s[sig.start..sig.end];
+        let raw = std::str::from_utf8(&s[sig.start..sig.end]).unwrap_or("");
+        let decoded;
+        let hex = if sig.escaped {
+            decoded = unescape(raw).unwrap_or_default();
+            decoded.as_bytes()
+        } else {
+            raw.as_bytes()
+        };
         let mut want = [0u8; 32];
         if hex.len() != 64 || !decode_hex(hex, &mut want) {
             return reject("bad_signature", "'sig' is not 64 hex digits".into());
@@ -305,8 +311,15 @@ impl Decoder {
             Some(v) if v.kind == Kind::Str => {
                 let name = raw(&v);
                 if v.escaped {
-                    defer = true; // the value is not the raw text
-                    ""
+                    // The value is not the raw text: a valid name would have to be borrowed
+                    // from Python's decoding (json.dumps never escapes one); an invalid one is
+                    // bad either way.
+                    if unescape(name).is_some_and(|n| valid_topic(&n)) {
+                        defer = true;
+                        ""
+                    } else {
+                        return reject("bad_field", "topic is not a valid topic name".into());
+                    }
                 } else if valid_topic(name) {
                     name
                 } else {
@@ -349,18 +362,29 @@ impl Decoder {
             Some(v) if v.kind == Kind::Null => None,
             Some(v) if v.kind == Kind::Str => {
                 let b = raw(&v);
-                if v.escaped {
-                    defer = true;
-                    None
+                // Python counts code points; a lone surrogate (no Rust string holds one)
+                // defers.
+                let n = if v.escaped {
+                    CodePoints::new(b).count()
                 } else {
-                    let n = b.chars().count();
-                    if n == 0 || n > MAX_BOOT_LEN {
-                        return reject(
-                            "bad_field",
-                            format!("boot must be 1 to {MAX_BOOT_LEN} characters, got {n}"),
-                        );
+                    b.chars().count()
+                };
+                if n == 0 || n > MAX_BOOT_LEN {
+                    return reject(
+                        "bad_field",
+                        format!("boot must be 1 to {MAX_BOOT_LEN} characters, got {n}"),
+                    );
+                }
+                if v.escaped {
+                    match unescape(b) {
+                        Some(owned) => Some(Cow::Owned(owned)),
+                        None => {
+                            defer = true;
+                            None
+                        }
                     }
-                    Some(b)
+                } else {
+                    Some(Cow::Borrowed(b))
                 }
             }
             other => return reject("bad_field", type_error("boot", "a str", t, other)),
@@ -536,7 +560,7 @@ impl Parser<'_> {
         // The caller saw '{'.
         self.i = 1;
         self.ws();
-        let mut prev: Option<(usize, usize)> = None;
+        let mut prev: Option<(usize, usize, bool)> = None;
         if self.peek() == Some(b'}') {
             self.i += 1;
         } else {
@@ -552,7 +576,12 @@ impl Parser<'_> {
                 }
                 self.i += 1;
                 self.ws();
+                // The sig member is cut out before signing: its value's form does not matter.
+                let canon_before = self.canon;
                 let val = self.value(1)?;
+                if !key.escaped && &self.s[key.start..key.end] == b"sig" {
+                    self.canon = canon_before;
+                }
                 let member_end = self.i;
                 if key.escaped {
                     // It may spell a known field: only Python's dict knows which.
@@ -598,17 +627,24 @@ impl Parser<'_> {
         Ok(f)
     }
 
-    /// Canonical key order: each key (unescaped, so compared as bytes = code points) strictly
-    /// after the previous one.
-    fn order(&mut self, prev: &mut Option<(usize, usize)>, key: Val) {
-        if key.escaped {
-            self.canon = false;
-        } else if let Some((a, b)) = *prev {
-            if self.s[a..b] >= self.s[key.start..key.end] {
+    /// Canonical key order: each key strictly after the previous one, by code point.
+    fn order(&mut self, prev: &mut Option<(usize, usize, bool)>, key: Val) {
+        if let Some((a, b, esc)) = *prev {
+            let (x, y) = (&self.s[a..b], &self.s[key.start..key.end]);
+            let before = if esc || key.escaped {
+                // Python sorts by code point, surrogate pairs joined.
+                fn dec(r: &[u8]) -> CodePoints<'_> {
+                    CodePoints::new(std::str::from_utf8(r).unwrap_or(""))
+                }
+                dec(x).lt(dec(y))
+            } else {
+                x < y // UTF-8 byte order is code point order
+            };
+            if !before {
                 self.canon = false;
             }
         }
-        *prev = Some((key.start, key.end));
+        *prev = Some((key.start, key.end, key.escaped));
     }
 
     fn value(&mut self, depth: u32) -> Res<Val> {
@@ -870,6 +906,68 @@ impl Parser<'_> {
             num: x,
         })
     }
+}
+
+/// The code points of a JSON string's raw contents (already validated), as Python decodes
+/// them: escapes resolved, a `\\u` surrogate pair joined, a lone surrogate kept as itself.
+struct CodePoints<'a> {
+    s: &'a str,
+    i: usize,
+}
+
+impl<'a> CodePoints<'a> {
+    fn new(s: &'a str) -> CodePoints<'a> {
+        CodePoints { s, i: 0 }
+    }
+}
+
+fn hex4(b: &[u8], at: usize) -> Option<u32> {
+    let h = b.get(at..at + 4)?;
+    h.iter()
+        .try_fold(0u32, |a, &d| Some((a << 4) | u32::from(hex_val(d)?)))
+}
+
+impl Iterator for CodePoints<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        let b = self.s.as_bytes();
+        if *b.get(self.i)? != b'\\' {
+            let ch = self.s.get(self.i..)?.chars().next()?;
+            self.i += ch.len_utf8();
+            return Some(u32::from(ch));
+        }
+        let e = *b.get(self.i + 1)?;
+        self.i += 2;
+        Some(match e {
+            b'"' => 0x22,
+            b'\\' => 0x5c,
+            b'/' => 0x2f,
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => 0x0a,
+            b'r' => 0x0d,
+            b't' => 0x09,
+            b'u' => {
+                let u = hex4(b, self.i)?;
+                self.i += 4;
+                if (0xd800..0xdc00).contains(&u) && b.get(self.i..self.i + 2) == Some(b"\\u") {
+                    if let Some(lo) = hex4(b, self.i + 2).filter(|lo| (0xdc00..0xe000).contains(lo))
+                    {
+                        self.i += 6;
+                        return Some(0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00));
+                    }
+                }
+                u
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// The value of a JSON string's raw contents; None if it holds a lone surrogate.
+fn unescape(raw: &str) -> Option<String> {
+    CodePoints::new(raw).map(char::from_u32).collect()
 }
 
 /// A fixed buffer that `write!` formats into, without allocating.

@@ -1,9 +1,11 @@
 //! `decode_beat`: the native beat decoder, exposed for parity tests and for the Python codec.
 
 use crate::ingest::beat::{Decoded, Decoder};
+use std::borrow::Cow;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyString, PyTuple};
 
 /// Decode one message body natively, as ``BeatCodec(key, max_size).decode(body, destination)``
 /// would. Returns ``("beat", topic, seq, boot, sent, period, legacy)``, ``("reject", reason,
@@ -15,7 +17,7 @@ pub fn decode_beat<'py>(
     body: &Bound<'py, PyBytes>,
     key: Option<&Bound<'py, PyBytes>>,
     max_size: i64,
-    destination: Option<&str>,
+    destination: Option<&Bound<'py, PyString>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let key = key.map(|k| k.as_bytes());
     if key.is_some_and(<[u8]>::is_empty) {
@@ -29,10 +31,20 @@ pub fn decode_beat<'py>(
     let max_size = usize::try_from(max_size).unwrap_or(usize::MAX);
     // A decoder per call: this entry point is for tests and one-off use, not the hot path.
     let decoder = Decoder::new(key, max_size);
-    match decoder.decode(body.as_bytes(), destination) {
-        Decoded::Beat(b) => {
-            ("beat", b.topic, b.seq, b.boot, b.sent, b.period, b.legacy).into_pyobject(py)
-        }
+    // A str UTF-8 cannot hold (lone surrogates) equals no topic name (those are ASCII), just as
+    // U+FFFD does not.
+    let destination = destination.map(|d| d.to_cow().unwrap_or(Cow::Borrowed("\u{fffd}")));
+    match decoder.decode(body.as_bytes(), destination.as_deref()) {
+        Decoded::Beat(b) => (
+            "beat",
+            b.topic,
+            b.seq,
+            b.boot.as_deref(),
+            b.sent,
+            b.period,
+            b.legacy,
+        )
+            .into_pyobject(py),
         Decoded::Reject { reason, detail } => ("reject", reason, detail).into_pyobject(py),
         Decoded::Defer => ("defer",).into_pyobject(py),
     }
