@@ -101,10 +101,19 @@ fn clip(s: &str, n: usize) -> &str {
     &s[..end]
 }
 
-/// Bytes that Python's `str.strip()` and regex `\s` treat as whitespace, among ASCII.
+/// Whether Python's `str.isspace()` (so `str.strip()` and regex `\s`) holds for `c`: the set
+/// has not changed since Unicode 6.3 (Python 3.4).
 #[inline]
-fn py_space(b: u8) -> bool {
-    matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f | b' ')
+fn py_space(c: char) -> bool {
+    match c {
+        '\t' | '\n' | '\x0b' | '\x0c' | '\r' | '\x1c'..='\x1f' | ' ' => true,
+        c if c.is_ascii() => false,
+        '\u{85}' | '\u{a0}' | '\u{1680}' | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' => {
+            true
+        }
+        '\u{202f}' | '\u{205f}' | '\u{3000}' => true,
+        _ => false,
+    }
 }
 
 /// JSON whitespace (what Python's `json` skips between tokens).
@@ -153,20 +162,7 @@ impl Decoder {
             Ok(t) => t,
             Err(e) => return reject("not_utf8", format!("{e}")),
         };
-        // Python's `str.strip()`: ASCII whitespace here; a non-ASCII character left at either
-        // end may be Unicode whitespace Python would strip, so defer.
-        let b = text.as_bytes();
-        let start = b.iter().position(|&c| !py_space(c)).unwrap_or(b.len());
-        let end = b
-            .iter()
-            .rposition(|&c| !py_space(c))
-            .map_or(start, |e| e + 1);
-        let t = &b[start..end];
-        if t.first().is_some_and(|&c| c >= 0x80) || t.last().is_some_and(|&c| c >= 0x80) {
-            return Err(Stop::Defer);
-        }
-        // Both ends are ASCII, so `start..end` are character boundaries.
-        let t = text.get(start..end).ok_or(Stop::Defer)?;
+        let t = text.trim_matches(py_space);
         let beat = if t.as_bytes().first() == Some(&b'{') {
             self.decode_json(t)?
         } else {
@@ -190,8 +186,7 @@ impl Decoder {
     /// `(\S+) HEARTBEAT`, matched whole.
     fn decode_legacy<'a>(&self, t: &'a str) -> Res<Beat<'a>> {
         let name = t.strip_suffix(" HEARTBEAT").unwrap_or("");
-        let nb = name.as_bytes();
-        if nb.is_empty() || nb.iter().any(|&c| py_space(c)) {
+        if name.is_empty() || name.contains(py_space) {
             return reject(
                 "bad_json",
                 format!(
@@ -199,9 +194,6 @@ impl Decoder {
                     clip(t, 60)
                 ),
             );
-        }
-        if !name.is_ascii() {
-            return Err(Stop::Defer); // `\S` may or may not match a non-ASCII character
         }
         if self.mac.is_some() {
             return reject("unsigned", "a legacy text beat carries no signature".into());
