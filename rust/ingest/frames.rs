@@ -570,4 +570,49 @@ mod tests {
             prop_assert!(out.len() + s.pending() <= data.len());
         }
     }
+
+    /// `cargo test --release --lib split_timing -- --ignored --nocapture`: MESSAGE frames as
+    /// ActiveMQ sends them, in 64 KiB reads, each body decoded, per frame.
+    #[test]
+    #[ignore]
+    fn split_timing() {
+        use crate::ingest::beat::{Decoded, Decoder};
+        let body = br#"{"boot":"3f2c9a1b0d7e4c5f8a6b2d1e0f9c8b7a","period":1.0,"sent":1718000000.25,"seq":123456,"topic":"svc.prices.feed-7","v":1}"#;
+        let mut frame = b"MESSAGE\ncontent-length:124\nexpires:0\ndestination:/topic/svc.prices.feed-7\nsubscription:1\npriority:4\nmessage-id:ID:host-41234-1718000000000-3:1:1:1:12345\ntimestamp:1718000000250\n\n".to_vec();
+        frame.extend_from_slice(body);
+        frame.extend_from_slice(b"\0\n");
+        let stream: Vec<u8> = frame
+            .iter()
+            .copied()
+            .cycle()
+            .take(frame.len() * 20_000)
+            .collect();
+        let d = Decoder::new(None, 65536);
+        for decode in [false, true] {
+            let mut best = f64::INFINITY;
+            for _ in 0..10 {
+                let mut s = Splitter::new();
+                let mut out = Vec::new();
+                let mut frames = 0u64;
+                let t = std::time::Instant::now();
+                for chunk in stream.chunks(65536) {
+                    let st = s.feed(chunk, &mut out, |m| {
+                        if decode && !matches!(d.decode(m.body, None), Decoded::Beat(_)) {
+                            return Verdict::Pass;
+                        }
+                        Verdict::Consumed
+                    });
+                    frames += st.consumed;
+                }
+                assert_eq!(frames, 20_000);
+                assert!(out.is_empty());
+                best = best.min(t.elapsed().as_nanos() as f64 / frames as f64);
+            }
+            println!(
+                "split{} {best:7.1} ns/frame ({} bytes/frame)",
+                if decode { "+decode" } else { "        " },
+                frame.len()
+            );
+        }
+    }
 }
