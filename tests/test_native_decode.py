@@ -279,6 +279,44 @@ VECTORS: list[tuple[str, bytes, bytes | None, str | None, str | None]] = [
     ("signed-then-bad-field", resign(b'{"topic":"a","v":2}'), KEY, None, "reject"),
     ("signed-mismatch", _GOOD, KEY, "svc.b", "reject"),
     ("signed-bad-json", _GOOD[:-1], KEY, None, "reject"),
+    # -- signed but not in heartwire's own form: the canonical text is rebuilt natively --------
+    (
+        "signed-json-dumps-wrong-sig",
+        json.dumps({"v": 1, "topic": "a", "sig": "ab" * 32}).encode(),
+        KEY,
+        None,
+        "reject",
+    ),
+    (
+        "signed-unsorted-wrong-sig",
+        b'{"v":1,"topic":"a","sig":"' + b"AB" * 32 + b'"}',
+        KEY,
+        None,
+        "reject",
+    ),
+    (
+        "signed-dups-wrong-sig",
+        b'{"v":1,"v":1,"topic":"a","sig":"' + b"0" * 64 + b'"}',
+        KEY,
+        None,
+        "reject",
+    ),
+    (
+        "signed-deep-canonical",
+        resign(
+            b'{"p":' + b'[{"b":1,"a":2.50,"c":' * 40 + b"null" + b"}]" * 40 + b',"topic":"a","v":1}'
+        ),
+        KEY,
+        None,
+        "beat",
+    ),
+    (
+        "signed-surrogates",
+        resign(b'{"p":{"\\ud800":"\\udbff\\udfff","\\ue000":1},"topic":"a","v":1}'),
+        KEY,
+        None,
+        "beat",
+    ),
     # -- deferred: only Python can tell ------------------------------------------------------
     ("huge-int-seq", b'{"v":1,"topic":"a","seq":' + b"9" * 5000 + b"}", None, None, "defer"),
     ("huge-int-payload", b'{"v":1,"topic":"a","p":' + b"1" * 700 + b"}", None, None, "defer"),
@@ -292,18 +330,17 @@ VECTORS: list[tuple[str, bytes, bytes | None, str | None, str | None]] = [
     ("escaped-key", b'{"\\u0076":1,"topic":"a"}', None, None, "defer"),
     ("escaped-topic-valid", b'{"v":1,"topic":"\\u0061"}', None, None, "defer"),
     ("lone-surrogate-boot", b'{"v":1,"topic":"a","boot":"\\ud800"}', None, None, "defer"),
-    ("signed-spaces", resign(b'{"v": 1, "topic": "a"}'), KEY, None, "defer"),
-    ("signed-unsorted", resign(b'{"v":1,"topic":"a"}'), KEY, None, "defer"),
-    ("signed-float-form", resign(b'{"period":1.50,"topic":"a","v":1}'), KEY, None, "defer"),
-    ("signed-float-exp", resign(b'{"period":1E0,"topic":"a","v":1}'), KEY, None, "defer"),
-    ("signed-escape-ascii", resign(b'{"p":"\\u0061","topic":"a","v":1}'), KEY, None, "defer"),
-    ("signed-escape-slash", resign(b'{"p":"\\/","topic":"a","v":1}'), KEY, None, "defer"),
-    ("signed-upper-u", resign(b'{"p":"\\u00E9","topic":"a","v":1}'), KEY, None, "defer"),
-    ("signed-raw-non-ascii", resign('{"p":"é","topic":"a","v":1}'.encode()), KEY, None, "defer"),
-    ("signed-minus-zero-int", resign(b'{"p":-0,"topic":"a","v":1}'), KEY, None, "defer"),
-    ("signed-dup-key", resign(b'{"topic":"b","topic":"a","v":1}'), KEY, None, "defer"),
-    ("signed-two-sigs", b'{"sig":"' + b"0" * 64 + b'",' + _GOOD[1:], KEY, None, "defer"),
-    # decided natively although not from heartwire's publisher
+    ("signed-spaces", resign(b'{"v": 1, "topic": "a"}'), KEY, None, "beat"),
+    ("signed-unsorted", resign(b'{"v":1,"topic":"a"}'), KEY, None, "beat"),
+    ("signed-float-form", resign(b'{"period":1.50,"topic":"a","v":1}'), KEY, None, "beat"),
+    ("signed-float-exp", resign(b'{"period":1E0,"topic":"a","v":1}'), KEY, None, "beat"),
+    ("signed-escape-ascii", resign(b'{"p":"\\u0061","topic":"a","v":1}'), KEY, None, "beat"),
+    ("signed-escape-slash", resign(b'{"p":"\\/","topic":"a","v":1}'), KEY, None, "beat"),
+    ("signed-upper-u", resign(b'{"p":"\\u00E9","topic":"a","v":1}'), KEY, None, "beat"),
+    ("signed-raw-non-ascii", resign('{"p":"é","topic":"a","v":1}'.encode()), KEY, None, "beat"),
+    ("signed-minus-zero-int", resign(b'{"p":-0,"topic":"a","v":1}'), KEY, None, "beat"),
+    ("signed-dup-key", resign(b'{"topic":"b","topic":"a","v":1}'), KEY, None, "beat"),
+    ("signed-two-sigs", b'{"sig":"' + b"0" * 64 + b'",' + _GOOD[1:], KEY, None, "beat"),
     (
         "signed-canonical-by-hand",
         resign(b'{"p":{"a":1,"b":[true,null,1.5]},"topic":"a","v":1}'),
@@ -439,6 +476,34 @@ def test_mutated_beats_keep_the_contract(beat: Beat, with_key: bool, seed: int) 
     for k in (key, OTHER, None):
         check(body, k, beat.topic)
         check(body, k, None)
+
+
+def _dumps_any_form(rng: random.Random, obj: Any) -> bytes:
+    """``obj`` as JSON in one of the many forms json.dumps writes (spaces, indents, key order,
+    raw non-ASCII)."""
+    text = json.dumps(
+        obj,
+        sort_keys=rng.random() < 0.3,
+        ensure_ascii=rng.random() < 0.5,
+        indent=rng.choice([None, None, 0, 2, "\t"]),
+        separators=rng.choice([None, (",", ":"), (", ", ": "), (" ,", " : ")]),
+    )
+    return text.encode()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_beats, st.integers(min_value=0, max_value=2**32))
+def test_signed_beats_in_any_json_form_decide_natively(beat: Beat, seed: int) -> None:
+    """A beat signed correctly (or not) but written in another form than heartwire's: the
+    native decoder rebuilds Python's canonical text and decides, never defers."""
+    rng = random.Random(seed)
+    obj = json.loads(_SIGNED.encode(beat))
+    if rng.random() < 0.3:
+        obj["sig"] = obj["sig"].upper() if rng.random() < 0.5 else "0" * 64
+    items = list(obj.items())
+    rng.shuffle(items)
+    body = _dumps_any_form(rng, dict(items))
+    assert check(body, KEY, beat.topic) in ("beat", "reject")
 
 
 @settings(max_examples=300, deadline=None)

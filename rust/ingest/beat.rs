@@ -263,22 +263,26 @@ impl Decoder {
         if hex.len() != 64 || !decode_hex(hex, &mut want) {
             return reject("bad_signature", "'sig' is not 64 hex digits".into());
         }
-        if f.sig_count > 1 || !canon {
-            // Python's canonical text is not the body minus one member: only it can sign it.
-            return Err(Stop::Defer);
-        }
-        // Cut the `sig` member out with one adjacent comma (canonical text has no spaces).
-        let (ms, me) = f.sig_member;
-        let (a, b) = if ms > 0 && s[ms - 1] == b',' {
-            (ms - 1, me)
-        } else if s.get(me) == Some(&b',') {
-            (ms, me + 1)
-        } else {
-            (ms, me)
-        };
         let mut m = mac.clone();
-        m.update(&s[..a]);
-        m.update(&s[b..]);
+        if f.sig_count > 1 || !canon {
+            // Not heartwire's own form: rebuild Python's canonical text (allocates; rare).
+            let Some(c) = canonical(s) else {
+                return Err(Stop::Defer);
+            };
+            m.update(&c);
+        } else {
+            // Cut the `sig` member out with one adjacent comma (canonical text has no spaces).
+            let (ms, me) = f.sig_member;
+            let (a, b) = if ms > 0 && s[ms - 1] == b',' {
+                (ms - 1, me)
+            } else if s.get(me) == Some(&b',') {
+                (ms, me + 1)
+            } else {
+                (ms, me)
+            };
+            m.update(&s[..a]);
+            m.update(&s[b..]);
+        }
         if m.verify_slice(&want).is_err() {
             return reject(
                 "bad_signature",
@@ -953,6 +957,168 @@ impl Iterator for CodePoints<'_> {
 /// The value of a JSON string's raw contents; None if it holds a lone surrogate.
 fn unescape(raw: &str) -> Option<String> {
     CodePoints::new(raw).map(char::from_u32).collect()
+}
+
+/// Python's canonical text (`json.dumps(sort_keys=True, separators=(',', ':'),
+/// ensure_ascii=True)`) of the object `s` without its top-level `sig` member: what Python signs.
+/// `s` has been parsed already (valid, depth and int sizes in bounds). None if a value cannot be
+/// rebuilt exactly.
+fn canonical(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    emit(s, 0, &mut out, true)?;
+    Some(out)
+}
+
+/// A parser over already-valid text, used to step over values.
+fn stepper(s: &[u8], i: usize) -> Parser<'_> {
+    Parser {
+        s,
+        i,
+        want_canon: false,
+        canon: true,
+        defer: false,
+    }
+}
+
+/// Emit the canonical form of the value starting at `start`; returns where it ends.
+fn emit(s: &[u8], start: usize, out: &mut Vec<u8>, top: bool) -> Option<usize> {
+    let mut p = stepper(s, start);
+    match s.get(start)? {
+        b'{' => {
+            // Members: (key span inside the quotes, value start), in text order.
+            let mut members: Vec<(std::ops::Range<usize>, usize)> = Vec::new();
+            p.i += 1;
+            p.ws();
+            if p.peek() == Some(b'}') {
+                p.i += 1;
+            } else {
+                loop {
+                    let key = p.string().ok()?;
+                    p.ws();
+                    p.i += 1; // ':'
+                    p.ws();
+                    let vstart = p.i;
+                    p.value(1).ok()?;
+                    members.push((key.span(), vstart));
+                    p.ws();
+                    let c = p.peek()?;
+                    p.i += 1;
+                    if c == b'}' {
+                        break;
+                    }
+                    p.ws();
+                }
+            }
+            let end = p.i;
+            let key = |r: &std::ops::Range<usize>| {
+                CodePoints::new(std::str::from_utf8(&s[r.clone()]).unwrap_or(""))
+            };
+            // Python's dict: the last of equal keys wins; json.dumps sorts by code point.
+            members.sort_by(|a, b| key(&a.0).cmp(key(&b.0)));
+            out.push(b'{');
+            let mut first = true;
+            for (n, (k, v)) in members.iter().enumerate() {
+                if members
+                    .get(n + 1)
+                    .is_some_and(|next| key(&next.0).eq(key(k)))
+                {
+                    continue; // a later duplicate follows (the sort is stable)
+                }
+                if top && key(k).eq("sig".chars().map(u32::from)) {
+                    continue;
+                }
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                emit_string(key(k), out)?;
+                out.push(b':');
+                emit(s, *v, out, false)?;
+            }
+            out.push(b'}');
+            Some(end)
+        }
+        b'[' => {
+            out.push(b'[');
+            p.i += 1;
+            p.ws();
+            if p.peek() == Some(b']') {
+                p.i += 1;
+            } else {
+                loop {
+                    let end = emit(s, p.i, out, false)?;
+                    p.i = end;
+                    p.ws();
+                    let c = p.peek()?;
+                    p.i += 1;
+                    if c == b']' {
+                        break;
+                    }
+                    out.push(b',');
+                    p.ws();
+                }
+            }
+            out.push(b']');
+            Some(p.i)
+        }
+        b'"' => {
+            let v = p.string().ok()?;
+            emit_string(
+                CodePoints::new(std::str::from_utf8(&s[v.span()]).ok()?),
+                out,
+            )?;
+            Some(p.i)
+        }
+        _ => {
+            let v = p.value(1).ok()?;
+            let lit = &s[v.span()];
+            match v.kind {
+                Kind::Int if lit == b"-0" => out.push(b'0'),
+                Kind::Float => {
+                    let mut b = StackBuf::new();
+                    let x: f64 = std::str::from_utf8(lit).ok()?.parse().ok()?;
+                    if !py_float_repr(x, &mut b) {
+                        return None;
+                    }
+                    out.extend_from_slice(b.as_bytes());
+                }
+                _ => out.extend_from_slice(lit),
+            }
+            Some(p.i)
+        }
+    }
+}
+
+/// A string as json.dumps (ensure_ascii) writes it.
+fn emit_string(chars: impl Iterator<Item = u32>, out: &mut Vec<u8>) -> Option<()> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let u = |out: &mut Vec<u8>, c: u32| {
+        out.extend_from_slice(b"\\u");
+        for shift in [12, 8, 4, 0] {
+            out.push(HEX[((c >> shift) & 0xf) as usize]);
+        }
+    };
+    out.push(b'"');
+    for c in chars {
+        match c {
+            0x22 => out.extend_from_slice(b"\\\""),
+            0x5c => out.extend_from_slice(b"\\\\"),
+            0x0a => out.extend_from_slice(b"\\n"),
+            0x0d => out.extend_from_slice(b"\\r"),
+            0x09 => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            0x20..=0x7e => out.push(c as u8),
+            0x10000.. => {
+                let v = c - 0x10000;
+                u(out, 0xd800 | (v >> 10));
+                u(out, 0xdc00 | (v & 0x3ff));
+            }
+            _ => u(out, c),
+        }
+    }
+    out.push(b'"');
+    Some(())
 }
 
 /// A fixed buffer that `write!` formats into, without allocating.
