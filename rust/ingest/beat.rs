@@ -1369,4 +1369,97 @@ mod tests {
             );
         }
     }
+
+    const REASONS: [&str; 7] = [
+        "too_large",
+        "not_utf8",
+        "bad_json",
+        "bad_field",
+        "unsigned",
+        "bad_signature",
+        "topic_mismatch",
+    ];
+
+    /// Whatever the outcome, it is well formed: a beat names a valid topic, a rejection a known
+    /// reason with a short detail.
+    fn sane(d: &Decoder, body: &[u8]) {
+        for dest in [None, Some("svc.a")] {
+            match d.decode(body, dest) {
+                Decoded::Beat(b) => assert!(valid_topic(b.topic)),
+                Decoded::Reject { reason, detail } => {
+                    assert!(REASONS.contains(&reason), "{reason}");
+                    assert!(detail.len() <= 300, "{}", detail.len());
+                }
+                Decoded::Defer => {}
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            sane(&Decoder::new(None, 65536), &body);
+            sane(&Decoder::new(Some(b"k"), 65536), &body);
+            sane(&Decoder::new(None, 16), &body);
+        }
+
+        #[test]
+        fn json_ish_text_never_panics(body in r#"[ \t{}\[\]",:0-9a-zA-Z\\.eE+\-é\u{2003}\u{1F600}]{0,80}"#) {
+            sane(&Decoder::new(None, 65536), body.as_bytes());
+            sane(&Decoder::new(Some(b"k"), 65536), body.as_bytes());
+        }
+
+        #[test]
+        fn mutated_publisher_beats_never_panic(
+            edits in proptest::collection::vec((0usize..200, proptest::prelude::any::<u8>(), 0u8..3), 1..6)
+        ) {
+            let mut body = signed_body();
+            for (at, byte, op) in edits {
+                let at = at % (body.len() + 1);
+                match op {
+                    0 if at < body.len() => body[at] = byte,
+                    1 => body.insert(at, byte),
+                    _ if at < body.len() => { body.remove(at); }
+                    _ => {}
+                }
+            }
+            sane(&Decoder::new(Some(b"k"), 65536), &body);
+            sane(&Decoder::new(None, 65536), &body);
+        }
+    }
+
+    #[test]
+    fn hostile_shapes_decide_or_defer_without_panicking() {
+        let d = Decoder::new(Some(b"k"), 1 << 20);
+        let deep = [
+            &b"{\"v\":1,\"p\":"[..],
+            &b"[".repeat(100_000),
+            &b"]".repeat(100_000),
+            b"}",
+        ]
+        .concat();
+        assert_eq!(d.decode(&deep, None), Decoded::Defer);
+        let deep_bad = [&b"{\"p\":"[..], &b"[".repeat(100_000)].concat();
+        assert_eq!(d.decode(&deep_bad, None), Decoded::Defer);
+        let huge = [
+            &b"{\"v\":1,\"topic\":\"a\",\"seq\":"[..],
+            &b"9".repeat(100_000),
+            b"}",
+        ]
+        .concat();
+        assert_eq!(d.decode(&huge, None), Decoded::Defer);
+        let many = [
+            &b"{\"v\":1,\"topic\":\"a\",\"p\":["[..],
+            &b"1.5,".repeat(100_000),
+            b"0]}",
+        ]
+        .concat();
+        assert!(matches!(
+            d.decode(&many, None),
+            Decoded::Reject {
+                reason: "unsigned",
+                ..
+            }
+        ));
+    }
 }
