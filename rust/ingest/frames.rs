@@ -158,38 +158,50 @@ fn message<'a>(f: &'a [u8], b: &Bounds) -> Option<MessageFrame<'a>> {
     if cmd != b"MESSAGE" {
         return None;
     }
-    // stomp.py keeps a '\r' that ends the block before "\n\n" in the last value: refuse it.
-    if headers.last() == Some(&b'\r') && &f[ps..pe] == b"\n\n" {
-        return None;
-    }
     let mut subscription = None;
     let mut destination = None;
     let mut content_length = None;
     let mut seen_cl = false;
-    if !headers.is_empty() {
-        for line in header_lines(headers) {
-            if memchr(b'\r', line).is_some() {
-                return None;
-            }
-            let colon = memchr(b':', line)?;
-            if colon == 0 {
-                return None;
-            }
-            let (name, value) = (&line[..colon], &line[colon + 1..]);
-            match name {
-                b"subscription" if subscription.is_none() => subscription = Some(value),
-                b"destination" if destination.is_none() => destination = Some(value),
-                b"content-length" if !seen_cl => {
-                    seen_cl = true;
-                    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-                        return None;
+    let mut escaped = false;
+    // One scalar pass over the short header lines (cheaper than a memchr per line and per
+    // byte looked for). A '\r' not ending a line is refused; that includes the one stomp.py
+    // keeps in the last value when the block ends "\r\n\n".
+    let n = headers.len();
+    let (mut line, mut colon, mut i) = (0, None, 0);
+    // An empty block has no line at all.
+    while n > 0 && i <= n {
+        let c = headers.get(i).copied().unwrap_or(b'\n');
+        match c {
+            b'\n' => {
+                let end = if i > line && headers[i - 1] == b'\r' {
+                    i - 1
+                } else {
+                    i
+                };
+                let colon_at = colon.filter(|&k| k > line)?;
+                let (name, value) = (&headers[line..colon_at], &headers[colon_at + 1..end]);
+                match name {
+                    b"subscription" if subscription.is_none() => subscription = Some(value),
+                    b"destination" if destination.is_none() => destination = Some(value),
+                    b"content-length" if !seen_cl => {
+                        seen_cl = true;
+                        if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+                            return None;
+                        }
+                        // The same line stomp.py's regex found first, so the same number.
+                        content_length = Some(b.content_length?);
                     }
-                    // The same line stomp.py's regex found first, so the same number.
-                    content_length = Some(b.content_length?);
+                    _ => {}
                 }
-                _ => {}
+                line = i + 1;
+                colon = None;
             }
+            b':' if colon.is_none() => colon = Some(i),
+            b'\r' if headers.get(i + 1) != Some(&b'\n') => return None,
+            b'\\' => escaped = true,
+            _ => {}
         }
+        i += 1;
     }
     if !seen_cl && b.content_length.is_some() {
         return None; // the regex saw a content-length the lines do not show plainly
@@ -208,7 +220,7 @@ fn message<'a>(f: &'a [u8], b: &Bounds) -> Option<MessageFrame<'a>> {
     Some(MessageFrame {
         subscription,
         destination,
-        escaped: memchr(b'\\', headers).is_some(),
+        escaped,
         headers,
         body,
     })
@@ -311,6 +323,27 @@ impl Splitter {
     /// Bytes held (a partial frame).
     pub fn pending(&self) -> usize {
         self.held.len()
+    }
+
+    /// A raw header value with its STOMP 1.2 escapes resolved (`\\r`, `\\n`, `\\c` for ':',
+    /// `\\\\`), appended to `out`; false (and `out` partly written) for any other escape, which
+    /// the spec makes a protocol error and stomp.py leaves as it is: pass such a frame.
+    pub fn unescape_header(raw: &[u8], out: &mut Vec<u8>) -> bool {
+        let mut rest = raw;
+        while let Some(k) = memchr(b'\\', rest) {
+            out.extend_from_slice(&rest[..k]);
+            let c = match rest.get(k + 1) {
+                Some(b'r') => b'\r',
+                Some(b'n') => b'\n',
+                Some(b'c') => b':',
+                Some(b'\\') => b'\\',
+                _ => return false,
+            };
+            out.push(c);
+            rest = &rest[k + 2..];
+        }
+        out.extend_from_slice(rest);
+        true
     }
 
     /// A header's raw value (first occurrence) in a raw header block.
@@ -518,6 +551,22 @@ mod tests {
         let (seen, pending) = feed_chunks(&[&f[..]]);
         assert!(seen.consumed.is_empty() && pending == 0);
         assert_eq!(seen.out, &f[..]);
+    }
+
+    #[test]
+    fn header_unescape() {
+        let mut out = Vec::new();
+        assert!(Splitter::unescape_header(
+            b"/topic/svc.eu\\c1\\\\x\\n\\r",
+            &mut out
+        ));
+        assert_eq!(out, b"/topic/svc.eu:1\\x\n\r");
+        out.clear();
+        assert!(Splitter::unescape_header(b"plain", &mut out));
+        assert_eq!(out, b"plain");
+        for bad in [&b"a\\t"[..], b"a\\", b"\\C"] {
+            assert!(!Splitter::unescape_header(bad, &mut Vec::new()), "{bad:?}");
+        }
     }
 
     #[test]
