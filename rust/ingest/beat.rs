@@ -1395,7 +1395,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn decoder_is_send_and_sync() {
+        fn shared<T: Send + Sync + Clone>() {}
+        shared::<Decoder>();
+    }
+
     proptest::proptest! {
+        #[test]
+        fn float_repr_round_trips_in_python_form(bits in proptest::prelude::any::<u64>()) {
+            let x = f64::from_bits(bits);
+            if x.is_finite() {
+                let r = repr(x);
+                proptest::prop_assert_eq!(r.parse::<f64>().unwrap().to_bits(), bits, "{}", r);
+                proptest::prop_assert!(is_py_repr(x, r.as_bytes()));
+                let has_exp = r.contains('e');
+                let exp10 = if x == 0.0 { 0 } else { x.abs().log10().floor() as i32 };
+                // Python: exponent form iff the decimal exponent is < -4 or >= 16 (log10 may be
+                // off by one at exact powers, so only check away from the edges).
+                if (-3..=14).contains(&exp10) {
+                    proptest::prop_assert!(!has_exp && r.contains('.'), "{}", r);
+                } else if !(-6..=17).contains(&exp10) {
+                    proptest::prop_assert!(has_exp, "{}", r);
+                    let e = &r[r.find('e').unwrap() + 1..];
+                    proptest::prop_assert!(e.len() >= 3 && (e.starts_with('+') || e.starts_with('-')), "{}", r);
+                }
+            }
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
             sane(&Decoder::new(None, 65536), &body);
