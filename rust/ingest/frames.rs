@@ -54,6 +54,9 @@ pub struct FeedStats {
 pub struct Splitter {
     /// The start of a frame not yet complete (never starts with an EOL; may be a lone `\r`).
     held: Vec<u8>,
+    /// The held frame's full length, once known (it has its NUL and awaits a content-length
+    /// body).
+    need: Option<usize>,
 }
 
 /// Where a complete frame ends.
@@ -289,7 +292,9 @@ impl Splitter {
     ) -> FeedStats {
         let mut stats = FeedStats::default();
         let mut pos = 0;
-        // Complete the held frame first, taking from `data` only what it can need.
+        // Complete the held frame first, taking from `data` only what it can need. Each byte is
+        // looked at once while a long frame accumulates: the held bytes are parsed again only
+        // when a NUL or the awaited length arrives.
         while !self.held.is_empty() && pos < data.len() {
             let rest = &data[pos..];
             if self.held == b"\r" && rest[0] == b'\n' {
@@ -299,23 +304,42 @@ impl Splitter {
                 pos += 1;
                 break;
             }
-            let take = match memchr(0, &self.held) {
-                // No NUL yet: up to and including the next one.
-                None => memchr(0, rest).map_or(rest.len(), |k| k + 1),
+            match self.need {
                 // A content-length frame waiting for its body: exactly what it lacks.
-                Some(_) => match bounds_need(&self.held) {
-                    Some(total) => (total - self.held.len()).min(rest.len()),
-                    None => rest.len(), // cannot happen: a held frame with a NUL is incomplete
+                Some(total) => {
+                    let take = (total - self.held.len()).min(rest.len());
+                    self.held.extend_from_slice(&rest[..take]);
+                    pos += take;
+                    if self.held.len() < total {
+                        break;
+                    }
+                }
+                // No NUL yet: up to and including the next one.
+                None => match memchr(0, rest) {
+                    Some(k) => {
+                        self.held.extend_from_slice(&rest[..=k]);
+                        pos += k + 1;
+                    }
+                    None => {
+                        self.held.extend_from_slice(rest);
+                        pos = data.len();
+                        break;
+                    }
                 },
-            };
-            self.held.extend_from_slice(&rest[..take]);
-            pos += take;
+            }
+            // The held frame ends at the end of `held` or later: all of it is used, or none.
             let used = run(&self.held, out, &mut on_message, &mut stats);
             self.held.drain(..used);
+            self.need = if self.held.is_empty() {
+                None
+            } else {
+                bounds_need(&self.held)
+            };
         }
         if pos < data.len() {
             let used = run(&data[pos..], out, &mut on_message, &mut stats);
             self.held.extend_from_slice(&data[pos + used..]);
+            self.need = bounds_need(&self.held);
         }
         stats
     }
@@ -518,6 +542,34 @@ mod tests {
         assert_eq!(s.feed(b"\n", &mut out, |_| Verdict::Pass).eols, 1);
         assert_eq!(s.pending(), 0);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn large_frames_accumulate_in_small_reads() {
+        // A 4 MiB content-length body (NULs inside) and a 4 MiB NUL-terminated one, each read
+        // 1 KiB at a time: held once, parsed when complete, not once per read.
+        let big: Vec<u8> = (0..4usize << 20).map(|i| (i % 251) as u8).collect();
+        let mut stream = format!(
+            "MESSAGE\nsubscription:hb\ndestination:/topic/a\ncontent-length:{}\n\n",
+            big.len()
+        )
+        .into_bytes();
+        stream.extend_from_slice(&big);
+        stream.extend_from_slice(b"\0\nMESSAGE\nsubscription:hb\n\n");
+        stream.extend(std::iter::repeat_n(b'x', 4 << 20));
+        stream.extend_from_slice(b"\0");
+        let chunks: Vec<&[u8]> = stream.chunks(1024).collect();
+        let mut s = Splitter::new();
+        let mut out = Vec::new();
+        let mut sizes = Vec::new();
+        for c in chunks {
+            s.feed(c, &mut out, |m| {
+                sizes.push(m.body.len());
+                Verdict::Consumed
+            });
+        }
+        assert_eq!(sizes, [4 << 20, 4 << 20]);
+        assert_eq!((s.pending(), out.len()), (0, 0));
     }
 
     #[test]
