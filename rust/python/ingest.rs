@@ -1,6 +1,8 @@
-//! `decode_beat`: the native beat decoder, exposed for parity tests and for the Python codec.
+//! `decode_beat`: the native beat decoder, exposed for parity tests and for the Python codec;
+//! `split_frames`: the native STOMP splitter, for framing tests against stomp.py.
 
 use crate::ingest::beat::{Decoded, Decoder};
+use crate::ingest::frames::{Splitter, Verdict};
 use std::borrow::Cow;
 
 use pyo3::exceptions::PyValueError;
@@ -48,4 +50,41 @@ pub fn decode_beat<'py>(
         Decoded::Reject { reason, detail } => ("reject", reason, detail).into_pyobject(py),
         Decoded::Defer => ("defer",).into_pyobject(py),
     }
+}
+
+/// Split a STOMP byte stream read as ``chunks`` with the native splitter, consuming the
+/// well-formed MESSAGE frames whose ``subscription`` header is ``subscription``. Returns
+/// ``(consumed, out, pending, eols)``: ``consumed`` lists ``(destination, body, escaped)`` per
+/// consumed frame, ``out`` is every other frame's bytes as received, ``pending`` the bytes held
+/// back (an incomplete frame), ``eols`` the heart-beats dropped. For tests of the framing.
+#[pyfunction]
+pub fn split_frames<'py>(
+    py: Python<'py>,
+    chunks: Vec<Bound<'py, PyBytes>>,
+    subscription: &[u8],
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut splitter = Splitter::new();
+    let mut out = Vec::new();
+    let mut consumed: Vec<(Option<Vec<u8>>, Vec<u8>, bool)> = Vec::new();
+    let mut eols = 0u64;
+    for chunk in &chunks {
+        let stats = splitter.feed(chunk.as_bytes(), &mut out, |m| {
+            if m.subscription == Some(subscription) {
+                consumed.push((
+                    m.destination.map(<[u8]>::to_vec),
+                    m.body.to_vec(),
+                    m.escaped,
+                ));
+                Verdict::Consumed
+            } else {
+                Verdict::Pass
+            }
+        });
+        eols += stats.eols;
+    }
+    let consumed: Vec<_> = consumed
+        .into_iter()
+        .map(|(d, b, e)| (d.map(|d| PyBytes::new(py, &d)), PyBytes::new(py, &b), e))
+        .collect();
+    (consumed, PyBytes::new(py, &out), splitter.pending(), eols).into_pyobject(py)
 }
