@@ -14,7 +14,14 @@
 //! Signatures: Python signs the canonical JSON (`json.dumps(sort_keys, separators=(',', ':'),
 //! ensure_ascii)`) of every member but `sig`. When the body minus the `sig` member is already
 //! canonical — what heartwire's publisher sends — those bytes are exactly what Python would sign,
-//! so they are fed to the HMAC in place (two slices, no copy). Otherwise: defer.
+//! so they are fed to the HMAC in place (two slices, no copy, no allocation). Otherwise (another
+//! key order, spaces, other escapes or number forms) the canonical text is rebuilt into a buffer
+//! exactly as `json.dumps` would write it, and that is signed.
+//!
+//! What still defers: integer literals over 640 digits, nesting deeper than 100, a top-level
+//! key written with escapes, a topic written with escapes that decodes to a valid name, a boot
+//! id holding a lone surrogate. No allocation on the accept path but for a boot id written with
+//! escapes and the rebuilt canonical text.
 
 use super::topic::valid_topic;
 use hmac::{Hmac, Mac};
