@@ -236,6 +236,7 @@ impl Decoder {
             want_canon: signed,
             canon: true,
             defer: false,
+            float: 0.0,
         };
         let f = p.top_object()?;
         if p.defer {
@@ -307,7 +308,7 @@ impl Decoder {
         // v: a number (not bool) equal to 1.
         let v_ok = match f.v {
             Some(v) if v.kind == Kind::Int => &s[v.span()] == b"1",
-            Some(v) if v.kind == Kind::Float => v.float(t) == 1.0,
+            Some(v) if v.kind == Kind::Float => f.v_num == 1.0,
             _ => false,
         };
         if !v_ok {
@@ -399,13 +400,13 @@ impl Decoder {
             }
             other => return reject("bad_field", type_error("boot", "a str", t, other)),
         };
-        let sent = match number(t, "sent", f.sent)? {
+        let sent = match number(t, "sent", f.sent, f.sent_num)? {
             Some(x) if !x.is_finite() => {
                 return reject("bad_field", "sent must be finite".into());
             }
             x => x,
         };
-        let period = match number(t, "period", f.period)? {
+        let period = match number(t, "period", f.period, f.period_num)? {
             Some(x) if !(x > 0.0 && x.is_finite()) => {
                 return reject(
                     "bad_field",
@@ -442,11 +443,11 @@ fn type_error(field: &str, want: &str, t: &str, v: Option<Val>) -> String {
 
 /// A `sent`/`period` value as Python's `float(value)` (an int that overflows gives inf, as
 /// Python's checks treat it); None if absent or null; `bad_field` if not a number.
-fn number(t: &str, field: &str, v: Option<Val>) -> Res<Option<f64>> {
+fn number(t: &str, field: &str, v: Option<Val>, float: f64) -> Res<Option<f64>> {
     match v {
         None => Ok(None),
         Some(v) if v.kind == Kind::Null => Ok(None),
-        Some(v) if v.kind == Kind::Float => Ok(Some(v.float(t))),
+        Some(v) if v.kind == Kind::Float => Ok(Some(float)),
         Some(v) if v.kind == Kind::Int => {
             // Correctly rounded, like Python's int -> float; "-0" is the int 0, so +0.0.
             let x: f64 = t[v.span()].parse().unwrap_or(f64::INFINITY);
@@ -529,13 +530,6 @@ impl Val {
     fn span(&self) -> std::ops::Range<usize> {
         self.start as usize..self.end as usize
     }
-
-    /// A float literal's value (finite: the parser checked).
-    fn float(&self, t: &str) -> f64 {
-        t.get(self.span())
-            .and_then(|x| x.parse().ok())
-            .unwrap_or(f64::NAN)
-    }
 }
 
 /// The top-level members the decoder reads (the last of duplicates, as Python's dict keeps).
@@ -547,6 +541,10 @@ struct Fields {
     boot: Option<Val>,
     sent: Option<Val>,
     period: Option<Val>,
+    /// The values of `v`, `sent`, `period` when they are float literals (parsed once).
+    v_num: f64,
+    sent_num: f64,
+    period_num: f64,
     sig: Option<Val>,
     sig_count: u32,
     /// The last `sig` member: from its key's opening quote to the end of its value.
@@ -564,6 +562,8 @@ struct Parser<'s> {
     canon: bool,
     /// Valid so far, but only Python can tell the outcome (a huge int literal, an escaped key).
     defer: bool,
+    /// The value of the last float literal read.
+    float: f64,
 }
 
 fn bad<T>(what: &str, at: usize) -> Res<T> {
@@ -622,12 +622,12 @@ impl Parser<'_> {
                 } else {
                     let k = &self.s[key.span()];
                     match k {
-                        b"v" => f.v = Some(val),
+                        b"v" => (f.v, f.v_num) = (Some(val), self.float),
                         b"topic" => f.topic = Some(val),
                         b"seq" => f.seq = Some(val),
                         b"boot" => f.boot = Some(val),
-                        b"sent" => f.sent = Some(val),
-                        b"period" => f.period = Some(val),
+                        b"sent" => (f.sent, f.sent_num) = (Some(val), self.float),
+                        b"period" => (f.period, f.period_num) = (Some(val), self.float),
                         b"sig" => {
                             f.sig = Some(val);
                             f.sig_count += 1;
@@ -897,6 +897,7 @@ impl Parser<'_> {
                 format!("number {} is out of range", clip(text, 40)),
             );
         }
+        self.float = x;
         if self.want_canon && self.canon && !is_py_repr(x, text.as_bytes()) {
             self.canon = false;
         }
@@ -984,6 +985,7 @@ fn stepper(s: &[u8], i: usize) -> Parser<'_> {
         want_canon: false,
         canon: true,
         defer: false,
+        float: 0.0,
     }
 }
 
