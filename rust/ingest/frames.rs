@@ -38,6 +38,16 @@ pub struct MessageFrame<'a> {
     pub body: &'a [u8],
 }
 
+impl MessageFrame<'_> {
+    /// Whether the raw `destination` value holds a STOMP escape (resolve it with
+    /// [`Splitter::unescape_header`]). Narrower than `escaped`: ActiveMQ escapes the ':' of
+    /// every `message-id` (`ID\\chost-...`), so `escaped` is true for all its MESSAGE frames;
+    /// both brokers send a topic's ':' as `\\c` in `destination`.
+    pub fn destination_escaped(&self) -> bool {
+        self.destination.is_some_and(|d| memchr(b'\\', d).is_some())
+    }
+}
+
 /// Counters of one [`Splitter::feed`] call.
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FeedStats {
@@ -603,6 +613,39 @@ mod tests {
         let (seen, pending) = feed_chunks(&[&f[..]]);
         assert!(seen.consumed.is_empty() && pending == 0);
         assert_eq!(seen.out, &f[..]);
+    }
+
+    #[test]
+    fn activemq_and_rabbitmq_frames_as_received() {
+        // Captured from the brokers on loopback (STOMP 1.2), topic "ingest-probe.eu:1".
+        let amq = b"MESSAGE\nexpires:0\ndestination:/topic/ingest-probe.eu\\c1\nsubscription:1\npriority:4\nmessage-id:ID\\cvm-45323-1795516820219-1\\c21\\c-1\\c1\\c1\ncontent-type:text/plain\ntimestamp:1795516961115\n\nhello\x00\n";
+        let rmq = b"MESSAGE\nsubscription:1\ndestination:/topic/ingest-probe.eu\\c1\nmessage-id:T_1@@session-QbMd7nUuBp8jM2hih0nAdw@@1\nredelivered:false\ncontent-type:text/plain\ncontent-length:5\n\nhello\x00\n";
+        for f in [&amq[..], &rmq[..]] {
+            let mut seen = Vec::new();
+            let mut out = Vec::new();
+            let st = Splitter::new().feed(f, &mut out, |m| {
+                let mut dest = Vec::new();
+                assert!(Splitter::unescape_header(m.destination.unwrap(), &mut dest));
+                seen.push((
+                    m.subscription.unwrap().to_vec(),
+                    dest,
+                    m.body.to_vec(),
+                    m.destination_escaped(),
+                ));
+                Verdict::Consumed
+            });
+            assert_eq!((st.frames, st.consumed, st.eols), (1, 1, 1));
+            assert_eq!(
+                seen,
+                [(
+                    b"1".to_vec(),
+                    b"/topic/ingest-probe.eu:1".to_vec(),
+                    b"hello".to_vec(),
+                    true
+                )]
+            );
+            assert!(out.is_empty());
+        }
     }
 
     #[test]
