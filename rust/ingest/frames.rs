@@ -41,8 +41,8 @@ pub struct MessageFrame<'a> {
 impl MessageFrame<'_> {
     /// Whether the raw `destination` value holds a STOMP escape (resolve it with
     /// [`Splitter::unescape_header`]). Narrower than `escaped`: ActiveMQ escapes the ':' of
-    /// every `message-id` (`ID\\chost-...`), so `escaped` is true for all its MESSAGE frames;
-    /// both brokers send a topic's ':' as `\\c` in `destination`.
+    /// every `message-id` (`ID\chost-...`), so `escaped` is true for all its MESSAGE frames;
+    /// both brokers send a topic's ':' as `\c` in `destination`.
     pub fn destination_escaped(&self) -> bool {
         self.destination.is_some_and(|d| memchr(b'\\', d).is_some())
     }
@@ -359,8 +359,8 @@ impl Splitter {
         self.held.len()
     }
 
-    /// A raw header value with its STOMP 1.2 escapes resolved (`\\r`, `\\n`, `\\c` for ':',
-    /// `\\\\`), appended to `out`; false (and `out` partly written) for any other escape, which
+    /// A raw header value with its STOMP 1.2 escapes resolved (`\r`, `\n`, `\c` for ':',
+    /// `\\`), appended to `out`; false (and `out` partly written) for any other escape, which
     /// the spec makes a protocol error and stomp.py leaves as it is: pass such a frame.
     pub fn unescape_header(raw: &[u8], out: &mut Vec<u8>) -> bool {
         let mut rest = raw;
