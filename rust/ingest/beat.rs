@@ -906,7 +906,7 @@ impl Parser<'_> {
 }
 
 /// The code points of a JSON string's raw contents (already validated), as Python decodes
-/// them: escapes resolved, a `\\u` surrogate pair joined, a lone surrogate kept as itself.
+/// them: escapes resolved, a `\u` surrogate pair joined, a lone surrogate kept as itself.
 struct CodePoints<'a> {
     s: &'a str,
     i: usize,
