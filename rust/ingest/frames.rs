@@ -12,7 +12,9 @@
 //! `name:value`, uniform line ends, a plain-number `content-length` that the frame honours with a
 //! NUL); any other frame is passed through untouched for stomp.py to judge.
 
-use memchr::{memchr, memchr_iter};
+use memchr::memmem::Finder;
+use memchr::memchr;
+use std::sync::LazyLock;
 
 /// What the message callback decided for a MESSAGE frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,18 +85,18 @@ struct Bounds {
 
 /// The first blank line, as stomp.py's `PREAMBLE_END_RE` (`\n\n|\r\n\r\n`) finds it.
 fn preamble_end(f: &[u8]) -> Option<(usize, usize)> {
-    // Leftmost match: for the n-th '\n', a "\r\n\r\n" starting just before it, or a "\n\n"
-    // starting at it (the two exclude each other); no earlier '\n' can start a later match.
-    for i in memchr_iter(b'\n', f) {
-        match f.get(i + 1) {
-            Some(b'\n') => return Some((i, i + 2)),
-            Some(b'\r') if i >= 1 && f[i - 1] == b'\r' && f.get(i + 2) == Some(&b'\n') => {
-                return Some((i - 1, i + 3))
-            }
-            _ => {}
-        }
+    // Leftmost of the two: two SIMD searches (precompiled), the second only up to the first's
+    // match (a "\r\n\r\n" starting before it may overlap it).
+    static LF2: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\n"));
+    static CRLF2: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\r\n\r\n"));
+    let lf = LF2.find(f);
+    let limit = lf.map_or(f.len(), |p| (p + 3).min(f.len()));
+    match (lf, CRLF2.find(&f[..limit])) {
+        (Some(p), Some(q)) if q < p => Some((q, q + 4)),
+        (Some(p), _) => Some((p, p + 2)),
+        (None, Some(q)) => Some((q, q + 4)),
+        (None, None) => None,
     }
-    None
 }
 
 /// stomp.py's `^content-length[:]\s*(?P<value>[0-9]+)` (MULTILINE) on the header block: the first
@@ -102,12 +104,13 @@ fn preamble_end(f: &[u8]) -> Option<(usize, usize)> {
 /// either).
 fn regex_content_length(pre: &[u8]) -> Option<usize> {
     const NAME: &[u8] = b"content-length:";
-    let starts = std::iter::once(0).chain(memchr_iter(b'\n', pre).map(|i| i + 1));
-    for s in starts {
-        let Some(rest) = pre.get(s..).filter(|r| r.starts_with(NAME)) else {
+    // One SIMD search for the name (a precompiled searcher), kept only at a line start.
+    static FINDER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(NAME));
+    for s in FINDER.find_iter(pre) {
+        if s > 0 && pre[s - 1] != b'\n' {
             continue;
-        };
-        let rest = &rest[NAME.len()..];
+        }
+        let rest = &pre[s + NAME.len()..];
         // Python's bytes `\s`: space, \t, \n, \r, \f, \v.
         let ws = rest
             .iter()
@@ -690,6 +693,44 @@ mod tests {
             }
             chunks.push(&s[prev..]);
             prop_assert_eq!(feed_chunks(&chunks).0, whole);
+        }
+
+        #[test]
+        fn preamble_end_is_the_leftmost_match(
+            f in proptest::collection::vec(prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'a')], 0..40)
+        ) {
+            // The regex's way: at each position, "\n\n" then "\r\n\r\n"; the first position wins.
+            let want = (0..f.len()).find_map(|i| {
+                if f[i..].starts_with(b"\n\n") {
+                    Some((i, i + 2))
+                } else if f[i..].starts_with(b"\r\n\r\n") {
+                    Some((i, i + 4))
+                } else {
+                    None
+                }
+            });
+            prop_assert_eq!(preamble_end(&f), want);
+        }
+
+        #[test]
+        fn regex_content_length_is_the_first_line_that_matches(
+            lines in proptest::collection::vec(prop_oneof![
+                Just("content-length:12"), Just("content-length: 7"), Just("content-length:x"),
+                Just("xcontent-length:5"), Just("content-length:"), Just("a:b"), Just("")], 0..6)
+        ) {
+            let pre = lines.join("\n").into_bytes();
+            // By hand: each line start, the name, Python's \s*, then digits.
+            let want = (0..=pre.len())
+                .filter(|&i| i == 0 || pre[i - 1] == b'\n')
+                .find_map(|i| {
+                    let rest = pre[i..].strip_prefix(&b"content-length:"[..])?;
+                    let t: Vec<u8> =
+                        rest.iter().copied().skip_while(|c| b" \t\n\r\x0b\x0c".contains(c)).collect();
+                    let d: String =
+                        t.iter().take_while(|c| c.is_ascii_digit()).map(|&c| c as char).collect();
+                    d.parse::<usize>().ok()
+                });
+            prop_assert_eq!(regex_content_length(&pre), want);
         }
 
         #[test]
