@@ -26,6 +26,7 @@ __all__ = [
     "freshness_kernel",
     "outages_kernel",
     "partition_kernel",
+    "split_frames",
 ]
 
 __version__: str
@@ -515,6 +516,15 @@ def decode_beat(
     """Decode one message body natively, as ``BeatCodec(key, max_size).decode(body,
     destination)`` would: ``("beat", topic, seq, boot, sent, period, legacy)``,
     ``("reject", reason, detail)``, or ``("defer",)`` when only the Python codec can tell."""
+
+def split_frames(
+    chunks: list[bytes], subscription: bytes
+) -> tuple[list[tuple[bytes | None, bytes, bool]], bytes, int, int]:
+    """Split a STOMP byte stream read as ``chunks`` with the native splitter, consuming the
+    well-formed MESSAGE frames on ``subscription``: ``(consumed, out, pending, eols)``, where
+    ``consumed`` lists ``(destination, body, escaped)``, ``out`` holds every other frame's bytes
+    as received, ``pending`` the bytes of an incomplete frame, ``eols`` the heart-beats dropped.
+    For framing tests."""
 
 def freshness_kernel(last_seen: Any, period_ms: Any, as_of: Any, allowed_misses: int = 1) -> Any:
     """Freshness of every row of ``last_seen`` (an Arrow array): a ``pyarrow.StructArray``

@@ -14,11 +14,19 @@
 //! Signatures: Python signs the canonical JSON (`json.dumps(sort_keys, separators=(',', ':'),
 //! ensure_ascii)`) of every member but `sig`. When the body minus the `sig` member is already
 //! canonical — what heartwire's publisher sends — those bytes are exactly what Python would sign,
-//! so they are fed to the HMAC in place (two slices, no copy). Otherwise: defer.
+//! so they are fed to the HMAC in place (two slices, no copy, no allocation). Otherwise (another
+//! key order, spaces, other escapes or number forms) the canonical text is rebuilt into a buffer
+//! exactly as `json.dumps` would write it, and that is signed.
+//!
+//! What still defers: integer literals over 640 digits, nesting deeper than 100, a top-level
+//! key written with escapes, a topic written with escapes that decodes to a valid name, a boot
+//! id holding a lone surrogate. No allocation on the accept path but for a boot id written with
+//! escapes and the rebuilt canonical text.
 
 use super::topic::valid_topic;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -38,7 +46,8 @@ const DETAIL_MAX: usize = 200;
 pub struct Beat<'a> {
     pub topic: &'a str,
     pub seq: Option<u64>,
-    pub boot: Option<&'a str>,
+    /// Borrowed from the body, unless it held JSON escapes (then decoded into a `String`).
+    pub boot: Option<Cow<'a, str>>,
     pub sent: Option<f64>,
     pub period: Option<f64>,
     pub legacy: bool,
@@ -76,15 +85,16 @@ impl fmt::Debug for Decoder {
 }
 
 /// Why decoding stopped before an answer: a definite rejection, or "ask Python".
+/// (The rejection is boxed: results stay small on the accept path.)
 enum Stop {
-    Reject(&'static str, String),
+    Reject(Box<(&'static str, String)>),
     Defer,
 }
 
 type Res<T> = Result<T, Stop>;
 
 fn reject<T>(reason: &'static str, detail: String) -> Res<T> {
-    Err(Stop::Reject(reason, detail))
+    Err(Stop::Reject(Box::new((reason, detail))))
 }
 
 /// `s` cut to at most `n` bytes on a character boundary.
@@ -99,10 +109,19 @@ fn clip(s: &str, n: usize) -> &str {
     &s[..end]
 }
 
-/// Bytes that Python's `str.strip()` and regex `\s` treat as whitespace, among ASCII.
+/// Whether Python's `str.isspace()` (so `str.strip()` and regex `\s`) holds for `c`: the set
+/// has not changed since Unicode 6.3 (Python 3.4).
 #[inline]
-fn py_space(b: u8) -> bool {
-    matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f | b' ')
+fn py_space(c: char) -> bool {
+    match c {
+        '\t' | '\n' | '\x0b' | '\x0c' | '\r' | '\x1c'..='\x1f' | ' ' => true,
+        c if c.is_ascii() => false,
+        '\u{85}' | '\u{a0}' | '\u{1680}' | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' => {
+            true
+        }
+        '\u{202f}' | '\u{205f}' | '\u{3000}' => true,
+        _ => false,
+    }
 }
 
 /// JSON whitespace (what Python's `json` skips between tokens).
@@ -135,7 +154,10 @@ impl Decoder {
     pub fn decode<'a>(&self, body: &'a [u8], destination: Option<&str>) -> Decoded<'a> {
         match self.decode_inner(body, destination) {
             Ok(beat) => Decoded::Beat(beat),
-            Err(Stop::Reject(reason, detail)) => Decoded::Reject { reason, detail },
+            Err(Stop::Reject(r)) => {
+                let (reason, detail) = *r;
+                Decoded::Reject { reason, detail }
+            }
             Err(Stop::Defer) => Decoded::Defer,
         }
     }
@@ -147,24 +169,14 @@ impl Decoder {
                 format!("{} bytes, limit {}", body.len(), self.max_size),
             );
         }
+        if body.len() > u32::MAX as usize {
+            return Err(Stop::Defer); // spans are u32
+        }
         let text = match std::str::from_utf8(body) {
             Ok(t) => t,
             Err(e) => return reject("not_utf8", format!("{e}")),
         };
-        // Python's `str.strip()`: ASCII whitespace here; a non-ASCII character left at either
-        // end may be Unicode whitespace Python would strip, so defer.
-        let b = text.as_bytes();
-        let start = b.iter().position(|&c| !py_space(c)).unwrap_or(b.len());
-        let end = b
-            .iter()
-            .rposition(|&c| !py_space(c))
-            .map_or(start, |e| e + 1);
-        let t = &b[start..end];
-        if t.first().is_some_and(|&c| c >= 0x80) || t.last().is_some_and(|&c| c >= 0x80) {
-            return Err(Stop::Defer);
-        }
-        // Both ends are ASCII, so `start..end` are character boundaries.
-        let t = text.get(start..end).ok_or(Stop::Defer)?;
+        let t = text.trim_matches(py_space);
         let beat = if t.as_bytes().first() == Some(&b'{') {
             self.decode_json(t)?
         } else {
@@ -188,8 +200,7 @@ impl Decoder {
     /// `(\S+) HEARTBEAT`, matched whole.
     fn decode_legacy<'a>(&self, t: &'a str) -> Res<Beat<'a>> {
         let name = t.strip_suffix(" HEARTBEAT").unwrap_or("");
-        let nb = name.as_bytes();
-        if nb.is_empty() || nb.iter().any(|&c| py_space(c)) {
+        if name.is_empty() || name.contains(py_space) {
             return reject(
                 "bad_json",
                 format!(
@@ -197,9 +208,6 @@ impl Decoder {
                     clip(t, 60)
                 ),
             );
-        }
-        if !name.is_ascii() {
-            return Err(Stop::Defer); // `\S` may or may not match a non-ASCII character
         }
         if self.mac.is_some() {
             return reject("unsigned", "a legacy text beat carries no signature".into());
@@ -228,6 +236,7 @@ impl Decoder {
             want_canon: signed,
             canon: true,
             defer: false,
+            float: 0.0,
         };
         let f = p.top_object()?;
         if p.defer {
@@ -250,30 +259,38 @@ impl Decoder {
         if sig.kind != Kind::Str {
             return reject("bad_signature", "'sig' is not 64 hex digits".into());
         }
-        if sig.escaped {
-            return Err(Stop::Defer);
-        }
-        let hex = &s[sig.start..sig.end];
+        let raw = std::str::from_utf8(&s[sig.span()]).unwrap_or("");
+        let decoded;
+        let hex = if sig.escaped {
+            decoded = unescape(raw).unwrap_or_default();
+            decoded.as_bytes()
+        } else {
+            raw.as_bytes()
+        };
         let mut want = [0u8; 32];
         if hex.len() != 64 || !decode_hex(hex, &mut want) {
             return reject("bad_signature", "'sig' is not 64 hex digits".into());
         }
-        if f.sig_count > 1 || !canon {
-            // Python's canonical text is not the body minus one member: only it can sign it.
-            return Err(Stop::Defer);
-        }
-        // Cut the `sig` member out with one adjacent comma (canonical text has no spaces).
-        let (ms, me) = f.sig_member;
-        let (a, b) = if ms > 0 && s[ms - 1] == b',' {
-            (ms - 1, me)
-        } else if s.get(me) == Some(&b',') {
-            (ms, me + 1)
-        } else {
-            (ms, me)
-        };
         let mut m = mac.clone();
-        m.update(&s[..a]);
-        m.update(&s[b..]);
+        if f.sig_count > 1 || !canon {
+            // Not heartwire's own form: rebuild Python's canonical text (allocates; rare).
+            let Some(c) = canonical(s) else {
+                return Err(Stop::Defer);
+            };
+            m.update(&c);
+        } else {
+            // Cut the `sig` member out with one adjacent comma (canonical text has no spaces).
+            let (ms, me) = f.sig_member;
+            let (a, b) = if ms > 0 && s[ms - 1] == b',' {
+                (ms - 1, me)
+            } else if s.get(me) == Some(&b',') {
+                (ms, me + 1)
+            } else {
+                (ms, me)
+            };
+            m.update(&s[..a]);
+            m.update(&s[b..]);
+        }
         if m.verify_slice(&want).is_err() {
             return reject(
                 "bad_signature",
@@ -286,12 +303,12 @@ impl Decoder {
     /// The field checks, in Python's order; all failures are `bad_field`.
     fn fields<'a>(&self, t: &'a str, f: &Fields) -> Res<Beat<'a>> {
         let s = t.as_bytes();
-        let raw = |v: &Val| t.get(v.start..v.end).unwrap_or("");
+        let raw = |v: &Val| t.get(v.span()).unwrap_or("");
         let mut defer = false;
         // v: a number (not bool) equal to 1.
         let v_ok = match f.v {
-            Some(v) if v.kind == Kind::Int => &s[v.start..v.end] == b"1",
-            Some(v) if v.kind == Kind::Float => v.num == 1.0,
+            Some(v) if v.kind == Kind::Int => &s[v.span()] == b"1",
+            Some(v) if v.kind == Kind::Float => f.v_num == 1.0,
             _ => false,
         };
         if !v_ok {
@@ -305,8 +322,15 @@ impl Decoder {
             Some(v) if v.kind == Kind::Str => {
                 let name = raw(&v);
                 if v.escaped {
-                    defer = true; // the value is not the raw text
-                    ""
+                    // The value is not the raw text: a valid name would have to be borrowed
+                    // from Python's decoding (json.dumps never escapes one); an invalid one is
+                    // bad either way.
+                    if unescape(name).is_some_and(|n| valid_topic(&n)) {
+                        defer = true;
+                        ""
+                    } else {
+                        return reject("bad_field", "topic is not a valid topic name".into());
+                    }
                 } else if valid_topic(name) {
                     name
                 } else {
@@ -325,7 +349,7 @@ impl Decoder {
             None => None,
             Some(v) if v.kind == Kind::Null => None,
             Some(v) if v.kind == Kind::Int => {
-                let lit = &s[v.start..v.end];
+                let lit = &s[v.span()];
                 match lit {
                     b"-0" => Some(0),
                     _ => match raw(&v).parse::<u64>() {
@@ -349,29 +373,40 @@ impl Decoder {
             Some(v) if v.kind == Kind::Null => None,
             Some(v) if v.kind == Kind::Str => {
                 let b = raw(&v);
-                if v.escaped {
-                    defer = true;
-                    None
+                // Python counts code points; a lone surrogate (no Rust string holds one)
+                // defers.
+                let n = if v.escaped {
+                    CodePoints::new(b).count()
                 } else {
-                    let n = b.chars().count();
-                    if n == 0 || n > MAX_BOOT_LEN {
-                        return reject(
-                            "bad_field",
-                            format!("boot must be 1 to {MAX_BOOT_LEN} characters, got {n}"),
-                        );
+                    b.chars().count()
+                };
+                if n == 0 || n > MAX_BOOT_LEN {
+                    return reject(
+                        "bad_field",
+                        format!("boot must be 1 to {MAX_BOOT_LEN} characters, got {n}"),
+                    );
+                }
+                if v.escaped {
+                    match unescape(b) {
+                        Some(owned) => Some(Cow::Owned(owned)),
+                        None => {
+                            defer = true;
+                            None
+                        }
                     }
-                    Some(b)
+                } else {
+                    Some(Cow::Borrowed(b))
                 }
             }
             other => return reject("bad_field", type_error("boot", "a str", t, other)),
         };
-        let sent = match number(t, "sent", f.sent)? {
+        let sent = match number(t, "sent", f.sent, f.sent_num)? {
             Some(x) if !x.is_finite() => {
                 return reject("bad_field", "sent must be finite".into());
             }
             x => x,
         };
-        let period = match number(t, "period", f.period)? {
+        let period = match number(t, "period", f.period, f.period_num)? {
             Some(x) if !(x > 0.0 && x.is_finite()) => {
                 return reject(
                     "bad_field",
@@ -398,7 +433,7 @@ impl Decoder {
 fn type_error(field: &str, want: &str, t: &str, v: Option<Val>) -> String {
     let (kind, shown) = match v {
         None => ("NoneType", "None"),
-        Some(v) => (v.kind.py_name(), t.get(v.start..v.end).unwrap_or("")),
+        Some(v) => (v.kind.py_name(), t.get(v.span()).unwrap_or("")),
     };
     format!(
         "{field} must be {want}, got {kind} {}",
@@ -408,14 +443,14 @@ fn type_error(field: &str, want: &str, t: &str, v: Option<Val>) -> String {
 
 /// A `sent`/`period` value as Python's `float(value)` (an int that overflows gives inf, as
 /// Python's checks treat it); None if absent or null; `bad_field` if not a number.
-fn number(t: &str, field: &str, v: Option<Val>) -> Res<Option<f64>> {
+fn number(t: &str, field: &str, v: Option<Val>, float: f64) -> Res<Option<f64>> {
     match v {
         None => Ok(None),
         Some(v) if v.kind == Kind::Null => Ok(None),
-        Some(v) if v.kind == Kind::Float => Ok(Some(v.num)),
+        Some(v) if v.kind == Kind::Float => Ok(Some(float)),
         Some(v) if v.kind == Kind::Int => {
             // Correctly rounded, like Python's int -> float; "-0" is the int 0, so +0.0.
-            let x: f64 = t[v.start..v.end].parse().unwrap_or(f64::INFINITY);
+            let x: f64 = t[v.span()].parse().unwrap_or(f64::INFINITY);
             Ok(Some(if x == 0.0 { 0.0 } else { x }))
         }
         other => reject("bad_field", type_error(field, "a number", t, other)),
@@ -470,16 +505,31 @@ impl Kind {
     }
 }
 
-/// A parsed value: its kind and span (a string's span is inside the quotes).
+/// A parsed value: its kind and span (a string's span is inside the quotes). Small (12
+/// bytes): the parser moves many; bodies are at most `u32::MAX` bytes (longer ones defer).
 #[derive(Debug, Clone, Copy)]
 struct Val {
     kind: Kind,
-    start: usize,
-    end: usize,
     /// A string holding an escape (its value is not its raw text).
     escaped: bool,
-    /// A float's value (finite).
-    num: f64,
+    start: u32,
+    end: u32,
+}
+
+impl Val {
+    fn new(kind: Kind, start: usize, end: usize, escaped: bool) -> Val {
+        // Lossless: decode() defers bodies longer than u32::MAX.
+        Val {
+            kind,
+            escaped,
+            start: start as u32,
+            end: end as u32,
+        }
+    }
+
+    fn span(&self) -> std::ops::Range<usize> {
+        self.start as usize..self.end as usize
+    }
 }
 
 /// The top-level members the decoder reads (the last of duplicates, as Python's dict keeps).
@@ -491,6 +541,10 @@ struct Fields {
     boot: Option<Val>,
     sent: Option<Val>,
     period: Option<Val>,
+    /// The values of `v`, `sent`, `period` when they are float literals (parsed once).
+    v_num: f64,
+    sent_num: f64,
+    period_num: f64,
     sig: Option<Val>,
     sig_count: u32,
     /// The last `sig` member: from its key's opening quote to the end of its value.
@@ -508,6 +562,8 @@ struct Parser<'s> {
     canon: bool,
     /// Valid so far, but only Python can tell the outcome (a huge int literal, an escaped key).
     defer: bool,
+    /// The value of the last float literal read.
+    float: f64,
 }
 
 fn bad<T>(what: &str, at: usize) -> Res<T> {
@@ -536,7 +592,7 @@ impl Parser<'_> {
         // The caller saw '{'.
         self.i = 1;
         self.ws();
-        let mut prev: Option<(usize, usize)> = None;
+        let mut prev: Option<(usize, usize, bool)> = None;
         if self.peek() == Some(b'}') {
             self.i += 1;
         } else {
@@ -552,21 +608,26 @@ impl Parser<'_> {
                 }
                 self.i += 1;
                 self.ws();
+                // The sig member is cut out before signing: its value's form does not matter.
+                let canon_before = self.canon;
                 let val = self.value(1)?;
+                if !key.escaped && &self.s[key.span()] == b"sig" {
+                    self.canon = canon_before;
+                }
                 let member_end = self.i;
                 if key.escaped {
                     // It may spell a known field: only Python's dict knows which.
                     self.defer = true;
                     self.canon = false;
                 } else {
-                    let k = &self.s[key.start..key.end];
+                    let k = &self.s[key.span()];
                     match k {
-                        b"v" => f.v = Some(val),
+                        b"v" => (f.v, f.v_num) = (Some(val), self.float),
                         b"topic" => f.topic = Some(val),
                         b"seq" => f.seq = Some(val),
                         b"boot" => f.boot = Some(val),
-                        b"sent" => f.sent = Some(val),
-                        b"period" => f.period = Some(val),
+                        b"sent" => (f.sent, f.sent_num) = (Some(val), self.float),
+                        b"period" => (f.period, f.period_num) = (Some(val), self.float),
                         b"sig" => {
                             f.sig = Some(val);
                             f.sig_count += 1;
@@ -598,17 +659,24 @@ impl Parser<'_> {
         Ok(f)
     }
 
-    /// Canonical key order: each key (unescaped, so compared as bytes = code points) strictly
-    /// after the previous one.
-    fn order(&mut self, prev: &mut Option<(usize, usize)>, key: Val) {
-        if key.escaped {
-            self.canon = false;
-        } else if let Some((a, b)) = *prev {
-            if self.s[a..b] >= self.s[key.start..key.end] {
+    /// Canonical key order: each key strictly after the previous one, by code point.
+    fn order(&mut self, prev: &mut Option<(usize, usize, bool)>, key: Val) {
+        if let Some((a, b, esc)) = *prev {
+            let (x, y) = (&self.s[a..b], &self.s[key.span()]);
+            let before = if esc || key.escaped {
+                // Python sorts by code point, surrogate pairs joined.
+                fn dec(r: &[u8]) -> CodePoints<'_> {
+                    CodePoints::new(std::str::from_utf8(r).unwrap_or(""))
+                }
+                dec(x).lt(dec(y))
+            } else {
+                x < y // UTF-8 byte order is code point order
+            };
+            if !before {
                 self.canon = false;
             }
         }
-        *prev = Some((key.start, key.end));
+        *prev = Some((key.span().start, key.span().end, key.escaped));
     }
 
     fn value(&mut self, depth: u32) -> Res<Val> {
@@ -616,13 +684,7 @@ impl Parser<'_> {
         let lit = |p: &mut Self, word: &[u8], kind: Kind| -> Res<Val> {
             if p.s[p.i..].starts_with(word) {
                 p.i += word.len();
-                Ok(Val {
-                    kind,
-                    start,
-                    end: p.i,
-                    escaped: false,
-                    num: 0.0,
-                })
+                Ok(Val::new(kind, start, p.i, false))
             } else {
                 bad("Expecting value", start)
             }
@@ -680,13 +742,7 @@ impl Parser<'_> {
                 }
             }
         }
-        Ok(Val {
-            kind: Kind::Object,
-            start,
-            end: self.i,
-            escaped: false,
-            num: 0.0,
-        })
+        Ok(Val::new(Kind::Object, start, self.i, false))
     }
 
     fn array(&mut self, depth: u32) -> Res<Val> {
@@ -715,13 +771,7 @@ impl Parser<'_> {
                 }
             }
         }
-        Ok(Val {
-            kind: Kind::Array,
-            start,
-            end: self.i,
-            escaped: false,
-            num: 0.0,
-        })
+        Ok(Val::new(Kind::Array, start, self.i, false))
     }
 
     /// A string at its opening quote. Python's strict rules: no raw control character, only
@@ -745,13 +795,7 @@ impl Parser<'_> {
                 b'"' => {
                     let end = self.i;
                     self.i += 1;
-                    return Ok(Val {
-                        kind: Kind::Str,
-                        start,
-                        end,
-                        escaped,
-                        num: 0.0,
-                    });
+                    return Ok(Val::new(Kind::Str, start, end, escaped));
                 }
                 b'\\' => {
                     escaped = true;
@@ -843,13 +887,7 @@ impl Parser<'_> {
             if self.want_canon && text == "-0" {
                 self.canon = false; // Python writes the int 0 as "0"
             }
-            return Ok(Val {
-                kind: Kind::Int,
-                start,
-                end: i,
-                escaped: false,
-                num: 0.0,
-            });
+            return Ok(Val::new(Kind::Int, start, i, false));
         }
         // Python's parse_float (`_finite_float`): correctly rounded, and inf is an error.
         let x: f64 = text.parse().unwrap_or(f64::INFINITY);
@@ -859,17 +897,237 @@ impl Parser<'_> {
                 format!("number {} is out of range", clip(text, 40)),
             );
         }
+        self.float = x;
         if self.want_canon && self.canon && !is_py_repr(x, text.as_bytes()) {
             self.canon = false;
         }
-        Ok(Val {
-            kind: Kind::Float,
-            start,
-            end: i,
-            escaped: false,
-            num: x,
+        Ok(Val::new(Kind::Float, start, i, false))
+    }
+}
+
+/// The code points of a JSON string's raw contents (already validated), as Python decodes
+/// them: escapes resolved, a `\u` surrogate pair joined, a lone surrogate kept as itself.
+struct CodePoints<'a> {
+    s: &'a str,
+    i: usize,
+}
+
+impl<'a> CodePoints<'a> {
+    fn new(s: &'a str) -> CodePoints<'a> {
+        CodePoints { s, i: 0 }
+    }
+}
+
+fn hex4(b: &[u8], at: usize) -> Option<u32> {
+    let h = b.get(at..at + 4)?;
+    h.iter()
+        .try_fold(0u32, |a, &d| Some((a << 4) | u32::from(hex_val(d)?)))
+}
+
+impl Iterator for CodePoints<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        let b = self.s.as_bytes();
+        if *b.get(self.i)? != b'\\' {
+            let ch = self.s.get(self.i..)?.chars().next()?;
+            self.i += ch.len_utf8();
+            return Some(u32::from(ch));
+        }
+        let e = *b.get(self.i + 1)?;
+        self.i += 2;
+        Some(match e {
+            b'"' => 0x22,
+            b'\\' => 0x5c,
+            b'/' => 0x2f,
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => 0x0a,
+            b'r' => 0x0d,
+            b't' => 0x09,
+            b'u' => {
+                let u = hex4(b, self.i)?;
+                self.i += 4;
+                if (0xd800..0xdc00).contains(&u) && b.get(self.i..self.i + 2) == Some(b"\\u") {
+                    if let Some(lo) = hex4(b, self.i + 2).filter(|lo| (0xdc00..0xe000).contains(lo))
+                    {
+                        self.i += 6;
+                        return Some(0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00));
+                    }
+                }
+                u
+            }
+            _ => return None,
         })
     }
+}
+
+/// The value of a JSON string's raw contents; None if it holds a lone surrogate.
+fn unescape(raw: &str) -> Option<String> {
+    CodePoints::new(raw).map(char::from_u32).collect()
+}
+
+/// Python's canonical text (`json.dumps(sort_keys=True, separators=(',', ':'),
+/// ensure_ascii=True)`) of the object `s` without its top-level `sig` member: what Python signs.
+/// `s` has been parsed already (valid, depth and int sizes in bounds). None if a value cannot be
+/// rebuilt exactly.
+fn canonical(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    emit(s, 0, &mut out, true)?;
+    Some(out)
+}
+
+/// A parser over already-valid text, used to step over values.
+fn stepper(s: &[u8], i: usize) -> Parser<'_> {
+    Parser {
+        s,
+        i,
+        want_canon: false,
+        canon: true,
+        defer: false,
+        float: 0.0,
+    }
+}
+
+/// Emit the canonical form of the value starting at `start`; returns where it ends.
+fn emit(s: &[u8], start: usize, out: &mut Vec<u8>, top: bool) -> Option<usize> {
+    let mut p = stepper(s, start);
+    match s.get(start)? {
+        b'{' => {
+            // Members: (key span inside the quotes, value start), in text order.
+            let mut members: Vec<(std::ops::Range<usize>, usize)> = Vec::new();
+            p.i += 1;
+            p.ws();
+            if p.peek() == Some(b'}') {
+                p.i += 1;
+            } else {
+                loop {
+                    let key = p.string().ok()?;
+                    p.ws();
+                    p.i += 1; // ':'
+                    p.ws();
+                    let vstart = p.i;
+                    p.value(1).ok()?;
+                    members.push((key.span(), vstart));
+                    p.ws();
+                    let c = p.peek()?;
+                    p.i += 1;
+                    if c == b'}' {
+                        break;
+                    }
+                    p.ws();
+                }
+            }
+            let end = p.i;
+            let key = |r: &std::ops::Range<usize>| {
+                CodePoints::new(std::str::from_utf8(&s[r.clone()]).unwrap_or(""))
+            };
+            // Python's dict: the last of equal keys wins; json.dumps sorts by code point.
+            members.sort_by(|a, b| key(&a.0).cmp(key(&b.0)));
+            out.push(b'{');
+            let mut first = true;
+            for (n, (k, v)) in members.iter().enumerate() {
+                if members
+                    .get(n + 1)
+                    .is_some_and(|next| key(&next.0).eq(key(k)))
+                {
+                    continue; // a later duplicate follows (the sort is stable)
+                }
+                if top && key(k).eq("sig".chars().map(u32::from)) {
+                    continue;
+                }
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                emit_string(key(k), out)?;
+                out.push(b':');
+                emit(s, *v, out, false)?;
+            }
+            out.push(b'}');
+            Some(end)
+        }
+        b'[' => {
+            out.push(b'[');
+            p.i += 1;
+            p.ws();
+            if p.peek() == Some(b']') {
+                p.i += 1;
+            } else {
+                loop {
+                    let end = emit(s, p.i, out, false)?;
+                    p.i = end;
+                    p.ws();
+                    let c = p.peek()?;
+                    p.i += 1;
+                    if c == b']' {
+                        break;
+                    }
+                    out.push(b',');
+                    p.ws();
+                }
+            }
+            out.push(b']');
+            Some(p.i)
+        }
+        b'"' => {
+            let v = p.string().ok()?;
+            emit_string(
+                CodePoints::new(std::str::from_utf8(&s[v.span()]).ok()?),
+                out,
+            )?;
+            Some(p.i)
+        }
+        _ => {
+            let v = p.value(1).ok()?;
+            let lit = &s[v.span()];
+            match v.kind {
+                Kind::Int if lit == b"-0" => out.push(b'0'),
+                Kind::Float => {
+                    let mut b = StackBuf::new();
+                    let x: f64 = std::str::from_utf8(lit).ok()?.parse().ok()?;
+                    if !py_float_repr(x, &mut b) {
+                        return None;
+                    }
+                    out.extend_from_slice(b.as_bytes());
+                }
+                _ => out.extend_from_slice(lit),
+            }
+            Some(p.i)
+        }
+    }
+}
+
+/// A string as json.dumps (ensure_ascii) writes it.
+fn emit_string(chars: impl Iterator<Item = u32>, out: &mut Vec<u8>) -> Option<()> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let u = |out: &mut Vec<u8>, c: u32| {
+        out.extend_from_slice(b"\\u");
+        for shift in [12, 8, 4, 0] {
+            out.push(HEX[((c >> shift) & 0xf) as usize]);
+        }
+    };
+    out.push(b'"');
+    for c in chars {
+        match c {
+            0x22 => out.extend_from_slice(b"\\\""),
+            0x5c => out.extend_from_slice(b"\\\\"),
+            0x0a => out.extend_from_slice(b"\\n"),
+            0x0d => out.extend_from_slice(b"\\r"),
+            0x09 => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            0x20..=0x7e => out.push(c as u8),
+            0x10000.. => {
+                let v = c - 0x10000;
+                u(out, 0xd800 | (v >> 10));
+                u(out, 0xdc00 | (v & 0x3ff));
+            }
+            _ => u(out, c),
+        }
+    }
+    out.push(b'"');
+    Some(())
 }
 
 /// A fixed buffer that `write!` formats into, without allocating.
@@ -1013,5 +1271,231 @@ mod tests {
         ] {
             assert_eq!(repr(x), want);
         }
+    }
+
+    /// A publisher's beats, as `BeatCodec.encode` writes them (signed with key b"k").
+    const UNSIGNED: &[u8] = br#"{"boot":"3f2c9a1b0d7e4c5f8a6b2d1e0f9c8b7a","period":1.0,"sent":1718000000.25,"seq":123456,"topic":"svc.prices.feed-7","v":1}"#;
+    const SIGNED: &[u8] = br#"{"boot":"3f2c9a1b0d7e4c5f8a6b2d1e0f9c8b7a","period":1.0,"sent":1718000000.25,"seq":123456,"topic":"svc.prices.feed-7","v":1,"sig":"SIG"}"#;
+
+    const MINIMAL: &[u8] = br#"{"topic":"svc.prices.feed-7","v":1}"#;
+
+    fn signed_body() -> Vec<u8> {
+        // The text without its `,"sig":"SIG"` member.
+        let canonical = [&SIGNED[..SIGNED.len() - 13], b"}"].concat();
+        let mut m = HmacSha256::new_from_slice(b"k").unwrap();
+        m.update(&canonical);
+        let hex: String = m
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        [
+            &canonical[..canonical.len() - 1],
+            format!(r#","sig":"{hex}"}}"#).as_bytes(),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn publisher_beats_decode() {
+        let d = Decoder::new(None, 65536);
+        let Decoded::Beat(b) = d.decode(UNSIGNED, Some("svc.prices.feed-7")) else {
+            panic!("{:?}", d.decode(UNSIGNED, None));
+        };
+        assert_eq!(
+            (b.topic, b.seq, b.sent, b.period),
+            (
+                "svc.prices.feed-7",
+                Some(123456),
+                Some(1718000000.25),
+                Some(1.0)
+            )
+        );
+        assert!(matches!(b.boot, Some(Cow::Borrowed(_))));
+        let body = signed_body();
+        let k = Decoder::new(Some(b"k"), 65536);
+        assert!(
+            matches!(k.decode(&body, None), Decoded::Beat(_)),
+            "{:?}",
+            k.decode(&body, None)
+        );
+        let j = Decoder::new(Some(b"j"), 65536);
+        assert!(matches!(
+            j.decode(&body, None),
+            Decoded::Reject {
+                reason: "bad_signature",
+                ..
+            }
+        ));
+        assert!(matches!(
+            k.decode(UNSIGNED, None),
+            Decoded::Reject {
+                reason: "unsigned",
+                ..
+            }
+        ));
+    }
+
+    /// `cargo test --release --lib decode_timing -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn decode_timing() {
+        let body = signed_body();
+        let cases: [(&str, Decoder, &[u8]); 5] = [
+            ("unsigned", Decoder::new(None, 65536), UNSIGNED),
+            ("minimal", Decoder::new(None, 65536), MINIMAL),
+            ("signed", Decoder::new(Some(b"k"), 65536), &body),
+            (
+                "legacy",
+                Decoder::new(None, 65536),
+                b"svc.prices.feed-7 HEARTBEAT",
+            ),
+            (
+                "bad_json",
+                Decoder::new(None, 65536),
+                b"{\"v\":1,\"topic\":",
+            ),
+        ];
+        for (name, d, b) in cases {
+            // The best of 15 rounds: the machine is shared, the minimum is the cost.
+            let n = 100_000u32;
+            let mut ns = f64::INFINITY;
+            let mut ok = 0u32;
+            for _ in 0..15 {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    let r = d.decode(std::hint::black_box(b), Some("svc.prices.feed-7"));
+                    if matches!(r, Decoded::Beat(_)) {
+                        ok += 1;
+                    }
+                }
+                ns = ns.min(t.elapsed().as_nanos() as f64 / f64::from(n));
+            }
+            println!(
+                "decode {name:9} {ns:7.1} ns/beat ({} bytes, {ok} beats)",
+                b.len()
+            );
+        }
+    }
+
+    const REASONS: [&str; 7] = [
+        "too_large",
+        "not_utf8",
+        "bad_json",
+        "bad_field",
+        "unsigned",
+        "bad_signature",
+        "topic_mismatch",
+    ];
+
+    /// Whatever the outcome, it is well formed: a beat names a valid topic, a rejection a known
+    /// reason with a short detail.
+    fn sane(d: &Decoder, body: &[u8]) {
+        for dest in [None, Some("svc.a")] {
+            match d.decode(body, dest) {
+                Decoded::Beat(b) => assert!(valid_topic(b.topic)),
+                Decoded::Reject { reason, detail } => {
+                    assert!(REASONS.contains(&reason), "{reason}");
+                    assert!(detail.len() <= 300, "{}", detail.len());
+                }
+                Decoded::Defer => {}
+            }
+        }
+    }
+
+    #[test]
+    fn decoder_is_send_and_sync() {
+        fn shared<T: Send + Sync + Clone>() {}
+        shared::<Decoder>();
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn float_repr_round_trips_in_python_form(bits in proptest::prelude::any::<u64>()) {
+            let x = f64::from_bits(bits);
+            if x.is_finite() {
+                let r = repr(x);
+                proptest::prop_assert_eq!(r.parse::<f64>().unwrap().to_bits(), bits, "{}", r);
+                proptest::prop_assert!(is_py_repr(x, r.as_bytes()));
+                let has_exp = r.contains('e');
+                let exp10 = if x == 0.0 { 0 } else { x.abs().log10().floor() as i32 };
+                // Python: exponent form iff the decimal exponent is < -4 or >= 16 (log10 may be
+                // off by one at exact powers, so only check away from the edges).
+                if (-3..=14).contains(&exp10) {
+                    proptest::prop_assert!(!has_exp && r.contains('.'), "{}", r);
+                } else if !(-6..=17).contains(&exp10) {
+                    proptest::prop_assert!(has_exp, "{}", r);
+                    let e = &r[r.find('e').unwrap() + 1..];
+                    proptest::prop_assert!(e.len() >= 3 && (e.starts_with('+') || e.starts_with('-')), "{}", r);
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            sane(&Decoder::new(None, 65536), &body);
+            sane(&Decoder::new(Some(b"k"), 65536), &body);
+            sane(&Decoder::new(None, 16), &body);
+        }
+
+        #[test]
+        fn json_ish_text_never_panics(body in r#"[ \t{}\[\]",:0-9a-zA-Z\\.eE+\-é\u{2003}\u{1F600}]{0,80}"#) {
+            sane(&Decoder::new(None, 65536), body.as_bytes());
+            sane(&Decoder::new(Some(b"k"), 65536), body.as_bytes());
+        }
+
+        #[test]
+        fn mutated_publisher_beats_never_panic(
+            edits in proptest::collection::vec((0usize..200, proptest::prelude::any::<u8>(), 0u8..3), 1..6)
+        ) {
+            let mut body = signed_body();
+            for (at, byte, op) in edits {
+                let at = at % (body.len() + 1);
+                match op {
+                    0 if at < body.len() => body[at] = byte,
+                    1 => body.insert(at, byte),
+                    _ if at < body.len() => { body.remove(at); }
+                    _ => {}
+                }
+            }
+            sane(&Decoder::new(Some(b"k"), 65536), &body);
+            sane(&Decoder::new(None, 65536), &body);
+        }
+    }
+
+    #[test]
+    fn hostile_shapes_decide_or_defer_without_panicking() {
+        let d = Decoder::new(Some(b"k"), 1 << 20);
+        let deep = [
+            &b"{\"v\":1,\"p\":"[..],
+            &b"[".repeat(100_000),
+            &b"]".repeat(100_000),
+            b"}",
+        ]
+        .concat();
+        assert_eq!(d.decode(&deep, None), Decoded::Defer);
+        let deep_bad = [&b"{\"p\":"[..], &b"[".repeat(100_000)].concat();
+        assert_eq!(d.decode(&deep_bad, None), Decoded::Defer);
+        let huge = [
+            &b"{\"v\":1,\"topic\":\"a\",\"seq\":"[..],
+            &b"9".repeat(100_000),
+            b"}",
+        ]
+        .concat();
+        assert_eq!(d.decode(&huge, None), Decoded::Defer);
+        let many = [
+            &b"{\"v\":1,\"topic\":\"a\",\"p\":["[..],
+            &b"1.5,".repeat(100_000),
+            b"0]}",
+        ]
+        .concat();
+        assert!(matches!(
+            d.decode(&many, None),
+            Decoded::Reject {
+                reason: "unsigned",
+                ..
+            }
+        ));
     }
 }

@@ -12,7 +12,9 @@
 //! `name:value`, uniform line ends, a plain-number `content-length` that the frame honours with a
 //! NUL); any other frame is passed through untouched for stomp.py to judge.
 
-use memchr::{memchr, memchr_iter};
+use memchr::memmem::Finder;
+use memchr::memchr;
+use std::sync::LazyLock;
 
 /// What the message callback decided for a MESSAGE frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +40,16 @@ pub struct MessageFrame<'a> {
     pub body: &'a [u8],
 }
 
+impl MessageFrame<'_> {
+    /// Whether the raw `destination` value holds a STOMP escape (resolve it with
+    /// [`Splitter::unescape_header`]). Narrower than `escaped`: ActiveMQ escapes the ':' of
+    /// every `message-id` (`ID\chost-...`), so `escaped` is true for all its MESSAGE frames;
+    /// both brokers send a topic's ':' as `\c` in `destination`.
+    pub fn destination_escaped(&self) -> bool {
+        self.destination.is_some_and(|d| memchr(b'\\', d).is_some())
+    }
+}
+
 /// Counters of one [`Splitter::feed`] call.
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FeedStats {
@@ -54,6 +66,9 @@ pub struct FeedStats {
 pub struct Splitter {
     /// The start of a frame not yet complete (never starts with an EOL; may be a lone `\r`).
     held: Vec<u8>,
+    /// The held frame's full length, once known (it has its NUL and awaits a content-length
+    /// body).
+    need: Option<usize>,
 }
 
 /// Where a complete frame ends.
@@ -70,18 +85,18 @@ struct Bounds {
 
 /// The first blank line, as stomp.py's `PREAMBLE_END_RE` (`\n\n|\r\n\r\n`) finds it.
 fn preamble_end(f: &[u8]) -> Option<(usize, usize)> {
-    // Leftmost match: for the n-th '\n', a "\r\n\r\n" starting just before it, or a "\n\n"
-    // starting at it (the two exclude each other); no earlier '\n' can start a later match.
-    for i in memchr_iter(b'\n', f) {
-        match f.get(i + 1) {
-            Some(b'\n') => return Some((i, i + 2)),
-            Some(b'\r') if i >= 1 && f[i - 1] == b'\r' && f.get(i + 2) == Some(&b'\n') => {
-                return Some((i - 1, i + 3))
-            }
-            _ => {}
-        }
+    // Leftmost of the two: two SIMD searches (precompiled), the second only up to the first's
+    // match (a "\r\n\r\n" starting before it may overlap it).
+    static LF2: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\n"));
+    static CRLF2: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\r\n\r\n"));
+    let lf = LF2.find(f);
+    let limit = lf.map_or(f.len(), |p| (p + 3).min(f.len()));
+    match (lf, CRLF2.find(&f[..limit])) {
+        (Some(p), Some(q)) if q < p => Some((q, q + 4)),
+        (Some(p), _) => Some((p, p + 2)),
+        (None, Some(q)) => Some((q, q + 4)),
+        (None, None) => None,
     }
-    None
 }
 
 /// stomp.py's `^content-length[:]\s*(?P<value>[0-9]+)` (MULTILINE) on the header block: the first
@@ -89,12 +104,13 @@ fn preamble_end(f: &[u8]) -> Option<(usize, usize)> {
 /// either).
 fn regex_content_length(pre: &[u8]) -> Option<usize> {
     const NAME: &[u8] = b"content-length:";
-    let starts = std::iter::once(0).chain(memchr_iter(b'\n', pre).map(|i| i + 1));
-    for s in starts {
-        let Some(rest) = pre.get(s..).filter(|r| r.starts_with(NAME)) else {
+    // One SIMD search for the name (a precompiled searcher), kept only at a line start.
+    static FINDER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(NAME));
+    for s in FINDER.find_iter(pre) {
+        if s > 0 && pre[s - 1] != b'\n' {
             continue;
-        };
-        let rest = &rest[NAME.len()..];
+        }
+        let rest = &pre[s + NAME.len()..];
         // Python's bytes `\s`: space, \t, \n, \r, \f, \v.
         let ws = rest
             .iter()
@@ -158,38 +174,50 @@ fn message<'a>(f: &'a [u8], b: &Bounds) -> Option<MessageFrame<'a>> {
     if cmd != b"MESSAGE" {
         return None;
     }
-    // stomp.py keeps a '\r' that ends the block before "\n\n" in the last value: refuse it.
-    if headers.last() == Some(&b'\r') && &f[ps..pe] == b"\n\n" {
-        return None;
-    }
     let mut subscription = None;
     let mut destination = None;
     let mut content_length = None;
     let mut seen_cl = false;
-    if !headers.is_empty() {
-        for line in header_lines(headers) {
-            if memchr(b'\r', line).is_some() {
-                return None;
-            }
-            let colon = memchr(b':', line)?;
-            if colon == 0 {
-                return None;
-            }
-            let (name, value) = (&line[..colon], &line[colon + 1..]);
-            match name {
-                b"subscription" if subscription.is_none() => subscription = Some(value),
-                b"destination" if destination.is_none() => destination = Some(value),
-                b"content-length" if !seen_cl => {
-                    seen_cl = true;
-                    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-                        return None;
+    let mut escaped = false;
+    // One scalar pass over the short header lines (cheaper than a memchr per line and per
+    // byte looked for). A '\r' not ending a line is refused; that includes the one stomp.py
+    // keeps in the last value when the block ends "\r\n\n".
+    let n = headers.len();
+    let (mut line, mut colon, mut i) = (0, None, 0);
+    // An empty block has no line at all.
+    while n > 0 && i <= n {
+        let c = headers.get(i).copied().unwrap_or(b'\n');
+        match c {
+            b'\n' => {
+                let end = if i > line && headers[i - 1] == b'\r' {
+                    i - 1
+                } else {
+                    i
+                };
+                let colon_at = colon.filter(|&k| k > line)?;
+                let (name, value) = (&headers[line..colon_at], &headers[colon_at + 1..end]);
+                match name {
+                    b"subscription" if subscription.is_none() => subscription = Some(value),
+                    b"destination" if destination.is_none() => destination = Some(value),
+                    b"content-length" if !seen_cl => {
+                        seen_cl = true;
+                        if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+                            return None;
+                        }
+                        // The same line stomp.py's regex found first, so the same number.
+                        content_length = Some(b.content_length?);
                     }
-                    // The same line stomp.py's regex found first, so the same number.
-                    content_length = Some(b.content_length?);
+                    _ => {}
                 }
-                _ => {}
+                line = i + 1;
+                colon = None;
             }
+            b':' if colon.is_none() => colon = Some(i),
+            b'\r' if headers.get(i + 1) != Some(&b'\n') => return None,
+            b'\\' => escaped = true,
+            _ => {}
         }
+        i += 1;
     }
     if !seen_cl && b.content_length.is_some() {
         return None; // the regex saw a content-length the lines do not show plainly
@@ -208,7 +236,7 @@ fn message<'a>(f: &'a [u8], b: &Bounds) -> Option<MessageFrame<'a>> {
     Some(MessageFrame {
         subscription,
         destination,
-        escaped: memchr(b'\\', headers).is_some(),
+        escaped,
         headers,
         body,
     })
@@ -277,7 +305,9 @@ impl Splitter {
     ) -> FeedStats {
         let mut stats = FeedStats::default();
         let mut pos = 0;
-        // Complete the held frame first, taking from `data` only what it can need.
+        // Complete the held frame first, taking from `data` only what it can need. Each byte is
+        // looked at once while a long frame accumulates: the held bytes are parsed again only
+        // when a NUL or the awaited length arrives.
         while !self.held.is_empty() && pos < data.len() {
             let rest = &data[pos..];
             if self.held == b"\r" && rest[0] == b'\n' {
@@ -287,23 +317,42 @@ impl Splitter {
                 pos += 1;
                 break;
             }
-            let take = match memchr(0, &self.held) {
-                // No NUL yet: up to and including the next one.
-                None => memchr(0, rest).map_or(rest.len(), |k| k + 1),
+            match self.need {
                 // A content-length frame waiting for its body: exactly what it lacks.
-                Some(_) => match bounds_need(&self.held) {
-                    Some(total) => (total - self.held.len()).min(rest.len()),
-                    None => rest.len(), // cannot happen: a held frame with a NUL is incomplete
+                Some(total) => {
+                    let take = (total - self.held.len()).min(rest.len());
+                    self.held.extend_from_slice(&rest[..take]);
+                    pos += take;
+                    if self.held.len() < total {
+                        break;
+                    }
+                }
+                // No NUL yet: up to and including the next one.
+                None => match memchr(0, rest) {
+                    Some(k) => {
+                        self.held.extend_from_slice(&rest[..=k]);
+                        pos += k + 1;
+                    }
+                    None => {
+                        self.held.extend_from_slice(rest);
+                        pos = data.len();
+                        break;
+                    }
                 },
-            };
-            self.held.extend_from_slice(&rest[..take]);
-            pos += take;
+            }
+            // The held frame ends at the end of `held` or later: all of it is used, or none.
             let used = run(&self.held, out, &mut on_message, &mut stats);
             self.held.drain(..used);
+            self.need = if self.held.is_empty() {
+                None
+            } else {
+                bounds_need(&self.held)
+            };
         }
         if pos < data.len() {
             let used = run(&data[pos..], out, &mut on_message, &mut stats);
             self.held.extend_from_slice(&data[pos + used..]);
+            self.need = bounds_need(&self.held);
         }
         stats
     }
@@ -311,6 +360,27 @@ impl Splitter {
     /// Bytes held (a partial frame).
     pub fn pending(&self) -> usize {
         self.held.len()
+    }
+
+    /// A raw header value with its STOMP 1.2 escapes resolved (`\r`, `\n`, `\c` for ':',
+    /// `\\`), appended to `out`; false (and `out` partly written) for any other escape, which
+    /// the spec makes a protocol error and stomp.py leaves as it is: pass such a frame.
+    pub fn unescape_header(raw: &[u8], out: &mut Vec<u8>) -> bool {
+        let mut rest = raw;
+        while let Some(k) = memchr(b'\\', rest) {
+            out.extend_from_slice(&rest[..k]);
+            let c = match rest.get(k + 1) {
+                Some(b'r') => b'\r',
+                Some(b'n') => b'\n',
+                Some(b'c') => b':',
+                Some(b'\\') => b'\\',
+                _ => return false,
+            };
+            out.push(c);
+            rest = &rest[k + 2..];
+        }
+        out.extend_from_slice(rest);
+        true
     }
 
     /// A header's raw value (first occurrence) in a raw header block.
@@ -488,6 +558,34 @@ mod tests {
     }
 
     #[test]
+    fn large_frames_accumulate_in_small_reads() {
+        // A 4 MiB content-length body (NULs inside) and a 4 MiB NUL-terminated one, each read
+        // 1 KiB at a time: held once, parsed when complete, not once per read.
+        let big: Vec<u8> = (0..4usize << 20).map(|i| (i % 251) as u8).collect();
+        let mut stream = format!(
+            "MESSAGE\nsubscription:hb\ndestination:/topic/a\ncontent-length:{}\n\n",
+            big.len()
+        )
+        .into_bytes();
+        stream.extend_from_slice(&big);
+        stream.extend_from_slice(b"\0\nMESSAGE\nsubscription:hb\n\n");
+        stream.extend(std::iter::repeat_n(b'x', 4 << 20));
+        stream.extend_from_slice(b"\0");
+        let chunks: Vec<&[u8]> = stream.chunks(1024).collect();
+        let mut s = Splitter::new();
+        let mut out = Vec::new();
+        let mut sizes = Vec::new();
+        for c in chunks {
+            s.feed(c, &mut out, |m| {
+                sizes.push(m.body.len());
+                Verdict::Consumed
+            });
+        }
+        assert_eq!(sizes, [4 << 20, 4 << 20]);
+        assert_eq!((s.pending(), out.len()), (0, 0));
+    }
+
+    #[test]
     fn malformed_frames_pass_untouched() {
         for f in [
             // A '\r' left in the last header by "\r\n\n".
@@ -521,6 +619,55 @@ mod tests {
     }
 
     #[test]
+    fn activemq_and_rabbitmq_frames_as_received() {
+        // Captured from the brokers on loopback (STOMP 1.2), topic "ingest-probe.eu:1".
+        let amq = b"MESSAGE\nexpires:0\ndestination:/topic/ingest-probe.eu\\c1\nsubscription:1\npriority:4\nmessage-id:ID\\cvm-45323-1795516820219-1\\c21\\c-1\\c1\\c1\ncontent-type:text/plain\ntimestamp:1795516961115\n\nhello\x00\n";
+        let rmq = b"MESSAGE\nsubscription:1\ndestination:/topic/ingest-probe.eu\\c1\nmessage-id:T_1@@session-QbMd7nUuBp8jM2hih0nAdw@@1\nredelivered:false\ncontent-type:text/plain\ncontent-length:5\n\nhello\x00\n";
+        for f in [&amq[..], &rmq[..]] {
+            let mut seen = Vec::new();
+            let mut out = Vec::new();
+            let st = Splitter::new().feed(f, &mut out, |m| {
+                let mut dest = Vec::new();
+                assert!(Splitter::unescape_header(m.destination.unwrap(), &mut dest));
+                seen.push((
+                    m.subscription.unwrap().to_vec(),
+                    dest,
+                    m.body.to_vec(),
+                    m.destination_escaped(),
+                ));
+                Verdict::Consumed
+            });
+            assert_eq!((st.frames, st.consumed, st.eols), (1, 1, 1));
+            assert_eq!(
+                seen,
+                [(
+                    b"1".to_vec(),
+                    b"/topic/ingest-probe.eu:1".to_vec(),
+                    b"hello".to_vec(),
+                    true
+                )]
+            );
+            assert!(out.is_empty());
+        }
+    }
+
+    #[test]
+    fn header_unescape() {
+        let mut out = Vec::new();
+        assert!(Splitter::unescape_header(
+            b"/topic/svc.eu\\c1\\\\x\\n\\r",
+            &mut out
+        ));
+        assert_eq!(out, b"/topic/svc.eu:1\\x\n\r");
+        out.clear();
+        assert!(Splitter::unescape_header(b"plain", &mut out));
+        assert_eq!(out, b"plain");
+        for bad in [&b"a\\t"[..], b"a\\", b"\\C"] {
+            assert!(!Splitter::unescape_header(bad, &mut Vec::new()), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn header_lookup() {
         let h = b"destination:/topic/a\r\nfoo:1\r\nfoo:2\r\nempty:\r\nx:a:b";
         assert_eq!(Splitter::header(h, b"foo"), Some(&b"1"[..]));
@@ -549,6 +696,44 @@ mod tests {
         }
 
         #[test]
+        fn preamble_end_is_the_leftmost_match(
+            f in proptest::collection::vec(prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'a')], 0..40)
+        ) {
+            // The regex's way: at each position, "\n\n" then "\r\n\r\n"; the first position wins.
+            let want = (0..f.len()).find_map(|i| {
+                if f[i..].starts_with(b"\n\n") {
+                    Some((i, i + 2))
+                } else if f[i..].starts_with(b"\r\n\r\n") {
+                    Some((i, i + 4))
+                } else {
+                    None
+                }
+            });
+            prop_assert_eq!(preamble_end(&f), want);
+        }
+
+        #[test]
+        fn regex_content_length_is_the_first_line_that_matches(
+            lines in proptest::collection::vec(prop_oneof![
+                Just("content-length:12"), Just("content-length: 7"), Just("content-length:x"),
+                Just("xcontent-length:5"), Just("content-length:"), Just("a:b"), Just("")], 0..6)
+        ) {
+            let pre = lines.join("\n").into_bytes();
+            // By hand: each line start, the name, Python's \s*, then digits.
+            let want = (0..=pre.len())
+                .filter(|&i| i == 0 || pre[i - 1] == b'\n')
+                .find_map(|i| {
+                    let rest = pre[i..].strip_prefix(&b"content-length:"[..])?;
+                    let t: Vec<u8> =
+                        rest.iter().copied().skip_while(|c| b" \t\n\r\x0b\x0c".contains(c)).collect();
+                    let d: String =
+                        t.iter().take_while(|c| c.is_ascii_digit()).map(|&c| c as char).collect();
+                    d.parse::<usize>().ok()
+                });
+            prop_assert_eq!(regex_content_length(&pre), want);
+        }
+
+        #[test]
         fn arbitrary_bytes_never_panic_and_keep_every_byte(
             data in proptest::collection::vec(
                 prop_oneof![Just(0u8), Just(b'\n'), Just(b'\r'), Just(b':'), any::<u8>()], 0..300),
@@ -568,6 +753,51 @@ mod tests {
             prop_assert_eq!(a.eols + b.eols, w.eols);
             prop_assert_eq!(s.pending(), s2.pending());
             prop_assert!(out.len() + s.pending() <= data.len());
+        }
+    }
+
+    /// `cargo test --release --lib split_timing -- --ignored --nocapture`: MESSAGE frames as
+    /// ActiveMQ sends them, in 64 KiB reads, each body decoded, per frame.
+    #[test]
+    #[ignore]
+    fn split_timing() {
+        use crate::ingest::beat::{Decoded, Decoder};
+        let body = br#"{"boot":"3f2c9a1b0d7e4c5f8a6b2d1e0f9c8b7a","period":1.0,"sent":1718000000.25,"seq":123456,"topic":"svc.prices.feed-7","v":1}"#;
+        let mut frame = b"MESSAGE\ncontent-length:124\nexpires:0\ndestination:/topic/svc.prices.feed-7\nsubscription:1\npriority:4\nmessage-id:ID:host-41234-1718000000000-3:1:1:1:12345\ntimestamp:1718000000250\n\n".to_vec();
+        frame.extend_from_slice(body);
+        frame.extend_from_slice(b"\0\n");
+        let stream: Vec<u8> = frame
+            .iter()
+            .copied()
+            .cycle()
+            .take(frame.len() * 20_000)
+            .collect();
+        let d = Decoder::new(None, 65536);
+        for decode in [false, true] {
+            let mut best = f64::INFINITY;
+            for _ in 0..10 {
+                let mut s = Splitter::new();
+                let mut out = Vec::new();
+                let mut frames = 0u64;
+                let t = std::time::Instant::now();
+                for chunk in stream.chunks(65536) {
+                    let st = s.feed(chunk, &mut out, |m| {
+                        if decode && !matches!(d.decode(m.body, None), Decoded::Beat(_)) {
+                            return Verdict::Pass;
+                        }
+                        Verdict::Consumed
+                    });
+                    frames += st.consumed;
+                }
+                assert_eq!(frames, 20_000);
+                assert!(out.is_empty());
+                best = best.min(t.elapsed().as_nanos() as f64 / frames as f64);
+            }
+            println!(
+                "split{} {best:7.1} ns/frame ({} bytes/frame)",
+                if decode { "+decode" } else { "        " },
+                frame.len()
+            );
         }
     }
 }

@@ -42,6 +42,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark::availability_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(spark::partition_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::decode_beat, m)?)?;
+    m.add_function(wrap_pyfunction!(ingest::split_frames, m)?)?;
     m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
     m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
     Ok(())
