@@ -12,8 +12,8 @@
 //! `name:value`, uniform line ends, a plain-number `content-length` that the frame honours with a
 //! NUL); any other frame is passed through untouched for stomp.py to judge.
 
-use memchr::memmem::Finder;
 use memchr::memchr;
+use memchr::memmem::Finder;
 use std::sync::LazyLock;
 
 /// What the message callback decided for a MESSAGE frame.

@@ -126,7 +126,9 @@ struct Table {
 impl Table {
     fn grow(&mut self, slot: usize) {
         if slot >= self.periods.len() {
-            let n = (slot + 1).max(self.periods.len() + self.periods.len() / 2).max(1024);
+            let n = (slot + 1)
+                .max(self.periods.len() + self.periods.len() / 2)
+                .max(1024);
             self.periods.resize(n, f64::NAN);
             self.pinned.resize(n, false);
             self.graces.resize(n, f64::NAN);
@@ -152,7 +154,11 @@ fn ns(seconds: f64) -> u64 {
 
 /// Python's `repr` of a str: the quote it would pick, backslash escapes for the rest.
 pub fn py_repr(text: &str) -> String {
-    let quote = if text.contains('\'') && !text.contains('"') { '"' } else { '\'' };
+    let quote = if text.contains('\'') && !text.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     let mut out = String::with_capacity(text.len() + 2);
     out.push(quote);
     for c in text.chars() {
@@ -165,7 +171,9 @@ pub fn py_repr(text: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -212,11 +220,16 @@ impl Intake {
         let pattern = Pattern::new(&cfg.pattern)
             .ok_or_else(|| format!("pattern {:?} is not a valid pattern", cfg.pattern))?;
         if !(cfg.period > 0.0 && cfg.period.is_finite()) {
-            return Err(format!("period must be a finite number of seconds > 0, got {}", cfg.period));
+            return Err(format!(
+                "period must be a finite number of seconds > 0, got {}",
+                cfg.period
+            ));
         }
         if let Some(g) = cfg.grace {
             if !(g >= 0.0 && g.is_finite()) {
-                return Err(format!("grace must be a finite number of seconds >= 0, got {g}"));
+                return Err(format!(
+                    "grace must be a finite number of seconds >= 0, got {g}"
+                ));
             }
         }
         if let Some(k) = &cfg.key {
@@ -482,7 +495,11 @@ impl Intake {
         if !self.pattern.matches(name) {
             drop(table);
             self.refuse("pattern_mismatch", || {
-                format!("{} is not in {}", short(name, 120), py_repr(&self.pattern_text))
+                format!(
+                    "{} is not in {}",
+                    short(name, 120),
+                    py_repr(&self.pattern_text)
+                )
             });
             return None;
         }
@@ -572,7 +589,7 @@ impl Intake {
             },
         };
         if signed {
-            if let (Some(seq), Some(boot)) = (beat.seq, beat.boot) {
+            if let (Some(seq), Some(boot)) = (beat.seq, beat.boot.as_deref()) {
                 if let Err(why) = self.admit_signed(handle, topic, boot, seq, beat.sent) {
                     self.refuse("replayed", || {
                         format!("beat for {} replayed: {why}", short(topic, 120))
@@ -710,7 +727,11 @@ impl Intake {
 
     /// One beat for each name; unknown valid names matching the pattern are learned, invalid
     /// ones refused (`bad_topic`). How many were recorded.
-    pub fn beat_names<'a>(&self, names: impl IntoIterator<Item = &'a str>, now: Option<u64>) -> usize {
+    pub fn beat_names<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+        now: Option<u64>,
+    ) -> usize {
         let now = now.unwrap_or_else(|| self.det.now_ns());
         let mut recorded = 0;
         for name in names {
@@ -802,8 +823,14 @@ mod tests {
         assert_eq!(det.config(h).unwrap().period_ns, 2_000_000_000);
         assert_eq!(det.config(h).unwrap().grace_ns, 200_000_000);
         assert_eq!(intake.record(&beat("other.a"), None), Outcome::Refused);
-        assert!(matches!(intake.record(&beat("svc.b"), None), Outcome::Recorded { .. }));
-        assert!(matches!(intake.record(&beat("svc.c"), None), Outcome::Recorded { .. }));
+        assert!(matches!(
+            intake.record(&beat("svc.b"), None),
+            Outcome::Recorded { .. }
+        ));
+        assert!(matches!(
+            intake.record(&beat("svc.c"), None),
+            Outcome::Recorded { .. }
+        ));
         assert_eq!(intake.record(&beat("svc.d"), None), Outcome::Refused);
         let reasons: Vec<_> = intake.take_refusals().iter().map(|r| r.reason).collect();
         assert_eq!(reasons, ["pattern_mismatch", "too_many_topics"]);
@@ -813,14 +840,32 @@ mod tests {
     #[test]
     fn a_pinned_period_is_not_retuned_and_a_learned_one_is() {
         let (det, intake, _) = intake(None);
-        let h = intake.expect("svc.p", Some(5.0), None, None, None, None).unwrap();
-        intake.record(&Beat { period: Some(1.0), ..beat("svc.p") }, None);
+        let h = intake
+            .expect("svc.p", Some(5.0), None, None, None, None)
+            .unwrap();
+        intake.record(
+            &Beat {
+                period: Some(1.0),
+                ..beat("svc.p")
+            },
+            None,
+        );
         assert_eq!(det.config(h).unwrap().period_ns, 5_000_000_000);
         intake.record(&beat("svc.l"), None);
         let l = det.lookup_handle("svc.l").unwrap();
-        intake.record(&Beat { period: Some(3.0), ..beat("svc.l") }, None);
+        intake.record(
+            &Beat {
+                period: Some(3.0),
+                ..beat("svc.l")
+            },
+            None,
+        );
         assert_eq!(det.config(l).unwrap().period_ns, 3_000_000_000);
-        assert_eq!(det.config(l).unwrap().grace_ns, 300_000_000, "the grace rule follows");
+        assert_eq!(
+            det.config(l).unwrap().grace_ns,
+            300_000_000,
+            "the grace rule follows"
+        );
     }
 
     #[test]
@@ -835,7 +880,16 @@ mod tests {
     #[test]
     fn a_bad_period_is_refused_before_anything_changes() {
         let (det, intake, _) = intake(None);
-        assert_eq!(intake.record(&Beat { period: Some(1e-9), ..beat("svc.a") }, None), Outcome::Refused);
+        assert_eq!(
+            intake.record(
+                &Beat {
+                    period: Some(1e-9),
+                    ..beat("svc.a")
+                },
+                None
+            ),
+            Outcome::Refused
+        );
         assert_eq!(det.len(), 0);
         assert_eq!(intake.rejected(), vec![("bad_period", 1)]);
     }
@@ -843,12 +897,19 @@ mod tests {
     #[test]
     fn replays_are_refused_and_forgotten_with_the_topic() {
         let (det, intake, _) = intake(Some(b"k"));
-        let b = Beat { seq: Some(5), boot: Some("x"), ..beat("svc.a") };
+        let b = Beat {
+            seq: Some(5),
+            boot: Some("x".into()),
+            ..beat("svc.a")
+        };
         assert!(matches!(intake.record(&b, None), Outcome::Recorded { .. }));
         assert_eq!(intake.record(&b, None), Outcome::Refused);
         assert!(intake.remove("svc.a"));
         assert!(det.lookup_handle("svc.a").is_none());
-        assert!(matches!(intake.record(&b, None), Outcome::Recorded { .. }), "relearned afresh");
+        assert!(
+            matches!(intake.record(&b, None), Outcome::Recorded { .. }),
+            "relearned afresh"
+        );
     }
 
     #[test]
@@ -859,7 +920,10 @@ mod tests {
         }
         assert_eq!(intake.take_refusals().len(), PENDING_LIMIT);
         assert_eq!(intake.counters().3, 5);
-        assert_eq!(intake.rejected(), vec![("pattern_mismatch", (PENDING_LIMIT + 5) as u64)]);
+        assert_eq!(
+            intake.rejected(),
+            vec![("pattern_mismatch", (PENDING_LIMIT + 5) as u64)]
+        );
     }
 
     #[test]

@@ -90,7 +90,13 @@ impl ReplayGuard {
 
     /// Whether a signed beat (`boot`, `seq`, `sent`) of the topic with `handle` is not a replay;
     /// if so it is remembered. `Err` says why it is one.
-    pub fn admit(&mut self, handle: u64, boot: &str, seq: u64, sent: Option<f64>) -> Result<(), String> {
+    pub fn admit(
+        &mut self,
+        handle: u64,
+        boot: &str,
+        seq: u64,
+        sent: Option<f64>,
+    ) -> Result<(), String> {
         let id = self.hasher.hash_one(boot);
         let slot = (handle & 0xFFFF_FFFF) as usize;
         if slot >= self.slots.len() {
@@ -142,11 +148,7 @@ impl ReplayGuard {
     /// Bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<History>()
-            + self
-                .slots
-                .iter()
-                .filter(|h| h.more.is_some())
-                .count()
+            + self.slots.iter().filter(|h| h.more.is_some()).count()
                 * std::mem::size_of::<[Boot; REPLAY_BOOTS - 1]>()
     }
 }
@@ -159,7 +161,10 @@ mod tests {
     fn same_boot_needs_a_higher_seq() {
         let mut g = ReplayGuard::new();
         assert!(g.admit(7, "a", 5, Some(1.0)).is_ok());
-        assert!(g.admit(7, "a", 5, Some(2.0)).unwrap_err().contains("seq 5 <= 5"));
+        assert!(g
+            .admit(7, "a", 5, Some(2.0))
+            .unwrap_err()
+            .contains("seq 5 <= 5"));
         assert!(g.admit(7, "a", 4, Some(2.0)).is_err());
         assert!(g.admit(7, "a", 6, Some(2.0)).is_ok());
     }
@@ -171,10 +176,16 @@ mod tests {
             assert!(g.admit(1, boot, 1, Some(10.0 + i as f64)).is_ok());
         }
         // Sent before the least recently heard boot's ("a", 10.0) last beat: a replay.
-        assert!(g.admit(1, "e", 1, Some(9.0)).unwrap_err().contains("unknown boot"));
+        assert!(g
+            .admit(1, "e", 1, Some(9.0))
+            .unwrap_err()
+            .contains("unknown boot"));
         // Sent after it: a restart; "a" is forgotten.
         assert!(g.admit(1, "e", 1, Some(11.5)).is_ok());
-        assert!(g.admit(1, "a", 1, Some(20.0)).is_ok(), "a forgotten boot starts afresh");
+        assert!(
+            g.admit(1, "a", 1, Some(20.0)).is_ok(),
+            "a forgotten boot starts afresh"
+        );
         // Without a send time the age rule cannot apply.
         assert!(g.admit(1, "z", 1, None).is_ok());
     }
@@ -184,7 +195,10 @@ mod tests {
         let mut g = ReplayGuard::new();
         assert!(g.admit(3, "a", 9, None).is_ok());
         let reused = (1u64 << 32) | 3;
-        assert!(g.admit(reused, "a", 1, None).is_ok(), "another topic in the slot");
+        assert!(
+            g.admit(reused, "a", 1, None).is_ok(),
+            "another topic in the slot"
+        );
         g.forget(3); // the old handle: not the slot's topic any more
         assert!(g.admit(reused, "a", 1, None).is_err());
         g.forget(reused);

@@ -138,8 +138,11 @@ impl PyIntake {
             return Err(PyValueError::new_err("allowed_misses must be >= 1, got 0"));
         }
         let phi = phi.map(|p| p.config);
-        py.detach(|| self.intake.expect(name, period, allowed_misses, phi, grace, None))
-            .map_err(PyValueError::new_err)
+        py.detach(|| {
+            self.intake
+                .expect(name, period, allowed_misses, phi, grace, None)
+        })
+        .map_err(PyValueError::new_err)
     }
 
     /// Whether ``topic`` matches the monitor's pattern.
@@ -223,12 +226,7 @@ impl PyIntake {
     /// recorded, False if refused (counted) or ignored (not running), None if the native
     /// decoder is not sure (decode it with ``BeatCodec`` and call :meth:`record`).
     #[pyo3(signature = (body, destination = None))]
-    fn ingest(
-        &self,
-        py: Python<'_>,
-        body: &[u8],
-        destination: Option<&str>,
-    ) -> Option<bool> {
+    fn ingest(&self, py: Python<'_>, body: &[u8], destination: Option<&str>) -> Option<bool> {
         match py.detach(|| self.intake.ingest(body, destination, None)) {
             Outcome::Recorded { .. } => Some(true),
             Outcome::Refused => Some(false),
@@ -250,7 +248,7 @@ impl PyIntake {
         let beat = Beat {
             topic,
             seq,
-            boot,
+            boot: boot.map(std::borrow::Cow::Borrowed),
             sent,
             period,
             legacy: false,
@@ -264,8 +262,13 @@ impl PyIntake {
     /// Count a refusal found in Python (e.g. a body ``BeatCodec`` rejected), kept like the
     /// native ones.
     fn refuse(&self, reason: &str, detail: String) -> PyResult<()> {
-        let Some(reason) = crate::ingest::intake::REASONS.iter().find(|r| **r == reason) else {
-            return Err(PyValueError::new_err(format!("unknown refusal reason {reason:?}")));
+        let Some(reason) = crate::ingest::intake::REASONS
+            .iter()
+            .find(|r| **r == reason)
+        else {
+            return Err(PyValueError::new_err(format!(
+                "unknown refusal reason {reason:?}"
+            )));
         };
         self.intake.refuse(reason, || detail);
         Ok(())
@@ -403,12 +406,7 @@ impl PyFrameReader {
     /// Take ``data`` read from the socket; return the complete frames stomp.py must see
     /// (b"" if none). ``backlogged``: the read filled the buffer (more is waiting).
     #[pyo3(signature = (data, backlogged = false))]
-    fn feed<'py>(
-        &self,
-        py: Python<'py>,
-        data: &[u8],
-        backlogged: bool,
-    ) -> Bound<'py, PyBytes> {
+    fn feed<'py>(&self, py: Python<'py>, data: &[u8], backlogged: bool) -> Bound<'py, PyBytes> {
         let routes = self.routes.lock().clone();
         let buffer = py.detach(|| {
             let mut state = self.state.lock();
@@ -488,9 +486,16 @@ fn route<'r>(
     let Some(destination) = frame.destination else {
         return Verdict::Pass;
     };
-    if memchr::memchr(b'\\', destination).is_some() {
-        return Verdict::Pass; // a header escape: stomp.py decodes it
-    }
+    // A topic with ':' arrives escaped (`\c`) from both brokers: decode it as stomp.py would.
+    let mut unescaped = Vec::new();
+    let destination = if memchr::memchr(b'\\', destination).is_some() {
+        if !Splitter::unescape_header(destination, &mut unescaped) {
+            return Verdict::Pass; // a bad escape: stomp.py decides
+        }
+        &unescaped[..]
+    } else {
+        destination
+    };
     let Some(topic) = topic_of(destination) else {
         return Verdict::Pass;
     };
