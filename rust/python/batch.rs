@@ -2,10 +2,10 @@
 //! list/iterable of int, a NumPy integer array or an Arrow integer array.
 //!
 //! Arrow arrays are taken without a copy through the Arrow PyCapsule interface and processed
-//! with the GIL released. The build targets the stable ABI of Python 3.9, which has neither the
-//! buffer protocol nor borrowed UTF-8 views of `str`, so NumPy arrays arrive through one
-//! `tobytes()` copy (32- and 64-bit integers as they are, others widened first) and Python
-//! strings through one UTF-8 copy each.
+//! with the GIL released. Python strings are not copied either: the build targets the stable ABI
+//! of Python 3.10, whose `PyUnicode_AsUTF8AndSize` lends a `str`'s UTF-8 (see [`PyNames`]). That
+//! ABI has no buffer protocol (3.11 has), so NumPy arrays arrive through one `tobytes()` copy
+//! (32- and 64-bit integers as they are, others widened first).
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
@@ -13,16 +13,90 @@ use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyList, PyString};
 use pyo3_arrow::{PyArray, PyChunkedArray};
-use std::borrow::Cow;
 
 /// Names to beat, decoded from Python.
 pub enum Names<'py> {
     /// Arrow string arrays (one per chunk); read with the GIL released.
     Arrow(Vec<ArrayRef>),
     /// Python strings, already checked to be `str`.
-    Python(Vec<Bound<'py, PyAny>>),
+    Python(PyNames<'py>),
+}
+
+/// The `str` items of a names argument (a list, tuple or other iterable), type-checked, each
+/// held by one reference so that its UTF-8 can be borrowed for as long as this value lives.
+///
+/// For a pyclass that records names through the detector's Rust API without a copy:
+///
+/// ```ignore
+/// let names = batch::borrow_names(obj)?;        // TypeError naming the first non-str item
+/// let strs = names.strs()?;                      // &str views, nothing copied
+/// let b = det.record_names(strs.iter(), now);    // or py.detach(|| ...): &str is Send
+/// ```
+///
+/// The views stay valid with the GIL released: a `str` is immutable and its UTF-8 (its own
+/// storage when ASCII, else a copy cached in the object on first use) lives as long as the
+/// object, which the references held here keep alive.
+pub(crate) struct PyNames<'py>(Vec<Bound<'py, PyString>>);
+
+impl PyNames<'_> {
+    /// How many names.
+    #[allow(dead_code)] // for the other pyclasses that take names
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    #[allow(dead_code)] // for the other pyclasses that take names
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every name's UTF-8, borrowed. All are converted before any is returned, so a `str`
+    /// that has no UTF-8 form (a lone surrogate) raises `UnicodeEncodeError` before anything
+    /// is recorded.
+    pub(crate) fn strs(&self) -> PyResult<Vec<&str>> {
+        self.0.iter().map(|s| s.to_str()).collect()
+    }
+}
+
+/// Read a names argument that is a list, a tuple or another iterable of `str` (not a single
+/// `str`): `TypeError` naming the argument's type or the first item that is not a `str`. See
+/// [`PyNames`].
+pub(crate) fn borrow_names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyNames<'py>> {
+    fn checked<'py>(i: usize, item: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+        item.cast_into::<PyString>().map_err(|e| {
+            PyTypeError::new_err(format!(
+                "names[{i}] must be str, got {}",
+                type_name(e.into_inner().as_any())
+            ))
+        })
+    }
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(
+            "names must be a sequence of str, got a single str (use beat() for one name)",
+        ));
+    }
+    // A list is read by index (no iterator object, no per-item iterator call).
+    if let Ok(list) = obj.cast::<PyList>() {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            out.push(checked(i, item)?);
+        }
+        return Ok(PyNames(out));
+    }
+    let iter = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "names must be a list, an iterable of str or an Arrow string array, got {}",
+            type_name(obj)
+        ))
+    })?;
+    let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
+    for (i, item) in iter.enumerate() {
+        out.push(checked(i, item?)?);
+    }
+    Ok(PyNames(out))
 }
 
 /// Arrow chunks of an object exporting `__arrow_c_array__` or `__arrow_c_stream__`, if it does.
@@ -53,37 +127,7 @@ pub fn names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Names<'py>> {
         }
         return Ok(Names::Arrow(chunks));
     }
-    if obj.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(
-            "names must be a sequence of str, got a single str (use beat() for one name)",
-        ));
-    }
-    let items: Vec<Bound<'py, PyAny>> = obj
-        .try_iter()
-        .map_err(|_| {
-            PyTypeError::new_err(format!(
-                "names must be a list, an iterable of str or an Arrow string array, got {}",
-                type_name(obj)
-            ))
-        })?
-        .collect::<PyResult<_>>()?;
-    for (i, item) in items.iter().enumerate() {
-        if !item.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(format!(
-                "names[{i}] must be str, got {}",
-                type_name(item)
-            )));
-        }
-    }
-    Ok(Names::Python(items))
-}
-
-/// The Python strings of [`Names::Python`] as Rust strings.
-pub fn python_strs<'a>(items: &'a [Bound<'_, PyAny>]) -> PyResult<Vec<Cow<'a, str>>> {
-    items
-        .iter()
-        .map(|item| item.cast::<PyString>().map_err(PyErr::from)?.to_cow())
-        .collect()
+    borrow_names(obj).map(Names::Python)
 }
 
 /// Run `f` over the non-null strings of Arrow string chunks; returns the null count too.

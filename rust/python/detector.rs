@@ -113,10 +113,10 @@ impl PyDetector {
     /// is passed to, under the detector lock (a stale one raises ``KeyError`` there).
     fn id(&self, topic: &Bound<'_, PyAny>) -> PyResult<Handle> {
         if let Ok(name) = topic.cast::<PyString>() {
-            let name = name.to_cow()?;
+            let name = name.to_str()?; // borrowed: no copy
             return self
                 .det
-                .lookup_handle(&name)
+                .lookup_handle(name)
                 .ok_or_else(|| PyKeyError::new_err(format!("unknown topic: {name:?}")));
         }
         match topic.extract::<i64>() {
@@ -257,9 +257,8 @@ impl PyDetector {
     ) -> PyResult<Handle> {
         let now = opt_time("now", now)?;
         let config = self.given_config(period, allowed_misses, grace, phi)?;
-        let det = self.det.clone();
-        let name = name.to_owned();
-        py.detach(move || det.add_handle(&name, config, now))
+        // `name` borrows the str's UTF-8, which the argument keeps alive while detached.
+        py.detach(|| self.det.add_handle(name, config, now))
             .map_err(to_py)
     }
 
@@ -293,15 +292,11 @@ impl PyDetector {
                 })
                 .map_err(to_py),
             Names::Python(items) => {
-                let strs: Vec<String> = batch::python_strs(&items)?
-                    .into_iter()
-                    .map(|s| s.into_owned())
-                    .collect();
+                // Borrowed views, valid while detached: `items` holds each str.
+                let strs = items.strs()?;
                 det.reserve(strs.len(), strs.first().map_or(16, |s| s.len()));
-                py.detach(move || {
-                    det.add_many_handles(strs.iter().map(String::as_str), config, now)
-                })
-                .map_err(to_py)
+                py.detach(|| det.add_many_handles(strs.iter().copied(), config, now))
+                    .map_err(to_py)
             }
         }
     }
@@ -434,14 +429,13 @@ impl PyDetector {
     ) -> PyResult<bool> {
         let now = self.now_or_clock(now)?;
         let handle = if let Ok(name) = topic.cast::<PyString>() {
-            let name = name.to_cow()?;
-            match self.det.lookup_handle(&name) {
+            let name = name.to_str()?; // borrowed: no copy
+            match self.det.lookup_handle(name) {
                 Some(handle) => handle,
                 None => {
-                    let det = self.det.clone();
-                    let name = name.into_owned();
+                    // Unknown: auto-add may take the detector lock, so detached.
                     return Ok(matches!(
-                        py.detach(move || det.beat_name(&name, Some(now))),
+                        py.detach(|| self.det.beat_name(name, Some(now))),
                         Beat::Recorded { .. }
                     ));
                 }
@@ -493,7 +487,7 @@ impl PyDetector {
                 det.finish(b).0
             })),
             Names::Python(items) => {
-                let strs = batch::python_strs(&items)?;
+                let strs = items.strs()?;
                 let b = det.record_names(strs.iter(), now);
                 Ok(if b.needs_finish() {
                     py.detach(move || det.finish(b).0)

@@ -1,0 +1,90 @@
+"""Names reach the core as borrowed UTF-8 (abi3 for 3.10): every way in finds the same topic.
+
+A name's UTF-8 is read from the ``str`` itself (ASCII) or from the copy it caches (anything
+else); these tests hold the non-ASCII cases, ``str`` subclasses, and names with no UTF-8 form.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import heartwire as hw
+from tests.conftest import Rig
+
+WIDE = ["svc.ascii", "svc.zürich", "svc.東京", "svc.\U0001f493", "svc." + "é" * 300]
+
+
+class Name(str):
+    """A ``str`` subclass (accepted like a ``str``)."""
+
+
+def test_non_ascii_names_round_trip_through_every_entry(rig: Rig) -> None:
+    handles = rig.det.add_many(WIDE)
+    assert [rig.det.handle(n) for n in WIDE] == handles
+    assert [rig.det.name(h) for h in handles] == WIDE
+    assert all(n in rig.det for n in WIDE)
+    rig.clock.advance(0.25)
+    assert rig.det.beat(WIDE[1])
+    assert rig.det.beat(Name(WIDE[2]))
+    rig.clock.advance(0.25)
+    # A list, a generator of str subclasses, and Arrow (its own UTF-8 buffer) agree.
+    assert rig.det.beat_many(WIDE) == len(WIDE)
+    assert rig.det.beat_many(Name(n) for n in WIDE) == len(WIDE)
+    assert rig.det.beat_many(pa.array(WIDE)) == len(WIDE)
+    assert rig.det.stats()["unknown"] == 0
+    assert [rig.det.status(n).last_seen for n in WIDE] == [0.5] * len(WIDE)
+    # Fresh str objects equal to the names (not the ones added) find the same topics.
+    fresh = [n.encode().decode() for n in WIDE]
+    assert [rig.det.handle(n) for n in fresh] == handles
+    rig.det.remove(fresh[3])
+    assert WIDE[3] not in rig.det
+    assert rig.det.add(WIDE[3]) not in handles  # a new handle for the re-added name
+
+
+def test_names_with_no_utf8_form_raise_and_record_nothing(rig: Rig) -> None:
+    rig.det.add_many(["svc.a", "svc.b"])
+    lone = "svc.\ud800"  # a lone surrogate: a valid str with no UTF-8 encoding
+    with pytest.raises(UnicodeEncodeError):
+        rig.det.beat(lone)
+    with pytest.raises(UnicodeEncodeError):
+        rig.det.beat_many(["svc.a", lone, "svc.b"])
+    with pytest.raises(UnicodeEncodeError):
+        rig.det.add(lone)
+    with pytest.raises(UnicodeEncodeError):
+        rig.det.add_many(["svc.c", lone])
+    with pytest.raises(UnicodeEncodeError):
+        rig.det.status(lone)
+    assert rig.det.handle("svc.c") is None  # add_many added none of its names
+    assert rig.det.stats()["beats"] == 0
+    assert len(rig.det) == 2
+
+
+def test_a_bad_item_late_in_a_generator_is_named_and_nothing_is_recorded(rig: Rig) -> None:
+    rig.det.add_many(["svc.a", "svc.b"])
+
+    def names():
+        yield "svc.a"
+        yield "svc.b"
+        yield b"svc.c"
+
+    with pytest.raises(TypeError, match=r"names\[2\] must be str, got bytes"):
+        rig.det.beat_many(names())
+    with pytest.raises(TypeError, match=r"names\[1\] must be str, got NoneType"):
+        rig.det.add_many(["svc.x", None])
+    assert rig.det.stats()["beats"] == 0
+    assert "svc.x" not in rig.det
+
+
+def test_unknown_names_through_the_borrowed_paths_are_counted_or_learned() -> None:
+    clock = hw.ManualClock()
+    det = hw.Detector(clock=clock, period=1.0)
+    det.add("svc.known")
+    assert not det.beat("svc.zürich")
+    assert det.beat_many(["svc.known", "svc.東京"]) == 1
+    assert det.stats()["unknown"] == 2
+    det.auto_add = True
+    assert det.beat("svc.zürich")
+    assert det.beat_many(["svc.known", "svc.東京", "svc.東京"]) == 3
+    assert {"svc.zürich", "svc.東京"} <= {det.name(h) for h in det.handles()}
+    assert len(det) == 3
