@@ -13,7 +13,7 @@ use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::{PyList, PyString, PyTuple};
 use pyo3_arrow::{PyArray, PyChunkedArray};
 
 /// Names to beat, decoded from Python.
@@ -24,23 +24,24 @@ pub enum Names<'py> {
     Python(PyNames<'py>),
 }
 
-/// The `str` items of a names argument (a list, tuple or other iterable), type-checked, each
-/// held by one reference so that its UTF-8 can be borrowed for as long as this value lives.
+/// The `str` items of a names argument (a list, tuple or other iterable), checked, each held
+/// by one reference so that its UTF-8 can be borrowed, not copied, for as long as this lives.
 ///
-/// For a pyclass that records names through the detector's Rust API without a copy:
+/// For a pyclass that records names through the detector's Rust API:
 ///
 /// ```ignore
-/// let names = batch::borrow_names(obj)?;        // TypeError naming the first non-str item
-/// let strs = names.strs()?;                      // &str views, nothing copied
-/// let b = det.record_names(strs.iter(), now);    // or py.detach(|| ...): &str is Send
+/// let names = batch::borrow_names(obj)?;   // TypeError / UnicodeEncodeError: nothing read yet
+/// let b = det.record_names(names.iter(), now);            // with the GIL held, or:
+/// let strs = names.strs();                                // Vec<&str>: Send, for py.detach
+/// py.detach(|| det.add_many_handles(strs.iter().copied(), None, None));
 /// ```
 ///
-/// The views stay valid with the GIL released: a `str` is immutable and its UTF-8 (its own
-/// storage when ASCII, else a copy cached in the object on first use) lives as long as the
+/// The views stay valid with the GIL released: a `str` is immutable, and its UTF-8 (its own
+/// storage when it is ASCII, else a copy the object caches on first use) lives as long as the
 /// object, which the references held here keep alive.
 pub(crate) struct PyNames<'py>(Vec<Bound<'py, PyString>>);
 
-impl PyNames<'_> {
+impl<'py> PyNames<'py> {
     /// How many names.
     #[allow(dead_code)] // for the other pyclasses that take names
     pub(crate) fn len(&self) -> usize {
@@ -53,25 +54,34 @@ impl PyNames<'_> {
         self.0.is_empty()
     }
 
-    /// Every name's UTF-8, borrowed. All are converted before any is returned, so a `str`
-    /// that has no UTF-8 form (a lone surrogate) raises `UnicodeEncodeError` before anything
-    /// is recorded.
-    pub(crate) fn strs(&self) -> PyResult<Vec<&str>> {
-        self.0.iter().map(|s| s.to_str()).collect()
+    /// Each name's UTF-8, borrowed, in order. Every item was converted once by
+    /// [`borrow_names`], so this cannot fail (a `str` caches its UTF-8 form; an ASCII one is
+    /// its own); were it to, the name would read as `""`, which no topic has (a beat for it
+    /// is counted as unknown).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        self.0.iter().map(|s| s.to_str().unwrap_or_default())
+    }
+
+    /// [`iter`](PyNames::iter) collected: a `Vec<&str>` is `Send`, for work done detached.
+    pub(crate) fn strs(&self) -> Vec<&str> {
+        self.iter().collect()
     }
 }
 
 /// Read a names argument that is a list, a tuple or another iterable of `str` (not a single
-/// `str`): `TypeError` naming the argument's type or the first item that is not a `str`. See
-/// [`PyNames`].
+/// `str`). Raises `TypeError` naming the argument's type or the first item that is not a
+/// `str`, and `UnicodeEncodeError` for the first one with no UTF-8 form (a lone surrogate),
+/// before anything is recorded. See [`PyNames`].
 pub(crate) fn borrow_names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyNames<'py>> {
     fn checked<'py>(i: usize, item: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
-        item.cast_into::<PyString>().map_err(|e| {
+        let s = item.cast_into::<PyString>().map_err(|e| {
             PyTypeError::new_err(format!(
                 "names[{i}] must be str, got {}",
                 type_name(e.into_inner().as_any())
             ))
-        })
+        })?;
+        s.to_str()?; // its UTF-8 exists (and is cached): `PyNames::iter` cannot fail
+        Ok(s)
     }
     if obj.is_instance_of::<PyString>() {
         return Err(PyTypeError::new_err(
@@ -114,6 +124,11 @@ fn arrow_chunks(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<ArrayRef>>> {
 
 /// Decode `names` (the argument of `beat_many`).
 pub fn names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Names<'py>> {
+    // A plain list or tuple first: the Arrow probes below are two failed attribute lookups,
+    // each raising and clearing an AttributeError (a microsecond, a lot for a short batch).
+    if obj.is_exact_instance_of::<PyList>() || obj.is_exact_instance_of::<PyTuple>() {
+        return borrow_names(obj).map(Names::Python);
+    }
     if let Some(chunks) = arrow_chunks(obj)? {
         for chunk in &chunks {
             match chunk.data_type() {

@@ -293,7 +293,7 @@ impl PyDetector {
                 .map_err(to_py),
             Names::Python(items) => {
                 // Borrowed views, valid while detached: `items` holds each str.
-                let strs = items.strs()?;
+                let strs = items.strs();
                 det.reserve(strs.len(), strs.first().map_or(16, |s| s.len()));
                 py.detach(|| det.add_many_handles(strs.iter().copied(), config, now))
                     .map_err(to_py)
@@ -487,8 +487,7 @@ impl PyDetector {
                 det.finish(b).0
             })),
             Names::Python(items) => {
-                let strs = items.strs()?;
-                let b = det.record_names(strs.iter(), now);
+                let b = det.record_names(items.iter(), now);
                 Ok(if b.needs_finish() {
                     py.detach(move || det.finish(b).0)
                 } else {
