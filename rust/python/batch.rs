@@ -88,11 +88,14 @@ pub(crate) fn borrow_names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyNames<'py
             "names must be a sequence of str, got a single str (use beat() for one name)",
         ));
     }
-    // A list is read by index (no iterator object, no per-item iterator call).
+    // A list is read by index: no iterator object, and no length read per item (nothing can
+    // change the list meanwhile: no Python code runs here and the GIL is held; `get_item`
+    // checks the bounds anyway).
     if let Ok(list) = obj.cast::<PyList>() {
-        let mut out = Vec::with_capacity(list.len());
-        for (i, item) in list.iter().enumerate() {
-            out.push(checked(i, item)?);
+        let n = list.len();
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            out.push(checked(i, list.get_item(i)?)?);
         }
         return Ok(PyNames(out));
     }
