@@ -32,6 +32,45 @@ fn to_py(e: DetectorError) -> PyErr {
     }
 }
 
+/// One beat for the name `name` (borrowed, e.g. from `PyString::to_str`) at `now` (clock ns),
+/// recorded as `Detector.beat(name)` records it, for any pyclass holding the GIL: lock-free for
+/// a known name whose beat owes no event; otherwise finished with the GIL released. Returns
+/// whether it was recorded (an unknown name is counted, or added first under auto-add).
+#[allow(dead_code)] // for the monitor's native intake (issue 15)
+pub(crate) fn beat_str(py: Python<'_>, det: &Detector, name: &str, now: u64) -> bool {
+    match det.lookup_handle(name) {
+        Some(handle) => beat_handle(py, det, handle, now, NO_SEQ, NO_LATENCY),
+        None => beat_unknown(py, det, name, now),
+    }
+}
+
+/// [`beat_str`] by handle, with the sequence number and transit time (ns) a `received` event
+/// carries ([`NO_SEQ`], [`NO_LATENCY`] for none).
+pub(crate) fn beat_handle(
+    py: Python<'_>,
+    det: &Detector,
+    handle: Handle,
+    now: u64,
+    seq: u64,
+    latency_ns: i64,
+) -> bool {
+    let result = det.record_handle(handle, now);
+    if det.needs_completion(result) {
+        // `resumed`/`received` take the detector lock and may wait for room in a full
+        // "block" queue, whose consumer may need the GIL: detached (see mod.rs).
+        py.detach(|| det.complete(handle, result, now, seq, latency_ns));
+    }
+    matches!(result, Beat::Recorded { .. })
+}
+
+/// A beat for a name not indexed: auto-add may take the detector lock, so detached.
+fn beat_unknown(py: Python<'_>, det: &Detector, name: &str, now: u64) -> bool {
+    matches!(
+        py.detach(|| det.beat_name(name, Some(now))),
+        Beat::Recorded { .. }
+    )
+}
+
 /// Phi-accrual settings for a topic (Akka's defaults). Times in seconds.
 #[pyclass(name = "Phi", module = "heartwire._core", frozen, from_py_object)]
 #[derive(Clone, Copy)]
@@ -432,13 +471,7 @@ impl PyDetector {
             let name = name.to_str()?; // borrowed: no copy
             match self.det.lookup_handle(name) {
                 Some(handle) => handle,
-                None => {
-                    // Unknown: auto-add may take the detector lock, so detached.
-                    return Ok(matches!(
-                        py.detach(|| self.det.beat_name(name, Some(now))),
-                        Beat::Recorded { .. }
-                    ));
-                }
+                None => return Ok(beat_unknown(py, &self.det, name, now)),
             }
         } else {
             match topic.extract::<i64>() {
@@ -460,12 +493,14 @@ impl PyDetector {
             }
             None => NO_LATENCY,
         };
-        let result = self.det.record_handle(handle, now);
-        if self.det.needs_completion(result) {
-            let det = self.det.clone();
-            py.detach(move || det.complete(handle, result, now, seq.unwrap_or(NO_SEQ), latency));
-        }
-        Ok(matches!(result, Beat::Recorded { .. }))
+        Ok(beat_handle(
+            py,
+            &self.det,
+            handle,
+            now,
+            seq.unwrap_or(NO_SEQ),
+            latency,
+        ))
     }
 
     /// Record a beat for each name (a list or iterable of str, or an Arrow string array, which
