@@ -17,8 +17,9 @@ expires), as the baseline reads ``time.monotonic()``.
 
 - single calls: ``--calls`` distinct topics picked at random, one call each, in a plain loop;
 - batches: one call with every topic's name (the list the topics were added from, whose ``str``
-  objects have their hash cached), repeated up to 1M beats; and ``fresh``: new ``str`` objects
-  equal to the names (as decoded off a wire: no cached hash), made outside the timed call.
+  objects have their hash cached), repeated up to 1M beats: in the order added, and shuffled;
+  and ``fresh``: new ``str`` objects equal to the names, in order (as decoded off a wire: no
+  cached hash), made outside the timed call.
 
 RSS: the growth of the process's resident set for 1M topics in a ``HeartbeatMonitor`` added by
 ``expect``, and learned from ``beat_many`` of names it has not seen, split into the core's own
@@ -101,20 +102,29 @@ def beats(n: int, rounds: int, calls: int) -> dict[str, Any]:
     }
     reps = max(1, 1_000_000 // n)
 
-    def repeat(fn: Callable[[list[str]], object]) -> Callable[[], None]:
+    def repeat(fn: Callable[[list[str]], object], keys: list[str]) -> Callable[[], None]:
         def run() -> None:
             for _ in range(reps):
-                fn(names)
+                fn(keys)
 
         return run
 
     batch = {
-        "HeapMonitor.beat_many(list)": repeat(heap.beat_many),
-        "Detector.beat_many(list)": repeat(det.beat_many),
-        "HeartbeatMonitor.beat_many(list)": repeat(mon.beat_many),
+        "HeapMonitor.beat_many(list)": repeat(heap.beat_many, names),
+        "Detector.beat_many(list)": repeat(det.beat_many, names),
+        "HeartbeatMonitor.beat_many(list)": repeat(mon.beat_many, names),
+    }
+    # The same names in random order (beats do not arrive in the order topics were added).
+    shuffled = names[:]
+    random.Random(11).shuffle(shuffled)
+    batch_shuffled = {
+        "HeapMonitor.beat_many(list)": repeat(heap.beat_many, shuffled),
+        "Detector.beat_many(list)": repeat(det.beat_many, shuffled),
+        "HeartbeatMonitor.beat_many(list)": repeat(mon.beat_many, shuffled),
     }
     s_times = interleaved(single, rounds)
     b_times = interleaved(batch, rounds)
+    bs_times = interleaved(batch_shuffled, rounds)
 
     # Fresh str objects (no cached hash), as a decoder would make them; made outside the timing.
     fresh: dict[str, Callable[[list[str]], object]] = {
@@ -143,6 +153,7 @@ def beats(n: int, rounds: int, calls: int) -> dict[str, Any]:
         "single_calls": len(s_names),
         "single": {k: len(s_names) / t for k, t in s_times.items()},
         "batch": {k: n * reps / t for k, t in b_times.items()},
+        "batch_shuffled": {k: n * reps / t for k, t in bs_times.items()},
         "batch_fresh": {k: n * f_reps / median(t) for k, t in f_times.items()},
     }
 
@@ -230,9 +241,14 @@ def report(res: dict[str, Any]) -> None:
         for part, base, goal_for in (
             ("single", "HeapMonitor.beat(name)", GOAL_SINGLE),
             ("batch", "HeapMonitor.beat_many(list)", GOAL_BATCH),
+            ("batch_shuffled", "HeapMonitor.beat_many(list)", GOAL_BATCH),
             ("batch_fresh", "HeapMonitor.beat_many(list)", GOAL_BATCH),
         ):
-            label = part if part != "batch_fresh" else "batch, fresh str objects"
+            label = {
+                "batch": "batch, in the order added",
+                "batch_shuffled": "batch, shuffled",
+                "batch_fresh": "batch, in order, fresh str objects",
+            }.get(part, part)
             print(f"  {label}:")
             b = r[part][base]
             for k, v in r[part].items():

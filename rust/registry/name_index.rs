@@ -80,6 +80,24 @@ impl NameIndex {
         }
     }
 
+    /// The content of `tag`'s home slot (0 when empty). Read ahead of [`find`] for a chunk of
+    /// names, so that their cache misses overlap.
+    ///
+    /// [`find`]: NameIndex::find
+    #[inline]
+    pub(super) fn home_slot(&self, tag: u32) -> u64 {
+        if self.len == 0 {
+            return 0;
+        }
+        self.slots[self.home(tag)]
+    }
+
+    /// The offset in a full slot whose tag is `tag`, for reading its entry ahead.
+    #[inline]
+    pub(super) fn offset_if(s: u64, tag: u32) -> Option<u32> {
+        (s != 0 && tag_of(s) == tag).then(|| offset_of(s))
+    }
+
     /// Make room for `additional` more entries without growing on the way.
     pub(super) fn reserve(&mut self, additional: usize) {
         let need = self.len.saturating_add(additional);
