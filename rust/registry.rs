@@ -202,6 +202,21 @@ impl Lookup<'_> {
             }
         }
     }
+
+    /// [`find_many`](Lookup::find_many) giving handles: each id with its generation now,
+    /// read under this lookup's lock, which an id's reuse needs, so a handle names the topic
+    /// its name had (a beat by it after the lock is released and the id reused counts as
+    /// unknown).
+    pub fn handles_many(&self, names: &[&str], out: &mut [Option<Handle>]) {
+        let mut ids = [None; LOOKUP_CHUNK];
+        for (names, out) in names.chunks(LOOKUP_CHUNK).zip(out.chunks_mut(LOOKUP_CHUNK)) {
+            let ids = &mut ids[..names.len()];
+            self.find_many(names, ids);
+            for (h, id) in out.iter_mut().zip(ids.iter()) {
+                *h = id.map(|id| make_handle(id, self.registry.gen(id)));
+            }
+        }
+    }
 }
 
 /// The name index and the per-topic atomic words.
@@ -552,6 +567,10 @@ mod tests {
                 lookup.find_many(&asked[..len], &mut out);
                 let want: Vec<_> = asked[..len].iter().map(|n| lookup.find(n)).collect();
                 assert_eq!(out, want, "{len}");
+                let mut handles = vec![Some(u64::MAX); len];
+                lookup.handles_many(&asked[..len], &mut handles);
+                let want: Vec<_> = want.iter().map(|id| id.map(u64::from)).collect();
+                assert_eq!(handles, want, "{len}");
             }
         });
         r.with_names(|names| assert_eq!(names.get(7), "t7"));

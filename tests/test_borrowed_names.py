@@ -6,6 +6,8 @@ else); these tests hold the non-ASCII cases, ``str`` subclasses, and names with 
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
@@ -88,3 +90,48 @@ def test_unknown_names_through_the_borrowed_paths_are_counted_or_learned() -> No
     assert det.beat_many(["svc.known", "svc.東京", "svc.東京"]) == 3
     assert {"svc.zürich", "svc.東京"} <= {det.name(h) for h in det.handles()}
     assert len(det) == 3
+
+
+def test_bad_items_past_the_first_chunk_are_named_and_nothing_is_recorded(rig: Rig) -> None:
+    # Names are looked up 64 at a time before any is recorded: an error in a later chunk
+    # must still leave every beat unrecorded.
+    names = [f"svc.t{i}" for i in range(200)]
+    rig.det.add_many(names)
+    for bad, exc, message in [
+        (None, TypeError, r"names\[130\] must be str, got NoneType"),
+        ("svc.\ud800", UnicodeEncodeError, "surrogate"),
+    ]:
+        for make in (list, tuple, iter):
+            batch = [*names[:130], bad, *names[130:]]
+            with pytest.raises(exc, match=message):
+                rig.det.beat_many(make(batch))
+    assert rig.det.stats()["beats"] == 0
+    assert rig.det.beat_many(tuple(names)) == 200
+
+
+def test_an_iterable_that_adds_topics_while_read_does_not_deadlock(rig: Rig) -> None:
+    # A generator runs Python code between items: it is drained before the name index is
+    # locked, so adding a topic from inside it must not wait for the lookup.
+    rig.det.add("svc.a")
+
+    def names():
+        yield "svc.a"
+        rig.det.add("svc.new")
+        yield "svc.new"
+
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(rig.det.beat_many(names())), daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive(), "beat_many(generator that adds a topic) did not return in 10 s"
+    assert done == [2]
+
+
+def test_learned_names_from_a_long_batch_are_each_added_once() -> None:
+    clock = hw.ManualClock()
+    det = hw.Detector(clock=clock, period=1.0, auto_add=True)
+    det.add("svc.known")
+    batch = [f"svc.new{i % 150}" for i in range(300)] + ["svc.known"]
+    assert det.beat_many(batch) == 301
+    assert len(det) == 151
+    assert det.stats()["unknown"] == 0

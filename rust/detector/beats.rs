@@ -347,6 +347,29 @@ impl Detector {
         batch
     }
 
+    /// The lock-free part of a batch of beats by name looked up beforehand (with
+    /// [`with_lookup`](Detector::with_lookup)): `handles` of the names found (one whose id was
+    /// reused since counts as unknown, one removed since as refused), `unknown` names not
+    /// found, counted, and `missing` ones kept for [`finish`](Detector::finish) to add (pass
+    /// them only when auto-add is on).
+    pub fn record_found(
+        &self,
+        handles: &[Handle],
+        unknown: usize,
+        missing: Vec<String>,
+        now: Option<u64>,
+    ) -> Batch {
+        let mut batch = self.record_handles(handles.iter().copied(), now);
+        if unknown > 0 {
+            batch.unknown += unknown;
+            self.counters
+                .unknown
+                .fetch_add(unknown as u64, Ordering::Relaxed);
+        }
+        batch.missing = missing;
+        batch
+    }
+
     /// [`beat_with`](Detector::beat_with) by handle.
     pub fn beat_handle(&self, handle: Handle, now: Option<u64>, seq: u64, latency_ns: i64) -> Beat {
         let now = now.unwrap_or_else(|| self.clock.now_ns());

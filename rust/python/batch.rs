@@ -7,6 +7,8 @@
 //! ABI has no buffer protocol (3.11 has), so NumPy arrays arrive through one `tobytes()` copy
 //! (32- and 64-bit integers as they are, others widened first).
 
+use crate::detector::{Batch, Detector};
+use crate::registry::{Handle, LOOKUP_CHUNK};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef};
@@ -20,8 +22,9 @@ use pyo3_arrow::{PyArray, PyChunkedArray};
 pub enum Names<'py> {
     /// Arrow string arrays (one per chunk); read with the GIL released.
     Arrow(Vec<ArrayRef>),
-    /// Python strings, already checked to be `str`.
-    Python(PyNames<'py>),
+    /// Python strings: a list, tuple or iterable to read with [`find_names`] or
+    /// [`borrow_names`].
+    Python(Bound<'py, PyAny>),
 }
 
 /// The `str` items of a names argument (a list, tuple or other iterable), checked, each held
@@ -112,6 +115,126 @@ pub(crate) fn borrow_names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyNames<'py
     Ok(PyNames(out))
 }
 
+/// The names of a names argument looked up: see [`find_names`].
+pub(crate) struct Found {
+    /// The handles of the names found, in order (as read under the lookup's lock).
+    pub handles: Vec<Handle>,
+    /// How many names were not found (and not kept in `missing`).
+    pub unknown: usize,
+    /// The names not found, copied, when asked for (auto-add: `Detector::finish` adds them).
+    pub missing: Vec<String>,
+}
+
+impl Found {
+    /// Record the beats: the lock-free part ([`Detector::record_found`]); what the batch still
+    /// owes is done by `Detector::finish`, detached, if `needs_finish()`.
+    pub(crate) fn record(self, det: &Detector, now: Option<u64>) -> Batch {
+        det.record_found(&self.handles, self.unknown, self.missing, now)
+    }
+}
+
+/// Why reading a names argument under the lookup's lock stopped.
+enum Stop<'py> {
+    NotStr(usize, Bound<'py, PyAny>),
+    Err(PyErr),
+}
+
+impl From<PyErr> for Stop<'_> {
+    fn from(e: PyErr) -> Self {
+        Stop::Err(e)
+    }
+}
+
+/// Look up the names of a list, a tuple or another iterable of `str` in one pass: each item is
+/// read, checked, its UTF-8 borrowed and hashed, and its handle found, a chunk at a time, so the
+/// beats that follow ([`Found::record`]) touch no Python object again, and a name with no
+/// topic is copied only if `keep_missing`. Nothing is recorded here: an item that is not a `str`
+/// (`TypeError` naming it) or has no UTF-8 form (`UnicodeEncodeError`) raises before any beat.
+///
+/// A list or tuple is read under the name index's read lock (no topic added or removed
+/// meanwhile): that is safe because reading it runs no Python code (`PyList_GetItem`, a type
+/// check, `PyUnicode_AsUTF8AndSize`; every item stays referenced by the sequence, so none is
+/// freed), so nothing can call back into the detector, and the lock's writers never wait for
+/// the GIL. Another iterable is drained first, with the lock not held, since its `__next__`
+/// may run anything.
+pub(crate) fn find_names(
+    det: &Detector,
+    obj: &Bound<'_, PyAny>,
+    keep_missing: bool,
+) -> PyResult<Found> {
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(
+            "names must be a sequence of str, got a single str (use beat() for one name)",
+        ));
+    }
+    if let Ok(list) = obj.cast::<PyList>() {
+        return find_in(det, list.len(), |i| list.get_item(i), keep_missing);
+    }
+    if let Ok(tuple) = obj.cast::<PyTuple>() {
+        return find_in(det, tuple.len(), |i| tuple.get_item(i), keep_missing);
+    }
+    let items: Vec<Bound<'_, PyAny>> = obj
+        .try_iter()
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "names must be a list, an iterable of str or an Arrow string array, got {}",
+                type_name(obj)
+            ))
+        })?
+        .collect::<PyResult<_>>()?;
+    find_in(det, items.len(), |i| Ok(items[i].clone()), keep_missing)
+}
+
+fn find_in<'py>(
+    det: &Detector,
+    n: usize,
+    item: impl Fn(usize) -> PyResult<Bound<'py, PyAny>>,
+    keep_missing: bool,
+) -> PyResult<Found> {
+    const CHUNK: usize = LOOKUP_CHUNK;
+    let mut found = Found {
+        handles: Vec::with_capacity(n),
+        unknown: 0,
+        missing: Vec::new(),
+    };
+    let mut held: Vec<Bound<'py, PyString>> = Vec::with_capacity(CHUNK);
+    let mut handles = [None; CHUNK];
+    let read = det.with_lookup(|lookup| -> Result<(), Stop<'py>> {
+        for lo in (0..n).step_by(CHUNK) {
+            held.clear();
+            for i in lo..n.min(lo + CHUNK) {
+                match item(i)?.cast_into::<PyString>() {
+                    Ok(s) => held.push(s),
+                    Err(e) => return Err(Stop::NotStr(i, e.into_inner())),
+                }
+            }
+            let mut strs = [""; CHUNK];
+            for (s, name) in strs.iter_mut().zip(&held) {
+                *s = name.to_str()?;
+            }
+            let strs = &strs[..held.len()];
+            lookup.handles_many(strs, &mut handles[..strs.len()]);
+            for (name, handle) in strs.iter().zip(&handles) {
+                match handle {
+                    Some(h) => found.handles.push(*h),
+                    None if keep_missing => found.missing.push((*name).to_owned()),
+                    None => found.unknown += 1,
+                }
+            }
+        }
+        Ok(())
+    });
+    // Errors are made with the lock released: naming a type may run Python code.
+    match read {
+        Ok(()) => Ok(found),
+        Err(Stop::Err(e)) => Err(e),
+        Err(Stop::NotStr(i, item)) => Err(PyTypeError::new_err(format!(
+            "names[{i}] must be str, got {}",
+            type_name(&item)
+        ))),
+    }
+}
+
 /// Arrow chunks of an object exporting `__arrow_c_array__` or `__arrow_c_stream__`, if it does.
 fn arrow_chunks(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<ArrayRef>>> {
     if obj.hasattr("__arrow_c_array__")? {
@@ -130,7 +253,7 @@ pub fn names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Names<'py>> {
     // A plain list or tuple first: the Arrow probes below are two failed attribute lookups,
     // each raising and clearing an AttributeError (a microsecond, a lot for a short batch).
     if obj.is_exact_instance_of::<PyList>() || obj.is_exact_instance_of::<PyTuple>() {
-        return borrow_names(obj).map(Names::Python);
+        return Ok(Names::Python(obj.clone()));
     }
     if let Some(chunks) = arrow_chunks(obj)? {
         for chunk in &chunks {
@@ -145,7 +268,7 @@ pub fn names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Names<'py>> {
         }
         return Ok(Names::Arrow(chunks));
     }
-    borrow_names(obj).map(Names::Python)
+    Ok(Names::Python(obj.clone()))
 }
 
 /// Run `f` over the non-null strings of Arrow string chunks; returns the null count too.

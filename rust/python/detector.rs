@@ -330,8 +330,9 @@ impl PyDetector {
                     ids
                 })
                 .map_err(to_py),
-            Names::Python(items) => {
+            Names::Python(obj) => {
                 // Borrowed views, valid while detached: `items` holds each str.
+                let items = batch::borrow_names(&obj)?;
                 let strs = items.strs();
                 det.reserve(strs.len(), strs.first().map_or(16, |s| s.len()));
                 py.detach(|| det.add_many_handles(strs.iter().copied(), config, now))
@@ -521,8 +522,8 @@ impl PyDetector {
                 det.count_unknown(nulls as u64);
                 det.finish(b).0
             })),
-            Names::Python(items) => {
-                let b = det.record_names(items.iter(), now);
+            Names::Python(obj) => {
+                let b = batch::find_names(&det, &obj, det.auto_add())?.record(&det, now);
                 Ok(if b.needs_finish() {
                     py.detach(move || det.finish(b).0)
                 } else {
