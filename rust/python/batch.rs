@@ -3,7 +3,8 @@
 //!
 //! Arrow arrays are taken without a copy through the Arrow PyCapsule interface and processed
 //! with the GIL released. Python strings are not copied either: the build targets the stable ABI
-//! of Python 3.10, whose `PyUnicode_AsUTF8AndSize` lends a `str`'s UTF-8 (see [`PyNames`]). That
+//! of Python 3.10, whose `PyUnicode_AsUTF8AndSize` lends a `str`'s UTF-8 (see [`find_names`]
+//! and [`PyNames`]). That
 //! ABI has no buffer protocol (3.11 has), so NumPy arrays arrive through one `tobytes()` copy
 //! (32- and 64-bit integers as they are, others widened first).
 
@@ -30,7 +31,8 @@ pub enum Names<'py> {
 /// The `str` items of a names argument (a list, tuple or other iterable), checked, each held
 /// by one reference so that its UTF-8 can be borrowed, not copied, for as long as this lives.
 ///
-/// For a pyclass that records names through the detector's Rust API:
+/// For a pyclass that hands names to the detector's Rust API (to beat names, [`find_names`]
+/// is faster: one pass over the Python objects):
 ///
 /// ```ignore
 /// let names = batch::borrow_names(obj)?;   // TypeError / UnicodeEncodeError: nothing read yet
@@ -145,10 +147,17 @@ impl From<PyErr> for Stop<'_> {
     }
 }
 
-/// Look up the names of a list, a tuple or another iterable of `str` in one pass: each item is
-/// read, checked, its UTF-8 borrowed and hashed, and its handle found, a chunk at a time, so the
-/// beats that follow ([`Found::record`]) touch no Python object again, and a name with no
-/// topic is copied only if `keep_missing`. Nothing is recorded here: an item that is not a `str`
+/// Look up the names of a list, a tuple or another iterable of `str` in one pass (what
+/// `Detector.beat_many` does with them; for another pyclass that beats names):
+///
+/// ```ignore
+/// let b = batch::find_names(&det, obj, det.auto_add())?.record(&det, now);
+/// let recorded = if b.needs_finish() { py.detach(|| det.finish(b).0) } else { b.recorded };
+/// ```
+///
+/// Each item is read, checked, its UTF-8 borrowed and hashed, and its handle found, a chunk at
+/// a time, so the beats that follow ([`Found::record`]) touch no Python object again, and a
+/// name with no topic is copied only if `keep_missing`. Nothing is recorded here: an item that is not a `str`
 /// (`TypeError` naming it) or has no UTF-8 form (`UnicodeEncodeError`) raises before any beat.
 ///
 /// A list or tuple is read under the name index's read lock (no topic added or removed
