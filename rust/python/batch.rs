@@ -4,9 +4,8 @@
 //! Arrow arrays are taken without a copy through the Arrow PyCapsule interface and processed
 //! with the GIL released. Python strings are not copied either: the build targets the stable ABI
 //! of Python 3.10, whose `PyUnicode_AsUTF8AndSize` lends a `str`'s UTF-8 (see [`find_names`]
-//! and [`PyNames`]). That
-//! ABI has no buffer protocol (3.11 has), so NumPy arrays arrive through one `tobytes()` copy
-//! (32- and 64-bit integers as they are, others widened first).
+//! and [`PyNames`]). That ABI has no buffer protocol (3.11 has), so NumPy arrays arrive through
+//! one `tobytes()` copy (32- and 64-bit integers as they are, others widened first).
 
 use crate::detector::{Batch, Detector};
 use crate::registry::{Handle, LOOKUP_CHUNK};
