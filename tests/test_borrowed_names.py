@@ -6,6 +6,7 @@ else); these tests hold the non-ASCII cases, ``str`` subclasses, and names with 
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import pyarrow as pa
@@ -135,3 +136,45 @@ def test_learned_names_from_a_long_batch_are_each_added_once() -> None:
     assert det.beat_many(batch) == 301
     assert len(det) == 151
     assert det.stats()["unknown"] == 0
+
+
+class _AddsOnCollect:
+    """Cyclic garbage whose finalizer adds a topic: Python code run by the garbage collector."""
+
+    def __init__(self, det: hw.Detector) -> None:
+        self.det = det
+        self.me = self
+
+    def __del__(self) -> None:
+        self.det.add("svc.from-finalizer")
+
+
+def test_a_finalizer_run_while_names_are_read_may_add_a_topic() -> None:
+    # Reading a names argument can run Python code: here the UnicodeEncodeError made for a lone
+    # surrogate starts the garbage collector (threshold 1), whose finalizer adds a topic. The
+    # name index must not be locked then, or the add waits for the lock its own thread holds.
+    det = hw.Detector(clock=hw.ManualClock(), period=1.0)
+    det.add("svc.a")
+    outcome: list[object] = []
+
+    def run() -> None:
+        old = gc.get_threshold()
+        gc.disable()
+        _AddsOnCollect(det)  # garbage now: a cycle only the collector frees
+        gc.set_threshold(1)
+        gc.enable()
+        try:
+            det.beat_many(["svc.a", "svc.\ud800"])
+        except UnicodeEncodeError as exc:
+            outcome.append(exc)
+        finally:
+            gc.set_threshold(*old)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive(), "beat_many deadlocked with a finalizer that adds a topic"
+    assert len(outcome) == 1 and isinstance(outcome[0], UnicodeEncodeError)
+    gc.collect()
+    assert "svc.from-finalizer" in det
+    assert det.stats()["beats"] == 0

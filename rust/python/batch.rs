@@ -134,18 +134,6 @@ impl Found {
     }
 }
 
-/// Why reading a names argument under the lookup's lock stopped.
-enum Stop<'py> {
-    NotStr(usize, Bound<'py, PyAny>),
-    Err(PyErr),
-}
-
-impl From<PyErr> for Stop<'_> {
-    fn from(e: PyErr) -> Self {
-        Stop::Err(e)
-    }
-}
-
 /// Look up the names of a list, a tuple or another iterable of `str` in one pass (what
 /// `Detector.beat_many` does with them; for another pyclass that beats names):
 ///
@@ -156,15 +144,15 @@ impl From<PyErr> for Stop<'_> {
 ///
 /// Each item is read, checked, its UTF-8 borrowed and hashed, and its handle found, a chunk at
 /// a time, so the beats that follow ([`Found::record`]) touch no Python object again, and a
-/// name with no topic is copied only if `keep_missing`. Nothing is recorded here: an item that is not a `str`
-/// (`TypeError` naming it) or has no UTF-8 form (`UnicodeEncodeError`) raises before any beat.
+/// name with no topic is copied only if `keep_missing`. Nothing is recorded here: an item that
+/// is not a `str` (`TypeError` naming it) or has no UTF-8 form (`UnicodeEncodeError`) raises
+/// before any beat.
 ///
-/// A list or tuple is read under the name index's read lock (no topic added or removed
-/// meanwhile): that is safe because reading it runs no Python code (`PyList_GetItem`, a type
-/// check, `PyUnicode_AsUTF8AndSize`; every item stays referenced by the sequence, so none is
-/// freed), so nothing can call back into the detector, and the lock's writers never wait for
-/// the GIL. Another iterable is drained first, with the lock not held, since its `__next__`
-/// may run anything.
+/// The name index's read lock is taken per chunk, around the lookups only: never while a
+/// Python object is read, since that can run Python code (making an exception can start the
+/// garbage collector, and a finalizer could add a topic, which needs the write lock). A handle
+/// carries its topic's generation, so a topic removed and its id reused between a chunk's
+/// lookup and the beats is not beaten by mistake (the beat counts as unknown).
 pub(crate) fn find_names(
     det: &Detector,
     obj: &Bound<'_, PyAny>,
@@ -207,40 +195,36 @@ fn find_in<'py>(
     };
     let mut held: Vec<Bound<'py, PyString>> = Vec::with_capacity(CHUNK);
     let mut handles = [None; CHUNK];
-    let read = det.with_lookup(|lookup| -> Result<(), Stop<'py>> {
-        for lo in (0..n).step_by(CHUNK) {
-            held.clear();
-            for i in lo..n.min(lo + CHUNK) {
-                match item(i)?.cast_into::<PyString>() {
-                    Ok(s) => held.push(s),
-                    Err(e) => return Err(Stop::NotStr(i, e.into_inner())),
-                }
-            }
-            let mut strs = [""; CHUNK];
-            for (s, name) in strs.iter_mut().zip(&held) {
-                *s = name.to_str()?;
-            }
-            let strs = &strs[..held.len()];
-            lookup.handles_many(strs, &mut handles[..strs.len()]);
-            for (name, handle) in strs.iter().zip(&handles) {
-                match handle {
-                    Some(h) => found.handles.push(*h),
-                    None if keep_missing => found.missing.push((*name).to_owned()),
-                    None => found.unknown += 1,
+    for lo in (0..n).step_by(CHUNK) {
+        held.clear();
+        for i in lo..n.min(lo + CHUNK) {
+            let item = item(i)?;
+            match item.cast_into::<PyString>() {
+                Ok(s) => held.push(s),
+                Err(e) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "names[{i}] must be str, got {}",
+                        type_name(e.into_inner().as_any())
+                    )))
                 }
             }
         }
-        Ok(())
-    });
-    // Errors are made with the lock released: naming a type may run Python code.
-    match read {
-        Ok(()) => Ok(found),
-        Err(Stop::Err(e)) => Err(e),
-        Err(Stop::NotStr(i, item)) => Err(PyTypeError::new_err(format!(
-            "names[{i}] must be str, got {}",
-            type_name(&item)
-        ))),
+        let mut strs = [""; CHUNK];
+        for (s, name) in strs.iter_mut().zip(&held) {
+            *s = name.to_str()?;
+        }
+        let strs = &strs[..held.len()];
+        let handles = &mut handles[..strs.len()];
+        det.with_lookup(|lookup| lookup.handles_many(strs, handles));
+        for (name, handle) in strs.iter().zip(handles.iter()) {
+            match handle {
+                Some(h) => found.handles.push(*h),
+                None if keep_missing => found.missing.push((*name).to_owned()),
+                None => found.unknown += 1,
+            }
+        }
     }
+    Ok(found)
 }
 
 /// Arrow chunks of an object exporting `__arrow_c_array__` or `__arrow_c_stream__`, if it does.
