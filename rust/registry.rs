@@ -1,9 +1,12 @@
 //! Topic names to dense ids, and one atomic word per id that the beat path updates lock-free.
 //!
-//! Names live in one arena (a `String` plus a span per id) indexed by a
-//! `hashbrown::HashTable<u32>`: about 14 bytes of index per topic besides the name itself, where a
-//! `HashMap<String, u32>` would cost ~40. The words live in fixed-size chunks that never move, so
-//! a beat by id reads them without any lock while new topics are being added.
+//! Names live in one arena, each after a 7-byte header holding its id and length, found by an
+//! open-addressing [`NameIndex`] of arena offsets (8 bytes a slot, at most 3/4 full) and by id
+//! through a start offset per id: about 22 bytes per topic besides the name itself, where a
+//! `HashMap<String, u32>` would cost ~40. A lookup reads one line of index, then the name with
+//! its id: two random reads where an index of ids would need four (control bytes, bucket, the
+//! id's span, the name). The words live in fixed-size chunks that never move, so a beat by id
+//! reads them without any lock while new topics are being added.
 //!
 //! Ids are reused: the detector hands a removed topic's id to a new topic once no queued event
 //! can still name the old one (see `Detector::remove`). Each id carries a generation, bumped on
@@ -12,8 +15,10 @@
 //! name stays readable until the id is reused; the arena is compacted once names that no id
 //! uses make up most of it, so memory follows the topics held, not the topics ever seen.
 
+mod name_index;
+
 use foldhash::fast::FixedState;
-use hashbrown::HashTable;
+use name_index::NameIndex;
 use parking_lot::RwLock;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -74,20 +79,72 @@ impl std::fmt::Display for RegisterError {
     }
 }
 
+/// Bytes before each name in the arena: its id (28 bits) and its length - 1 (17 bits), seven
+/// bits a byte, so the header is ASCII and the arena stays a `String` (names are sliced out of
+/// it as `&str` without any check of their UTF-8 beyond the char boundaries).
+const HEADER: usize = 7;
+const _: () = assert!(MAX_TOPICS <= 1 << 28 && MAX_NAME_LEN <= 1 << 21);
+
+fn header(id: TopicId, len: usize) -> [u8; HEADER] {
+    let (id, l) = (id as usize, len - 1);
+    let b = |v: usize, shift: u32| ((v >> shift) & 0x7f) as u8;
+    [
+        b(id, 0),
+        b(id, 7),
+        b(id, 14),
+        b(id, 21),
+        b(l, 0),
+        b(l, 7),
+        b(l, 14),
+    ]
+}
+
 struct Names {
+    /// Every name ever given an id (until compacted away), each after its [`HEADER`].
     arena: String,
-    /// (start, len) of each id's name in `arena`.
-    spans: Vec<(u32, u32)>,
-    index: HashTable<TopicId>,
-    /// Bytes of `arena` that no id's span covers (names of reused ids).
+    /// Where each id's entry (header, then name) starts in `arena`.
+    starts: Vec<u32>,
+    /// The entries of the names indexed now, by hash.
+    index: NameIndex,
+    /// Bytes of `arena` in entries no id holds any more (names of reused ids).
     garbage: usize,
 }
 
 impl Names {
-    fn name(&self, id: TopicId) -> &str {
-        let (start, len) = self.spans[id as usize];
-        &self.arena[start as usize..(start + len) as usize]
+    /// The header's 7-bit groups, little end first.
+    #[inline]
+    fn field(&self, at: usize, n: usize) -> usize {
+        self.arena.as_bytes()[at..at + n]
+            .iter()
+            .rev()
+            .fold(0, |v, &b| (v << 7) | usize::from(b))
     }
+
+    /// The id and the name of the entry at `offset`.
+    #[inline]
+    fn entry(&self, offset: u32) -> (TopicId, &str) {
+        let at = offset as usize;
+        let len = self.field(at + 4, 3) + 1;
+        (
+            self.field(at, 4) as TopicId,
+            &self.arena[at + HEADER..at + HEADER + len],
+        )
+    }
+
+    fn name(&self, id: TopicId) -> &str {
+        self.entry(self.starts[id as usize]).1
+    }
+
+    /// Bytes of the entry at `offset`.
+    fn entry_len(&self, offset: u32) -> usize {
+        HEADER + self.field(offset as usize + 4, 3) + 1
+    }
+}
+
+/// The part of a name's hash the index keeps (see [`NameIndex`]).
+#[inline]
+fn tag(hash: u64) -> u32 {
+    (hash >> 32) as u32
 }
 
 /// Read access to every topic's name, from [`Registry::with_names`].
@@ -97,6 +154,68 @@ impl NameView<'_> {
     /// The name of `id` (also of a removed id). Panics on an id never handed out.
     pub fn get(&self, id: TopicId) -> &str {
         self.0.name(id)
+    }
+}
+
+/// Lookups under one read lock of the name index, from [`Registry::with_lookup`].
+pub struct Lookup<'a> {
+    registry: &'a Registry,
+    names: &'a Names,
+}
+
+/// The most names [`Lookup::find_many`] reads ahead for at once.
+pub const LOOKUP_CHUNK: usize = 64;
+
+impl Lookup<'_> {
+    /// The id of `name`, if it is registered.
+    #[inline]
+    pub fn find(&self, name: &str) -> Option<TopicId> {
+        self.registry.find(self.names, name)
+    }
+
+    /// The ids of `names` into `out` (`out[i]` for `names[i]`), [`LOOKUP_CHUNK`] at a time.
+    ///
+    /// Each name's hash and first index slot, then (where the slot's tag matches) the start of
+    /// the entry it points at are read for the whole chunk before any name is compared: those
+    /// reads do not depend on each other, so their cache misses overlap, where name after name
+    /// each lookup would wait for the one before (two misses apiece with a million topics).
+    pub fn find_many(&self, names: &[&str], out: &mut [Option<TopicId>]) {
+        let hasher = &self.registry.hasher;
+        let index = &self.names.index;
+        let arena = self.names.arena.as_bytes();
+        for (names, out) in names.chunks(LOOKUP_CHUNK).zip(out.chunks_mut(LOOKUP_CHUNK)) {
+            let mut hashes = [0u64; LOOKUP_CHUNK];
+            let mut ahead = [0u8; LOOKUP_CHUNK];
+            for (i, name) in names.iter().enumerate() {
+                hashes[i] = hasher.hash_one(name);
+            }
+            for (a, &h) in ahead.iter_mut().zip(&hashes[..names.len()]) {
+                let first = index.home_slot(tag(h));
+                if let Some(offset) = NameIndex::offset_if(first, tag(h)) {
+                    *a = arena.get(offset as usize).copied().unwrap_or(0);
+                }
+            }
+            // Keep the reads ahead: their values feed nothing else.
+            std::hint::black_box(&ahead);
+            for ((name, &h), id) in names.iter().zip(&hashes).zip(out.iter_mut()) {
+                *id = Registry::find_hashed(self.names, h, name);
+            }
+        }
+    }
+
+    /// [`find_many`](Lookup::find_many) giving handles: each id with its generation now,
+    /// read under this lookup's lock, which an id's reuse needs, so a handle names the topic
+    /// its name had (a beat by it after the lock is released and the id reused counts as
+    /// unknown).
+    pub fn handles_many(&self, names: &[&str], out: &mut [Option<Handle>]) {
+        let mut ids = [None; LOOKUP_CHUNK];
+        for (names, out) in names.chunks(LOOKUP_CHUNK).zip(out.chunks_mut(LOOKUP_CHUNK)) {
+            let ids = &mut ids[..names.len()];
+            self.find_many(names, ids);
+            for (h, id) in out.iter_mut().zip(ids.iter()) {
+                *h = id.map(|id| make_handle(id, self.registry.gen(id)));
+            }
+        }
     }
 }
 
@@ -126,8 +245,8 @@ impl Registry {
         Self {
             names: RwLock::new(Names {
                 arena: String::new(),
-                spans: Vec::new(),
-                index: HashTable::new(),
+                starts: Vec::new(),
+                index: NameIndex::new(),
                 garbage: 0,
             }),
             hasher: FixedState::default(),
@@ -142,19 +261,11 @@ impl Registry {
     /// registration does not rehash or reallocate on the way.
     pub fn reserve(&self, additional: usize, avg_name_len: usize) {
         let mut names = self.names.write();
-        let hasher = &self.hasher;
-        let Names {
-            arena,
-            spans,
-            index,
-            ..
-        } = &mut *names;
-        index.reserve(additional, |&id| {
-            let (s, l) = spans[id as usize];
-            hasher.hash_one(&arena[s as usize..(s + l) as usize])
-        });
-        spans.reserve(additional);
-        arena.reserve(additional.saturating_mul(avg_name_len));
+        names.index.reserve(additional);
+        names.starts.reserve(additional);
+        names
+            .arena
+            .reserve(additional.saturating_mul(avg_name_len + HEADER));
     }
 
     /// Ids handed out so far (the high-water mark: removed ones included, reused ones once).
@@ -190,21 +301,31 @@ impl Registry {
         self.handle(id)
     }
 
-    /// Run `f` with a lookup function under one read lock: the batch form of [`lookup`].
+    /// Run `f` with lookups under one read lock: the batch form of [`lookup`].
     ///
     /// [`lookup`]: Registry::lookup
-    pub fn with_lookup<R>(&self, f: impl FnOnce(&dyn Fn(&str) -> Option<TopicId>) -> R) -> R {
+    pub fn with_lookup<R>(&self, f: impl FnOnce(&Lookup<'_>) -> R) -> R {
         let names = self.names.read();
-        f(&|name| self.find(&names, name))
+        f(&Lookup {
+            registry: self,
+            names: &names,
+        })
     }
 
     #[inline]
     fn find(&self, names: &Names, name: &str) -> Option<TopicId> {
-        let hash = self.hasher.hash_one(name);
-        names
-            .index
-            .find(hash, |&id| names.name(id) == name)
-            .copied()
+        Self::find_hashed(names, self.hasher.hash_one(name), name)
+    }
+
+    #[inline]
+    fn find_hashed(names: &Names, hash: u64, name: &str) -> Option<TopicId> {
+        let mut id = 0;
+        names.index.find(tag(hash), |offset| {
+            let (at, held) = names.entry(offset);
+            id = at;
+            held == name
+        })?;
+        Some(id)
     }
 
     /// Register `name`, or return the id it already has. Returns `(id, created)`. A new name
@@ -225,7 +346,7 @@ impl Registry {
         }
         let hash = self.hasher.hash_one(name);
         let mut guard = self.names.write();
-        if let Some(&id) = guard.index.find(hash, |&id| guard.name(id) == name) {
+        if let Some(id) = Self::find_hashed(&guard, hash, name) {
             return Ok((id, false));
         }
         let high = self.len.load(Ordering::Relaxed) as usize;
@@ -233,9 +354,12 @@ impl Registry {
         if reuse.is_none() && high >= MAX_TOPICS {
             return Err(RegisterError::Full);
         }
-        if guard.arena.len() + name.len() > u32::MAX as usize {
+        // Offsets are u32, and the index keeps offset + 1: the last entry must start below
+        // u32::MAX.
+        let entry = HEADER + name.len();
+        if guard.arena.len() + entry >= u32::MAX as usize {
             Self::compact(&mut guard);
-            if guard.arena.len() + name.len() > u32::MAX as usize {
+            if guard.arena.len() + entry >= u32::MAX as usize {
                 return Err(RegisterError::Full);
             }
         }
@@ -254,21 +378,18 @@ impl Registry {
         };
         word.store(initial(gen), Ordering::Release);
         let names = &mut *guard;
-        let start = names.arena.len();
-        names.arena.push_str(name);
-        let span = (start as u32, name.len() as u32);
-        if reuse.is_some() {
-            names.garbage += names.spans[id].1 as usize;
-            names.spans[id] = span;
-        } else {
-            names.spans.push(span);
-        }
         let id = id as TopicId;
-        let (arena, spans, hasher) = (&names.arena, &names.spans, &self.hasher);
-        names.index.insert_unique(hash, id, |&other| {
-            let (s, l) = spans[other as usize];
-            hasher.hash_one(&arena[s as usize..(s + l) as usize])
-        });
+        let start = names.arena.len() as u32;
+        // The header is ASCII: the arena stays valid UTF-8.
+        names.arena.extend(header(id, name.len()).map(char::from));
+        names.arena.push_str(name);
+        if reuse.is_some() {
+            names.garbage += names.entry_len(names.starts[id as usize]);
+            names.starts[id as usize] = start;
+        } else {
+            names.starts.push(start);
+        }
+        names.index.insert(tag(hash), start);
         if reuse.is_none() {
             self.len.store(id + 1, Ordering::Release);
         }
@@ -279,17 +400,20 @@ impl Registry {
         Ok((id, true))
     }
 
-    /// Rewrite the arena with only the names some id holds (the index stores ids, not
-    /// offsets, so it stays as it is).
+    /// Rewrite the arena with only the entries some id holds, and point the index at their
+    /// new places (each indexed entry is its id's current one).
     fn compact(names: &mut Names) {
         let mut arena = String::with_capacity(names.arena.len() - names.garbage);
-        for span in names.spans.iter_mut() {
-            let (s, l) = *span;
-            let start = arena.len() as u32;
-            arena.push_str(&names.arena[s as usize..(s + l) as usize]);
-            *span = (start, l);
+        let mut starts = Vec::with_capacity(names.starts.len());
+        for &s in &names.starts {
+            starts.push(arena.len() as u32);
+            arena.push_str(&names.arena[s as usize..s as usize + names.entry_len(s)]);
         }
+        let mut index = std::mem::replace(&mut names.index, NameIndex::new());
+        index.remap(|offset| starts[names.entry(offset).0 as usize]);
+        names.index = index;
         names.arena = arena;
+        names.starts = starts;
         names.garbage = 0;
     }
 
@@ -298,12 +422,11 @@ impl Registry {
     pub fn unindex(&self, id: TopicId) {
         let mut guard = self.names.write();
         let names = &mut *guard;
-        if (id as usize) >= names.spans.len() {
+        let Some(&start) = names.starts.get(id as usize) else {
             return;
-        }
+        };
         let hash = self.hasher.hash_one(names.name(id));
-        if let Ok(entry) = names.index.find_entry(hash, |&other| other == id) {
-            entry.remove();
+        if names.index.remove(tag(hash), start) {
             self.live.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -365,8 +488,8 @@ impl Registry {
         let chunks = self.chunks.iter().filter(|c| c.get().is_some()).count();
         let gens = self.gens.iter().filter(|c| c.get().is_some()).count();
         names.arena.capacity()
-            + names.spans.capacity() * std::mem::size_of::<(u32, u32)>()
-            + names.index.capacity() * (std::mem::size_of::<TopicId>() + 1)
+            + names.starts.capacity() * std::mem::size_of::<u32>()
+            + names.index.heap_bytes()
             + chunks * CHUNK_LEN * std::mem::size_of::<AtomicU64>()
             + gens * CHUNK_LEN * std::mem::size_of::<AtomicU32>()
             + self.chunks.len() * std::mem::size_of::<OnceLock<Box<[AtomicU64]>>>()
@@ -432,7 +555,24 @@ mod tests {
             assert_eq!(r.lookup(&format!("t{i}")), Some(i as u32));
             assert_eq!(r.word(i as u32).unwrap().load(Ordering::Relaxed), i as u64);
         }
-        r.with_lookup(|find| assert_eq!(find("t5"), Some(5)));
+        r.with_lookup(|lookup| {
+            assert_eq!(lookup.find("t5"), Some(5));
+            // Chunks of every length up to past two LOOKUP_CHUNKs, with misses among them.
+            let asked: Vec<String> = (0..2 * LOOKUP_CHUNK + 3)
+                .map(|i| format!("{}{i}", if i % 5 == 0 { "x" } else { "t" }))
+                .collect();
+            let asked: Vec<&str> = asked.iter().map(String::as_str).collect();
+            for len in 0..=asked.len() {
+                let mut out = vec![Some(u32::MAX); len];
+                lookup.find_many(&asked[..len], &mut out);
+                let want: Vec<_> = asked[..len].iter().map(|n| lookup.find(n)).collect();
+                assert_eq!(out, want, "{len}");
+                let mut handles = vec![Some(u64::MAX); len];
+                lookup.handles_many(&asked[..len], &mut handles);
+                let want: Vec<_> = want.iter().map(|id| id.map(u64::from)).collect();
+                assert_eq!(handles, want, "{len}");
+            }
+        });
         r.with_names(|names| assert_eq!(names.get(7), "t7"));
     }
 
@@ -496,5 +636,47 @@ mod tests {
         assert!(r.names.read().arena.len() < 64 * 1024);
         assert_eq!(r.lookup("steady"), Some(0));
         assert_eq!(r.name(id), "churn-99999");
+        // The index followed each compaction: the current name is found, the old ones not.
+        assert_eq!(r.lookup("churn-99999"), Some(id));
+        assert_eq!(r.lookup("churn-99998"), None);
+        r.unindex(id);
+        assert_eq!((r.lookup("churn-99999"), r.live()), (None, 1));
+    }
+
+    #[test]
+    fn headers_hold_the_largest_id_and_length() {
+        let long = "é".repeat(MAX_NAME_LEN / 2); // 2-byte chars: MAX_NAME_LEN bytes
+        let mut names = Names {
+            arena: String::new(),
+            starts: Vec::new(),
+            index: NameIndex::new(),
+            garbage: 0,
+        };
+        for (id, name) in [
+            (MAX_TOPICS as TopicId - 1, long.as_str()),
+            (0, "a"),
+            (5, "日本"),
+        ] {
+            let at = names.arena.len() as u32;
+            names.arena.extend(header(id, name.len()).map(char::from));
+            names.arena.push_str(name);
+            assert_eq!(names.entry(at), (id, name));
+            assert_eq!(names.entry_len(at), HEADER + name.len());
+        }
+    }
+
+    #[test]
+    fn non_ascii_names_and_names_sharing_prefixes_are_told_apart() {
+        let r = Registry::new();
+        let names = ["a", "ab", "abc", "é", "ée", "日本", "日本語", "\u{1f493}"];
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(r.intern(n, None, |_| 0), Ok((i as TopicId, true)));
+        }
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(r.lookup(n), Some(i as TopicId), "{n}");
+            assert_eq!(r.name(i as TopicId), *n);
+        }
+        assert_eq!(r.lookup("日"), None);
+        assert_eq!(r.lookup("abcd"), None);
     }
 }

@@ -289,12 +289,26 @@ impl Detector {
 
     /// The lock-free part of a batch of beats by id: never blocks, never emits.
     pub fn record_ids(&self, ids: impl IntoIterator<Item = TopicId>, now: Option<u64>) -> Batch {
+        const CHUNK: usize = crate::registry::LOOKUP_CHUNK;
         let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
         let want_received = self.wants_received();
-        for id in ids {
-            // An id names whatever topic holds it now.
-            let handle = || make_handle(id, self.registry.gen(id));
-            batch.take(handle, self.record_uncounted(id, batch.now), want_received);
+        let mut ids = ids.into_iter();
+        let mut chunk = [None; CHUNK];
+        loop {
+            let mut n = 0;
+            for (slot, id) in chunk.iter_mut().zip(ids.by_ref()) {
+                *slot = Some(id);
+                n += 1;
+            }
+            self.read_ahead(&chunk[..n]); // see `record_names`
+            for &id in chunk[..n].iter().flatten() {
+                // An id names whatever topic holds it now.
+                let handle = || make_handle(id, self.registry.gen(id));
+                batch.take(handle, self.record_uncounted(id, batch.now), want_received);
+            }
+            if n < CHUNK {
+                break;
+            }
         }
         self.count_batch(&batch);
         batch
@@ -307,13 +321,52 @@ impl Detector {
         handles: impl IntoIterator<Item = Handle>,
         now: Option<u64>,
     ) -> Batch {
+        const CHUNK: usize = crate::registry::LOOKUP_CHUNK;
         let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
         let want_received = self.wants_received();
-        for handle in handles {
-            let (result, _) = self.record_handle_uncounted(handle, batch.now);
-            batch.take(|| handle, result, want_received);
+        let mut handles = handles.into_iter();
+        let mut chunk = [0; CHUNK];
+        let mut ids = [None; CHUNK];
+        loop {
+            let mut n = 0;
+            for ((slot, id), handle) in chunk.iter_mut().zip(&mut ids).zip(handles.by_ref()) {
+                *slot = handle;
+                *id = Some(crate::registry::split_handle(handle).0);
+                n += 1;
+            }
+            self.read_ahead(&ids[..n]); // see `record_names`
+            for &handle in &chunk[..n] {
+                let (result, _) = self.record_handle_uncounted(handle, batch.now);
+                batch.take(|| handle, result, want_received);
+            }
+            if n < CHUNK {
+                break;
+            }
         }
         self.count_batch(&batch);
+        batch
+    }
+
+    /// The lock-free part of a batch of beats by name looked up beforehand (with
+    /// [`with_lookup`](Detector::with_lookup)): `handles` of the names found (one whose id was
+    /// reused since counts as unknown, one removed since as refused), `unknown` names not
+    /// found, counted, and `missing` ones kept for [`finish`](Detector::finish) to add (pass
+    /// them only when auto-add is on).
+    pub fn record_found(
+        &self,
+        handles: &[Handle],
+        unknown: usize,
+        missing: Vec<String>,
+        now: Option<u64>,
+    ) -> Batch {
+        let mut batch = self.record_handles(handles.iter().copied(), now);
+        if unknown > 0 {
+            batch.unknown += unknown;
+            self.counters
+                .unknown
+                .fetch_add(unknown as u64, Ordering::Relaxed);
+        }
+        batch.missing = missing;
         batch
     }
 
@@ -330,34 +383,42 @@ impl Detector {
     /// The lock-free part of a batch of beats by name: never blocks, never emits. Unknown names
     /// are counted, or kept for [`finish`](Detector::finish) to add when auto-add is on.
     ///
-    /// Names are resolved a chunk at a time before any of them is recorded: the lookups are
-    /// independent loads the CPU overlaps, where interleaving each with its CAS (a full barrier
-    /// on x86) would make every table miss wait for the one before.
+    /// Names are taken a chunk at a time: all of a chunk's lookups first
+    /// ([`Lookup::find_many`](crate::registry::Lookup::find_many), which overlaps their cache
+    /// misses), then a plain read of each found topic's word, then the CASes. A CAS (a locked
+    /// instruction, a full barrier on x86) waits for every load before it, so interleaving each
+    /// lookup or word miss with a CAS would make each wait for the one before.
     pub fn record_names<S: AsRef<str>>(
         &self,
         names: impl IntoIterator<Item = S>,
         now: Option<u64>,
     ) -> Batch {
-        const CHUNK: usize = 64;
+        const CHUNK: usize = crate::registry::LOOKUP_CHUNK;
         let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
         let want_received = self.wants_received();
         let auto_add = self.auto_add();
         let mut names = names.into_iter();
+        let mut held: Vec<S> = Vec::with_capacity(CHUNK);
         let mut ids = [None; CHUNK];
-        self.registry.with_lookup(|find| loop {
-            let mut n = 0;
-            for name in names.by_ref().take(CHUNK) {
-                let name = name.as_ref();
-                ids[n] = find(name);
-                if ids[n].is_none() {
+        self.registry.with_lookup(|lookup| loop {
+            held.clear();
+            held.extend(names.by_ref().take(CHUNK));
+            let n = held.len();
+            let mut strs = [""; CHUNK];
+            for (s, name) in strs.iter_mut().zip(&held) {
+                *s = name.as_ref();
+            }
+            lookup.find_many(&strs[..n], &mut ids[..n]);
+            for (name, id) in strs[..n].iter().zip(&ids[..n]) {
+                if id.is_none() {
                     if auto_add {
-                        batch.missing.push(name.to_owned());
+                        batch.missing.push((*name).to_owned());
                     } else {
                         batch.unknown += 1;
                     }
                 }
-                n += 1;
             }
+            self.read_ahead(&ids[..n]);
             for &id in ids[..n].iter().flatten() {
                 // Under the name index's read lock, which an id's reuse needs: the id's
                 // generation read here is the one the name had.
@@ -370,6 +431,20 @@ impl Detector {
         });
         self.count_batch(&batch);
         batch
+    }
+
+    /// Read the words of `ids` (a chunk) before any of them is CASed, so that their cache
+    /// misses overlap (see [`record_names`](Detector::record_names)).
+    #[inline]
+    fn read_ahead(&self, ids: &[Option<TopicId>]) {
+        let mut ahead = [0u64; crate::registry::LOOKUP_CHUNK];
+        for (a, id) in ahead.iter_mut().zip(ids) {
+            if let Some(word) = id.and_then(|id| self.registry.word(id)) {
+                *a = word.load(Ordering::Relaxed);
+            }
+        }
+        // Keep the reads: their values feed nothing else.
+        std::hint::black_box(&ahead);
     }
 
     /// Add a batch's lock-free outcome to the shared counters, once. Unknown names kept for

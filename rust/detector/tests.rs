@@ -600,3 +600,47 @@ fn a_beat_whose_topic_is_removed_and_its_id_reused_before_it_completes_owes_the_
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].kind, got[0].at_ns), (Received, 6 * MS));
 }
+
+#[test]
+fn batches_of_any_length_record_every_beat_once_across_chunk_edges() {
+    // 64 is the lookup chunk: lengths around its multiples, with unknown names and handles,
+    // duplicates and a shuffled order, must record exactly the known ones.
+    let r = Rig::new(10 * S, 1);
+    let names: Vec<String> = (0..300).map(|i| format!("topic-{i}")).collect();
+    let ids: Vec<TopicId> = names.iter().map(|n| r.add(n)).collect();
+    for (round, len) in [0usize, 1, 63, 64, 65, 128, 129, 300]
+        .into_iter()
+        .enumerate()
+    {
+        let t = (round as u64 + 1) * MS;
+        r.at(t);
+        // Every 7th position is unknown; every 5th repeats the one before.
+        let pick = |i: usize| (i * 37) % 300;
+        let asked: Vec<String> = (0..len)
+            .map(|i| match i {
+                i if i % 7 == 3 => format!("nobody-{i}"),
+                i if i % 5 == 4 => names[pick(i - 1)].clone(),
+                i => names[pick(i)].clone(),
+            })
+            .collect();
+        let known = asked.iter().filter(|n| !n.starts_with("nobody")).count();
+        let stats = r.det.stats();
+        assert_eq!(r.det.beat_names(asked.iter(), None), (known, len - known));
+        let by_id: Vec<TopicId> = asked
+            .iter()
+            .map(|n| r.det.lookup(n).unwrap_or(u32::MAX))
+            .collect();
+        assert_eq!(r.det.beat_ids(&by_id, None), known);
+        let handles: Vec<Handle> = by_id.iter().map(|&id| u64::from(id)).collect();
+        let b = r.det.record_handles(handles.iter().copied(), None);
+        assert_eq!(r.det.finish(b), (known, len - known));
+        let after = r.det.stats();
+        assert_eq!(after.beats - stats.beats, 3 * known as u64, "len {len}");
+        assert_eq!(after.unknown - stats.unknown, 3 * (len - known) as u64);
+        for n in asked.iter().filter(|n| !n.starts_with("nobody")) {
+            let id = r.det.lookup(n).unwrap();
+            assert_eq!(r.det.status(id).unwrap().last_seen_ns, Some(t), "{n}");
+        }
+    }
+    assert_eq!(ids.len(), 300);
+}

@@ -194,6 +194,14 @@ impl Detector {
         inner.wheel.reserve_keys(want);
     }
 
+    /// Run `f` with lookups under one read lock of the name index (no topic can be added or
+    /// removed meanwhile): the batch form of [`lookup_handle`](Detector::lookup_handle). `f`
+    /// must not call back into anything that adds or removes topics (it would wait for
+    /// itself), nor wait on another thread that might.
+    pub fn with_lookup<R>(&self, f: impl FnOnce(&crate::registry::Lookup<'_>) -> R) -> R {
+        self.registry.with_lookup(f)
+    }
+
     /// The id of `name`.
     #[inline]
     pub fn lookup(&self, name: &str) -> Option<TopicId> {

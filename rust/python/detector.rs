@@ -37,6 +37,45 @@ fn to_py(e: DetectorError) -> PyErr {
     }
 }
 
+/// One beat for the name `name` (borrowed, e.g. from `PyString::to_str`) at `now` (clock ns),
+/// recorded as `Detector.beat(name)` records it, for any pyclass holding the GIL: lock-free for
+/// a known name whose beat owes no event; otherwise finished with the GIL released. Returns
+/// whether it was recorded (an unknown name is counted, or added first under auto-add).
+#[allow(dead_code)] // for the monitor's native intake (issue 15)
+pub(crate) fn beat_str(py: Python<'_>, det: &Detector, name: &str, now: u64) -> bool {
+    match det.lookup_handle(name) {
+        Some(handle) => beat_handle(py, det, handle, now, NO_SEQ, NO_LATENCY),
+        None => beat_unknown(py, det, name, now),
+    }
+}
+
+/// [`beat_str`] by handle, with the sequence number and transit time (ns) a `received` event
+/// carries ([`NO_SEQ`], [`NO_LATENCY`] for none).
+pub(crate) fn beat_handle(
+    py: Python<'_>,
+    det: &Detector,
+    handle: Handle,
+    now: u64,
+    seq: u64,
+    latency_ns: i64,
+) -> bool {
+    let result = det.record_handle(handle, now);
+    if det.needs_completion(result) {
+        // `resumed`/`received` take the detector lock and may wait for room in a full
+        // "block" queue, whose consumer may need the GIL: detached (see mod.rs).
+        py.detach(|| det.complete(handle, result, now, seq, latency_ns));
+    }
+    matches!(result, Beat::Recorded { .. })
+}
+
+/// A beat for a name not indexed: auto-add may take the detector lock, so detached.
+fn beat_unknown(py: Python<'_>, det: &Detector, name: &str, now: u64) -> bool {
+    matches!(
+        py.detach(|| det.beat_name(name, Some(now))),
+        Beat::Recorded { .. }
+    )
+}
+
 /// Phi-accrual settings for a topic (Akka's defaults). Times in seconds.
 #[pyclass(name = "Phi", module = "heartwire._core", frozen, from_py_object)]
 #[derive(Clone, Copy)]
@@ -118,10 +157,10 @@ impl PyDetector {
     /// is passed to, under the detector lock (a stale one raises ``KeyError`` there).
     fn id(&self, topic: &Bound<'_, PyAny>) -> PyResult<Handle> {
         if let Ok(name) = topic.cast::<PyString>() {
-            let name = name.to_cow()?;
+            let name = name.to_str()?; // borrowed: no copy
             return self
                 .det
-                .lookup_handle(&name)
+                .lookup_handle(name)
                 .ok_or_else(|| PyKeyError::new_err(format!("unknown topic: {name:?}")));
         }
         match topic.extract::<i64>() {
@@ -268,9 +307,8 @@ impl PyDetector {
     ) -> PyResult<Handle> {
         let now = opt_time("now", now)?;
         let config = self.given_config(period, allowed_misses, grace, phi)?;
-        let det = self.det.clone();
-        let name = name.to_owned();
-        py.detach(move || det.add_handle(&name, config, now))
+        // `name` borrows the str's UTF-8, which the argument keeps alive while detached.
+        py.detach(|| self.det.add_handle(name, config, now))
             .map_err(to_py)
     }
 
@@ -303,16 +341,13 @@ impl PyDetector {
                     ids
                 })
                 .map_err(to_py),
-            Names::Python(items) => {
-                let strs: Vec<String> = batch::python_strs(&items)?
-                    .into_iter()
-                    .map(|s| s.into_owned())
-                    .collect();
+            Names::Python(obj) => {
+                // Borrowed views, valid while detached: `items` holds each str.
+                let items = batch::borrow_names(&obj)?;
+                let strs = items.strs();
                 det.reserve(strs.len(), strs.first().map_or(16, |s| s.len()));
-                py.detach(move || {
-                    det.add_many_handles(strs.iter().map(String::as_str), config, now)
-                })
-                .map_err(to_py)
+                py.detach(|| det.add_many_handles(strs.iter().copied(), config, now))
+                    .map_err(to_py)
             }
         }
     }
@@ -445,17 +480,10 @@ impl PyDetector {
     ) -> PyResult<bool> {
         let now = self.now_or_clock(now)?;
         let handle = if let Ok(name) = topic.cast::<PyString>() {
-            let name = name.to_cow()?;
-            match self.det.lookup_handle(&name) {
+            let name = name.to_str()?; // borrowed: no copy
+            match self.det.lookup_handle(name) {
                 Some(handle) => handle,
-                None => {
-                    let det = self.det.clone();
-                    let name = name.into_owned();
-                    return Ok(matches!(
-                        py.detach(move || det.beat_name(&name, Some(now))),
-                        Beat::Recorded { .. }
-                    ));
-                }
+                None => return Ok(beat_unknown(py, &self.det, name, now)),
             }
         } else {
             match topic.extract::<i64>() {
@@ -477,12 +505,14 @@ impl PyDetector {
             }
             None => NO_LATENCY,
         };
-        let result = self.det.record_handle(handle, now);
-        if self.det.needs_completion(result) {
-            let det = self.det.clone();
-            py.detach(move || det.complete(handle, result, now, seq.unwrap_or(NO_SEQ), latency));
-        }
-        Ok(matches!(result, Beat::Recorded { .. }))
+        Ok(beat_handle(
+            py,
+            &self.det,
+            handle,
+            now,
+            seq.unwrap_or(NO_SEQ),
+            latency,
+        ))
     }
 
     /// Record a beat for each name (a list or iterable of str, or an Arrow string array, which
@@ -503,9 +533,8 @@ impl PyDetector {
                 det.count_unknown(nulls as u64);
                 det.finish(b).0
             })),
-            Names::Python(items) => {
-                let strs = batch::python_strs(&items)?;
-                let b = det.record_names(strs.iter(), now);
+            Names::Python(obj) => {
+                let b = batch::find_names(&det, &obj, det.auto_add())?.record(&det, now);
                 Ok(if b.needs_finish() {
                     py.detach(move || det.finish(b).0)
                 } else {
