@@ -181,11 +181,11 @@ impl PyIntake {
                 )))
             }
         };
-        let name = name.to_cow()?;
+        let name = name.to_str()?; // borrowed: the 3.10 limited API has it
         let intake = &self.intake;
         let det = intake.detector();
         // The common case, a known topic, without releasing the GIL: one lookup and one CAS.
-        if let Some(handle) = det.lookup_handle(&name) {
+        if let Some(handle) = det.lookup_handle(name) {
             let now = det.now_ns();
             let result = det.record_handle(handle, now);
             if det.needs_completion(result) {
@@ -194,7 +194,7 @@ impl PyIntake {
             }
             return Ok(matches!(result, crate::detector::Beat::Recorded { .. }));
         }
-        match py.detach(|| intake.beat_name(&name, seq.unwrap_or(NO_SEQ), latency, None)) {
+        match py.detach(|| intake.beat_name(name, seq.unwrap_or(NO_SEQ), latency, None)) {
             Ok(recorded) => Ok(recorded),
             Err(why) => {
                 // An invalid name: Python's own check raises the error users see everywhere
@@ -215,9 +215,11 @@ impl PyIntake {
             Names::Arrow(chunks) => Ok(py.detach(move || {
                 batch::for_arrow_strs(&chunks, |it| intake.beat_names(it, None)).0
             })),
-            Names::Python(items) => {
-                let strs = batch::python_strs(&items)?;
-                Ok(py.detach(|| intake.beat_names(strs.iter().map(|s| s.as_ref()), None)))
+            Names::Python(obj) => {
+                // Each name's UTF-8 borrowed (no copy), valid with the GIL released.
+                let names = batch::borrow_names(&obj)?;
+                let strs = names.strs();
+                Ok(py.detach(|| intake.beat_names(strs.iter().copied(), None)))
             }
         }
     }
