@@ -1,12 +1,11 @@
 """The ingest-lag guard over a real broker (RabbitMQ): a monitor whose intake is throttled below
 its feed reports ``lagging``, not failures, and ``caught_up`` once it reads its backlog.
 
-Until the native reader lands, a stomp.py handler stands in for it: it records each beat through
-the monitor, then calls ``Detector.note_intake`` with the beat's transit (wall now minus its
-``sent``). A handler sees one message at a time, not the socket, so it calls itself backlogged
-when that transit is above ``BACKLOG`` (the native reader will use "the read filled its
-buffer"). The intake is throttled to 60% of the feed for a few seconds (an intake-rate cap), so
-the broker holds the backlog and transit grows past the period plus grace.
+The monitor reads its subscription natively (the core's FrameReader in front of stomp.py), and
+its reads are throttled to about 60% of the feed for a few seconds (an intake-rate cap wrapped
+around the connection's read, with small reads), so the broker holds the backlog and transit
+grows past the period plus grace. The reader itself tells the detector, after each read, whether
+it was backlogged (the read was large) and the transit of the freshest beat read.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import heartwire as hw
 from heartwire.events import CaughtUp, Failed, Lagging
 from heartwire.message import Beat, BeatCodec
 from heartwire.monitor import HeartbeatMonitor
-from heartwire.transport import Message, StompTransport, connect
+from heartwire.transport import StompTransport, connect
 from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
 
@@ -31,8 +30,8 @@ pytestmark = pytest.mark.usefixtures("brokers")
 N = 100  # topics
 PERIOD = 0.5  # 200 beats/s
 GRACE = 0.3  # generous: the publisher shares 2 loaded cores
-BACKLOG = 0.02  # s of transit the stand-in reader counts as backlogged
 CAP = 120.0  # beats/s the throttled intake takes: 60% of the feed
+READ = 2048  # bytes per read while throttled (~14 beats)
 OPTIONS = "?heartbeat=0&keepalive_interval=0&reconnect_interval=0.2&connect_timeout=5"
 
 
@@ -67,34 +66,38 @@ def test_a_throttled_intake_over_rabbitmq_reports_lagging_not_failures(
     names = [f"{root}.{i:03d}" for i in range(N)]
     dead = names[0]  # stops when the throttle starts
     rec = Rec()
+    sub = connect(B.url("rabbitmq") + OPTIONS, login="guest", passcode="guest")
+    closing.append(sub)
+    pub = connect(B.url("rabbitmq") + OPTIONS, login="guest", passcode="guest")
+    closing.append(pub)
+    assert isinstance(pub, StompTransport) and isinstance(sub, StompTransport)
     mon = HeartbeatMonitor(
-        None, f"{root}.*", period=PERIOD, grace=GRACE, lag_threshold=0.5, listeners=[rec]
+        sub, f"{root}.*", period=PERIOD, grace=GRACE, lag_threshold=0.5, listeners=[rec]
     )
     closing.append(mon)
     codec = BeatCodec()
     det = mon.detector
     throttle = threading.Event()
-    state = {"next": 0.0, "max_transit": 0.0}
-
-    def reader(message: Message) -> None:
-        if throttle.is_set():  # an intake-rate cap: at most CAP beats/s
-            now = time.monotonic()
-            state["next"] = max(state["next"], now) + 1.0 / CAP
-            time.sleep(max(0.0, state["next"] - now - 1.0 / CAP))
-        mon.handle_message(message)
-        sent = codec.decode(message.body, message.destination).sent_at
-        transit = None if sent is None else time.time() - sent
-        if transit is not None:
-            state["max_transit"] = max(state["max_transit"], transit)
-        det.note_intake(transit is not None and transit > BACKLOG, transit)
-
-    sub = connect(B.url("rabbitmq") + OPTIONS, login="guest", passcode="guest")
-    closing.append(sub)
-    pub = connect(B.url("rabbitmq") + OPTIONS, login="guest", passcode="guest")
-    closing.append(pub)
-    assert isinstance(pub, StompTransport)
     mon.start()
-    sub.subscribe(f"{root}.*", reader)
+    link = sub.current_link
+    assert link is not None and link.reader is not None
+    transport = link._conn.transport
+    native_read = transport.receive  # the core's reader in front of stomp.py
+    plain_size = transport._Transport__recv_bytes
+    state = {"next": 0.0}
+
+    def throttled() -> Any:
+        # An intake-rate cap: small reads, at most CAP beats' worth a second.
+        if throttle.is_set():
+            transport._Transport__recv_bytes = READ
+            now = time.monotonic()
+            state["next"] = max(state["next"], now) + (READ / 150) / CAP
+            time.sleep(max(0.0, state["next"] - now))
+        else:
+            transport._Transport__recv_bytes = plain_size
+        return native_read()
+
+    transport.receive = throttled
     time.sleep(0.3)  # SUBSCRIBE is not acknowledged: let the broker register it
 
     stop = threading.Event()
@@ -124,7 +127,7 @@ def test_a_throttled_intake_over_rabbitmq_reports_lagging_not_failures(
         throttle.set()
         stopped_dead.set()
         time.sleep(4.0)  # 60% of the feed: the backlog grows at the broker
-        assert rec.of(Lagging), f"no lagging after 4 s throttled (transit {state}, {det.lag})"
+        assert rec.of(Lagging), f"no lagging after 4 s throttled (lag {det.lag})"
         throttle.clear()
         wait_for(lambda: rec.of(CaughtUp), 15, "caught_up once the intake is unthrottled")
         time.sleep(2 * (PERIOD + GRACE))  # the dead one's deadline is judged at the clock now
@@ -139,8 +142,10 @@ def test_a_throttled_intake_over_rabbitmq_reports_lagging_not_failures(
     assert len(lagging) == 1 and len(caught_up) == 1, rec.events
     # The backlog was real: beats were read later than their deadlines (period plus grace
     # after the topic's previous beat), so judged at the clock they would have failed.
-    assert caught_up[0].max_lag > PERIOD + GRACE, (caught_up, state)
+    assert caught_up[0].max_lag > PERIOD + GRACE, caught_up
     assert lagging[0].lag > 0.5
     stats = mon.stats()
     assert stats["lagging"] == 1 and stats["ingest_lag"] == 0.0
     assert stats["rejected"] == {}
+    assert sub.stats()["native"] >= N * 4, "the beats were read by the core, not stomp.py"
+    assert link.reader.pending < READ, "at most one partial frame is held"

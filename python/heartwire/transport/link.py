@@ -52,10 +52,6 @@ log = logging.getLogger("heartwire.transport.stomp")
 _HEARTBEAT_RECEIVE_SCALE = 2.0
 # How much one read of the socket takes (the core splits and records it in one call).
 _READ_BYTES = 256 * 1024
-# A read this large means more was waiting: the reader is behind (its intake's lag guard holds
-# deadlines back, see Detector.note_intake). A quarter of the read size: the kernel's socket
-# buffer may hold less than a whole read even when the broker holds much more.
-_BACKLOG_BYTES = _READ_BYTES // 4
 # The frames StompLink.frame sends.
 _FRAMES = ("ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "UNSUBSCRIBE")
 # How long close() waits for the broker's receipt of DISCONNECT.
@@ -312,7 +308,10 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             data = receive()
             if not data:
                 return data  # closed (or nothing yet on a TLS socket): stomp.py decides
-            left = feed(data, len(data) >= _BACKLOG_BYTES)
+            # A read of a quarter of the read size or more: more was waiting (the kernel's
+            # socket buffer may hold less than a whole read even when the broker holds more).
+            size = getattr(transport, "_Transport__recv_bytes", _READ_BYTES)
+            left = feed(data, len(data) >= size // 4)
             if after is not None:
                 after()
             return left or b"\n"
