@@ -23,8 +23,8 @@ expires), as the baseline reads ``time.monotonic()``.
 
 RSS: the growth of the process's resident set for 1M topics in a ``HeartbeatMonitor`` added by
 ``expect``, and learned from ``beat_many`` of names it has not seen, split into the core's own
-``Detector.heap_bytes()``, the monitor's per-slot Python arrays, and the rest (allocator slack,
-Python objects).
+``Detector.heap_bytes()``, the monitor's per-slot table (``Intake.heap_bytes()``), and the rest
+(allocator slack, Python objects).
 """
 
 from __future__ import annotations
@@ -196,8 +196,9 @@ def rss(kind: str, n: int) -> dict[str, Any]:
     gc.collect()
     grown = rss_bytes() - before
     core = mon.detector.heap_bytes()
-    # The monitor's per-slot arrays (periods, pinned flags, graces); read, not changed.
-    arrays = sum(sys.getsizeof(getattr(mon, a)) for a in ("_periods", "_pinned", "_graces"))
+    # The monitor's per-slot table (periods, pinned flags, graces, replay history): in the
+    # core's intake since issue 15.
+    arrays = mon._intake.heap_bytes()
     out = {
         "kind": kind,
         "n": n,
@@ -265,7 +266,7 @@ def report(res: dict[str, Any]) -> None:
             f"\nHeartbeatMonitor, {r['n']:,} topics by {r['kind']}: RSS +{r['rss_mib']:.1f} MiB"
             f" ({r['bytes_per_topic']:.0f} B/topic; goal <= {GOAL_RSS_MIB:.0f} MiB: {ok}),"
             f" filled in {r['fill_s']:.1f} s\n  core heap_bytes"
-            f" {r['core_heap_bytes_per_topic']:.0f} B/topic, monitor arrays"
+            f" {r['core_heap_bytes_per_topic']:.0f} B/topic, monitor table"
             f" {r['python_arrays_bytes_per_topic']:.0f} B/topic,"
             f" rest {r['rest_bytes_per_topic']:.0f} B/topic"
         )

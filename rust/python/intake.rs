@@ -216,10 +216,22 @@ impl PyIntake {
                 batch::for_arrow_strs(&chunks, |it| intake.beat_names(it, None)).0
             })),
             Names::Python(obj) => {
-                // Each name's UTF-8 borrowed (no copy), valid with the GIL released.
-                let names = batch::borrow_names(&obj)?;
-                let strs = names.strs();
-                Ok(py.detach(|| intake.beat_names(strs.iter().copied(), None)))
+                // Known names the detector's batch way (lookups a chunk at a time, one lock-free
+                // record each); the others (copied) learned by the intake's rules.
+                let det = intake.detector().clone();
+                let mut found = batch::find_names(&det, &obj, true)?;
+                let missing = std::mem::take(&mut found.missing);
+                let b = found.record(&det, None);
+                let mut recorded = if b.needs_finish() {
+                    py.detach(|| det.finish(b).0)
+                } else {
+                    b.recorded
+                };
+                if !missing.is_empty() {
+                    recorded +=
+                        py.detach(|| intake.beat_names(missing.iter().map(String::as_str), None));
+                }
+                Ok(recorded)
             }
         }
     }
