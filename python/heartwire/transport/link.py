@@ -52,6 +52,12 @@ log = logging.getLogger("heartwire.transport.stomp")
 _HEARTBEAT_RECEIVE_SCALE = 2.0
 # How much one read of the socket takes (the core splits and records it in one call).
 _READ_BYTES = 256 * 1024
+# How often a reader that consumes every frame itself still shows stomp.py that data arrives
+# (a heart-beat EOL), seconds: well under any STOMP heart-beat interval.
+_ALIVE_EVERY = 0.05
+# A read smaller than this waits _GATHER seconds before the next one (see _install_reader).
+_SMALL_READ = 16 * 1024
+_GATHER = 0.002
 # The frames StompLink.frame sends.
 _FRAMES = ("ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "UNSUBSCRIBE")
 # How long close() waits for the broker's receipt of DISCONNECT.
@@ -286,9 +292,13 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         first: it records the beats of routed subscriptions and hands back only the other
         frames, whole and in order, for stomp.py's own frame handling.
 
-        stomp.py reads the socket in ``Transport.receive()``; an empty read means "closed" to
-        it, so a chunk the core consumed whole comes back as one heart-beat EOL (which also
-        keeps stomp.py's heart-beat bookkeeping fed: data arrived). Chunks are read up to
+        stomp.py reads the socket in ``Transport.receive()``; this wraps it. A read the core
+        consumed whole is not handed to stomp.py (its frame handling costs more than the core's
+        whole read): the wrapper reads again, and only every :data:`_ALIVE_EVERY` seconds
+        returns one heart-beat EOL instead, which keeps stomp.py's heart-beat bookkeeping fed
+        (data arrived; an empty read would mean "closed" to it). After a small read it waits
+        :data:`_GATHER` seconds for more to gather (at most that much latency, and a read per
+        many beats instead of per two or three). Chunks are read up to
         :data:`_READ_BYTES` at a time (stomp.py's 16 KiB default costs a Python round trip
         per ~60 beats). Reading is the intake's back-pressure: while the core works on a
         chunk nothing is read, so a monitor that falls behind leaves the backlog in the
@@ -303,18 +313,33 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
             transport._Transport__recv_bytes = _READ_BYTES
         after = self._after_read
         feed = reader.feed
+        clock = time.monotonic
+        sleep = time.sleep
+        told = [clock()]  # when stomp.py last saw data
 
         def read() -> Any:
-            data = receive()
-            if not data:
-                return data  # closed (or nothing yet on a TLS socket): stomp.py decides
-            # A read of a quarter of the read size or more: more was waiting (the kernel's
-            # socket buffer may hold less than a whole read even when the broker holds more).
-            size = getattr(transport, "_Transport__recv_bytes", _READ_BYTES)
-            left = feed(data, len(data) >= size // 4)
-            if after is not None:
-                after()
-            return left or b"\n"
+            while True:
+                data = receive()
+                if not data:
+                    return data  # closed (or nothing yet on a TLS socket): stomp.py decides
+                # A read of a quarter of the read size or more: more was waiting (the kernel's
+                # socket buffer may hold less than a read even when the broker holds more).
+                size = getattr(transport, "_Transport__recv_bytes", _READ_BYTES)
+                left = feed(data, len(data) >= size // 4)
+                if after is not None:
+                    after()
+                now = clock()
+                if left:
+                    told[0] = now
+                    return left
+                if now - told[0] >= _ALIVE_EVERY:
+                    told[0] = now
+                    return b"\n"
+                if len(data) < _SMALL_READ:
+                    # Let beats gather before the next read: a broker that sends each message
+                    # on its own (RabbitMQ) otherwise costs a read (and a Python round trip)
+                    # per 2-3 beats. As Kafka's fetch.max.wait: a little latency for throughput.
+                    sleep(_GATHER)
 
         transport.receive = read
         self.reader = reader

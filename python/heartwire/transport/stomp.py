@@ -202,6 +202,7 @@ class StompTransport:
         # subscription id its intake and the callback that reports the intake's refusals.
         self._routes = Routes()
         self._native: dict[str, tuple[Intake, Callable[[], None]]] = {}
+        self._native_list: tuple[tuple[Intake, Callable[[], None]], ...] = ()  # (a snapshot)
         # The last links opened (for the count of beats taken natively), and the count of
         # those let go (ended long ago).
         self._native_links: list[StompLink] = []
@@ -464,6 +465,7 @@ class StompTransport:
         with self._connector.cond:
             if sub.id in self._subs:
                 self._native[sub.id] = (intake, on_refusals)
+                self._native_list = tuple(self._native.values())
                 self._routes.add(sub.id, intake)
         return sub
 
@@ -625,6 +627,7 @@ class StompTransport:
     def _remove(self, sub: StompSubscription, headers: dict[str, str] | None = None) -> None:
         with self._connector.cond:
             if self._native.pop(sub.id, None) is not None:
+                self._native_list = tuple(self._native.values())
                 self._routes.remove(sub.id)
             if self._subs.pop(sub.id, None) is None:
                 return
@@ -657,7 +660,7 @@ class StompTransport:
     def _after_read(self) -> None:
         """After each read of a link (its receiving thread): report the refusals of the
         intakes fed natively."""
-        for intake, report in list(self._native.values()):
+        for intake, report in self._native_list:
             if intake.pending:
                 try:
                     report()
