@@ -61,6 +61,9 @@ pub struct FeedStats {
     pub eols: u64,
 }
 
+/// A held buffer larger than this is let go once empty (two reads of the Python reader).
+const HELD_KEEP: usize = 512 * 1024;
+
 /// Splits a STOMP byte stream into frames, holding a partial frame between calls.
 #[derive(Debug, Default)]
 pub struct Splitter {
@@ -343,6 +346,10 @@ impl Splitter {
             // The held frame ends at the end of `held` or later: all of it is used, or none.
             let used = run(&self.held, out, &mut on_message, &mut stats);
             self.held.drain(..used);
+            if self.held.is_empty() && self.held.capacity() > HELD_KEEP {
+                // One huge frame must not pin its size for the life of the connection.
+                self.held = Vec::new();
+            }
             self.need = if self.held.is_empty() {
                 None
             } else {

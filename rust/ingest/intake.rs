@@ -75,8 +75,8 @@ pub enum MaxAge {
     Unbounded,
 }
 
-/// A monitor's settings, as the intake needs them.
-#[derive(Clone, Debug)]
+/// A monitor's settings, as the intake needs them. (No `Debug`: it holds the key.)
+#[derive(Clone)]
 pub struct IntakeConfig {
     pub pattern: String,
     /// The default period of new topics, seconds.
@@ -534,6 +534,18 @@ impl Intake {
 
     /// Decode and record one message body that arrived on `destination` (a topic).
     pub fn ingest(&self, body: &[u8], destination: Option<&str>, now: Option<u64>) -> Outcome {
+        self.ingest_counted(body, destination, now, true)
+    }
+
+    /// [`ingest`](Intake::ingest); `count_defer`: count a deferred body (the socket reader
+    /// does not: the body reaches the monitor's Python path, which counts it there).
+    pub fn ingest_counted(
+        &self,
+        body: &[u8],
+        destination: Option<&str>,
+        now: Option<u64>,
+        count_defer: bool,
+    ) -> Outcome {
         match self.decoder.decode(body, destination) {
             Decoded::Beat(beat) => {
                 self.native.fetch_add(1, Ordering::Relaxed);
@@ -546,7 +558,9 @@ impl Intake {
                 Outcome::Refused
             }
             Decoded::Defer => {
-                self.deferred.fetch_add(1, Ordering::Relaxed);
+                if count_defer {
+                    self.deferred.fetch_add(1, Ordering::Relaxed);
+                }
                 Outcome::Defer
             }
         }
@@ -732,6 +746,9 @@ impl Intake {
         names: impl IntoIterator<Item = &'a str>,
         now: Option<u64>,
     ) -> usize {
+        if !self.running() {
+            return 0; // nothing recorded, learned or refused while stopped
+        }
         let now = now.unwrap_or_else(|| self.det.now_ns());
         let mut recorded = 0;
         for name in names {

@@ -399,6 +399,8 @@ fn topic_of(destination: &[u8]) -> Option<&str> {
 }
 
 const PING_PREFIX: &str = "_hw.keepalive.";
+/// The largest output buffer a reader keeps between reads.
+const OUT_KEEP: usize = 512 * 1024;
 
 #[pymethods]
 impl PyFrameReader {
@@ -418,7 +420,9 @@ impl PyFrameReader {
     }
 
     /// Take ``data`` read from the socket; return the complete frames stomp.py must see
-    /// (b"" if none). ``backlogged``: the read filled the buffer (more is waiting).
+    /// (b"" if none). ``backlogged``: more was waiting when the read returned (the intake's lag
+    /// guard, ``Detector.note_intake``: each routed intake with beats in the read is told, with
+    /// the transit of its freshest beat; one without is told only that a backlog ended).
     #[pyo3(signature = (data, backlogged = false))]
     fn feed<'py>(&self, py: Python<'py>, data: &[u8], backlogged: bool) -> Bound<'py, PyBytes> {
         let routes = self.routes.lock().clone();
@@ -446,23 +450,29 @@ impl PyFrameReader {
             let now = wall_now();
             let mut last = u64::MAX;
             for intake in routes.values() {
-                let sent = freshest
-                    .iter()
-                    .find(|(i, _)| Arc::ptr_eq(i, intake))
-                    .and_then(|(_, s)| *s);
-                let transit = sent.map(|s| ((now - s).max(0.0) * 1e9) as u64);
-                if let Some(t) = transit {
-                    last = t;
+                match freshest.iter().find(|(i, _)| Arc::ptr_eq(i, intake)) {
+                    Some((_, sent)) => {
+                        // A send time in the future (a publisher's clock ahead) says nothing
+                        // about this reader's lag: no transit, rather than a transit of 0.
+                        let transit = sent.filter(|s| *s <= now).map(|s| ((now - s) * 1e9) as u64);
+                        if let Some(t) = transit {
+                            last = last.min(t);
+                        }
+                        intake.detector().note_intake(backlogged, transit, None);
+                    }
+                    // No beat of its own in this read: a backlog of other traffic says nothing
+                    // about it (no hold starts); no backlog ends its hold.
+                    None if !backlogged => intake.detector().note_intake(false, None, None),
+                    None => {}
                 }
-                intake.detector().note_intake(backlogged, transit, None);
             }
             self.last_transit.store(last, Ordering::Relaxed);
             std::mem::take(out)
         });
         let bytes = PyBytes::new(py, &buffer);
         let mut state = self.state.lock();
-        if state.out.capacity() < buffer.capacity() {
-            state.out = buffer; // keep the larger buffer for the next read
+        if state.out.capacity() < buffer.capacity() && buffer.capacity() <= OUT_KEEP {
+            state.out = buffer; // keep the larger buffer for the next read, up to a bound
         }
         bytes
     }
@@ -516,13 +526,20 @@ fn route<'r>(
     if topic.starts_with(PING_PREFIX) || !intake.matches(topic) {
         return Verdict::Pass; // another transport's ping, or a broker wildcard wider than ours
     }
-    match intake.ingest(frame.body, Some(topic), None) {
+    if !intake.running() {
+        // Stopped (its subscription is being cancelled): a beat now would be ignored, and a
+        // refusal would be reported to the next run.
+        return Verdict::Consumed;
+    }
+    match intake.ingest_counted(frame.body, Some(topic), None, false) {
         Outcome::Recorded { sent } => {
-            if let Some(s) = sent {
-                match freshest.iter_mut().find(|(i, _)| Arc::ptr_eq(i, intake)) {
-                    Some((_, f)) => *f = Some(f.map_or(s, |f: f64| f.max(s))),
-                    None => freshest.push((intake, Some(s))),
+            match freshest.iter_mut().find(|(i, _)| Arc::ptr_eq(i, intake)) {
+                Some((_, f)) => {
+                    if let Some(s) = sent {
+                        *f = Some(f.map_or(s, |f: f64| f.max(s)));
+                    }
                 }
+                None => freshest.push((intake, sent)),
             }
             Verdict::Consumed
         }

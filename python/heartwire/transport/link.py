@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
 import struct
 import threading
@@ -107,6 +108,20 @@ def _resolve(broker: BrokerAddress, deadline: float) -> list[Any]:
     if not result:
         raise LinkError(broker, f"the name lookup of {broker.host!r} found no address")
     return list(result)
+
+
+def _waiting(sock: Any) -> bool:
+    """Whether more bytes wait to be read on ``sock`` right now (a TLS socket's decrypted
+    buffer included): the reader is behind its feed."""
+    if sock is None:
+        return False
+    try:
+        pending = getattr(sock, "pending", None)  # ssl.SSLSocket: decrypted, not yet read
+        if pending is not None and pending() > 0:
+            return True
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):  # closed meanwhile: the next read says so
+        return False
 
 
 class _Turns:
@@ -322,10 +337,14 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
                 data = receive()
                 if not data:
                     return data  # closed (or nothing yet on a TLS socket): stomp.py decides
-                # A read of a quarter of the read size or more: more was waiting (the kernel's
-                # socket buffer may hold less than a read even when the broker holds more).
-                size = getattr(transport, "_Transport__recv_bytes", _READ_BYTES)
-                left = feed(data, len(data) >= size // 4)
+                backlogged = _waiting(transport.socket)
+                try:
+                    left = feed(data, backlogged)
+                except BaseException as exc:  # a bug in the core must not kill the receiver
+                    log.error("%s: the native frame reader failed", self.broker, exc_info=exc)
+                    # stomp.py takes an OSError from a read as a lost connection: the link
+                    # ends and the next one starts with a fresh reader.
+                    raise OSError("the native frame reader failed") from exc
                 if after is not None:
                     after()
                 now = clock()
@@ -335,7 +354,7 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
                 if now - told[0] >= _ALIVE_EVERY:
                     told[0] = now
                     return b"\n"
-                if len(data) < _SMALL_READ:
+                if len(data) < _SMALL_READ and not backlogged:
                     # Let beats gather before the next read: a broker that sends each message
                     # on its own (RabbitMQ) otherwise costs a read (and a Python round trip)
                     # per 2-3 beats. As Kafka's fetch.max.wait: a little latency for throughput.
