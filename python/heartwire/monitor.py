@@ -3,9 +3,10 @@
 A :class:`HeartbeatMonitor` subscribes to a pattern on a broker (``"svc.>"``), decodes each beat
 with :class:`~heartwire.message.BeatCodec` and records it in the native
 :class:`~heartwire._core.Detector`, which counts missed periods on its own thread. The detector's
-events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher` thread, which takes
-them out in batches (up to 65536 events, each an :class:`~heartwire.events.EventBatch` built in
-the core) and hands each batch to the listeners: whole to those that override
+events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher` thread (the event
+feed, :class:`~heartwire.feed.EventFeed`, which the monitor owns), which takes them out in
+batches (up to 65536 events, each an :class:`~heartwire.events.EventBatch` built in the core)
+and hands each batch to the listeners: whole to those that override
 :meth:`~heartwire.listeners.SubscriberListener.on_events`, as :class:`~heartwire.events.Failed`,
 :class:`~heartwire.events.Resumed`, :class:`~heartwire.events.Received` and
 :class:`~heartwire.events.LocalPause` calls to the others. Detection never waits for Python.
