@@ -182,11 +182,13 @@ def test_received_only_for_listeners_that_ask() -> None:
     mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[plain])
     mon.expect("svc.a")
     mon.start()
-    assert mon._feed is not None and not mon._feed.received  # nobody asked: not produced
+    assert (
+        mon._feed.current is not None and not mon._feed.current.received
+    )  # nobody asked: not produced
     mon.beat("svc.a")
     asks = Batches()
     mon.add_listener(asks)
-    assert mon._feed.received
+    assert mon._feed.current.received
     mon.beat("svc.a")
     clock.advance(1.5)
     assert mon.drain(WAIT)

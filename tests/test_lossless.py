@@ -108,12 +108,12 @@ def test_the_feed_blocks_for_a_lossless_listener_and_not_otherwise() -> None:
     clock = hw.ManualClock()
     mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, capacity=4)
     mon.start()
-    assert mon._feed is not None and mon._feed.queue.overflow == "coalesce"
+    assert mon._feed.current is not None and mon._feed.current.queue.overflow == "coalesce"
     log = Slow()
     mon.add_listener(log)
-    assert mon._feed.queue.overflow == "block"
+    assert mon._feed.current.queue.overflow == "block"
     mon.remove_listener(log)
-    assert mon._feed.queue.overflow == "coalesce"
+    assert mon._feed.current.queue.overflow == "coalesce"
     mon.stop()
 
 

@@ -336,7 +336,7 @@ def test_received_only_for_listeners_that_want_it_added_and_removed_at_run_time(
     rig.mon.start()
     rig.send("svc.a", seq=1)
     rig.take()
-    assert not rig.mon._feed.received  # type: ignore[union-attr]
+    assert not rig.mon._feed.current.received  # type: ignore[union-attr]
     wants = ReceivedRecorder()
     rig.mon.add_listener(wants)
     rig.advance(1.5)  # failed at 1.0
@@ -350,7 +350,7 @@ def test_received_only_for_listeners_that_want_it_added_and_removed_at_run_time(
     rig.send("svc.a", seq=3)
     rig.clock.advance(1.5)
     assert rig.mon.drain()
-    assert not rig.mon._feed.received  # type: ignore[union-attr]
+    assert not rig.mon._feed.current.received  # type: ignore[union-attr]
     assert [type(e).__name__ for e in wants.events] == ["Failed", "Resumed", "Received"]
     assert [type(e).__name__ for e in rig.rec.events] == ["Failed"]
 
@@ -476,7 +476,7 @@ def test_start_undoes_itself_when_the_broker_refuses_the_subscription() -> None:
         mon.start()
     assert not mon.running
     assert not mon.detector.running
-    assert mon._feed is None
+    assert mon._feed.current is None
     mon.stop()  # nothing to stop
 
 

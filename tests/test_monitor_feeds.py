@@ -55,7 +55,7 @@ class Order(hw.SubscriberListener):
 
 def _unstick(mon: hw.HeartbeatMonitor) -> None:
     """Close every feed queue (releases a driver blocked on one), so a failed test can end."""
-    feed = mon._feed
+    feed = mon._feed.current
     while feed is not None:
         feed.queue.close()
         feed = feed.prev
@@ -596,7 +596,7 @@ def test_an_event_the_old_feed_coalesced_away_is_not_delivered_late_by_the_new_o
     # newer (coalesced, counted) and delivered it; the new one holds both. Its thread must not
     # then deliver failed(2) after failed(3). Real core events, through the monitor's handler
     # in the order the two dispatch threads run it (the new one waits for the old one).
-    from heartwire.monitor import _Feed
+    from heartwire.feed import _Feed
 
     clock = hw.ManualClock()
     det = hw.Detector(clock=clock, period=1.0, max_local_pause=None)
@@ -611,8 +611,8 @@ def test_an_event_the_old_feed_coalesced_away_is_not_delivered_late_by_the_new_o
     assert new_batch.missed.tolist() == [2, 3]
     order = Order()
     mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[order], listener_queue=None)
-    old_feed = _Feed(old, False, "coalesce", None, mon._newest.open_feed())
-    new_feed = _Feed(new, False, "block", old_feed, mon._newest.open_feed())
-    mon._deliver(old_feed, old_batch)
-    mon._deliver(new_feed, new_batch)
+    old_feed = _Feed(old, False, "coalesce", None, mon._feed._newest.open_feed())
+    new_feed = _Feed(new, False, "block", old_feed, mon._feed._newest.open_feed())
+    mon._feed._deliver(old_feed, old_batch)
+    mon._feed._deliver(new_feed, new_batch)
     assert [(t, m) for _, t, m, _ in order.seen] == [("svc.a", 1), ("svc.a", 3)]

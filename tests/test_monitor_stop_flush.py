@@ -46,7 +46,7 @@ def test_a_resumed_waiting_for_room_in_the_monitors_own_feed_is_delivered_at_sto
     mon.expect("svc.a")
     mon.expect("svc.x")
     mon.start()
-    feed = mon._feed
+    feed = mon._feed.current
     assert feed is not None
     clock.advance(1.5)  # failed(a,1) held by the listener, failed(x,1) fills the feed
     assert listener.entered.wait(BOUND), "the listener got no failure"

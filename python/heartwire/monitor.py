@@ -3,9 +3,10 @@
 A :class:`HeartbeatMonitor` subscribes to a pattern on a broker (``"svc.>"``), decodes each beat
 with :class:`~heartwire.message.BeatCodec` and records it in the native
 :class:`~heartwire._core.Detector`, which counts missed periods on its own thread. The detector's
-events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher` thread, which takes
-them out in batches (up to 65536 events, each an :class:`~heartwire.events.EventBatch` built in
-the core) and hands each batch to the listeners: whole to those that override
+events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher` thread (the event
+feed, :class:`~heartwire.feed.EventFeed`, which the monitor owns), which takes them out in
+batches (up to 65536 events, each an :class:`~heartwire.events.EventBatch` built in the core)
+and hands each batch to the listeners: whole to those that override
 :meth:`~heartwire.listeners.SubscriberListener.on_events`, as :class:`~heartwire.events.Failed`,
 :class:`~heartwire.events.Resumed`, :class:`~heartwire.events.Received` and
 :class:`~heartwire.events.LocalPause` calls to the others. Detection never waits for Python.
@@ -44,19 +45,17 @@ import time
 import weakref
 from collections.abc import Iterable
 from numbers import Real
-from typing import Any, Literal
+from typing import Any
 
-from heartwire._core import Detector, EventQueue, Intake, ManualClock, Newest, Phi
-from heartwire._core import EventBatch as CoreBatch
-from heartwire.dispatch import Dispatcher
+from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire.events import (
-    EventBatch,
     ExceptionEvent,
     Started,
     Stopped,
     TopicStatus,
     real_clock_offset,
 )
+from heartwire.feed import EventFeed, Overflow, _Feed
 from heartwire.listeners import (
     ConnectionEvents,
     ListenerOverflow,
@@ -71,9 +70,7 @@ __all__ = ["HeartbeatMonitor", "HeartbeatSubscriber"]
 
 log = logging.getLogger("heartwire.monitor")
 
-Overflow = Literal["coalesce", "drop-oldest", "drop-newest", "block"]
 _OVERFLOWS = ("coalesce", "drop-oldest", "drop-newest", "block")
-_JOIN = 3600.0  # how long a new dispatch thread waits for the one it replaces (ordering)
 #: A handle's slot in the core (its low 32 bits; the bits above are the slot's generation,
 #: bumped when a removed topic's slot is reused). Per-topic arrays here are indexed by slot.
 _SLOT = 0xFFFF_FFFF
@@ -137,54 +134,6 @@ def _check_int(value: object, field: str, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{field} must be >= {minimum}, got {value!r}")
     return value
-
-
-class _Feed:
-    """One subscription to the detector's events and the dispatch thread that empties it.
-
-    When listeners start (or stop) wanting ``received`` events, or losing none, the monitor
-    opens a new feed, starts its thread, then closes the old one. Both get the events pushed
-    meanwhile, and an event put aside while a ``"block"`` queue is subscribed goes to the
-    queues subscribed when it is pushed: one that reached the old feed and then waited for room
-    in another queue reaches the new feed too, however late (the core's rule, ``emit.rs``).
-    So the new feed's thread first waits for the old ones to finish (the whole chain, oldest
-    first: one replaced before it delivered anything has not waited for its own), then skips
-    what both got or is stale (:meth:`~heartwire._core.EventBatch.fresh` through the monitor's
-    :class:`~heartwire._core.Newest`, in the core: no Python step per event). Its thread runs
-    before the old queue is let go: a producer may be waiting for room in the new queue.
-    ``number``: the feed's number from ``Newest.open_feed``, taken before its queue is
-    subscribed.
-    """
-
-    __slots__ = (
-        "counted",
-        "dispatcher",
-        "finished",
-        "number",
-        "overflow",
-        "popped",
-        "prev",
-        "queue",
-        "received",
-    )
-
-    def __init__(
-        self,
-        queue: EventQueue,
-        received: bool,
-        overflow: Overflow,
-        prev: _Feed | None,
-        number: int = 0,
-    ) -> None:
-        self.queue = queue
-        self.number = number
-        self.received = received
-        self.overflow = overflow
-        self.prev = prev
-        self.dispatcher: Dispatcher | None = None
-        self.finished = False  # stop() is over: what the thread still holds is not delivered
-        self.counted = False  # its overflow losses are in the monitor's `_losses`
-        self.popped = 0
 
 
 _running: weakref.WeakSet[HeartbeatMonitor] = weakref.WeakSet()
@@ -399,15 +348,17 @@ class HeartbeatMonitor:
         self._held_paused: set[int] = set()
         # Handles being resumed in the detector by a thread that let go of the lock for it.
         self._resuming: set[int] = set()
-        self._losses_lock = threading.Lock()
-        self._feed: _Feed | None = None
         self._subscription: Subscription | None = None
-        self._local = threading.local()
-        self._progress = threading.Condition()  # notified as batches are delivered
-        self._dispatched = 0
-        self._dispatch_errors = 0
-        self._losses = 0  # events lost to the overflow policy on feeds already closed
-        self._newest = Newest()  # what the dispatch threads delivered (no duplicates)
+        # The detector's events to the listeners (its switches run under self._lock).
+        self._feed = EventFeed(
+            self._det,
+            self._listeners,
+            pattern=self._pattern,
+            capacity=self._capacity,
+            overflow=self._overflow,
+            wall_offset=self._wall_offset,
+            after_batch=self._after_batch,
+        )
 
     # -- properties ------------------------------------------------------------------------
 
@@ -668,7 +619,7 @@ class HeartbeatMonitor:
                 return self
             self._listeners.unseal()  # closed by the last stop()'s on_stopped
             self._listeners.emit("on_started", Started(self._pattern))
-            self._open_feed(*self._feed_wanted())
+            self._feed.open()
             self._det.start()
             self._running = True
             self._paused = False
@@ -692,13 +643,13 @@ class HeartbeatMonitor:
                 self._running = False
                 self._held_paused = self._paused_handles() | set(resume)
                 self._resuming.difference_update(resume)
-                chain = self._detach_feeds()
+                chain = self._feed.detach()
                 self._stopping += 1
             else:
                 _running.add(self)
         if error is not None:  # undone as stop() does, the detector's stop without the lock
             mark = self._stop_detector(chain)
-            self._finish_feeds(chain, 1.0, mark, time.monotonic() + 1.0)
+            self._feed.finish(chain, 1.0, mark, time.monotonic() + 1.0)
             raise error
         self._resume_in_detector(resume)
         return self
@@ -757,13 +708,13 @@ class HeartbeatMonitor:
                         subscription.cancel()
                     except Exception:
                         log.exception("cancelling the subscription to %r failed", self._pattern)
-                chain = self._detach_feeds()
+                chain = self._feed.detach()
                 self._stopping += 1
                 break
         deadline = time.monotonic() + timeout
         mark = self._stop_detector(chain)
         # Outside the lock: a listener running on the dispatch thread may need it to finish.
-        self._finish_feeds(chain, None if self._listeners.lossless else timeout, mark, deadline)
+        self._feed.finish(chain, None if self._listeners.lossless else timeout, mark, deadline)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
         # did not finish in time, a late bad beat, a listener's error report) is refused and
         # counted (``listener_late``), and starts no listener thread again. An unqueued
@@ -786,12 +737,12 @@ class HeartbeatMonitor:
         need the lock to return. Called on that thread, close the queues first: nothing else
         would make room.
 
-        Returns the detector's outbox mark at its stop (for :meth:`_finish_feeds` to wait
-        until every event emitted before it is pushed), or None on the dispatch thread."""
+        Returns the detector's outbox mark at its stop (for :meth:`EventFeed.finish
+        <heartwire.feed.EventFeed.finish>` to wait until every event emitted before it is
+        pushed), or None on the dispatch thread."""
         try:
-            if getattr(self._local, "dispatching", False):
-                for feed in chain:
-                    feed.queue.close()
+            if self._feed.dispatching:
+                EventFeed.close(chain)
                 self._det.stop()
                 return None
             self._det.stop()
@@ -934,31 +885,22 @@ class HeartbeatMonitor:
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
         out["ingest_lag"] = out["ingest_lag_ns"] / 1e9
         intake = self._intake.stats()
-        depth = 0
-        with self._losses_lock:
-            # Under the lock: a dispatch thread moves replaced feeds' losses into `_losses` as
-            # it takes them out of the chain, under it too (each counted once).
-            dropped = self._losses
-            feed = self._feed
-            while feed is not None:
-                dropped += _losses(feed.queue)
-                depth += len(feed.queue)
-                feed = feed.prev
+        feed = self._feed.stats()
         connection = self._connection_events
         out.update(
             learned=intake["learned"],
             rejected=intake["rejected"],
             native=intake["native"],
             deferred=intake["deferred"],
-            dispatched=self._dispatched,
-            dropped=dropped,
+            dispatched=feed["dispatched"],
+            dropped=feed["dropped"],
             listener_errors=self._listeners.errors,
-            dispatch_errors=self._dispatch_errors,
+            dispatch_errors=feed["dispatch_errors"],
             listener_dropped=self._listeners.dropped,
             listener_late=self._listeners.late,
             listener_queue_depth=self._listeners.queue_depth,
             listeners=self._listeners.stats(),
-            dispatch_queue_depth=depth,
+            dispatch_queue_depth=feed["dispatch_queue_depth"],
             disconnects=connection.disconnects,
             reconnects=connection.reconnects,
         )
@@ -1016,189 +958,27 @@ class HeartbeatMonitor:
         event produced so far (or its queue dropped it). Returns False at once when called from
         a listener (it cannot wait for itself).
         """
-        if getattr(self._local, "dispatching", False) or self._listeners.on_listener_thread():
+        if self._feed.dispatching or self._listeners.on_listener_thread():
             return False
         if self._intake.pending:
             self._report_refusals()
         deadline = time.monotonic() + timeout
-        feed = self._feed
-        chain: list[_Feed] = []
-        while feed is not None:
-            chain.append(feed)
-            feed = feed.prev
-        # Every event pushed so far is either handed to the handler or lost to the overflow
-        # policy. (Not "popped + len": a pop in progress is in neither for a moment.)
-        targets = [(f, f.queue.stats()["pushed"]) for f in reversed(chain)]  # oldest first
-        with self._progress:
-            for feed, pushed in targets:
-                dispatcher = feed.dispatcher
-                if dispatcher is None:
-                    continue
-                while not _delivered(feed, pushed) and dispatcher.alive:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    # Woken by each delivered batch; the slice notices a thread that ended.
-                    self._progress.wait(min(remaining, 0.05))
+        if not self._feed.drain(deadline):
+            return False
         return self._listeners.drain(max(0.0, deadline - time.monotonic()))
 
-    def _feed_wanted(self) -> tuple[bool, Overflow]:
-        """Whether the feed should carry ``received`` events, and its overflow policy: "block"
-        while some listener is lossless (nothing may be coalesced or dropped before it)."""
-        listeners = self._listeners
-        overflow: Overflow = "block" if listeners.lossless else self._overflow
-        return listeners.wants_received, overflow
-
-    def _open_feed(self, received: bool, overflow: Overflow) -> None:
-        # Called with the lock held.
-        old = self._feed
-        # Numbered before the queue is subscribed: the old feed pops every event the two share
-        # after it is replaced, and notes the `received` ones for this feed to skip.
-        number = self._newest.open_feed()
-        queue = self._det.subscribe(capacity=self._capacity, overflow=overflow, received=received)
-        feed = _Feed(queue, received, overflow, old, number)
-        feed.dispatcher = Dispatcher(
-            queue,
-            lambda batch: self._deliver(feed, batch),
-            on_error=self._dispatch_failed,
-            name=f"heartwire-monitor[{self._pattern}]",
-            columnar=True,
-        )
-        self._feed = feed
-        # The new queue is fed from now on: its thread must run before anything here waits for
-        # the detector. Under "block" the driver may already be waiting for room in it (or in
-        # the old one) while holding the detector's locks, which unsubscribe needs.
-        feed.dispatcher.start()
-        if old is not None:
-            # Closing first releases a driver waiting for room in the old queue; what it would
-            # have pushed there goes to the new one too. The old thread ends once it is empty.
-            old.queue.close()
-            self._det.unsubscribe(old.queue)
-
     def _sync_received(self) -> None:
-        """Open a new feed if listeners' interest in ``received`` events, or in losing none,
-        changed."""
+        """Switch the event feed if listeners' interest in ``received`` events, or in losing
+        none, changed (under the lock, as every feed switch; not while stopped)."""
         with self._lock:
-            feed = self._feed
-            if not self._running or feed is None:
-                return
-            received, overflow = self._feed_wanted()
-            if (received, overflow) != (feed.received, feed.overflow):
-                self._open_feed(received, overflow)
+            if self._running:
+                self._feed.sync()
 
-    def _detach_feeds(self) -> list[_Feed]:
-        """The current feed and those it replaces, oldest first (called with the lock held)."""
-        feed = self._feed
-        self._feed = None
-        chain: list[_Feed] = []
-        while feed is not None:
-            chain.append(feed)
-            feed = feed.prev
-        chain.reverse()
-        return chain
-
-    def _finish_feeds(
-        self,
-        chain: list[_Feed],
-        timeout: float | None,
-        mark: int | None = None,
-        deadline: float | None = None,
-    ) -> None:
-        """Deliver what the feeds hold within ``timeout`` (``None``: all of it), end their
-        threads, and let go of their queues. A thread still busy then delivers nothing more
-        (what it holds is counted in ``dropped``) and ends by itself.
-
-        With ``mark`` (the detector's outbox mark at its stop), the last feed stays open, its
-        thread delivering, until every event emitted before the stop is pushed (a beat's
-        ``resumed`` waiting for room in this feed or another ``"block"`` queue), at most until
-        ``deadline`` (``time.monotonic()``; None: no bound); only then is it closed.
-
-        Each queue is closed first, as in :meth:`_open_feed`: a producer still pushing (a beat
-        taken just before the detector stopped) may be waiting for room in a full ``"block"``
-        queue while holding the detector's locks, which ``unsubscribe`` needs, and once the
-        thread has ended nothing would make room. Closing releases it (what it pushes later is
-        refused and counted in ``dropped``); the thread still delivers what is queued."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for i, feed in enumerate(chain):
-            if mark is not None and i == len(chain) - 1:
-                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not self._det.wait_pushed(mark, wait):
-                    log.warning(
-                        "stopping %r: events emitted before the stop still wait for room in "
-                        "a full 'block' queue; what reaches the closed feed is dropped",
-                        self._pattern,
-                    )
-            feed.queue.close()
-            dispatcher = feed.dispatcher
-            if dispatcher is not None:
-                dispatcher.stop(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            feed.finished = True
-            self._det.unsubscribe(feed.queue)
-            stats = feed.queue.stats()
-            losses = stats["dropped_oldest"] + stats["dropped_newest"] + stats["coalesced"]
-            if i == len(chain) - 1:
-                # Refused by the closed queue. (A replaced feed's were pushed to its successor.)
-                losses += stats["rejected_closed"]
-            with self._losses_lock:
-                if not feed.counted:  # (a successor's thread may have counted it already)
-                    feed.counted = True
-                    self._losses += losses
-            if dispatcher is not None and dispatcher.alive:
-                log.warning(
-                    "stopping %r: the dispatch thread did not deliver everything within %s s; "
-                    "the rest is dropped (counted in stats()['dropped'])",
-                    self._pattern,
-                    "-" if timeout is None else f"{timeout:.3g}",
-                )
-
-    def _dispatch_failed(self, exc: BaseException, batch: CoreBatch) -> None:
-        self._dispatch_errors += 1
-        log.error("dispatching %d events of %r failed", len(batch), self._pattern, exc_info=exc)
-
-    def _deliver(self, feed: _Feed, batch: CoreBatch) -> None:
-        """The dispatch thread's handler: a batch of core events to the listeners, in one
-        piece (:meth:`~heartwire.listeners.ListenerSet.emit_batch`). No Python step per event
-        here: the feed-switch dedupe and each listener's selection run in the core."""
-        local = self._local
-        local.dispatching = True
-        try:
-            if feed.prev is not None:
-                # Deliver everything of the feeds this one replaces first, oldest first
-                # (`fresh` then skips what both got). The whole chain: a feed replaced before
-                # it delivered anything never joined its own predecessor, which may still be
-                # delivering.
-                chain: list[_Feed] = []
-                prev: _Feed | None = feed.prev
-                while prev is not None:
-                    chain.append(prev)
-                    prev = prev.prev
-                for older in reversed(chain):
-                    if older.dispatcher is not None:
-                        older.dispatcher.stop(_JOIN)
-                # What their overflow policy discarded stays counted once they leave the chain
-                # (stats() walks it), as stop() counts the feeds still in it: all of it, though
-                # some of it reached this feed too (pushed to both during the switch).
-                with self._losses_lock:
-                    for older in chain:
-                        if not older.counted:
-                            older.counted = True
-                            self._losses += _losses(older.queue)
-                    feed.prev = None
-            if feed.finished:  # stop() did not wait for this: after on_stopped, never
-                with self._losses_lock:
-                    self._losses += len(batch)
-                return
-            fresh = batch.fresh(self._newest, feed.number)
-            if len(fresh):
-                self._listeners.emit_batch(EventBatch(fresh, self._wall_offset))
-            if self._intake.pending:  # refusals of beat() calls, reported here or at drain()
-                self._report_refusals()
-        finally:
-            local.dispatching = False
-            with self._progress:
-                self._dispatched += len(batch)
-                feed.popped += len(batch)
-                self._progress.notify_all()
+    def _after_batch(self) -> None:
+        """After each batch the dispatch thread delivered: refusals of beat() calls, reported
+        here or at drain()."""
+        if self._intake.pending:
+            self._report_refusals()
 
 
 class HeartbeatSubscriber(HeartbeatMonitor):
@@ -1228,17 +1008,6 @@ class HeartbeatSubscriber(HeartbeatMonitor):
     def status(self, topic: str | None = None) -> TopicStatus:
         """A snapshot of the topic."""
         return super().status(self._topic if topic is None else topic)
-
-
-def _delivered(feed: _Feed, pushed: int) -> bool:
-    """Whether ``feed``'s handler has seen every one of its first ``pushed`` events not lost."""
-    stats = feed.queue.stats()
-    return feed.popped >= pushed - stats["dropped_oldest"] - stats["coalesced"]
-
-
-def _losses(queue: EventQueue) -> int:
-    stats = queue.stats()
-    return stats["dropped_oldest"] + stats["dropped_newest"] + stats["coalesced"]
 
 
 def _as_list(names: Any) -> list[Any]:
