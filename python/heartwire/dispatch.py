@@ -27,7 +27,9 @@ ErrorHandler = Callable[[BaseException, Any], object]
 class Dispatcher:
     """Pop batches from ``queue`` and call ``handler(batch)`` on a daemon thread.
 
-    ``on_error(exc, batch)`` is called when the handler raises (default: log it); the failing
+    ``on_idle()``, if given, is called on the thread whenever a wait for events ends empty (about
+    every 0.1 s while nothing comes). ``on_error(exc, batch)`` is called when the handler
+    raises (default: log it); the failing
     batch is counted in :attr:`errors` and delivery goes on with the next batch.
 
     ``columnar``: each batch is one :class:`~heartwire._core.EventBatch` (built in the core:
@@ -45,6 +47,7 @@ class Dispatcher:
         batch_size: int | None = None,
         name: str = "heartwire-dispatch",
         columnar: bool = False,
+        on_idle: Callable[[], object] | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
@@ -55,6 +58,7 @@ class Dispatcher:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self._queue = queue
+        self._on_idle = on_idle
         self._handler = handler
         self._on_error = on_error
         self._batch_size = batch_size
@@ -95,6 +99,11 @@ class Dispatcher:
                 self._deliver(batch)
             elif self._queue.closed:
                 return
+            elif self._on_idle is not None:
+                try:
+                    self._on_idle()
+                except Exception:
+                    log.exception("the idle handler of %s failed", self._thread.name)
         # Stopping: deliver what was queued when stop() was called, then end, even if the
         # producers keep going.
         pushed = self._queue.stats()["pushed"]

@@ -91,7 +91,8 @@ class EventFeed:
     - ``capacity``, ``overflow``: each subscription's queue size and policy (``"block"``
       instead while a listener is lossless: nothing may be coalesced or dropped before it).
     - ``wall_offset``: carried by every delivered :class:`~heartwire.events.EventBatch`.
-    - ``after_batch``: called on the dispatch thread after each batch handed to the listeners
+    - ``after_batch``: called on the dispatch thread after each batch handed to the listeners,
+      and about every 0.1 s while no events come
       (the monitor reports beats refused meanwhile there).
 
     Locking: :meth:`open`, :meth:`sync` and :meth:`detach` change which subscription is
@@ -176,6 +177,8 @@ class EventFeed:
             on_error=self._dispatch_failed,
             name=f"heartwire-monitor[{self._pattern}]",
             columnar=True,
+            # Also while no events come (beats refused by beat() calls are reported then).
+            on_idle=self._after_batch,
         )
         self._current = feed
         # The new queue is fed from now on: its thread must run before anything here waits for

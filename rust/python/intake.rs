@@ -434,8 +434,9 @@ impl PyFrameReader {
             let mut freshest: Vec<(&Arc<Intake>, Option<f64>)> = Vec::new();
             let mut consumed = 0u64;
             let mut passed = 0u64;
+            let now = wall_now();
             splitter.feed(data, out, |frame: &MessageFrame<'_>| {
-                let verdict = route(&routes, frame, &mut freshest);
+                let verdict = route(&routes, frame, now, &mut freshest);
                 match verdict {
                     Verdict::Consumed => consumed += 1,
                     Verdict::Pass => passed += 1,
@@ -447,14 +448,11 @@ impl PyFrameReader {
             self.reads.fetch_add(1, Ordering::Relaxed);
             // The lag guard's input: every routed intake learns whether this read found a
             // backlog, and how old the freshest beat read for it was (see `note_intake`).
-            let now = wall_now();
             let mut last = u64::MAX;
             for intake in routes.values() {
                 match freshest.iter().find(|(i, _)| Arc::ptr_eq(i, intake)) {
                     Some((_, sent)) => {
-                        // A send time in the future (a publisher's clock ahead) says nothing
-                        // about this reader's lag: no transit, rather than a transit of 0.
-                        let transit = sent.filter(|s| *s <= now).map(|s| ((now - s) * 1e9) as u64);
+                        let transit = sent.map(|s| ((now - s).max(0.0) * 1e9) as u64);
                         if let Some(t) = transit {
                             last = last.min(t);
                         }
@@ -501,6 +499,7 @@ impl PyFrameReader {
 fn route<'r>(
     routes: &'r RouteMap,
     frame: &MessageFrame<'_>,
+    now: f64,
     freshest: &mut Vec<(&'r Arc<Intake>, Option<f64>)>,
 ) -> Verdict {
     let Some(intake) = frame.subscription.and_then(|s| routes.get(s)) else {
@@ -533,6 +532,9 @@ fn route<'r>(
     }
     match intake.ingest_counted(frame.body, Some(topic), None, false) {
         Outcome::Recorded { sent } => {
+            // A send time in the future (a publisher's clock ahead) says nothing about this
+            // reader's lag: left out, so it cannot hide the others' transit.
+            let sent = sent.filter(|s| *s <= now);
             match freshest.iter_mut().find(|(i, _)| Arc::ptr_eq(i, intake)) {
                 Some((_, f)) => {
                     if let Some(s) = sent {
