@@ -105,21 +105,21 @@ def one_run(
     host: str,
     port: int,
     run_id: str,
-    warmup: int,
-    window: int,
+    warmup: float,
+    window: float,
     settle: float,
     grace: float,
     ready_budget: float,
     sample: float,
     broker_pid: int | None,
+    period: float = 1.0,
 ) -> dict[str, Any]:
-    """One reader against one publisher of ``n`` topics; the figures of the run."""
-    period = 1.0
-    rounds = warmup + window
+    """One reader against one publisher of ``n`` topics beating once a ``period`` for
+    ``warmup + window`` seconds; the figures of the run."""
     prefix = f"bench{run_id}n{n}{reader}"
-    total = n * rounds
+    total = round(n * (warmup + window) / period)
     t0 = time.time() + ready_budget
-    end = t0 + rounds * period
+    end = t0 + warmup + window
     rdr = spawn(
         "read",
         {
@@ -131,7 +131,7 @@ def one_run(
             "expected": total,
             "until": end + settle,
             "period": period,
-            "window": [warmup, rounds],
+            "window": [int(warmup / period), 1 << 62],
             "sample": sample,
             "max_topics": None,
         },
@@ -146,18 +146,18 @@ def one_run(
     pub = spawn(
         "publish",
         {"host": host, "port": port, "prefix": prefix, "n": n, "period": period, "t0": t0,
-         "rounds": rounds},
+         "beats": total},
     )  # fmt: skip
-    ws, we = t0 + warmup * period, end
+    ws, we = t0 + warmup, end
     sleep_until(ws)
     m0 = machine_jiffies()
     b0 = wire.proc_cpu_s(broker_pid) if broker_pid else None
     sleep_until(we)
     m1 = machine_jiffies()
     b1 = wire.proc_cpu_s(broker_pid) if broker_pid else None
-    p = result_of(pub, rounds * period + 120, "publisher")
+    p = result_of(pub, warmup + window + 120, "publisher")
     r = result_of(rdr, settle + 120, "reader")
-    out: dict[str, Any] = {"reader": reader, "n": n, "prefix": prefix, "t0": t0}
+    out: dict[str, Any] = {"reader": reader, "n": n, "prefix": prefix, "t0": t0, "period": period}
     if "error" in p or "error" in r:
         out["error"] = p.get("error") or r.get("error")
         return out
@@ -166,7 +166,7 @@ def one_run(
     c0, cpu0 = wire.at_time(r["samples"], ws)
     c1, cpu1 = wire.at_time(r["samples"], we)
     est = wire.weighted_summary(
-        *wire.transit_from_curves(p["curve"], r["samples"], n * warmup, total)
+        *wire.transit_from_curves(p["curve"], r["samples"], round(n * warmup / period), total)
     )
     deadlines = r.get("failed_deadlines")
     false_failures = None if deadlines is None else sum(1 for d in deadlines if d < end + grace)
@@ -286,16 +286,15 @@ def capacity_lines(runs: list[dict[str, Any]], readers: list[str]) -> list[str]:
     return lines
 
 
-BEGIN, END = "<!-- rabbit_steps:begin -->", "<!-- rabbit_steps:end -->"
-
-
-def write_section(path: Path, body: str) -> None:
-    """Replace the section between the markers in ``path``, or append it."""
-    block = f"{BEGIN}\n{body}\n{END}"
+def write_section(path: Path, body: str, name: str = "rabbit_steps") -> None:
+    """Replace the section between the ``<name>:begin``/``end`` markers in ``path``, or append
+    it."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    block = f"{begin}\n{body}\n{end}"
     old = path.read_text() if path.exists() else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
     else:
         text = old.rstrip("\n") + "\n\n" + block + "\n"
     path.write_text(text)
@@ -318,8 +317,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--steps", default="10000,20000,30000,35000,40000", help="topic counts N")
     ap.add_argument("--readers", default=",".join(READERS), help=f"some of {READERS}")
-    ap.add_argument("--warmup", type=int, default=5, help="seconds (rounds) before the window")
-    ap.add_argument("--window", type=int, default=20, help="measured seconds (rounds)")
+    ap.add_argument("--warmup", type=int, default=5, help="seconds before the window")
+    ap.add_argument("--window", type=int, default=20, help="measured seconds")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds to count after the end")
     ap.add_argument("--grace", type=float, default=0.1, help="p99 transit bound to keep up, s")
     ap.add_argument("--publisher-bound", type=float, default=50.0, help="publisher p99 lag, ms")
@@ -330,7 +329,7 @@ def main() -> int:
     ap.add_argument("--sample", type=float, default=0.01, help="reader sampling interval, s")
     ap.add_argument("--json", default=None, help="raw results (default benches/rabbit_steps.json)")
     ap.add_argument("--write", default=str(HERE / "results.md"), help="markdown file to update")
-    ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--no-write", action="store_true", help="print only (and no default JSON)")
     args = ap.parse_args()
     steps = [int(x) for x in args.steps.split(",") if x.strip()]
     readers = [x.strip() for x in args.readers.split(",") if x.strip()]
@@ -402,9 +401,10 @@ def main() -> int:
         "runs": runs,
         "capacity": capacity(runs, readers),
     }
-    json_path = Path(args.json or HERE / "rabbit_steps.json")
-    json_path.write_text(json.dumps(res, indent=1) + "\n")
-    print(f"wrote {json_path}")
+    json_path = args.json or (None if args.no_write else str(HERE / "rabbit_steps.json"))
+    if json_path:
+        Path(json_path).write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {json_path}")
     if not args.no_write:
         write_section(Path(args.write), text)
         print(f"wrote {args.write}")

@@ -121,6 +121,7 @@ def publish(
     period: float = 1.0,
     t0: float | None = None,
     rounds: int = 1,
+    beats: int | None = None,
     flood: bool = False,
     tick: float = 0.005,
     max_batch: int = 4000,
@@ -128,7 +129,8 @@ def publish(
     passcode: str = "guest",
     vhost: str = "/",
 ) -> dict[str, Any]:
-    """Send ``rounds`` rounds of one beat per topic (paced from ``t0``, or as a flood).
+    """Send ``rounds`` rounds of one beat per topic (paced from ``t0``, or as a flood), or
+    ``beats`` beats in that order (the last round cut short).
 
     Returns counts, the curve ``[(wall time a batch was handed to the socket, beats sent
     with it)]`` and the lag of each batch (paced: its first beat's send time minus its due time).
@@ -137,7 +139,7 @@ def publish(
     heads, tails = beat_parts(topics, period)
     del topics
     sock = open_stomp(host, port, login, passcode, vhost)
-    total = n * rounds
+    total = n * rounds if beats is None else beats
     step = period / n
     t0 = time.time() if t0 is None else t0
     curve_t = array.array("d")
