@@ -221,8 +221,13 @@ def verdict(r: dict[str, Any], grace: float, bound_ms: float) -> str:
     if r["errors"]:
         why.append("errors")
     pub = r["publisher_lag"]["p99_ms"]
-    bound = " (publisher-bound)" if pub is not None and pub > bound_ms else ""
-    return ("yes" if r["keeps_up"] else "**no**: " + ", ".join(why)) + bound
+    notes = []
+    if pub is not None and pub > bound_ms:
+        notes.append("publisher-bound")
+    if r.get("lagging"):  # the monitor's ingest-lag guard (issue 15), when it has one
+        notes.append(f"lagging reported {r['lagging']}x")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return ("yes" if r["keeps_up"] else "**no**: " + ", ".join(why)) + note
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
