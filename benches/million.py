@@ -13,9 +13,10 @@ and each reader in turn (one at a time, in its own process) counts from the firs
 its first beat (no ``expect``); ``raw`` is the raw-socket reader, the baseline. Reported per
 reader: beats sent and counted, false failures (``failed`` events with a deadline before the end
 of the schedule plus the grace, 10 % of the period: every topic beats until then), topics learned,
-peak RSS (``VmHWM``), CPU, p99 lag (from counts, see ``rabbit_steps.py``) and the publisher's own
-lag. Goals (monitor): every beat counted, no false failure, RSS <= 256 MB. Writes
-``benches/million.json`` and a section of ``benches/results.md`` (``million:begin``/``end``).
+peak RSS (``VmHWM``), CPU, p99 transit (exact, raw and stomppy), p99 lag (from counts, see
+``rabbit_steps.py``) and the publisher's own lag. Goals (monitor): every beat counted, no false
+failure, RSS <= 256 MB. Writes ``benches/million.json`` and a section of ``benches/results.md``
+(``million:begin``/``end``).
 """
 
 from __future__ import annotations
@@ -48,14 +49,15 @@ def fmt(x: float | None, digits: int = 3) -> str:
 def row(r: dict[str, Any]) -> str:
     label = rs.LABELS[r["reader"]]
     if "error" in r:
-        return f"| {label} | | | | | | | | | **error**: {r['error'][:150]} |"
+        return f"| {label} | | | | | | | | | | **error**: {r['error'][:150]} |"
     ff = "n/a" if r["false_failures"] is None else str(r["false_failures"])
     learned = r.get("learned", r.get("topics"))
+    exact = f"{fmt(r['transit']['p99_ms'])} ms" if r["transit"]["n"] else "n/a"
     return (
         f"| {label} | {r['sent']} | {r['counted']} ({r['counted_pct']:.2f}%) | {ff} | "
         f"{'' if learned is None else learned} | {r['hwm_mb']:.0f} MB | "
         f"{r['reader_cpu_pct']:.0f}% ({fmt(r['cpu_us_per_beat'])} µs/beat) | "
-        f"{fmt(r['lag_est']['p99_ms'])} ms | {fmt(r['publisher_lag']['p99_ms'])} ms | "
+        f"{exact} | {fmt(r['lag_est']['p99_ms'])} ms | {fmt(r['publisher_lag']['p99_ms'])} ms | "
         f"{goals(r)} |"
     )
 
@@ -81,7 +83,7 @@ def main() -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=61623, help="RabbitMQ's STOMP port")
     ap.add_argument("--ready-budget", type=float, default=8.0, help="seconds to start up")
-    ap.add_argument("--sample", type=float, default=0.05, help="reader sampling interval, s")
+    ap.add_argument("--sample", type=float, default=0.02, help="reader sampling interval, s")
     ap.add_argument("--json", default=None, help="raw results (default benches/million.json)")
     ap.add_argument("--write", default=str(HERE / "results.md"), help="markdown file to update")
     ap.add_argument("--no-write", action="store_true", help="print only (and no default JSON)")
@@ -135,13 +137,14 @@ def main() -> int:
         f"{os.getloadavg()[0]:.2f} at the end; heartwire at {rs.git_rev()}.",
         "",
         "| reader | sent | counted | false failures | topics learned | peak RSS | CPU | "
-        "p99 lag (est.) | publisher lag p99 | goals |",
-        "| --- |" + " ---: |" * 8 + " --- |",
+        "p99 transit | p99 lag (est.) | publisher lag p99 | goals |",
+        "| --- |" + " ---: |" * 9 + " --- |",
         *[row(r) for r in runs],
         "",
         "Counted: by the end of the schedule plus the settle time. False failures: `failed` "
         "events with a deadline before the end of the schedule plus the grace. Peak RSS: the "
-        "reader process's `VmHWM`. p99 lag: from counts (see `rabbit_steps.py`).",
+        "reader process's `VmHWM`. p99 transit: receive time minus `sent` (raw and stomp.py); p99 "
+        "lag: from counts, sampled (see `rabbit_steps.py`).",
     ]
     text = "\n".join(md)
     print()
