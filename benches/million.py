@@ -11,12 +11,12 @@ A raw-socket publisher (``wire.py``) beats ``--n`` topics once a ``--period``, s
 and each reader in turn (one at a time, in its own process) counts from the first beat:
 ``monitor`` is ``HeartbeatMonitor(connect(...), "<prefix>.>", period)`` learning every topic from
 its first beat (no ``expect``); ``raw`` is the raw-socket reader, the baseline. Reported per
-reader: beats sent and counted, false failures (``failed`` events with a deadline before the end
-of the schedule plus the grace, 10 % of the period: every topic beats until then), topics learned,
-peak RSS (``VmHWM``), CPU, p99 transit (exact, raw and stomppy), p99 lag (from counts, see
-``rabbit_steps.py``) and the publisher's own lag. Goals (monitor): every beat counted, no false
-failure, RSS <= 256 MB. Writes ``benches/million.json`` and a section of ``benches/results.md``
-(``million:begin``/``end``).
+reader: beats sent and counted, false failures (live topics reported failed: named by a ``failed``
+event whose outage began before the end of the schedule plus the grace, 10 % of the period;
+every topic beats until then), topics learned, peak RSS (``VmHWM``), CPU, p99 transit (exact,
+raw and stomppy), p99 lag (from counts, see ``rabbit_steps.py``) and the publisher's own lag.
+Goals (monitor): every beat counted, no false failure, RSS <= 256 MB. Writes
+``benches/million.json`` and a section of ``benches/results.md`` (``million:begin``/``end``).
 """
 
 from __future__ import annotations
@@ -141,8 +141,9 @@ def main() -> int:
         "| --- |" + " ---: |" * 9 + " --- |",
         *[row(r) for r in runs],
         "",
-        "Counted: by the end of the schedule plus the settle time. False failures: `failed` "
-        "events with a deadline before the end of the schedule plus the grace. Peak RSS: the "
+        "Counted: by the end of the schedule plus the settle time. False failures: topics named "
+        "by a `failed` event whose outage began before the end of the schedule plus the grace "
+        "(live topics reported failed). Peak RSS: the "
         "reader process's `VmHWM`. p99 transit: receive time minus `sent` (raw and stomp.py); p99 "
         "lag: from counts, sampled (see `rabbit_steps.py`).",
     ]

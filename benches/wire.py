@@ -26,10 +26,11 @@ it sends ``total`` beats over ``n`` topics as fast as the broker takes them.
 - ``stomppy``: a plain ``stomp.Connection12`` listener whose ``on_message`` ``json.loads`` the
   body and does the same;
 - ``monitor``: ``heartwire.HeartbeatMonitor(connect(url), "<prefix>.>", period)``, beats counted
-  from ``detector.stats()["beats"]``, ``on_failed`` events kept (their deadlines say which were
-  false: see ``rabbit_steps.py``), and the monitor's ingest lag and ``lagging`` events when it has
-  them. It does not see each beat's ``sent``: its transit is estimated by ``transit_from_curves``
-  (when its count reached each level, against when the publisher had sent that many).
+  from ``detector.stats()["beats"]``, ``on_failed`` events counted (those whose outage began
+  before ``false_before`` as false, with the topics they named), and the monitor's ingest lag
+  and ``lagging`` events when it has them. It does not see each beat's ``sent``: its transit is
+  estimated by ``transit_from_curves`` (when its count reached each level, against when the
+  publisher had sent that many).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from __future__ import annotations
 import array
 import bisect
 import json
+import math
 import os
 import socket
 import sys
@@ -328,16 +330,22 @@ def monitor_reader(
     prefix: str,
     period: float,
     max_topics: int | None,
+    false_before: float,
     tally: Tally,
 ) -> tuple[Callable[[], int], Callable[[], dict[str, Any]]]:
     import heartwire as hw
 
-    failed: list[float] = []  # each failed event's deadline (wall time)
-    counts = {"lagging": 0, "caught_up": 0, "events_calls": 0}
+    # A failed event whose outage began (its first missed deadline, wall time) before
+    # `false_before` is false: every topic beats until then.
+    false_topics: set[str] = set()
+    counts = {"failed_events": 0, "false_failed_events": 0, "lagging": 0, "caught_up": 0}
 
     class Counter(hw.SubscriberListener):
         def on_failed(self, event: Any) -> None:
-            failed.append(event.wall_since)
+            counts["failed_events"] += 1
+            if event.wall_since < false_before:
+                counts["false_failed_events"] += 1
+                false_topics.add(event.topic)
 
         def on_lagging(self, event: Any) -> None:  # from issue 15's lag guard, when present
             counts["lagging"] += 1
@@ -358,7 +366,7 @@ def monitor_reader(
     def finish() -> dict[str, Any]:
         stats = mon.stats()
         return {
-            "failed_deadlines": failed,
+            "false_failed_topics": len(false_topics),
             "failed_stat": stats.get("failed"),
             "learned": stats.get("learned"),
             "topics": len(mon),
@@ -395,6 +403,7 @@ def read(
     idle: float = 0.0,
     sample: float = 0.01,
     max_topics: int | None = None,
+    false_before: float = math.inf,
     login: str = "guest",
     passcode: str = "guest",
     vhost: str = "/",
@@ -402,7 +411,9 @@ def read(
     """Count beats under ``prefix`` until ``expected`` are counted, wall time ``until`` passes,
     or (``idle`` > 0) nothing came for ``idle`` seconds after the first beat.
 
-    Transits are kept for beats whose ``seq`` is in ``window`` (raw and stomppy readers)."""
+    Transits are kept for beats whose ``seq`` is in ``window`` (raw and stomppy readers). The
+    monitor counts ``failed`` events whose outage began before ``false_before`` (wall time) as
+    false, and the topics they named."""
     tally = Tally(*window)
     dest = subscription(prefix, dialect)
     finish: Callable[[], dict[str, Any]] = dict
@@ -414,7 +425,7 @@ def read(
         stomppy_reader(host, port, login, passcode, vhost, dest, tally)
     elif impl == "monitor":
         count, finish = monitor_reader(
-            host, port, login, passcode, vhost, prefix, period, max_topics, tally
+            host, port, login, passcode, vhost, prefix, period, max_topics, false_before, tally
         )
     else:
         raise ValueError(f"impl must be raw, stomppy or monitor; got {impl!r}")
