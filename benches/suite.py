@@ -1591,6 +1591,20 @@ def figures(res: dict[str, Any]) -> Table:
                     bv / hv if hv and hv > 0 else None,
                 )
     e = res.get("e2e")
+    if isinstance(e, dict) and "runs" in e:  # a results.json from before issue 15
+        runs = [r for r in e["runs"] if "rate" in r]
+        raw = [r for r in runs if r["impl"] == "raw"]  # stomp.py, then
+        mon = [r for r in runs if r["impl"] == "monitor"]
+        if raw and mon:
+            rr, mr = median([r["rate"] for r in raw]), median([r["rate"] for r in mon])
+            rc = median([r["cpu_us_per_msg"] for r in raw])
+            mc = median([r["cpu_us_per_msg"] for r in mon])
+            t.add(
+                "end to end over ActiveMQ STOMP (stomp.py sender): receiver CPU per message",
+                f"{mc:.0f} us ({mr:.0f} msg/s)",
+                f"raw stomp.py {rc:.0f} us ({rr:.0f} msg/s)",
+                rc / mc,
+            )
     for broker, b in (e.get("brokers", {}) if isinstance(e, dict) else {}).items():
         done = [r for r in b.get("runs", []) if "rate" in r]
         by = {
