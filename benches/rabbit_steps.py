@@ -26,7 +26,8 @@ Per run (figures over the measured window unless said):
   when the publisher had sent c beats; sampled every 10 ms, so up to 10 ms over). The monitor has
   only the estimate; the other two show how close it is to the exact figure;
 - **CPU µs per beat**: the reader process's CPU time over the window per beat counted in it;
-- **RSS**: the reader's peak resident set;
+- **RSS**: the reader's peak resident set, and in brackets its growth over the window (a reader
+  that falls behind and buffers what it cannot process grows);
 - the publisher's own lag (send time minus due time, p99): over ``--publisher-bound`` ms the step
   is publisher-bound (the broker or the machine, not the reader, is the limit);
 - the broker's CPU (% of one core) and the whole machine's busy share over the window.
@@ -167,8 +168,8 @@ def one_run(
         return out
     busy = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
     broker_pct = None if b0 is None or b1 is None else 100 * (b1 - b0) / (we - ws)
-    c0, cpu0 = wire.at_time(r["samples"], ws)
-    c1, cpu1 = wire.at_time(r["samples"], we)
+    c0, cpu0, rss0 = wire.at_time(r["samples"], ws)
+    c1, cpu1, rss1 = wire.at_time(r["samples"], we)
     est = wire.weighted_summary(
         *wire.transit_from_curves(p["curve"], r["samples"], round(n * warmup / period), total)
     )
@@ -187,6 +188,7 @@ def one_run(
         cpu_us_per_beat=1e6 * (cpu1 - cpu0) / (c1 - c0) if c1 > c0 else None,
         reader_cpu_pct=100 * (cpu1 - cpu0) / (we - ws),
         rss_mb=r["rss_max"] / 2**20,
+        rss_growth_mb=rss1 - rss0,  # over the window: a reader buffering what it cannot process
         hwm_mb=r["hwm"] / 2**20,
         publisher_lag=p["lag"],
         publisher_cpu_pct=100 * p["cpu_s"] / max(1e-9, p["seconds"]),
@@ -257,7 +259,7 @@ def table(runs: list[dict[str, Any]], grace: float, bound_ms: float) -> str:
             f"| {r['n']} | {LABELS[r['reader']]} | {r['counted_pct']:.2f}% | {ff} | "
             f"{fmt(exact) + ' ms' if exact is not None else 'n/a'} | "
             f"{fmt(r['lag_est']['p99_ms'])} ms | {fmt(r['cpu_us_per_beat'])} µs | "
-            f"{r['reader_cpu_pct']:.0f}% | {r['rss_mb']:.0f} MB | "
+            f"{r['reader_cpu_pct']:.0f}% | {r['rss_mb']:.0f} MB ({r['rss_growth_mb']:+.0f}) | "
             f"{fmt(r['publisher_lag']['p99_ms'])} ms | {fmt(r['broker_cpu_pct'])}% | "
             f"{r['machine_busy_pct']:.0f}% | {verdict(r, grace, bound_ms)} |"
         )
@@ -407,7 +409,8 @@ def main() -> int:
         "Counted: of all beats sent, by the end plus the settle time. p99 transit: exact (receive "
         "minus `sent`); p99 lag: from counts, sampled every 10 ms (the only figure for the "
         "monitor, which does not expose each beat's `sent`). CPU per beat and reader CPU: the "
-        "reader process over the window. Publisher-bound: the publisher's own p99 lag was over "
+        "reader process over the window. RSS: the reader's peak (its growth over the window). "
+        "Publisher-bound: the publisher's own p99 lag was over "
         f"{args.publisher_bound:g} ms. Columns explained in the script's docstring.",
     ]
     text = "\n".join(md)

@@ -1025,7 +1025,7 @@ def e2e_once(broker: str, impl: str, total: int, topics: int) -> dict[str, Any]:
         p = parse_child(send.stdout)
     except ValueError:
         return {"impl": impl, "broker": broker, "error": (send.stderr or err or out)[-1000:]}
-    ts, cs, cpus = r.pop("samples")
+    ts, cs, cpus, _ = r.pop("samples")
     first = next((i for i, c in enumerate(cs) if c), None)
     last = max(range(len(cs)), key=lambda i: (cs[i], -i))  # first sample at the final count
     result = {"impl": impl, "broker": broker, "sent": p["sent"], "sender_rate": p["rate"]}

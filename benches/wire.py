@@ -434,7 +434,8 @@ def read(
     ts = array.array("d")
     cs = array.array("q")
     cpus = array.array("d")
-    rss_max = 0
+    rss = array.array("d")  # MB, read every 20th sample (carried forward between)
+    rss_now = 0.0
     last_change = time.time()
     seen = 0
     k = 0
@@ -445,7 +446,8 @@ def read(
         cs.append(c)
         cpus.append(time.process_time())
         if k % 20 == 0:
-            rss_max = max(rss_max, proc_status("VmRSS"))
+            rss_now = proc_status("VmRSS") / 2**20
+        rss.append(rss_now)
         k += 1
         if c != seen:
             seen, last_change = c, now
@@ -458,8 +460,8 @@ def read(
         "impl": impl,
         "counted": seen,
         "expected": expected,
-        "samples": [list(ts), list(cs), list(cpus)],
-        "rss_max": max(rss_max, proc_status("VmRSS")),
+        "samples": [list(ts), list(cs), list(cpus), list(rss)],
+        "rss_max": max(max(rss, default=0.0), proc_status("VmRSS") / 2**20) * 2**20,
         "hwm": proc_status("VmHWM"),
         "errors": tally.errors[:5],
         "transit": summary(sorted(tally.transits)),
@@ -507,11 +509,12 @@ def weighted_summary(delays: list[float], weights: list[int]) -> dict[str, Any]:
     return {"n": sum(weights), **out}
 
 
-def at_time(samples: list[list[float]], t: float) -> tuple[float, float]:
-    """(count, cpu) of the last sample at or before wall time ``t`` (the first if none)."""
-    ts, cs, cpus = samples
+def at_time(samples: list[list[float]], t: float) -> tuple[float, float, float]:
+    """(count, cpu s, RSS MB) of the last sample at or before wall time ``t`` (the first if
+    none)."""
+    ts, cs, cpus, rss = samples
     i = max(0, bisect.bisect_right(ts, t) - 1)
-    return cs[i], cpus[i]
+    return cs[i], cpus[i], rss[i]
 
 
 def pctl(sorted_values: Any, q: float) -> float | None:
