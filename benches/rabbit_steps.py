@@ -344,7 +344,7 @@ def main() -> int:
     ap.add_argument("--publisher-bound", type=float, default=50.0, help="publisher p99 lag, ms")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=61623, help="RabbitMQ's STOMP port")
-    ap.add_argument("--ready-budget", type=float, default=4.0, help="seconds for a reader to start")
+    ap.add_argument("--ready-budget", type=float, default=5.0, help="seconds for a reader to start")
     ap.add_argument("--pause", type=float, default=2.0, help="seconds between runs")
     ap.add_argument("--sample", type=float, default=0.01, help="reader sampling interval, s")
     ap.add_argument("--json", default=None, help="raw results (default benches/rabbit_steps.json)")
