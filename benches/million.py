@@ -53,11 +53,13 @@ def row(r: dict[str, Any]) -> str:
     ff = "n/a" if r["false_failures"] is None else str(r["false_failures"])
     learned = r.get("learned", r.get("topics"))
     exact = f"{fmt(r['transit']['p99_ms'])} ms" if r["transit"]["n"] else "n/a"
+    pub = r["publisher_lag"]["p99_ms"]
+    held = " (held back)" if pub is not None and pub > 50 * r["period"] else ""
     return (
         f"| {label} | {r['sent']} | {r['counted']} ({r['counted_pct']:.2f}%) | {ff} | "
         f"{'' if learned is None else learned} | {r['hwm_mb']:.0f} MB | "
         f"{r['reader_cpu_pct']:.0f}% ({fmt(r['cpu_us_per_beat'])} µs/beat) | "
-        f"{exact} | {fmt(r['lag_est']['p99_ms'])} ms | {fmt(r['publisher_lag']['p99_ms'])} ms | "
+        f"{exact} | {fmt(r['lag_est']['p99_ms'])} ms | {fmt(pub)} ms{held} | "
         f"{goals(r)} |"
     )
 
@@ -146,7 +148,9 @@ def main() -> int:
         "",
         "Counted: by the end of the schedule plus the settle time. False failures: topics named "
         "by a `failed` event whose outage began before the end of the schedule plus the grace "
-        "(live topics reported failed). Peak RSS: the "
+        "(live topics reported failed). Publisher lag held back: over 5 % of the period, the "
+        "broker did not take the beats when due (RabbitMQ's flow control pushes back from a "
+        "reader's growing queue). Peak RSS: the "
         "reader process's `VmHWM`. p99 transit: receive time minus `sent` (raw and stomp.py); p99 "
         "lag: from counts, sampled (see `rabbit_steps.py`).",
     ]

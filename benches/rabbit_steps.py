@@ -28,8 +28,11 @@ Per run (figures over the measured window unless said):
 - **CPU µs per beat**: the reader process's CPU time over the window per beat counted in it;
 - **RSS**: the reader's peak resident set, and in brackets its growth over the window (a reader
   that falls behind and buffers what it cannot process grows);
-- the publisher's own lag (send time minus due time, p99): over ``--publisher-bound`` ms the step
-  is publisher-bound (the broker or the machine, not the reader, is the limit);
+- the publisher's own lag (send time minus due time, p99): over ``--publisher-bound`` ms the run
+  is publisher-bound: the broker did not take the beats as fast as they were due. That is the
+  broker's or the machine's ceiling when every reader shows it at that N; when only one reader
+  does, it is RabbitMQ's flow control pushing back from that reader's growing queue (a slow
+  reader holds the publisher back), and the reader is the limit;
 - the broker's CPU (% of one core) and the whole machine's busy share over the window.
 
 A reader **keeps up** at N when it counted every beat sent, reported no false failure, and its
@@ -411,7 +414,9 @@ def main() -> int:
         "monitor, which does not expose each beat's `sent`). CPU per beat and reader CPU: the "
         "reader process over the window. RSS: the reader's peak (its growth over the window). "
         "Publisher-bound: the publisher's own p99 lag was over "
-        f"{args.publisher_bound:g} ms. Columns explained in the script's docstring.",
+        f"{args.publisher_bound:g} ms (the broker's or machine's ceiling if every reader shows "
+        "it at that N; else RabbitMQ's flow control pushing back from that reader's queue). "
+        "Columns explained in the script's docstring.",
     ]
     text = "\n".join(md)
     print()
