@@ -45,6 +45,11 @@ pub trait Keyed {
     fn key(&self) -> u32;
 }
 
+/// The key of events about no key (the detector's `local_pause`, `lagging`, `caught_up`):
+/// never coalesced (each is its own news), and given no per-key entry (a table indexed by it
+/// would need 2^32 entries).
+pub const UNKEYED: u32 = u32::MAX;
+
 /// What [`EventQueue::push`] does when the ring is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Overflow {
@@ -179,6 +184,10 @@ impl<T: Keyed> SideTable<T> {
 
     /// Park `ev`, whose key has no entry.
     fn park(&mut self, ev: T) {
+        if ev.key() == UNKEYED {
+            self.events.push_back(ev); // in order, but never replaced
+            return;
+        }
         let key = ev.key() as usize;
         if key >= self.position.len() {
             let len = (key + 1).max(self.position.len() * 3 / 2).max(1024);
@@ -461,7 +470,7 @@ impl<T: Copy + Send + Keyed> EventQueue<T> {
             backoff.snooze();
         }
         let mut side = self.side.lock();
-        if let Some(slot) = side.get_mut(key) {
+        if let Some(slot) = (key != UNKEYED).then(|| side.get_mut(key)).flatten() {
             // The key already waits in the side table: going to the ring would overtake it.
             *slot = ev;
             self.producer_counters
@@ -880,6 +889,24 @@ mod tests {
         assert_per_key_order(&out);
         let s = q.stats();
         assert_eq!(s.pushed, s.popped + s.dropped_oldest);
+    }
+
+    #[test]
+    fn unkeyed_events_overflowing_a_coalescing_queue_are_each_kept_in_order() {
+        // Review 2, finding 1: a no-topic event (local pause, lagging, caught up) parked in the
+        // side table sized its per-key table for key u32::MAX (16 GiB: an abort), and one
+        // replaced another (a caught_up lost to a later local_pause).
+        let q = EventQueue::new(2, Overflow::Coalesce);
+        for i in 0..2 {
+            assert!(q.push(ev(i, i as u64)));
+        }
+        for i in 2..6 {
+            assert!(q.push(ev(UNKEYED, i)));
+        }
+        assert!(q.push(ev(0, 6)));
+        assert_eq!(q.stats().coalesced, 0);
+        let out = drain(&q);
+        assert_eq!(seqs(&out), [0, 1, 2, 3, 4, 5, 6]);
     }
 
     #[test]

@@ -26,10 +26,11 @@ never starves another thread's single send (stomp.py's own socket lock is not fa
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
-import select
 import socket
 import struct
+import termios
 import threading
 import time
 import uuid
@@ -112,16 +113,21 @@ def _resolve(broker: BrokerAddress, deadline: float) -> list[Any]:
 
 def _waiting(sock: Any) -> bool:
     """Whether more bytes wait to be read on ``sock`` right now (a TLS socket's decrypted
-    buffer included): the reader is behind its feed."""
+    buffer included): the reader is behind its feed. (FIONREAD, not select(): select cannot
+    take a descriptor above 1023.)"""
     if sock is None:
         return False
     try:
         pending = getattr(sock, "pending", None)  # ssl.SSLSocket: decrypted, not yet read
         if pending is not None and pending() > 0:
             return True
-        return bool(select.select([sock], [], [], 0)[0])
+        queued = fcntl.ioctl(sock.fileno(), termios.FIONREAD, _NO_BYTES)
+        return struct.unpack("i", queued)[0] > 0
     except (OSError, ValueError):  # closed meanwhile: the next read says so
         return False
+
+
+_NO_BYTES = struct.pack("i", 0)
 
 
 class _Turns:
@@ -330,6 +336,9 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
         feed = reader.feed
         clock = time.monotonic
         sleep = time.sleep
+        # On a TLS link stomp.py's receiver thread also writes (a non-blocking socket, one
+        # frame a loop): every read goes back to its loop then, or sends would wait on reads.
+        hand_back = not getattr(transport, "blocking", True)
         told = [clock()]  # when stomp.py last saw data
 
         def read() -> Any:
@@ -342,16 +351,22 @@ class StompLink(stomp.ConnectionListener):  # type: ignore[misc]
                     left = feed(data, backlogged)
                 except BaseException as exc:  # a bug in the core must not kill the receiver
                     log.error("%s: the native frame reader failed", self.broker, exc_info=exc)
-                    # stomp.py takes an OSError from a read as a lost connection: the link
-                    # ends and the next one starts with a fresh reader.
+                    # The link ends (the next one starts with a fresh reader); the OSError
+                    # tells stomp.py's loop too (on a TLS link it would otherwise go on).
+                    self.abort("the native frame reader failed")
                     raise OSError("the native frame reader failed") from exc
                 if after is not None:
                     after()
                 now = clock()
+                # Data arrived: stomp.py's heart-beat check must know, as if it had seen a
+                # frame (it only moves this forward; None: heart-beats are off).
+                seen = getattr(conn, "received_heartbeat", None)
+                if seen is not None and now > seen:
+                    conn.received_heartbeat = now
                 if left:
                     told[0] = now
                     return left
-                if now - told[0] >= _ALIVE_EVERY:
+                if hand_back or now - told[0] >= _ALIVE_EVERY:
                     told[0] = now
                     return b"\n"
                 if len(data) < _SMALL_READ and not backlogged:
