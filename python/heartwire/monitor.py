@@ -1,10 +1,14 @@
 """Monitors: watch topics for missed heartbeats and tell listeners.
 
-A :class:`HeartbeatMonitor` subscribes to a pattern on a broker (``"svc.>"``), decodes each beat
-with :class:`~heartwire.message.BeatCodec` and records it in the native
-:class:`~heartwire._core.Detector`, which counts missed periods on its own thread. The detector's
-events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher` thread (the event
-feed, :class:`~heartwire.feed.EventFeed`, which the monitor owns), which takes them out in
+A :class:`HeartbeatMonitor` subscribes to a pattern on a broker (``"svc.>"``) and records each
+beat in the native :class:`~heartwire._core.Detector`, which counts missed periods on its own
+thread. Beats go through the monitor's native :class:`~heartwire._core.Intake` (decoding,
+signatures, replays, learning, the topic table; ``rust/ingest/``): over STOMP the core reads them
+straight off the socket, and Python sees only what is not a beat (see ``docs/ingest.md``); a
+body the native decoder is not sure of is decoded by :class:`~heartwire.message.BeatCodec`.
+The detector's events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher`
+thread (the event feed, :class:`~heartwire.feed.EventFeed`, which the monitor owns), which
+takes them out in
 batches (up to 65536 events, each an :class:`~heartwire.events.EventBatch` built in the core)
 and hands each batch to the listeners: whole to those that override
 :meth:`~heartwire.listeners.SubscriberListener.on_events`, as :class:`~heartwire.events.Failed`,
@@ -28,8 +32,10 @@ listener delays only itself, and what its full queue drops is counted
 ``listener_queue=None`` listeners are called one after the other: ``on_failed``,
 ``on_resumed``, ``on_received`` and ``on_local_pause`` on the monitor's dispatch thread,
 ``on_started`` and ``on_stopped`` in the thread calling :meth:`~HeartbeatMonitor.start` and
-:meth:`~HeartbeatMonitor.stop`, ``on_exception`` for a bad beat in the thread that delivered it
-(the publishing thread, on the embedded broker). ``on_stopped`` is still the last call: it waits
+:meth:`~HeartbeatMonitor.stop`, ``on_exception`` for a refused beat in the thread that read
+it (the connection's receiving thread over STOMP, after the read; the publishing thread on the
+embedded broker) or, for :meth:`~HeartbeatMonitor.beat` calls, on the dispatch thread within
+about 0.1 s (or at :meth:`~HeartbeatMonitor.drain`). ``on_stopped`` is still the last call: it waits
 for the calls in progress on other threads, and if :meth:`~HeartbeatMonitor.stop`'s ``timeout``
 runs out first, the last of those calls makes it on its thread as it ends.
 """
