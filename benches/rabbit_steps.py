@@ -323,16 +323,29 @@ def write_section(path: Path, body: str, name: str = "rabbit_steps") -> None:
 
 
 def git_rev() -> str:
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "rust", "python"],
+    """The commit of the heartwire the readers import (this interpreter, this environment's
+    PYTHONPATH), which need not be this checkout's."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import heartwire; print(heartwire.__file__)"],
         capture_output=True,
         text=True,
         cwd=ROOT,
-    ).stdout.strip()
-    return rev + (" (rust/ or python/ changed, uncommitted)" if dirty else "")
+    )
+    if found.returncode != 0:
+        return "(heartwire not importable)"
+    where = Path(found.stdout.strip()).parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=where)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    rev = git("rev-parse", "--short", "HEAD")
+    if not rev:
+        return f"(installed, {where})"
+    top = Path(git("rev-parse", "--show-toplevel"))
+    dirty = git("status", "--porcelain", "--", str(top / "rust"), str(top / "python"))
+    note = ", rust/ or python/ changed, uncommitted" if dirty else ""
+    return f"{rev} ({top}{note})"
 
 
 def main() -> int:
