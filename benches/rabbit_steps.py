@@ -365,6 +365,7 @@ def main() -> int:
     ap.add_argument("--sample", type=float, default=0.01, help="reader sampling interval, s")
     ap.add_argument("--json", default=None, help="raw results (default benches/rabbit_steps.json)")
     ap.add_argument("--write", default=str(HERE / "results.md"), help="markdown file to update")
+    ap.add_argument("--section", default="rabbit_steps", help="results.md section (markers)")
     ap.add_argument("--no-write", action="store_true", help="print only (and no default JSON)")
     args = ap.parse_args()
     steps = [int(x) for x in args.steps.split(",") if x.strip()]
@@ -445,7 +446,7 @@ def main() -> int:
         Path(json_path).write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {json_path}")
     if not args.no_write:
-        write_section(Path(args.write), text)
+        write_section(Path(args.write), text, args.section)
         print(f"wrote {args.write}")
     return 0
 
