@@ -323,16 +323,29 @@ def write_section(path: Path, body: str, name: str = "rabbit_steps") -> None:
 
 
 def git_rev() -> str:
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "rust", "python"],
+    """The commit of the heartwire the readers import (this interpreter, this environment's
+    PYTHONPATH), which need not be this checkout's."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import heartwire; print(heartwire.__file__)"],
         capture_output=True,
         text=True,
         cwd=ROOT,
-    ).stdout.strip()
-    return rev + (" (rust/ or python/ changed, uncommitted)" if dirty else "")
+    )
+    if found.returncode != 0:
+        return "(heartwire not importable)"
+    where = Path(found.stdout.strip()).parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=where)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    rev = git("rev-parse", "--short", "HEAD")
+    if not rev:
+        return f"(installed, {where})"
+    top = Path(git("rev-parse", "--show-toplevel"))
+    dirty = git("status", "--porcelain", "--", str(top / "rust"), str(top / "python"))
+    note = ", rust/ or python/ changed, uncommitted" if dirty else ""
+    return f"{rev} ({top}{note})"
 
 
 def main() -> int:
@@ -352,6 +365,7 @@ def main() -> int:
     ap.add_argument("--sample", type=float, default=0.01, help="reader sampling interval, s")
     ap.add_argument("--json", default=None, help="raw results (default benches/rabbit_steps.json)")
     ap.add_argument("--write", default=str(HERE / "results.md"), help="markdown file to update")
+    ap.add_argument("--section", default="rabbit_steps", help="results.md section (markers)")
     ap.add_argument("--no-write", action="store_true", help="print only (and no default JSON)")
     args = ap.parse_args()
     steps = [int(x) for x in args.steps.split(",") if x.strip()]
@@ -432,7 +446,7 @@ def main() -> int:
         Path(json_path).write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {json_path}")
     if not args.no_write:
-        write_section(Path(args.write), text)
+        write_section(Path(args.write), text, args.section)
         print(f"wrote {args.write}")
     return 0
 
