@@ -43,6 +43,7 @@ impl Driver {
     }
 
     /// How many ticks the thread has run.
+    #[cfg(test)]
     pub fn ticks(&self) -> u64 {
         self.shared.ticks.load(Ordering::Relaxed)
     }

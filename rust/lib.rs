@@ -3,31 +3,44 @@
 //!
 //! The pure-Rust API ([`detector::Detector`] and friends) builds and tests without Python; the
 //! `python` feature adds the `heartwire._core` extension module.
+//!
+//! Public modules are the ones used from outside the crate (the benches drive the detector, the
+//! wheel and the queues directly); the rest are the crate's own, their types re-exported below
+//! where they are part of the API.
 #![deny(unsafe_code)]
 
 pub mod clock;
-pub mod dedup;
 pub mod detector;
-pub mod driver;
 pub mod event;
-pub mod ingest;
-pub mod kernels;
-pub mod newest;
-pub mod phi;
 pub mod queue;
 pub mod registry;
-pub mod scheduler;
 pub mod wheel;
-pub mod word;
+
+mod dedup;
+mod phi;
+mod scheduler;
+mod word;
+
+// Used only by the Python bindings: without the `python` feature they are dead code that
+// `cargo test` still builds and tests.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+mod driver;
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+mod ingest;
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+mod kernels;
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+mod newest;
 
 #[cfg(feature = "python")]
 mod python;
 
 pub use clock::{ClockSource, ManualClock, MonotonicClock};
-pub use dedup::{DedupStats, DedupWindow};
+pub use dedup::{DedupStats, DedupWindow, ZeroCapacity};
 pub use detector::{Beat, Detector, DetectorError, DetectorStats, TopicConfig, TopicStatus};
 pub use event::{Event, EventKind};
+pub use phi::PhiConfig;
 pub use queue::{EventQueue, Overflow, QueueStats};
 pub use registry::TopicId;
-pub use scheduler::Scheduler;
+pub use scheduler::{Scheduler, SchedulerError};
 pub use word::State;

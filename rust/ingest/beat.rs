@@ -145,11 +145,6 @@ impl Decoder {
         self.mac.is_some()
     }
 
-    /// The largest body looked at, in bytes.
-    pub fn max_size(&self) -> usize {
-        self.max_size
-    }
-
     /// Decode `body`; `destination`: the topic the message arrived on (None: not checked).
     pub fn decode<'a>(&self, body: &'a [u8], destination: Option<&str>) -> Decoded<'a> {
         match self.decode_inner(body, destination) {

@@ -34,8 +34,6 @@ pub struct MessageFrame<'a> {
     pub destination: Option<&'a [u8]>,
     /// Some header (name or value) holds a '\' (STOMP 1.2 escape): raw values are not final.
     pub escaped: bool,
-    /// The raw header block (lines after the command line, without the blank line).
-    pub headers: &'a [u8],
     /// The body: `content-length` bytes, or up to the NUL.
     pub body: &'a [u8],
 }
@@ -45,6 +43,7 @@ impl MessageFrame<'_> {
     /// [`Splitter::unescape_header`]). Narrower than `escaped`: ActiveMQ escapes the ':' of
     /// every `message-id` (`ID\chost-...`), so `escaped` is true for all its MESSAGE frames;
     /// both brokers send a topic's ':' as `\c` in `destination`.
+    #[cfg(test)]
     pub fn destination_escaped(&self) -> bool {
         self.destination.is_some_and(|d| memchr(b'\\', d).is_some())
     }
@@ -159,6 +158,7 @@ fn bounds(f: &[u8]) -> Option<Bounds> {
 
 /// Each header line of a block whose line ends are `\n` or `\r\n` (the `\r` removed; a
 /// stray `\r` elsewhere stays in the line).
+#[cfg(test)]
 fn header_lines(headers: &[u8]) -> impl Iterator<Item = &[u8]> {
     headers
         .split(|&b| b == b'\n')
@@ -240,7 +240,6 @@ fn message<'a>(f: &'a [u8], b: &Bounds) -> Option<MessageFrame<'a>> {
         subscription,
         destination,
         escaped,
-        headers,
         body,
     })
 }
@@ -391,6 +390,7 @@ impl Splitter {
     }
 
     /// A header's raw value (first occurrence) in a raw header block.
+    #[cfg(test)]
     pub fn header<'a>(headers: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
         if headers.is_empty() {
             return None;

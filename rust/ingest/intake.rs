@@ -278,10 +278,6 @@ impl Intake {
         self.pattern.matches(topic)
     }
 
-    pub fn signed(&self) -> bool {
-        self.decoder.signed()
-    }
-
     pub fn set_running(&self, on: bool) {
         // Under the table lock: a learn in progress finishes under the old setting.
         let _table = self.table.lock();

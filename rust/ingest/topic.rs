@@ -87,12 +87,8 @@ impl Pattern {
         })
     }
 
-    /// The pattern as given.
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-
     /// Whether the pattern has a `*` or `>` segment.
+    #[cfg(test)]
     pub fn is_wildcard(&self) -> bool {
         !self.segs.is_empty()
     }

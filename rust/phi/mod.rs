@@ -143,6 +143,7 @@ impl PhiState {
     }
 
     /// Number of intervals in the window (at least 1: the bootstrap seeds it).
+    #[cfg(test)]
     pub fn sample_count(&self) -> usize {
         self.ring.len()
     }
