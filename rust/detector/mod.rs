@@ -38,18 +38,8 @@ use std::sync::{Arc, Weak};
 mod beats;
 mod check;
 mod emit;
-#[cfg(test)]
-mod emit_tests;
-#[cfg(test)]
-mod grace_tests;
 mod lag;
-#[cfg(test)]
-mod lag_tests;
 mod pause;
-#[cfg(test)]
-mod pause_tests;
-#[cfg(test)]
-mod resume_tests;
 mod status;
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,8 @@
 //! The ingest-lag guard under the manual clock: an intake that falls behind its feed, read by
 //! a simulated reader that records the beats it reads at the clock and notes each read.
 
-use super::tests::{Rig, MS, S};
-use super::*;
+use super::{Rig, MS, S};
+use crate::detector::*;
 use crate::event::EventKind::{CaughtUp, Failed, Lagging, LocalPause};
 
 const STEP: u64 = 100 * MS;

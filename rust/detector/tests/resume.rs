@@ -1,8 +1,8 @@
 //! Pausing a FAILED topic and resuming it: the recovery while paused is reported, or the
 //! failure goes on.
 
-use super::tests::{Rig, MS, S};
-use super::*;
+use super::{Rig, MS, S};
+use crate::detector::*;
 
 /// A topic never heard, FAILED with `missed` = 2 at 2.5 (since 1.0), then paused.
 fn failed_then_paused(r: &Rig) -> TopicId {

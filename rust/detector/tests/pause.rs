@@ -1,7 +1,7 @@
 //! The self-pause guard under the manual clock: stalls, wake-ups, exact re-based deadlines.
 
-use super::tests::{Rig, MS, S};
-use super::*;
+use super::{Rig, MS, S};
+use crate::detector::*;
 use crate::event::EventKind::{Failed, LocalPause};
 
 fn failed(events: &[Event]) -> Vec<Event> {

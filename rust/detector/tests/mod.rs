@@ -1,4 +1,11 @@
-//! Detector semantics under the manual clock: exact times, counts and order.
+//! Detector semantics under the manual clock: exact times, counts and order. The general cases
+//! are here; each area has its own file beside it, sharing this file's `Rig` and units.
+
+mod emit;
+mod grace;
+mod lag;
+mod pause;
+mod resume;
 
 use super::*;
 use crate::clock::ManualClock;
@@ -7,7 +14,7 @@ use crate::event::EventKind::{CaughtUp, Failed, Lagging, LocalPause, Received, R
 pub(super) const S: u64 = 1_000_000_000;
 pub(super) const MS: u64 = 1_000_000;
 
-/// A detector on a manual clock with one `block` queue (shared with `pause_tests`).
+/// A detector on a manual clock with one `block` queue (shared with the area files).
 pub(super) struct Rig {
     pub(super) clock: Arc<ManualClock>,
     pub(super) det: Arc<Detector>,

@@ -1,7 +1,7 @@
 //! Grace under the manual clock: the n-th deadline is `last + n * period + grace`.
 
-use super::tests::{Rig, MS, S};
-use super::*;
+use super::{Rig, MS, S};
+use crate::detector::*;
 use crate::event::EventKind::{LocalPause, Resumed};
 
 const G: u64 = 300 * MS;

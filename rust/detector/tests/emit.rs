@@ -1,9 +1,9 @@
 //! Events pushed outside the detector lock: the consumer of a full `block` queue may call the
 //! detector while a producer waits for room in it.
 
-use super::tests::{MS, S};
-use super::*;
+use super::{MS, S};
 use crate::clock::ManualClock;
+use crate::detector::*;
 use crate::event::EventKind::{Failed, Received, Resumed};
 use std::sync::mpsc;
 use std::thread;
