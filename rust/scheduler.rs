@@ -51,7 +51,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// A scheduler on `clock` whose wheel counts in steps of `resolution_ns`. A manual clock
-    /// drives it on every advance; on the real clock a [`crate::driver::Driver`] must.
+    /// drives it on every advance; on the real clock a `crate::driver::Driver` must.
     pub fn new(clock: ClockSource, resolution_ns: u64) -> Result<Arc<Self>, SchedulerError> {
         if resolution_ns == 0 {
             return Err(SchedulerError(

@@ -1,7 +1,7 @@
 //! The missed-period detector: topics, their deadlines on the timer wheel, and the events.
 //!
 //! Two paths touch a topic:
-//! - the **beat path** (any thread, no lock): one CAS on the topic's word ([`crate::word`]).
+//! - the **beat path** (any thread, no lock): one CAS on the topic's word (`crate::word`).
 //!   Only a beat for a FAILED topic goes on to take the detector lock, to emit `resumed` at once
 //!   (or, for a topic paused while FAILED, to note when it came back);
 //! - the **driver** (`advance_to`, under the detector lock): pops due topics off the wheel and,

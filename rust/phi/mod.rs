@@ -28,7 +28,7 @@ pub const MAX_SAMPLES_LIMIT: usize = 1 << 24;
 ///
 /// Akka's defaults: threshold 8.0, max_samples 1000, min_std_dev 100 ms, acceptable_pause 3 s
 /// (`akka.cluster.failure-detector.acceptable-heartbeat-pause`); the first estimate of the
-/// heartbeat period is given per topic to [`PhiState::new`].
+/// heartbeat period is given per topic to `PhiState::new`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PhiConfig {
     /// Suspect the topic once phi reaches this value (phi >= threshold).
