@@ -1132,7 +1132,7 @@ ALL = [
 
 
 def run_spark(rows: int, events: int) -> dict[str, Any]:
-    """Spark freshness and outages (issue 6) through ``heartwire.spark_bench`` on a local
+    """Spark freshness and outages (issue 6) through ``benches/spark_bench.py`` on a local
     session: each heartwire engine against Spark's own way and a pandas UDF, best of one timed
     run after a warm-up. Skipped when pyspark is not installed."""
     import importlib.util
@@ -1140,12 +1140,12 @@ def run_spark(rows: int, events: int) -> dict[str, Any]:
     if importlib.util.find_spec("pyspark") is None:
         return {"skipped": "pyspark is not installed (the spark extra)"}
     t = time.monotonic()
-    print(f"  - heartwire.spark_bench rows={rows} events={events} ...", end="", flush=True)
+    print(f"  - spark_bench.py rows={rows} events={events} ...", end="", flush=True)
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(
             tempfile.NamedTemporaryFile(suffix=".json", prefix="spark-bench-")
         )
-        cmd = [sys.executable, "-m", "heartwire.spark_bench", "--rows", str(rows)]
+        cmd = [sys.executable, str(HERE / "spark_bench.py"), "--rows", str(rows)]
         cmd += ["--events", str(events), "--repeat", "1", "--no-plain", "--json", tmp.name]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
@@ -1224,7 +1224,7 @@ def run_all(quick: bool, only: list[str], cargo: bool) -> dict[str, Any]:
         print("end to end over STOMP: a flood, per-beat receive CPU", flush=True)
         res["e2e"] = run_e2e(**p["e2e"])
     if "spark" in only and (not quick or only == ["spark"]):
-        print("Spark freshness and outages (heartwire.spark_bench)", flush=True)
+        print("Spark freshness and outages (benches/spark_bench.py)", flush=True)
         res["spark"] = run_spark(**p["spark"])
     if "cargo" in only and cargo:
         print("cargo benches (core, footprint)", flush=True)
