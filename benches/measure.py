@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def rss_bytes() -> int:
@@ -88,6 +89,18 @@ class Window:
             "cpu_pct": 100.0 * cpu / wall,  # percent of one core
             "machine_busy_pct": 100.0 * busy,  # percent of all cores, every process
         }
+
+
+def sample_window(
+    samples: list[float], warmup: float, window: float
+) -> tuple[dict[str, Any], list[float]]:
+    """Sleep ``warmup`` s, then measure a ``window`` s :class:`Window`: its figures and the
+    ``samples`` appended (by other threads) during it."""
+    time.sleep(warmup)
+    i0 = len(samples)
+    w = Window()
+    time.sleep(window)
+    return w.close(), samples[i0:]
 
 
 def pctl(values: list[float], q: float) -> float | None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from measure import Window, dist, pace
+from measure import dist, pace, sample_window
 
 from scenarios import scenario
 
@@ -89,12 +89,7 @@ def handoff(impl: str, slow: bool, rate: int, warmup: float, window: float) -> d
             t += 1.0 / rate
 
     threading.Thread(target=feed, daemon=True).start()
-    time.sleep(warmup)
-    i0 = len(samples)
-    w = Window()
-    time.sleep(window)
-    out = w.close()
-    got = samples[i0:]
+    out, got = sample_window(samples, warmup, window)
     stop.set()
     finish()
     return {"impl": impl, "slow": slow, "rate": rate, **out, "handoff": dist(got)}

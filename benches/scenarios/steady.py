@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from baselines import AsyncioMonitor, HeapMonitor
-from measure import Window, dist
+from measure import dist, sample_window
 
 from scenarios import scenario
 from scenarios.feed import BATCHES, feeder, steady_slices
@@ -79,12 +79,7 @@ def steady(
     slices_all, slices_ok = steady_slices(keys, fail_every, BATCHES, convert)
     gc.collect()
     feeder(beat, slices_all, slices_ok, period, stop)
-    time.sleep(warmup)
-    i0 = len(lateness)
-    w = Window()
-    time.sleep(window)
-    out = w.close()
-    samples = lateness[i0:]
+    out, samples = sample_window(lateness, warmup, window)
     stop.set()
     for fn in cleanup:
         fn()

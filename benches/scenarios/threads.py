@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from baselines import ThreadPerSubscriber
-from measure import Window, dist, rss_bytes
+from measure import dist, rss_bytes, sample_window
 
 from scenarios import scenario
 from scenarios.feed import BATCHES, feeder, steady_slices
@@ -33,12 +33,7 @@ def threads(n: int, period: float, fail_every: int, warmup: float, window: float
     # as for subscribers started at different times (not all waking in the same instant).
     time.sleep(period)
     tps.release()
-    time.sleep(warmup)
-    i0 = len(lateness)
-    w = Window()
-    time.sleep(window)
-    out = w.close()
-    samples = lateness[i0:]
+    out, samples = sample_window(lateness, warmup, window)
     stop.set()
     tps.stop()
     return {
