@@ -71,6 +71,19 @@ def figures(res: dict[str, Any]) -> Table:
     """The results table: advantage = how many times better heartwire is than the baseline
     (rates: heartwire / baseline; times, CPU, memory: baseline / heartwire)."""
     t = Table()
+    _beats_rows(t, res)
+    _steady_rows(t, res)
+    _rss_rows(t, res)
+    _tick_rows(t, res)
+    _handoff_rows(t, res)
+    _publishers_rows(t, res)
+    _e2e_rows(t, res)
+    _spark_rows(t, res)
+    return t
+
+
+def _beats_rows(t: Table, res: dict[str, Any]) -> None:
+    """Rows for beats/s from Python: single calls and batches, against the heap monitor."""
     for b in res.get("beats", []):
         if not ok(b):
             continue
@@ -137,6 +150,10 @@ def figures(res: dict[str, Any]) -> Table:
                 ">= 5x",
                 hw_f / base_f >= 5,
             )
+
+
+def _steady_rows(t: Table, res: dict[str, Any]) -> None:
+    """Rows for steady-state CPU and lateness (and thread per subscriber per 1000 topics)."""
     st = res.get("steady", {})
     hw_s = st.get("heartwire")
     bases = {k: v for k, v in st.items() if k in ("heap", "asyncio") and ok(v)}
@@ -198,6 +215,10 @@ def figures(res: dict[str, Any]) -> Table:
                     "<= 10 ms (one tick)" if q == "p99" else "",
                     (h <= 10.0) if q == "p99" else None,
                 )
+
+
+def _rss_rows(t: Table, res: dict[str, Any]) -> None:
+    """Rows for RSS per topic at 1M."""
     rs = res.get("rss", {})
     for kind, label in (("hw_detector", "Detector"), ("hw_monitor", "HeartbeatMonitor")):
         h = rs.get(kind)
@@ -219,6 +240,10 @@ def figures(res: dict[str, Any]) -> Table:
             f"asyncio timers {a['bytes_per_topic']:.0f} B ({a['rss_mb']:.0f} MiB)",
             a["bytes_per_topic"] / h["bytes_per_topic"],
         )
+
+
+def _tick_rows(t: Table, res: dict[str, Any]) -> None:
+    """Rows for a tick with 1M expiries."""
     tk = res.get("tick")
     if ok(tk):
         r = tk["heap_fail"] / tk["hw_fail"]
@@ -251,6 +276,10 @@ def figures(res: dict[str, Any]) -> Table:
                 f"heapq tick {fmt(tk['heap_rearm'] * 1e3, 'ms')}",
                 tk["heap_rearm"] / tk["hw_rearm"],
             )
+
+
+def _handoff_rows(t: Table, res: dict[str, Any]) -> None:
+    """Rows for listener hand-off."""
     ho = res.get("handoff", {})
     for slow in ("", "+slow"):
         h, b = ho.get("heartwire" + slow), ho.get("queue" + slow)
@@ -266,6 +295,10 @@ def figures(res: dict[str, Any]) -> Table:
                     "<= 1 ms" + (", unmoved" if slow else "") if q == "p99" else "",
                     (hv <= 1.0) if q == "p99" else None,
                 )
+
+
+def _publishers_rows(t: Table, res: dict[str, Any]) -> None:
+    """Rows for 10 000 publishers against thread per publisher."""
     pb = res.get("publishers", {})
     h = pb.get("heartwire")
     steps = pb.get("threads", {}).get("ladder", [])
@@ -302,6 +335,10 @@ def figures(res: dict[str, Any]) -> Table:
                     f"thread per publisher {fmt(bv, 'ms')} at {best['n']}",
                     bv / hv if hv and hv > 0 else None,
                 )
+
+
+def _e2e_rows(t: Table, res: dict[str, Any]) -> None:
+    """Rows for end to end over STOMP."""
     e = res.get("e2e")
     if isinstance(e, dict) and "runs" in e:  # a results.json from before issue 15
         runs = [r for r in e["runs"] if "rate" in r]
@@ -349,6 +386,10 @@ def figures(res: dict[str, Any]) -> Table:
                 f"{label} {rate[impl]:.0f} msg/s",
                 rate["monitor"] / rate[impl],
             )
+
+
+def _spark_rows(t: Table, res: dict[str, Any]) -> None:
+    """Rows for Spark freshness, outages and availability."""
     sp = res.get("spark")
     if ok(sp):
         fr = sp.get("freshness", {})
@@ -375,7 +416,6 @@ def figures(res: dict[str, Any]) -> Table:
                     f"native lag() window {fmt(nat, 's')}",
                     nat / hw_t,
                 )
-    return t
 
 
 def ladder_table(steps: list[dict[str, Any]], what: str) -> str:
