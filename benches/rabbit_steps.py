@@ -61,18 +61,10 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import wire  # noqa: E402
+from measure import machine_jiffies  # noqa: E402
 
 READERS = ("raw", "stomppy", "monitor")
 LABELS = {"raw": "raw socket", "stomppy": "stomp.py", "monitor": "HeartbeatMonitor"}
-
-
-def machine_jiffies() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs, from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    total = sum(fields[:8])
-    return total - idle, total
 
 
 def spawn(what: str, params: dict[str, Any]) -> subprocess.Popen[str]:

@@ -23,6 +23,7 @@ pytest.importorskip("matplotlib")
 
 import heartwire as hw
 from heartwire import report as rp
+from heartwire import report_html as rh
 from heartwire.cli import main
 from heartwire.eventlog import EventLog
 
@@ -346,7 +347,7 @@ def test_html_escapes_topics_and_formats_times(tmp_path: Path) -> None:
             )
         ],
     )
-    text = rp._html(report, tables, b"\x89PNG")
+    text = rh.render_html(report, tables, b"\x89PNG")
     assert topic not in text and html.escape(topic) in text
     assert "Period: 1.5 s; allowed misses: 2" in text
     rows = table(text, "availability")
@@ -369,9 +370,9 @@ def test_html_escapes_topics_and_formats_times(tmp_path: Path) -> None:
         "199",
         "still down",
     ]
-    assert rp.format_duration(12.3456) == "12.346 s"
-    assert rp.format_duration(7400) == "2 h 03 min 20 s"
-    assert rp.format_duration(93_784) == "1 d 02 h 03 min"
+    assert rh.format_duration(12.3456) == "12.346 s"
+    assert rh.format_duration(7400) == "2 h 03 min 20 s"
+    assert rh.format_duration(93_784) == "1 d 02 h 03 min"
 
 
 # -- window clipping, unmonitored spans, crashes (issue 14, items 14, 15, 13) -------------------
@@ -500,11 +501,11 @@ def test_time_not_monitored_is_neither_up_nor_down(
 
 
 def test_format_duration_rounds_before_it_splits() -> None:
-    assert rp.format_duration(3599.9996) == "1 h 00 min 00 s"
-    assert rp.format_duration(59.9996) == "1 min 00.000 s"
-    assert rp.format_duration(119.9999) == "2 min 00.000 s"
-    assert rp.format_duration(86_399.6) == "1 d 00 h 00 min"
-    assert rp.format_duration(7199.4) == "1 h 59 min 59 s"
+    assert rh.format_duration(3599.9996) == "1 h 00 min 00 s"
+    assert rh.format_duration(59.9996) == "1 min 00.000 s"
+    assert rh.format_duration(119.9999) == "2 min 00.000 s"
+    assert rh.format_duration(86_399.6) == "1 d 00 h 00 min"
+    assert rh.format_duration(7199.4) == "1 h 59 min 59 s"
 
 
 def test_the_report_finds_the_watched_spans_once(

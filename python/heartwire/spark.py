@@ -19,7 +19,7 @@ The Rust engines need :mod:`heartwire` importable in the Python workers (set
 
 Speed: for :func:`freshness` the kernel itself is a small part of the Rust engine's time; most
 of it is Spark moving the Arrow batches to the Python workers and back, which an ``arrow_udf``
-that does nothing already pays (``python -m heartwire.spark_bench`` measures both, and
+that does nothing already pays (the repository's ``benches/spark_bench.py`` measures both, and
 ``--compare-batches`` the effect of ``spark.sql.execution.arrow.maxRecordsPerBatch``). Inside a
 Spark job, ``engine="native"`` is the faster of the two.
 

@@ -1,7 +1,7 @@
 """Benchmark of :mod:`heartwire.spark` against its baselines, on a local SparkSession.
 
-    python -m heartwire.spark_bench [--rows 5000000] [--events 10000000] [--master local[2]]
-    python -m heartwire.spark_bench --compare-batches 10000,100000 --repeat 5
+    python benches/spark_bench.py [--rows 5000000] [--events 10000000] [--master local[2]]
+    python benches/spark_bench.py --compare-batches 10000,100000 --repeat 5
 
 - freshness over ``--rows`` rows (timestamp ``last_seen``, a period per row): the Rust
   ``arrow_udf``, the floor of any ``arrow_udf`` on that input (an identity returning the
@@ -218,7 +218,7 @@ def bench_outages(spark: Any, events: int, repeat: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m heartwire.spark_bench", description=__doc__)
+    ap = argparse.ArgumentParser(prog="benches/spark_bench.py", description=__doc__)
     ap.add_argument("--rows", type=int, default=5_000_000, help="freshness rows")
     ap.add_argument("--events", type=int, default=10_000_000, help="beats for outages")
     ap.add_argument("--master", default="local[2]")
