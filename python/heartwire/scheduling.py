@@ -56,7 +56,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
-from heartwire import _core
+from heartwire import _core, _validate
 
 __all__ = ["Job", "PublisherScheduler", "Task", "shared_scheduler"]
 
@@ -300,21 +300,14 @@ class PublisherScheduler:
     ) -> None:
         if clock is not None and not isinstance(clock, _core.ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
-        if isinstance(check_threads, bool) or not isinstance(check_threads, int):
-            raise TypeError(f"check_threads must be an int, got {check_threads!r}")
-        if check_threads < 1:
-            raise ValueError(f"check_threads must be >= 1, got {check_threads}")
-        if isinstance(max_check_threads, bool) or not isinstance(max_check_threads, int):
-            raise TypeError(f"max_check_threads must be an int, got {max_check_threads!r}")
+        check_threads = _validate.count(check_threads, "check_threads", 1)
+        max_check_threads = _validate.count(max_check_threads, "max_check_threads", 1)
         if max_check_threads < check_threads:
             raise ValueError(
                 f"max_check_threads must be >= check_threads ({check_threads}), "
                 f"got {max_check_threads}"
             )
-        if isinstance(stall, bool) or not isinstance(stall, (int, float)):
-            raise TypeError(f"stall must be a number of seconds, got {stall!r}")
-        if not (stall > 0 and math.isfinite(stall)):
-            raise ValueError(f"stall must be a positive finite number of seconds, got {stall!r}")
+        stall = _validate.seconds(stall, "stall")
         self.clock = clock
         self.name = name
         self._core = _core.Scheduler(clock, resolution, tick)
