@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from heartwire import _validate
 from heartwire._core import Event, EventBatch, EventQueue
 
 log = logging.getLogger("heartwire.dispatch")
@@ -53,10 +54,7 @@ class Dispatcher:
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
         if batch_size is None:
             batch_size = 65536 if columnar else 1024
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = _validate.count(batch_size, "batch_size", 1)
         self._queue = queue
         self._on_idle = on_idle
         self._handler = handler

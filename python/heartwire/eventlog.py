@@ -86,6 +86,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from heartwire import _validate
 from heartwire.events import Failed, LocalPause, Received, Resumed, Started, Stopped
 from heartwire.listeners import SubscriberListener
 
@@ -219,18 +220,11 @@ class EventLog(SubscriberListener):
         clock: Any = None,
         beats: str = "all",
     ) -> None:
-        if isinstance(roll_seconds, bool) or not isinstance(roll_seconds, (int, float)):
-            raise TypeError(f"roll_seconds must be a number, got {type(roll_seconds).__name__}")
-        if not roll_seconds >= 0.001:
-            raise ValueError(f"roll_seconds must be >= 0.001, got {roll_seconds!r}")
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-            raise ValueError(f"max_rows must be an int >= 1, got {max_rows!r}")
-        if wall_offset is not None and (
-            isinstance(wall_offset, bool)
-            or not isinstance(wall_offset, (int, float))
-            or not math.isfinite(wall_offset)
-        ):
-            raise ValueError(f"wall_offset must be a finite number of seconds, got {wall_offset!r}")
+        roll_seconds = _validate.seconds(roll_seconds, "roll_seconds", minimum=0.001)
+        max_rows = _validate.count(max_rows, "max_rows", 1)
+        wall_offset = _validate.seconds(
+            wall_offset, "wall_offset", allow_none=True, allow_negative=True
+        )
         now: Callable[[], float]
         if clock is None:
             now = time.monotonic
@@ -250,8 +244,7 @@ class EventLog(SubscriberListener):
         self._seen_offset_us: int | None = None
         self._default_offset_us = round((time.time() - now()) * 1_000_000)
         self._pending_start: tuple[str, float] | None = None  # a started row awaiting its offset
-        if beats not in ("all", "summary"):
-            raise ValueError(f"beats must be 'all' or 'summary', got {beats!r}")
+        beats = _validate.choice(beats, "beats", ("all", "summary"))
         self._now = now
         self._pattern = ""
         self._summary = beats == "summary"

@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
+from heartwire import _validate
 from heartwire.events import (
     EVENT_METHODS,
     CaughtUp,
@@ -81,7 +82,7 @@ log = logging.getLogger("heartwire.listeners")
 
 ListenerOverflow = Literal["drop-oldest", "drop-newest"]
 #: The overflow policies of a listener's own queue.
-LISTENER_OVERFLOWS = ("drop-oldest", "drop-newest")
+LISTENER_OVERFLOWS: tuple[ListenerOverflow, ...] = ("drop-oldest", "drop-newest")
 
 _on_worker = threading.local()  # .worker: the _Worker whose thread this is
 
@@ -528,25 +529,12 @@ class ListenerSet(Generic[L]):
         overflow: ListenerOverflow = "drop-oldest",
         batch_queue_size: int | None = None,
     ) -> None:
-        if queue_size is not None and (
-            isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1
-        ):
-            raise ValueError(f"queue_size must be an int >= 1 or None, got {queue_size!r}")
-        if overflow not in LISTENER_OVERFLOWS:
-            raise ValueError(
-                f"overflow must be one of {', '.join(LISTENER_OVERFLOWS)}; got {overflow!r}"
-            )
+        queue_size = _validate.count(queue_size, "queue_size", 1, allow_none=True)
+        overflow = _validate.choice(overflow, "overflow", LISTENER_OVERFLOWS)
         self.kind = kind
         self.source = source
         self.queue_size = queue_size
-        if batch_queue_size is not None and (
-            isinstance(batch_queue_size, bool)
-            or not isinstance(batch_queue_size, int)
-            or batch_queue_size < 1
-        ):
-            raise ValueError(
-                f"batch_queue_size must be an int >= 1 or None, got {batch_queue_size!r}"
-            )
+        batch_queue_size = _validate.count(batch_queue_size, "batch_queue_size", 1, allow_none=True)
         #: The bound of each listener queue when a batch of detector events is put (events).
         self.batch_queue_size = max(queue_size or 1, batch_queue_size or 1)
         self.overflow = overflow

@@ -44,6 +44,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from heartwire import _validate
 from heartwire._core import DedupWindow
 from heartwire.reliable import destinations
 from heartwire.reliable.message import ReceivedMessage
@@ -74,8 +75,7 @@ class Consumer:
         on_error: Callable[[Exception, ReceivedMessage], Any] | None = None,
     ) -> None:
         kind, _ = destinations.split(destinations.validate(destination))
-        if ack not in ACK_MODES:
-            raise ValueError(f"ack must be one of {', '.join(map(repr, ACK_MODES))}, got {ack!r}")
+        ack = _validate.choice(ack, "ack", ACK_MODES)
         if durable_name is not None and (
             not isinstance(durable_name, str) or not durable_name or kind != "topic"
         ):
@@ -87,8 +87,7 @@ class Consumer:
             raise TypeError(f"on_message must be callable, got {type(on_message).__name__}")
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be callable, got {type(on_error).__name__}")
-        if isinstance(dedup_window, bool) or not isinstance(dedup_window, int) or dedup_window < 1:
-            raise ValueError(f"dedup_window must be an int >= 1, got {dedup_window!r}")
+        dedup_window = _validate.count(dedup_window, "dedup_window", 1)
         self.broker = broker
         self.destination = destination
         self.ack = ack
