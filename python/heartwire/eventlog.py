@@ -87,6 +87,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from heartwire import _validate
+from heartwire._throttle import Throttle
 from heartwire.events import Failed, LocalPause, Received, Resumed, Started, Stopped
 from heartwire.listeners import SubscriberListener
 
@@ -121,32 +122,10 @@ _TS_MAX = (
     _dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=_dt.timezone.utc) - _EPOCH_DT
 ) // _dt.timedelta(microseconds=1)
 _INT64 = range(-(2**63), 2**63)
-_LOG_EVERY = 60.0  # seconds between two log lines about refused values (the counts go on)
 
 
 class _Refused(ValueError):
     """A value the event log's schema cannot hold; the message names it."""
-
-
-class _Throttle:
-    """Logs the first of a kind of problem at once, then at most once per ``_LOG_EVERY`` seconds
-    with how many were not logged."""
-
-    def __init__(self) -> None:
-        self._next = 0.0
-        self._quiet = 0
-
-    def warn(self, msg: str, *args: object) -> None:
-        now = time.monotonic()
-        if now < self._next:
-            self._quiet += 1
-            return
-        self._next = now + _LOG_EVERY
-        if self._quiet:
-            msg += " (and %d more like it not logged)"
-            args = (*args, self._quiet)
-            self._quiet = 0
-        log.warning(msg, *args)
 
 
 def _micros(name: str, seconds: object, offset_us: int) -> int:
@@ -265,8 +244,8 @@ class EventLog(SubscriberListener):
         self._size_trigger = max_rows  # buffered rows that trigger a write (moves up on failure)
         self._refused = 0
         self._seqs_dropped = 0
-        self._refusals = _Throttle()
-        self._seq_warnings = _Throttle()
+        self._refusals = Throttle(log)
+        self._seq_warnings = Throttle(log)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -452,7 +431,7 @@ class EventLog(SubscriberListener):
             self._start_locked(at)
             if dropped_seq is not None:
                 self._seqs_dropped += 1
-                self._seq_warnings.warn(
+                self._seq_warnings(
                     "event log %r: seq %d of a beat of %r does not fit the int64 seq column; "
                     "the beat is recorded with seq NULL",
                     self._path,
@@ -517,9 +496,7 @@ class EventLog(SubscriberListener):
 
     def _refuse_locked(self, kind: object, topic: object, exc: Exception) -> None:
         self._refused += 1
-        self._refusals.warn(
-            "event log %r: refused a %r event of %r: %s", self._path, kind, topic, exc
-        )
+        self._refusals("event log %r: refused a %r event of %r: %s", self._path, kind, topic, exc)
 
     def _roll_locked(self, window: int) -> None:
         """An event of ``window``: a later window than the buffered rows' writes them."""

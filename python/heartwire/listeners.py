@@ -52,6 +52,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from heartwire import _validate
+from heartwire._throttle import worth_logging
 from heartwire.events import (
     EVENT_METHODS,
     CaughtUp,
@@ -333,7 +334,7 @@ class _Worker:
                     failed = (exc, self.start_failures)
             elif self._idle or self._waiters:
                 self._cond.notify_all()  # a busy worker needs no wake-up: it looks again
-        if failed is not None and (failed[1] <= 10 or failed[1] % 1000 == 0):
+        if failed is not None and worth_logging(failed[1]):
             log.error(
                 "listener thread for %s of %s not started (failure %d; %s %s): %s",
                 type(self._entry.listener).__qualname__,
@@ -902,7 +903,7 @@ class ListenerSet(Generic[L]):
             entry.errors += 1
             n = entry.errors
         name = f"{type(entry.listener).__qualname__}.{method_name}"
-        if n <= 10 or n % 1000 == 0:  # a listener failing on every event cannot flood the log
+        if worth_logging(n):  # a listener failing on every event cannot flood the log
             log.error(
                 "listener %s of %s raised (error %d of this listener)",
                 name,

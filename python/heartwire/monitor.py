@@ -53,6 +53,7 @@ from typing import Any
 
 from heartwire import _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
+from heartwire._throttle import worth_logging
 from heartwire.events import (
     ExceptionEvent,
     Started,
@@ -564,7 +565,7 @@ class HeartbeatMonitor:
         pattern = self._pattern
         emit = self._listeners.emit
         for reason, detail, count in self._intake.take_refusals():
-            if reason == "stale" and (count <= 10 or count % 1000 == 0):
+            if reason == "stale" and worth_logging(count):
                 log.warning("%s [stale beat %d]", detail, count)
             error = DecodeError(reason, detail) if reason in DECODE_REASONS else None
             emit("on_exception", ExceptionEvent(pattern, reason, error, detail))

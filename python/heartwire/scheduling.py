@@ -57,6 +57,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from heartwire import _core, _validate
+from heartwire._throttle import Throttle
 
 __all__ = ["Job", "PublisherScheduler", "Task", "shared_scheduler"]
 
@@ -77,32 +78,6 @@ _CHECK_IDLE = 10.0
 _STALL = 0.05
 # After a check thread failed to start, seconds before the pool tries again.
 _SPAWN_RETRY = 0.5
-# A recurring error (a thread that cannot start, a scheduler round that raised) is logged at
-# most once per this many seconds.
-_LOG_EVERY = 60.0
-
-
-class _Throttled:
-    """Logs a recurring error at most once per ``every`` seconds, saying how many were not."""
-
-    def __init__(self, every: float = _LOG_EVERY) -> None:
-        self._every = every
-        self._last = -math.inf
-        self._skipped = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: str, *args: object, exc_info: bool = False) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last < self._every:
-                self._skipped += 1
-                return
-            self._last = now
-            skipped, self._skipped = self._skipped, 0
-        if skipped:
-            msg += " (and %d more since the last such message)"
-            args = (*args, skipped)
-        log.error(msg, *args, exc_info=exc_info)
 
 
 class _CheckPool:
@@ -124,7 +99,7 @@ class _CheckPool:
         self._grown_at = -math.inf
         self._retry_at = -math.inf  # after a thread failed to start: no new one before this
         self._spawn_failures = 0
-        self._log_spawn = _Throttled()
+        self._log_spawn = Throttle(log, logging.ERROR)
         self._closed = False
 
     def _spawn(self, n: int) -> None:
@@ -331,7 +306,7 @@ class PublisherScheduler:
         self._closed = False
         self._ran = 0
         self._errors = 0
-        self._log_round = _Throttled()
+        self._log_round = Throttle(log, logging.ERROR)
 
     # -- tasks ------------------------------------------------------------------------------
 
