@@ -42,17 +42,16 @@ runs out first, the last of those calls makes it on its thread as it ends.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from heartwire import _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
+from heartwire._exit import Running
 from heartwire._throttle import worth_logging
 from heartwire.events import (
     ExceptionEvent,
@@ -110,16 +109,8 @@ def _short(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-_running: weakref.WeakSet[HeartbeatMonitor] = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_running_monitors() -> None:
-    for monitor in list(_running):
-        try:
-            monitor.stop(timeout=1.0)
-        except Exception:
-            log.exception("stopping %r at exit failed", monitor)
+# Running monitors, stopped at interpreter exit.
+_running: Running[HeartbeatMonitor] = Running(lambda monitor: monitor.stop(timeout=1.0))
 
 
 class HeartbeatMonitor:

@@ -41,19 +41,17 @@ slot after the present: it skips the beats it missed instead of sending a burst.
 
 from __future__ import annotations
 
-import atexit
 import collections
 import functools
-import logging
 import math
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from heartwire import _core, _validate
+from heartwire._exit import Running
 from heartwire.checks import CheckFailed, _callable_name
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
@@ -663,13 +661,4 @@ class HeartbeatPublisher:
 
 
 # Running publishers, stopped at interpreter exit (the scheduler holds them while they run).
-_running: weakref.WeakSet[HeartbeatPublisher] = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_running() -> None:
-    for pub in list(_running):
-        try:
-            pub.stop()
-        except Exception:  # pragma: no cover - exit must go on
-            logging.getLogger("heartwire.publisher").exception("stopping %r at exit", pub)
+_running: Running[HeartbeatPublisher] = Running(lambda publisher: publisher.stop())

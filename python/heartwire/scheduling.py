@@ -46,7 +46,6 @@ round of the scheduler thread raises ends that thread: it is logged and counted.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
 import math
@@ -57,6 +56,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from heartwire import _core, _validate
+from heartwire._exit import Running
 from heartwire._throttle import Throttle
 
 __all__ = ["Job", "PublisherScheduler", "Task", "shared_scheduler"]
@@ -589,6 +589,8 @@ class PublisherScheduler:
 _shared_lock = threading.Lock()
 _real: PublisherScheduler | None = None
 _manual: weakref.WeakValueDictionary[int, PublisherScheduler] = weakref.WeakValueDictionary()
+# The shared schedulers, closed at interpreter exit after the publishers on them are stopped.
+_shared: Running[PublisherScheduler] = Running(lambda sched: sched.close(), rank=1)
 
 
 def shared_scheduler(clock: _core.ManualClock | None = None) -> PublisherScheduler:
@@ -601,6 +603,7 @@ def shared_scheduler(clock: _core.ManualClock | None = None) -> PublisherSchedul
         if clock is None:
             if _real is None or _real.closed:
                 _real = PublisherScheduler(name="heartwire-publishers")
+                _shared.add(_real)
             return _real
         if not isinstance(clock, _core.ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
@@ -608,12 +611,5 @@ def shared_scheduler(clock: _core.ManualClock | None = None) -> PublisherSchedul
         if sched is None or sched.closed or sched.clock is not clock:
             sched = PublisherScheduler(clock, name="heartwire-publishers-manual")
             _manual[id(clock)] = sched
+            _shared.add(sched)
         return sched
-
-
-@atexit.register
-def _close_shared() -> None:
-    with _shared_lock:
-        scheds = [s for s in (_real, *_manual.values()) if s is not None]
-    for sched in scheds:
-        sched.close()
