@@ -50,6 +50,7 @@ from heartwire.reliable import destinations
 from heartwire.reliable.message import ReceivedMessage
 from heartwire.reliable.transaction import Transaction
 from heartwire.transport import is_stomp
+from heartwire.transport.headers import MESSAGE_ID_HEADER
 
 __all__ = ["Consumer"]
 
@@ -287,7 +288,7 @@ class Consumer:
 
     def _on_stomp(self, channel: _Channel, link: Any, message: Any) -> None:
         headers = message.headers
-        message_id = headers.get("hw-message-id") or headers.get("message-id", "")
+        message_id = headers.get(MESSAGE_ID_HEADER) or headers.get("message-id", "")
         ack_id = headers.get("ack") or headers.get("message-id", "")
         no = self._delivery(channel)
 
@@ -348,7 +349,7 @@ class Consumer:
 
             headers = stored.headers
             msg = ReceivedMessage(
-                headers.get("hw-message-id", ""),
+                headers.get(MESSAGE_ID_HEADER, ""),
                 stored.destination,
                 stored.body,
                 headers,

@@ -65,6 +65,7 @@ from heartwire._core import Intake, Routes
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.errors import SendTimeout, names
 from heartwire.transport.failover import ConnectionListener, Connector
+from heartwire.transport.headers import MESSAGE_ID_HEADER
 from heartwire.transport.keepalive import KeepAliveMonitor
 from heartwire.transport.link import StompLink
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
@@ -83,7 +84,6 @@ def _never(message: Message) -> None:  # the pattern handler of a raw-destinatio
 log = logging.getLogger("heartwire.transport.stomp")
 
 #: The header carrying the id :meth:`StompTransport.publish` gives each message.
-MESSAGE_ID_HEADER = "hw-message-id"
 # The private topic prefix of keep-alive pings (never delivered to subscribers).
 _PING_PREFIX = "_hw.keepalive."
 _PING_SUB_ID = "hw-keepalive"
