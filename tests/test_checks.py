@@ -53,10 +53,10 @@ def test_tcp_unresolvable_host_fails_with_a_reason() -> None:
     ("args", "error", "match"),
     [
         (("", 80), ValueError, "host must be a non-empty str"),
-        (("h", 0), ValueError, "port must be an int in 1..65535, got 0"),
+        (("h", 0), ValueError, "port must be an int from 1 to 65535, got 0"),
         (("h", 70000), ValueError, "got 70000"),
-        (("h", True), ValueError, "got True"),
-        (("h", 80, 0), ValueError, "timeout must be a positive finite number of seconds, got 0"),
+        (("h", True), TypeError, "port must be an int, got bool True"),
+        (("h", 80, 0), ValueError, "timeout must be a finite number of seconds > 0, got 0"),
         (("h", 80, float("nan")), ValueError, "got nan"),
         (("h", 80, "1"), TypeError, "timeout must be a number of seconds, got str"),
     ],

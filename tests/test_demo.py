@@ -34,12 +34,20 @@ def test_demo_rejects_non_finite_and_non_positive_times_with_exit_2(
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"duration": math.inf}, ValueError, "duration must be a finite number > 0, got inf"),
-        ({"duration": 0.0}, ValueError, "duration must be a finite number > 0, got 0.0"),
-        ({"period": math.nan}, ValueError, "period must be a finite number > 0, got nan"),
-        ({"topics": 0}, ValueError, "topics must be an int > 0, got 0"),
-        ({"topics": 2.5}, TypeError, "topics must be an int > 0, got float 2.5"),
-        ({"duration": "10"}, TypeError, "duration must be a finite number > 0, got str '10'"),
+        (
+            {"duration": math.inf},
+            ValueError,
+            "duration must be a finite number of seconds > 0, got inf",
+        ),
+        ({"duration": 0.0}, ValueError, "duration must be a finite number of seconds > 0, got 0.0"),
+        (
+            {"period": math.nan},
+            ValueError,
+            "period must be a finite number of seconds > 0, got nan",
+        ),
+        ({"topics": 0}, ValueError, "topics must be >= 1, got 0"),
+        ({"topics": 2.5}, TypeError, "topics must be an int, got float 2.5"),
+        ({"duration": "10"}, TypeError, "duration must be a number of seconds, got str '10'"),
     ],
 )
 def test_run_demo_checks_its_arguments(kwargs: dict[str, object], error: type, match: str) -> None:

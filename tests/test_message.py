@@ -254,7 +254,7 @@ def test_codec_arguments_are_checked() -> None:
         BeatCodec(b"")
     with pytest.raises(TypeError, match="key must be bytes, str or None, got int"):
         BeatCodec(5)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_size must be at least 16 bytes, got 0"):
+    with pytest.raises(ValueError, match="max_size must be >= 16, got 0"):
         BeatCodec(max_size=0)
     with pytest.raises(TypeError, match="max_size must be an int"):
         BeatCodec(max_size=1.5)  # type: ignore[arg-type]

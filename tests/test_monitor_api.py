@@ -264,7 +264,7 @@ def test_context_manager_and_atexit_stop_running_monitors() -> None:
     assert not mon.running
     left = HeartbeatMonitor(broker, "svc.>", clock=hw.ManualClock()).start()
     assert left in monitor_module._running
-    monitor_module._stop_running_monitors()  # what the atexit hook runs
+    monitor_module._running.stop_all()  # what the atexit hook runs
     assert not left.running
     assert left not in monitor_module._running
     assert monitor_threads() == []

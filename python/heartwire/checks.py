@@ -24,7 +24,6 @@ import contextlib
 import functools
 import io
 import ipaddress
-import math
 import os
 import re
 import socket
@@ -36,6 +35,8 @@ from collections.abc import Callable, Container
 from http import client as http_client
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
+
+from heartwire import _validate
 
 __all__ = ["Check", "CheckFailed", "http", "path", "sql", "tcp"]
 
@@ -49,16 +50,6 @@ class CheckFailed(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.reason,))
-
-
-def _timeout(value: object, field: str = "timeout") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"{field} must be a number of seconds, got {type(value).__name__} {value!r}"
-        )
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{field} must be a positive finite number of seconds, got {value!r}")
-    return float(value)
 
 
 class _Lookup:
@@ -183,11 +174,9 @@ class tcp(Check):  # lower case: used like a function, checks.tcp("db", 5432)
     def __init__(self, host: str, port: int, timeout: float = 1.0) -> None:
         if not isinstance(host, str) or not host:
             raise ValueError(f"host must be a non-empty str, got {host!r}")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ValueError(f"port must be an int in 1..65535, got {port!r}")
         self.host = host
-        self.port = port
-        self.timeout = _timeout(timeout)
+        self.port = _validate.count(port, "port", 1, maximum=65535)
+        self.timeout = _validate.seconds(timeout, "timeout")
 
     def __call__(self) -> bool:
         try:
@@ -428,7 +417,7 @@ class http(Check):
             raise TypeError(f"expect must be a status or a container of them, got {expect!r}")
         self.url = url
         self.expect = expect
-        self.timeout = _timeout(timeout)
+        self.timeout = _validate.seconds(timeout, "timeout")
         self._shown = shown
         self._hidden = sorted({url[a:b] for a, b in _url_secrets(url)}, key=len, reverse=True)
         # A userinfo goes as Basic auth (urllib would take it for part of the host).

@@ -11,7 +11,6 @@ monitor detected.
 from __future__ import annotations
 
 import collections
-import math
 import random
 import sys
 import threading
@@ -19,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from heartwire import _validate
 from heartwire.events import Failed, Resumed
 from heartwire.listeners import SubscriberListener
 from heartwire.monitor import HeartbeatMonitor
@@ -135,15 +135,6 @@ class Chaos:
         self.publishers[i].resume()
 
 
-def _finite_positive(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        kind = type(value).__name__
-        raise TypeError(f"{field} must be a finite number > 0, got {kind} {value!r}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{field} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 def run_demo(
     topics: int = 300,
     period: float = 0.2,
@@ -154,12 +145,9 @@ def run_demo(
     """Run the demo, printing a live view; returns the report.
 
     Bad arguments raise :class:`ValueError` (or :class:`TypeError`) naming the argument."""
-    if isinstance(topics, bool) or not isinstance(topics, int):
-        raise TypeError(f"topics must be an int > 0, got {type(topics).__name__} {topics!r}")
-    if topics < 1:
-        raise ValueError(f"topics must be an int > 0, got {topics!r}")
-    period = _finite_positive(period, "period")
-    duration = _finite_positive(duration, "duration")
+    topics = _validate.count(topics, "topics", 1)
+    period = _validate.seconds(period, "period")
+    duration = _validate.seconds(duration, "duration")
     allowed_misses = 2
     broker = broker if broker is not None else connect()
     tally = Tally(allowed_misses)

@@ -14,7 +14,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from heartwire import _validate
 from heartwire._core import Event, EventBatch, EventQueue
+
+
+def discarded_after_push(stats: dict[str, int]) -> int:
+    """Events an :class:`EventQueue` counted in ``pushed`` and then let go undelivered (by its
+    ``stats()``): the oldest dropped for newer ones, and those coalesced into a newer one."""
+    return stats["dropped_oldest"] + stats["coalesced"]
+
+
+def losses(stats: dict[str, int]) -> int:
+    """Every event an :class:`EventQueue` lost to its overflow policy (by its ``stats()``): the
+    ones :func:`discarded_after_push` counts, and the newest refused on a full queue."""
+    return discarded_after_push(stats) + stats["dropped_newest"]
+
 
 log = logging.getLogger("heartwire.dispatch")
 
@@ -53,10 +67,7 @@ class Dispatcher:
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
         if batch_size is None:
             batch_size = 65536 if columnar else 1024
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = _validate.count(batch_size, "batch_size", 1)
         self._queue = queue
         self._on_idle = on_idle
         self._handler = handler
@@ -156,8 +167,7 @@ class Dispatcher:
     def _delivered(self, pushed: int) -> bool:
         """Whether the handler has seen each of the queue's first ``pushed`` events that the
         overflow policy did not discard (events are taken out in order)."""
-        stats = self._queue.stats()
-        lost = stats["dropped_oldest"] + stats["coalesced"]
+        lost = discarded_after_push(self._queue.stats())
         return self._popped_before + self._handled >= pushed - lost
 
     def stop(self, timeout: float | None = 5.0) -> None:

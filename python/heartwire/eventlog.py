@@ -86,6 +86,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from heartwire import _validate
+from heartwire._throttle import Throttle
 from heartwire.events import Failed, LocalPause, Received, Resumed, Started, Stopped
 from heartwire.listeners import SubscriberListener
 
@@ -120,32 +122,10 @@ _TS_MAX = (
     _dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=_dt.timezone.utc) - _EPOCH_DT
 ) // _dt.timedelta(microseconds=1)
 _INT64 = range(-(2**63), 2**63)
-_LOG_EVERY = 60.0  # seconds between two log lines about refused values (the counts go on)
 
 
 class _Refused(ValueError):
     """A value the event log's schema cannot hold; the message names it."""
-
-
-class _Throttle:
-    """Logs the first of a kind of problem at once, then at most once per ``_LOG_EVERY`` seconds
-    with how many were not logged."""
-
-    def __init__(self) -> None:
-        self._next = 0.0
-        self._quiet = 0
-
-    def warn(self, msg: str, *args: object) -> None:
-        now = time.monotonic()
-        if now < self._next:
-            self._quiet += 1
-            return
-        self._next = now + _LOG_EVERY
-        if self._quiet:
-            msg += " (and %d more like it not logged)"
-            args = (*args, self._quiet)
-            self._quiet = 0
-        log.warning(msg, *args)
 
 
 def _micros(name: str, seconds: object, offset_us: int) -> int:
@@ -219,18 +199,11 @@ class EventLog(SubscriberListener):
         clock: Any = None,
         beats: str = "all",
     ) -> None:
-        if isinstance(roll_seconds, bool) or not isinstance(roll_seconds, (int, float)):
-            raise TypeError(f"roll_seconds must be a number, got {type(roll_seconds).__name__}")
-        if not roll_seconds >= 0.001:
-            raise ValueError(f"roll_seconds must be >= 0.001, got {roll_seconds!r}")
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-            raise ValueError(f"max_rows must be an int >= 1, got {max_rows!r}")
-        if wall_offset is not None and (
-            isinstance(wall_offset, bool)
-            or not isinstance(wall_offset, (int, float))
-            or not math.isfinite(wall_offset)
-        ):
-            raise ValueError(f"wall_offset must be a finite number of seconds, got {wall_offset!r}")
+        roll_seconds = _validate.seconds(roll_seconds, "roll_seconds", minimum=0.001)
+        max_rows = _validate.count(max_rows, "max_rows", 1)
+        wall_offset = _validate.seconds(
+            wall_offset, "wall_offset", allow_none=True, allow_negative=True
+        )
         now: Callable[[], float]
         if clock is None:
             now = time.monotonic
@@ -250,8 +223,7 @@ class EventLog(SubscriberListener):
         self._seen_offset_us: int | None = None
         self._default_offset_us = round((time.time() - now()) * 1_000_000)
         self._pending_start: tuple[str, float] | None = None  # a started row awaiting its offset
-        if beats not in ("all", "summary"):
-            raise ValueError(f"beats must be 'all' or 'summary', got {beats!r}")
+        beats = _validate.choice(beats, "beats", ("all", "summary"))
         self._now = now
         self._pattern = ""
         self._summary = beats == "summary"
@@ -272,8 +244,8 @@ class EventLog(SubscriberListener):
         self._size_trigger = max_rows  # buffered rows that trigger a write (moves up on failure)
         self._refused = 0
         self._seqs_dropped = 0
-        self._refusals = _Throttle()
-        self._seq_warnings = _Throttle()
+        self._refusals = Throttle(log)
+        self._seq_warnings = Throttle(log)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -459,7 +431,7 @@ class EventLog(SubscriberListener):
             self._start_locked(at)
             if dropped_seq is not None:
                 self._seqs_dropped += 1
-                self._seq_warnings.warn(
+                self._seq_warnings(
                     "event log %r: seq %d of a beat of %r does not fit the int64 seq column; "
                     "the beat is recorded with seq NULL",
                     self._path,
@@ -524,9 +496,7 @@ class EventLog(SubscriberListener):
 
     def _refuse_locked(self, kind: object, topic: object, exc: Exception) -> None:
         self._refused += 1
-        self._refusals.warn(
-            "event log %r: refused a %r event of %r: %s", self._path, kind, topic, exc
-        )
+        self._refusals("event log %r: refused a %r event of %r: %s", self._path, kind, topic, exc)
 
     def _roll_locked(self, window: int) -> None:
         """An event of ``window``: a later window than the buffered rows' writes them."""

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from heartwire._core import Detector, EventQueue, Newest
 from heartwire._core import EventBatch as CoreBatch
-from heartwire.dispatch import Dispatcher
+from heartwire.dispatch import Dispatcher, discarded_after_push, losses
 from heartwire.events import EventBatch
 from heartwire.listeners import ListenerSet, SubscriberListener
 
@@ -250,14 +250,14 @@ class EventFeed:
             feed.finished = True
             self._det.unsubscribe(feed.queue)
             stats = feed.queue.stats()
-            losses = stats["dropped_oldest"] + stats["dropped_newest"] + stats["coalesced"]
+            lost = losses(stats)
             if i == len(chain) - 1:
                 # Refused by the closed queue. (A replaced feed's were pushed to its successor.)
-                losses += stats["rejected_closed"]
+                lost += stats["rejected_closed"]
             with self._losses_lock:
                 if not feed.counted:  # (a successor's thread may have counted it already)
                     feed.counted = True
-                    self._losses += losses
+                    self._losses += lost
             if dispatcher is not None and dispatcher.alive:
                 log.warning(
                     "stopping %r: the dispatch thread did not deliver everything within %s s; "
@@ -304,7 +304,7 @@ class EventFeed:
             dropped = self._losses
             feed = self._current
             while feed is not None:
-                dropped += _losses(feed.queue)
+                dropped += losses(feed.queue.stats())
                 depth += len(feed.queue)
                 feed = feed.prev
         return {
@@ -345,7 +345,7 @@ class EventFeed:
                     for older in chain:
                         if not older.counted:
                             older.counted = True
-                            self._losses += _losses(older.queue)
+                            self._losses += losses(older.queue.stats())
                     feed.prev = None
             if feed.finished:  # stop() did not wait for this: after on_stopped, never
                 with self._losses_lock:
@@ -365,10 +365,4 @@ class EventFeed:
 
 def _delivered(feed: _Feed, pushed: int) -> bool:
     """Whether ``feed``'s handler has seen every one of its first ``pushed`` events not lost."""
-    stats = feed.queue.stats()
-    return feed.popped >= pushed - stats["dropped_oldest"] - stats["coalesced"]
-
-
-def _losses(queue: EventQueue) -> int:
-    stats = queue.stats()
-    return stats["dropped_oldest"] + stats["dropped_newest"] + stats["coalesced"]
+    return feed.popped >= pushed - discarded_after_push(feed.queue.stats())

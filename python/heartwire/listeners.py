@@ -51,6 +51,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
+from heartwire import _validate
+from heartwire._throttle import worth_logging
 from heartwire.events import (
     EVENT_METHODS,
     CaughtUp,
@@ -81,7 +83,7 @@ log = logging.getLogger("heartwire.listeners")
 
 ListenerOverflow = Literal["drop-oldest", "drop-newest"]
 #: The overflow policies of a listener's own queue.
-LISTENER_OVERFLOWS = ("drop-oldest", "drop-newest")
+LISTENER_OVERFLOWS: tuple[ListenerOverflow, ...] = ("drop-oldest", "drop-newest")
 
 _on_worker = threading.local()  # .worker: the _Worker whose thread this is
 
@@ -332,7 +334,7 @@ class _Worker:
                     failed = (exc, self.start_failures)
             elif self._idle or self._waiters:
                 self._cond.notify_all()  # a busy worker needs no wake-up: it looks again
-        if failed is not None and (failed[1] <= 10 or failed[1] % 1000 == 0):
+        if failed is not None and worth_logging(failed[1]):
             log.error(
                 "listener thread for %s of %s not started (failure %d; %s %s): %s",
                 type(self._entry.listener).__qualname__,
@@ -528,25 +530,12 @@ class ListenerSet(Generic[L]):
         overflow: ListenerOverflow = "drop-oldest",
         batch_queue_size: int | None = None,
     ) -> None:
-        if queue_size is not None and (
-            isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1
-        ):
-            raise ValueError(f"queue_size must be an int >= 1 or None, got {queue_size!r}")
-        if overflow not in LISTENER_OVERFLOWS:
-            raise ValueError(
-                f"overflow must be one of {', '.join(LISTENER_OVERFLOWS)}; got {overflow!r}"
-            )
+        queue_size = _validate.count(queue_size, "queue_size", 1, allow_none=True)
+        overflow = _validate.choice(overflow, "overflow", LISTENER_OVERFLOWS)
         self.kind = kind
         self.source = source
         self.queue_size = queue_size
-        if batch_queue_size is not None and (
-            isinstance(batch_queue_size, bool)
-            or not isinstance(batch_queue_size, int)
-            or batch_queue_size < 1
-        ):
-            raise ValueError(
-                f"batch_queue_size must be an int >= 1 or None, got {batch_queue_size!r}"
-            )
+        batch_queue_size = _validate.count(batch_queue_size, "batch_queue_size", 1, allow_none=True)
         #: The bound of each listener queue when a batch of detector events is put (events).
         self.batch_queue_size = max(queue_size or 1, batch_queue_size or 1)
         self.overflow = overflow
@@ -914,7 +903,7 @@ class ListenerSet(Generic[L]):
             entry.errors += 1
             n = entry.errors
         name = f"{type(entry.listener).__qualname__}.{method_name}"
-        if n <= 10 or n % 1000 == 0:  # a listener failing on every event cannot flood the log
+        if worth_logging(n):  # a listener failing on every event cannot flood the log
             log.error(
                 "listener %s of %s raised (error %d of this listener)",
                 name,

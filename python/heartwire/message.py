@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from heartwire import _validate
 from heartwire.transport.patterns import validate_topic
 
 __all__ = ["DECODE_REASONS", "MAX_SEQ", "VERSION", "Beat", "BeatCodec", "DecodeError"]
@@ -162,12 +163,8 @@ class BeatCodec:
             if not key:
                 raise ValueError("key must not be empty, got b''")
             key = bytes(key)
-        if isinstance(max_size, bool) or not isinstance(max_size, int):
-            raise TypeError(f"max_size must be an int, got {type(max_size).__name__} {max_size!r}")
-        if max_size < 16:
-            raise ValueError(f"max_size must be at least 16 bytes, got {max_size!r}")
         self._key = key
-        self.max_size = max_size
+        self.max_size = _validate.count(max_size, "max_size", 16)
 
     @property
     def signed(self) -> bool:

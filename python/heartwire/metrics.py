@@ -17,6 +17,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from heartwire import _validate
+
 if TYPE_CHECKING:
     from heartwire.monitor import HeartbeatMonitor
 
@@ -147,8 +149,7 @@ def serve(monitor: HeartbeatMonitor, port: int, addr: str = "0.0.0.0") -> Metric
     """Serve ``monitor``'s metrics at ``http://addr:port/metrics`` on a daemon thread (``port``
     0: any free port, see :attr:`MetricsServer.port`). Raises :class:`MetricsUnavailable`
     without ``prometheus_client``, ``OSError`` if the port is taken."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an int from 0 to 65535, got {port!r}")
+    port = _validate.count(port, "port", 0, maximum=65535)
     prom = require()
     registry = prom.CollectorRegistry(auto_describe=False)
     registry.register(collector(monitor))

@@ -42,18 +42,17 @@ runs out first, the last of those calls makes it on its thread as it ends.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
-import math
 import threading
 import time
-import weakref
 from collections.abc import Iterable
-from numbers import Real
 from typing import Any
 
+from heartwire import _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
+from heartwire._exit import Running
+from heartwire._throttle import worth_logging
 from heartwire.events import (
     ExceptionEvent,
     Started,
@@ -76,7 +75,7 @@ __all__ = ["HeartbeatMonitor", "HeartbeatSubscriber"]
 
 log = logging.getLogger("heartwire.monitor")
 
-_OVERFLOWS = ("coalesce", "drop-oldest", "drop-newest", "block")
+_OVERFLOWS: tuple[Overflow, ...] = ("coalesce", "drop-oldest", "drop-newest", "block")
 #: A handle's slot in the core (its low 32 bits; the bits above are the slot's generation,
 #: bumped when a removed topic's slot is reused). Per-topic arrays here are indexed by slot.
 _SLOT = 0xFFFF_FFFF
@@ -110,48 +109,8 @@ def _short(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def _check_period(value: object, field: str = "period") -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(
-            f"{field} must be a number of seconds, got {type(value).__name__} {value!r}"
-        )
-    period = float(value)
-    if not (period > 0 and math.isfinite(period)):
-        raise ValueError(f"{field} must be a finite number of seconds > 0, got {value!r}")
-    return period
-
-
-def _check_grace(value: object, field: str = "grace") -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(
-            f"{field} must be a number of seconds or None, got {type(value).__name__} {value!r}"
-        )
-    grace = float(value)
-    if not (grace >= 0 and math.isfinite(grace)):
-        raise ValueError(f"{field} must be a finite number of seconds >= 0, got {value!r}")
-    return grace
-
-
-def _check_int(value: object, field: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{field} must be >= {minimum}, got {value!r}")
-    return value
-
-
-_running: weakref.WeakSet[HeartbeatMonitor] = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_running_monitors() -> None:
-    for monitor in list(_running):
-        try:
-            monitor.stop(timeout=1.0)
-        except Exception:
-            log.exception("stopping %r at exit failed", monitor)
+# Running monitors, stopped at interpreter exit.
+_running: Running[HeartbeatMonitor] = Running(lambda monitor: monitor.stop(timeout=1.0))
 
 
 class HeartbeatMonitor:
@@ -269,32 +228,32 @@ class HeartbeatMonitor:
         wall_offset: float | None = None,
     ) -> None:
         self._pattern = validate_pattern(pattern, "pattern")
-        self._period = _check_period(period)
-        self._allowed_misses = _check_int(allowed_misses, "allowed_misses", 1)
-        self._grace = _check_grace(grace)
+        self._period = _validate.seconds(period, "period")
+        self._allowed_misses = _validate.count(allowed_misses, "allowed_misses", 1)
+        self._grace = _validate.seconds(grace, "grace", allow_none=True, allow_zero=True)
         if max_local_pause is not None:
-            max_local_pause = _check_period(max_local_pause, "max_local_pause")
+            max_local_pause = _validate.seconds(max_local_pause, "max_local_pause")
         if lag_threshold is not None:
-            lag_threshold = _check_period(lag_threshold, "lag_threshold")
+            lag_threshold = _validate.seconds(lag_threshold, "lag_threshold")
         if clock is not None and not isinstance(clock, ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
-        if overflow not in _OVERFLOWS:
-            raise ValueError(f"overflow must be one of {', '.join(_OVERFLOWS)}; got {overflow!r}")
-        self._capacity = _check_int(capacity, "capacity", 1)
-        tick = _check_period(tick, "tick")
+        overflow = _validate.choice(overflow, "overflow", _OVERFLOWS)
+        self._capacity = _validate.count(capacity, "capacity", 1)
+        tick = _validate.seconds(tick, "tick")
         if max_topics is not None:
-            max_topics = _check_int(max_topics, "max_topics", 0)
+            max_topics = _validate.count(max_topics, "max_topics", 0)
         if broker is not None and not callable(getattr(broker, "subscribe", None)):
             raise TypeError(f"broker must be a Transport or None, got {type(broker).__name__}")
         self._broker = broker
         self._overflow = overflow
         self._max_topics = max_topics
         self._codec = BeatCodec(key=key)  # checks the key; decodes what the core defers
-        if max_beat_age is not None and max_beat_age != math.inf:
-            max_beat_age = _check_period(max_beat_age, "max_beat_age")
+        max_beat_age = _validate.seconds(
+            max_beat_age, "max_beat_age", allow_none=True, allow_inf=True
+        )
         self._max_beat_age = max_beat_age
         if listener_queue is not None:
-            listener_queue = _check_int(listener_queue, "listener_queue", 1)
+            listener_queue = _validate.count(listener_queue, "listener_queue", 1)
         self._listeners: ListenerSet[SubscriberListener] = ListenerSet(
             SubscriberListener,
             self._pattern,
@@ -334,15 +293,11 @@ class HeartbeatMonitor:
             # beat() straight into the core: no Python frame on the single-beat path.
             self.beat = self._intake.beat  # type: ignore[method-assign]
         self._clock = clock
+        wall_offset = _validate.seconds(
+            wall_offset, "wall_offset", allow_none=True, allow_negative=True
+        )
         if wall_offset is None:
             wall_offset = real_clock_offset() if clock is None else time.time() - clock.now()
-        elif isinstance(wall_offset, bool) or not isinstance(wall_offset, Real):
-            raise TypeError(
-                f"wall_offset must be a number of seconds or None, got "
-                f"{type(wall_offset).__name__} {wall_offset!r}"
-            )
-        elif not math.isfinite(wall_offset):
-            raise ValueError(f"wall_offset must be a finite number of seconds, got {wall_offset!r}")
         self._wall_offset = float(wall_offset)
 
         self._lock = threading.RLock()  # lifecycle, learning, pausing, feed switches
@@ -421,7 +376,7 @@ class HeartbeatMonitor:
     @max_local_pause.setter
     def max_local_pause(self, seconds: float | None) -> None:
         if seconds is not None:
-            seconds = _check_period(seconds, "max_local_pause")
+            seconds = _validate.seconds(seconds, "max_local_pause")
         self._det.max_local_pause = seconds
 
     @property
@@ -433,7 +388,7 @@ class HeartbeatMonitor:
     @lag_threshold.setter
     def lag_threshold(self, seconds: float | None) -> None:
         if seconds is not None:
-            seconds = _check_period(seconds, "lag_threshold")
+            seconds = _validate.seconds(seconds, "lag_threshold")
         self._det.lag_threshold = seconds
 
     def _grace_for(self, period: float) -> float:
@@ -529,10 +484,10 @@ class HeartbeatMonitor:
                 f"topic {topic!r} does not match the monitor's pattern {self._pattern!r}"
             )
         if period is not None:
-            period = _check_period(period)
+            period = _validate.seconds(period, "period")
         if allowed_misses is not None:
-            allowed_misses = _check_int(allowed_misses, "allowed_misses", 1)
-        grace = _check_grace(grace)
+            allowed_misses = _validate.count(allowed_misses, "allowed_misses", 1)
+        grace = _validate.seconds(grace, "grace", allow_none=True, allow_zero=True)
         if phi is not None and not isinstance(phi, Phi):
             raise TypeError(f"phi must be a Phi or None, got {type(phi).__name__} {phi!r}")
         with self._lock:
@@ -601,7 +556,7 @@ class HeartbeatMonitor:
         pattern = self._pattern
         emit = self._listeners.emit
         for reason, detail, count in self._intake.take_refusals():
-            if reason == "stale" and (count <= 10 or count % 1000 == 0):
+            if reason == "stale" and worth_logging(count):
                 log.warning("%s [stale beat %d]", detail, count)
             error = DecodeError(reason, detail) if reason in DECODE_REASONS else None
             emit("on_exception", ExceptionEvent(pattern, reason, error, detail))

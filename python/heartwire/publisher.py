@@ -41,19 +41,17 @@ slot after the present: it skips the beats it missed instead of sending a burst.
 
 from __future__ import annotations
 
-import atexit
 import collections
 import functools
-import logging
 import math
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from heartwire import _core
+from heartwire import _core, _validate
+from heartwire._exit import Running
 from heartwire.checks import CheckFailed, _callable_name
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
@@ -100,18 +98,6 @@ class _Attempt:
         self.state = _WORKING
         self.reported = -math.inf  # when its timeout was last reported (scheduler clock)
         self.job: Job | None = None
-
-
-def _seconds(value: object, field: str, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        kind = type(value).__name__
-        raise TypeError(f"{field} must be a number of seconds, got {kind} {value!r}")
-    seconds = float(value)
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"{field} must be a positive finite number of seconds, got {value!r}")
-    if seconds < minimum:
-        raise ValueError(f"{field} must be at least {minimum} seconds, got {value!r}")
-    return seconds
 
 
 def _name(obj: object, limit: int = 200) -> str:
@@ -178,14 +164,14 @@ class HeartbeatPublisher:
                 f"got {type(broker).__name__} {broker!r}"
             )
         self._topic = validate_topic(topic, "topic")
-        self._period = _seconds(period, "period", minimum=MIN_PERIOD)
+        self._period = _validate.seconds(period, "period", minimum=MIN_PERIOD)
         if dependency is not None and not callable(dependency):
             raise TypeError(f"dependency must be callable or None, got {type(dependency).__name__}")
-        self._ttl = None if ttl is None else _seconds(ttl, "ttl")
+        self._ttl = _validate.seconds(ttl, "ttl", allow_none=True)
         if timeout is None:
             own = _own_timeout(dependency)
             timeout = self._period if own is None else max(self._period, own + CHECK_GRACE)
-        self._timeout = _seconds(timeout, "timeout")
+        self._timeout = _validate.seconds(timeout, "timeout")
         if not isinstance(persistent, bool):
             raise TypeError(f"persistent must be a bool, got {type(persistent).__name__}")
         if clock is not None and not isinstance(clock, _core.ManualClock):
@@ -675,13 +661,4 @@ class HeartbeatPublisher:
 
 
 # Running publishers, stopped at interpreter exit (the scheduler holds them while they run).
-_running: weakref.WeakSet[HeartbeatPublisher] = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_running() -> None:
-    for pub in list(_running):
-        try:
-            pub.stop()
-        except Exception:  # pragma: no cover - exit must go on
-            logging.getLogger("heartwire.publisher").exception("stopping %r at exit", pub)
+_running: Running[HeartbeatPublisher] = Running(lambda publisher: publisher.stop())

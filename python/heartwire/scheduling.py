@@ -46,7 +46,6 @@ round of the scheduler thread raises ends that thread: it is logged and counted.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
 import math
@@ -56,7 +55,9 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
-from heartwire import _core
+from heartwire import _core, _validate
+from heartwire._exit import Running
+from heartwire._throttle import Throttle
 
 __all__ = ["Job", "PublisherScheduler", "Task", "shared_scheduler"]
 
@@ -77,32 +78,6 @@ _CHECK_IDLE = 10.0
 _STALL = 0.05
 # After a check thread failed to start, seconds before the pool tries again.
 _SPAWN_RETRY = 0.5
-# A recurring error (a thread that cannot start, a scheduler round that raised) is logged at
-# most once per this many seconds.
-_LOG_EVERY = 60.0
-
-
-class _Throttled:
-    """Logs a recurring error at most once per ``every`` seconds, saying how many were not."""
-
-    def __init__(self, every: float = _LOG_EVERY) -> None:
-        self._every = every
-        self._last = -math.inf
-        self._skipped = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, msg: str, *args: object, exc_info: bool = False) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last < self._every:
-                self._skipped += 1
-                return
-            self._last = now
-            skipped, self._skipped = self._skipped, 0
-        if skipped:
-            msg += " (and %d more since the last such message)"
-            args = (*args, skipped)
-        log.error(msg, *args, exc_info=exc_info)
 
 
 class _CheckPool:
@@ -124,7 +99,7 @@ class _CheckPool:
         self._grown_at = -math.inf
         self._retry_at = -math.inf  # after a thread failed to start: no new one before this
         self._spawn_failures = 0
-        self._log_spawn = _Throttled()
+        self._log_spawn = Throttle(log, logging.ERROR)
         self._closed = False
 
     def _spawn(self, n: int) -> None:
@@ -300,21 +275,14 @@ class PublisherScheduler:
     ) -> None:
         if clock is not None and not isinstance(clock, _core.ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
-        if isinstance(check_threads, bool) or not isinstance(check_threads, int):
-            raise TypeError(f"check_threads must be an int, got {check_threads!r}")
-        if check_threads < 1:
-            raise ValueError(f"check_threads must be >= 1, got {check_threads}")
-        if isinstance(max_check_threads, bool) or not isinstance(max_check_threads, int):
-            raise TypeError(f"max_check_threads must be an int, got {max_check_threads!r}")
+        check_threads = _validate.count(check_threads, "check_threads", 1)
+        max_check_threads = _validate.count(max_check_threads, "max_check_threads", 1)
         if max_check_threads < check_threads:
             raise ValueError(
                 f"max_check_threads must be >= check_threads ({check_threads}), "
                 f"got {max_check_threads}"
             )
-        if isinstance(stall, bool) or not isinstance(stall, (int, float)):
-            raise TypeError(f"stall must be a number of seconds, got {stall!r}")
-        if not (stall > 0 and math.isfinite(stall)):
-            raise ValueError(f"stall must be a positive finite number of seconds, got {stall!r}")
+        stall = _validate.seconds(stall, "stall")
         self.clock = clock
         self.name = name
         self._core = _core.Scheduler(clock, resolution, tick)
@@ -338,7 +306,7 @@ class PublisherScheduler:
         self._closed = False
         self._ran = 0
         self._errors = 0
-        self._log_round = _Throttled()
+        self._log_round = Throttle(log, logging.ERROR)
 
     # -- tasks ------------------------------------------------------------------------------
 
@@ -621,6 +589,8 @@ class PublisherScheduler:
 _shared_lock = threading.Lock()
 _real: PublisherScheduler | None = None
 _manual: weakref.WeakValueDictionary[int, PublisherScheduler] = weakref.WeakValueDictionary()
+# The shared schedulers, closed at interpreter exit after the publishers on them are stopped.
+_shared: Running[PublisherScheduler] = Running(lambda sched: sched.close(), rank=1)
 
 
 def shared_scheduler(clock: _core.ManualClock | None = None) -> PublisherScheduler:
@@ -633,6 +603,7 @@ def shared_scheduler(clock: _core.ManualClock | None = None) -> PublisherSchedul
         if clock is None:
             if _real is None or _real.closed:
                 _real = PublisherScheduler(name="heartwire-publishers")
+                _shared.add(_real)
             return _real
         if not isinstance(clock, _core.ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
@@ -640,12 +611,5 @@ def shared_scheduler(clock: _core.ManualClock | None = None) -> PublisherSchedul
         if sched is None or sched.closed or sched.clock is not clock:
             sched = PublisherScheduler(clock, name="heartwire-publishers-manual")
             _manual[id(clock)] = sched
+            _shared.add(sched)
         return sched
-
-
-@atexit.register
-def _close_shared() -> None:
-    with _shared_lock:
-        scheds = [s for s in (_real, *_manual.values()) if s is not None]
-    for sched in scheds:
-        sched.close()

@@ -70,7 +70,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from heartwire import _core
+from heartwire import _core, _validate
 
 __all__ = [
     "FRESHNESS_TYPE",
@@ -99,17 +99,11 @@ FRESHNESS_TYPE = StructType(
 
 
 def _check_engine(engine: object, choices: tuple[str, ...] = ("rust", "native")) -> Any:
-    if engine not in choices:
-        raise ValueError(f"engine must be one of {', '.join(choices)}; got {engine!r}")
-    return engine
+    return _validate.choice(engine, "engine", choices)
 
 
 def _check_allowed(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"allowed_misses must be an int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"allowed_misses must be >= 1, got {value!r}")
-    return int(value)
+    return _validate.count(value, "allowed_misses", 1)
 
 
 def _col(value: ColumnLike, name: str) -> Column:

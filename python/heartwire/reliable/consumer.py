@@ -44,11 +44,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from heartwire import _validate
 from heartwire._core import DedupWindow
 from heartwire.reliable import destinations
 from heartwire.reliable.message import ReceivedMessage
 from heartwire.reliable.transaction import Transaction
 from heartwire.transport import is_stomp
+from heartwire.transport.headers import MESSAGE_ID_HEADER
 
 __all__ = ["Consumer"]
 
@@ -74,8 +76,7 @@ class Consumer:
         on_error: Callable[[Exception, ReceivedMessage], Any] | None = None,
     ) -> None:
         kind, _ = destinations.split(destinations.validate(destination))
-        if ack not in ACK_MODES:
-            raise ValueError(f"ack must be one of {', '.join(map(repr, ACK_MODES))}, got {ack!r}")
+        ack = _validate.choice(ack, "ack", ACK_MODES)
         if durable_name is not None and (
             not isinstance(durable_name, str) or not durable_name or kind != "topic"
         ):
@@ -87,8 +88,7 @@ class Consumer:
             raise TypeError(f"on_message must be callable, got {type(on_message).__name__}")
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be callable, got {type(on_error).__name__}")
-        if isinstance(dedup_window, bool) or not isinstance(dedup_window, int) or dedup_window < 1:
-            raise ValueError(f"dedup_window must be an int >= 1, got {dedup_window!r}")
+        dedup_window = _validate.count(dedup_window, "dedup_window", 1)
         self.broker = broker
         self.destination = destination
         self.ack = ack
@@ -288,7 +288,7 @@ class Consumer:
 
     def _on_stomp(self, channel: _Channel, link: Any, message: Any) -> None:
         headers = message.headers
-        message_id = headers.get("hw-message-id") or headers.get("message-id", "")
+        message_id = headers.get(MESSAGE_ID_HEADER) or headers.get("message-id", "")
         ack_id = headers.get("ack") or headers.get("message-id", "")
         no = self._delivery(channel)
 
@@ -349,7 +349,7 @@ class Consumer:
 
             headers = stored.headers
             msg = ReceivedMessage(
-                headers.get("hw-message-id", ""),
+                headers.get(MESSAGE_ID_HEADER, ""),
                 stored.destination,
                 stored.body,
                 headers,

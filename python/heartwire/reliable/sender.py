@@ -48,12 +48,11 @@ from heartwire.reliable import destinations
 from heartwire.reliable.events import DeliveryError, FlushAck
 from heartwire.reliable.tracker import ReceiptTracker
 from heartwire.transport import TransportClosed, is_stomp
+from heartwire.transport.headers import MESSAGE_ID_HEADER
 
 __all__ = ["ReliableSender", "SenderListener"]
 
 log = logging.getLogger("heartwire.reliable")
-
-MESSAGE_ID_HEADER = "hw-message-id"
 
 
 class SenderListener:

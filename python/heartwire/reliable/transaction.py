@@ -32,6 +32,7 @@ from typing import Any
 
 from heartwire.reliable import destinations
 from heartwire.transport import is_stomp
+from heartwire.transport.headers import MESSAGE_ID_HEADER
 
 __all__ = ["Transaction", "TransactionFailed"]
 
@@ -221,7 +222,7 @@ class Transaction:
         frame: dict[str, str] = dict(headers) if headers else {}
         if persistent:
             frame["persistent"] = "true"
-        frame["hw-message-id"] = message_id
+        frame[MESSAGE_ID_HEADER] = message_id
         if self._stomp:
             frame["transaction"] = self.id
             try:

@@ -37,6 +37,7 @@ __all__ = [
     "is_stomp",
 ]
 
+from heartwire._throttle import worth_logging
 from heartwire.transport.errors import ConnectFailed, SendTimeout
 from heartwire.transport.keepalive import KeepAliveMonitor
 
@@ -119,7 +120,7 @@ def log_handler_error(
 ) -> None:
     """Log a subscriber handler's ``n``-th error: each of the first ten, then one in a thousand,
     so a handler failing on every message cannot flood the log."""
-    if n <= 10 or n % 1000 == 0:
+    if worth_logging(n):
         log.error(
             "handler %r for %r raised on a message to %r (error %d of this subscription)",
             handler,

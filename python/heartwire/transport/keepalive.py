@@ -19,10 +19,11 @@ tests and for callers that drive the monitor from their own thread instead of :m
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
+
+from heartwire import _validate
 
 __all__ = ["KeepAliveMonitor"]
 
@@ -52,21 +53,14 @@ class KeepAliveMonitor:
     ) -> None:
         if not isinstance(id, str):
             raise TypeError(f"id must be a str, got {type(id).__name__} {id!r}")
-        if isinstance(allowed, bool) or not isinstance(allowed, int):
-            raise TypeError(f"allowed must be an int, got {type(allowed).__name__} {allowed!r}")
-        if allowed < 1:
-            raise ValueError(f"allowed must be >= 1, got {allowed!r}")
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
-            kind = type(interval).__name__
-            raise TypeError(f"interval must be a number of seconds, got {kind} {interval!r}")
-        if not (interval > 0 and math.isfinite(interval)):
-            raise ValueError(f"interval must be a finite number of seconds > 0, got {interval!r}")
+        allowed = _validate.count(allowed, "allowed", 1)
+        interval = _validate.seconds(interval, "interval")
         for name, fn in (("on_expired", on_expired), ("ping", ping)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
         self.id = id
         self.allowed = allowed
-        self.interval = float(interval)
+        self.interval = interval
         self.on_expired = on_expired
         self.ping = ping
         self._lock = threading.Lock()

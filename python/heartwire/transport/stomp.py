@@ -60,10 +60,12 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from heartwire import _validate
 from heartwire._core import Intake, Routes
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.errors import SendTimeout, names
 from heartwire.transport.failover import ConnectionListener, Connector
+from heartwire.transport.headers import MESSAGE_ID_HEADER
 from heartwire.transport.keepalive import KeepAliveMonitor
 from heartwire.transport.link import StompLink
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
@@ -82,7 +84,6 @@ def _never(message: Message) -> None:  # the pattern handler of a raw-destinatio
 log = logging.getLogger("heartwire.transport.stomp")
 
 #: The header carrying the id :meth:`StompTransport.publish` gives each message.
-MESSAGE_ID_HEADER = "hw-message-id"
 # The private topic prefix of keep-alive pings (never delivered to subscribers).
 _PING_PREFIX = "_hw.keepalive."
 _PING_SUB_ID = "hw-keepalive"
@@ -364,12 +365,11 @@ class StompTransport:
             raise TypeError(f"body must be bytes, got {type(body).__name__}")
         if headers is not None and not isinstance(headers, Mapping):
             raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
+        timeout = _validate.seconds(
+            timeout, "timeout", allow_none=True, allow_zero=True, allow_inf=True
+        )
         if timeout is None:
             timeout = self._options.request_blocking_time
-        elif (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (timeout >= 0)
-        ):
-            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         message_id = f"{self._id}:{next(self._msg_ids)}"
         return self._send(topic, body, headers, message_id, float(timeout))
 
@@ -491,8 +491,7 @@ class StompTransport:
             raise ValueError(
                 f"destination must be a STOMP destination ('/queue/x'), got {destination!r}"
             )
-        if ack not in ("auto", "client", "client-individual"):
-            raise ValueError(f"ack must be 'auto', 'client' or 'client-individual', got {ack!r}")
+        ack = _validate.choice(ack, "ack", ("auto", "client", "client-individual"))
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
         sub = StompSubscription(self, sub_id or f"hw-{next(self._ids)}", ">", _never)

@@ -43,13 +43,14 @@ always reads as a list: percent-encode it.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_plus
+
+from heartwire import _validate
 
 __all__ = [
     "DEFAULT_PORT",
@@ -158,7 +159,7 @@ class StompOptions:
 _Show = Callable[[Any], str]
 
 
-def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, Any], float]:
+def _seconds(*, positive: bool = False) -> Callable[[str, Any], float]:
     def check(name: str, value: Any, show: _Show = repr) -> float:
         raw = value
         if isinstance(value, str):
@@ -167,17 +168,8 @@ def _seconds(minimum: float = 0.0, *, positive: bool = False) -> Callable[[str, 
                 value = float(text)
             except ValueError:
                 raise ValueError(f"option {name}={show(text)} is not a number of seconds") from None
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(
-                f"option {name} must be a number of seconds, got {type(value).__name__} {value!r}"
-            )
-        seconds = float(value)
-        if not math.isfinite(seconds) or seconds < minimum or (positive and seconds <= 0):
-            bound = f"> {minimum:g}" if positive else f">= {minimum:g}"
-            raise ValueError(
-                f"option {name}={show(raw)} must be a finite number of seconds {bound}"
-            )
-        return seconds
+        field = f"option {name}"
+        return _validate.seconds(value, field, allow_zero=not positive, shown=show(raw))
 
     return check
 
@@ -189,11 +181,7 @@ def _count(minimum: int) -> Callable[[str, Any], int]:
             if not re.fullmatch(r"[+-]?\d+", text):
                 raise ValueError(f"option {name}={show(text)} is not a whole number")
             value = int(text)
-        elif isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"option {name} must be an int, got {type(value).__name__} {value!r}")
-        if value < minimum:
-            raise ValueError(f"option {name}={show(value)} must be >= {minimum}")
-        return int(value)
+        return _validate.count(value, f"option {name}", minimum, shown=show(value))
 
     return check
 
