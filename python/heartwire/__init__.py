@@ -22,6 +22,7 @@ from heartwire._core import (
     Scheduler,
     __version__,
 )
+from heartwire.beat import Beat, BeatCodec, DecodeError
 from heartwire.checks import CheckFailed
 from heartwire.dispatch import Dispatcher
 from heartwire.events import (
@@ -42,7 +43,6 @@ from heartwire.events import (
     TopicStatus,
 )
 from heartwire.listeners import PublisherListener, SubscriberListener
-from heartwire.message import Beat, BeatCodec, DecodeError
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.publisher import HeartbeatPublisher
 from heartwire.reliable import (
