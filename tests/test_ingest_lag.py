@@ -273,7 +273,7 @@ def test_alerts_and_wall_fields_of_the_lag_events() -> None:
     clock = hw.ManualClock()
     got: list[hw.ReceivedMessage] = []
     hw.Consumer(broker, "/topic/alerts", on_message=got.append).start()
-    alerts = hw.AlertPublisher(hw.ReliableSender(broker, "/topic/alerts"))
+    alerts = hw.AlertListener(hw.ReliableSender(broker, "/topic/alerts"))
     mon = HeartbeatMonitor(broker, "svc.>", clock=clock, wall_offset=1000.0, listeners=[alerts])
     mon.start()
     clock.advance(4.0)

@@ -233,7 +233,7 @@ def test_alert_publisher_turns_monitor_events_into_json_alerts(broker: hw.Memory
     risk.start()
     risk.stop()  # offline while the failure happens
     sender = hw.ReliableSender(broker, "/topic/alerts")
-    alerts = hw.AlertPublisher(sender, source="mon-1")
+    alerts = hw.AlertListener(sender, source="mon-1")
     mon = hw.HeartbeatMonitor(broker, "svc.>", clock=clock, listeners=[alerts])
     mon.expect("svc.a")
     mon.start()
@@ -249,7 +249,7 @@ def test_alert_publisher_turns_monitor_events_into_json_alerts(broker: hw.Memory
 
 def test_alert_publisher_needs_a_sender() -> None:
     with pytest.raises(TypeError, match="sender"):
-        hw.AlertPublisher(object())
+        hw.AlertListener(object())
 
 
 def test_a_message_the_handler_raised_on_comes_back_after_a_restart(

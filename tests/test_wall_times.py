@@ -1,7 +1,7 @@
 """Times a person or another program reads are on the wall clock (issue 14, item 12).
 
 The monitor's events are timed on its monotonic clock (seconds since boot); the CLI's JSON
-lines, AlertPublisher's alerts, events' ``wall_*`` properties and statuses give Unix time (and
+lines, AlertListener's alerts, events' ``wall_*`` properties and statuses give Unix time (and
 ISO 8601 in UTC), the monotonic reading staying beside it where intervals matter.
 """
 
@@ -137,7 +137,7 @@ def test_alerts_carry_wall_clock_times() -> None:
     clock = hw.ManualClock()
     got: list[hw.ReceivedMessage] = []
     hw.Consumer(broker, "/topic/alerts", on_message=got.append).start()
-    alerts = hw.AlertPublisher(hw.ReliableSender(broker, "/topic/alerts"))
+    alerts = hw.AlertListener(hw.ReliableSender(broker, "/topic/alerts"))
     mon = hw.HeartbeatMonitor(broker, "svc.>", clock=clock, wall_offset=OFFSET, listeners=[alerts])
     mon.expect("svc.a")
     mon.start()

@@ -46,9 +46,9 @@ from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.publisher import HeartbeatPublisher
 from heartwire.reliable import (
-    AlertPublisher,
+    AlertListener,
     Consumer,
-    DeliveryError,
+    DeliveryRefused,
     FlushAck,
     ReceivedMessage,
     ReliableSender,
@@ -72,7 +72,7 @@ from heartwire.transport.memory import MemoryBroker
 __all__ = [
     "MAX_NAME_LEN",
     "MAX_TOPICS",
-    "AlertPublisher",
+    "AlertListener",
     "Beat",
     "BeatCodec",
     "CaughtUp",
@@ -81,7 +81,7 @@ __all__ = [
     "Consumer",
     "DecodeError",
     "DedupWindow",
-    "DeliveryError",
+    "DeliveryRefused",
     "Detector",
     "Disconnected",
     "Dispatcher",
