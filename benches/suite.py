@@ -200,7 +200,7 @@ def beats(
 
     setup = time.perf_counter()
     names = [topic_name(i) for i in range(n)]
-    det = hw.Detector(period=3600.0)
+    det = hw.core.Detector(period=3600.0)
     handles = det.add_many(names)
     np_handles = np.asarray(handles, dtype=np.uint32)
     arrow_names = pa.array(names, type=pa.string())
@@ -227,8 +227,8 @@ def beats(
         for x in s_names:
             beat(x)
 
-    single["hw.Detector.beat(handle)"] = hw_handle
-    single["hw.Detector.beat(name)"] = hw_name
+    single["hw.core.Detector.beat(handle)"] = hw_handle
+    single["hw.core.Detector.beat(name)"] = hw_name
     single["HeapMonitor.beat(name)"] = heap_beat
 
     mon = None
@@ -265,8 +265,8 @@ def beats(
 
     if phi:
         pypi_phi = load_pypi_phi()
-        det_phi = hw.Detector(period=3600.0)
-        det_phi.add_many(names, phi=hw.Phi())
+        det_phi = hw.core.Detector(period=3600.0)
+        det_phi.add_many(names, phi=hw.core.Phi())
         det_phi.beat_many(names)
 
         def hw_phi() -> None:
@@ -274,7 +274,7 @@ def beats(
             for x in s_names:
                 beat(x)
 
-        single["hw.Detector.beat(name) [phi]"] = hw_phi
+        single["hw.core.Detector.beat(name) [phi]"] = hw_phi
         if pypi_phi is not None:
             pypi = {
                 x: pypi_phi(
@@ -310,9 +310,9 @@ def beats(
             beat(x)
 
     batch: dict[str, Callable[[], object]] = {
-        "hw.Detector.beat_handles(numpy)": repeat(lambda: det.beat_handles(np_handles)),
-        "hw.Detector.beat_many(list)": repeat(lambda: det.beat_many(names)),
-        "hw.Detector.beat_many(arrow)": repeat(lambda: det.beat_many(arrow_names)),
+        "hw.core.Detector.beat_handles(numpy)": repeat(lambda: det.beat_handles(np_handles)),
+        "hw.core.Detector.beat_many(list)": repeat(lambda: det.beat_many(names)),
+        "hw.core.Detector.beat_many(arrow)": repeat(lambda: det.beat_many(arrow_names)),
         "HeapMonitor.beat_many(names)": repeat(lambda: heap.beat_many(names)),
         "HeapMonitor.beat(name) loop": repeat(heap_loop),
     }
@@ -323,7 +323,7 @@ def beats(
     # Names as they come off the wire: new str objects each time (no cached hash, not the very
     # objects the dict was built with), made outside the timed call.
     fresh: dict[str, Callable[[list[str]], object]] = {
-        "hw.Detector.beat_many(list)": det.beat_many,
+        "hw.core.Detector.beat_many(list)": det.beat_many,
         "HeapMonitor.beat_many(names)": heap.beat_many,
     }
     f_times: dict[str, list[float]] = {k: [] for k in fresh}
@@ -405,7 +405,7 @@ def tick(n: int, rounds: int, rearm: bool, monitor: bool = False) -> dict[str, A
 
     def hw_fail() -> float:
         clock = hw.ManualClock(start)
-        det = hw.Detector(clock=clock, period=period, grace=grace)
+        det = hw.core.Detector(clock=clock, period=period, grace=grace)
         det.add_many(names)
         q = det.subscribe(capacity=1 << 21)
         gc.collect()
@@ -417,7 +417,7 @@ def tick(n: int, rounds: int, rearm: bool, monitor: bool = False) -> dict[str, A
 
     def hw_rearm() -> float:
         clock = hw.ManualClock(start)
-        det = hw.Detector(clock=clock, period=period, grace=grace)
+        det = hw.core.Detector(clock=clock, period=period, grace=grace)
         handles = det.add_many(names)
         det.beat_handles(handles, now=start + period / 2)
         gc.collect()
@@ -517,7 +517,7 @@ def rss(kind: str, n: int) -> dict[str, Any]:
     start = 1000.0
     if kind == "hw_detector":
         clock = hw.ManualClock(start)
-        det = hw.Detector(clock=clock, period=1.0)
+        det = hw.core.Detector(clock=clock, period=1.0)
         for part in chunks():
             det.beat_handles(det.add_many(part), now=start + 0.5)
         clock.advance(1.2)  # all popped and re-armed: the wheel holds every topic
@@ -1367,8 +1367,8 @@ def figures(res: dict[str, Any]) -> Table:
         s, bt = b["single"], b["batch"]
         base = s["HeapMonitor.beat(name)"]
         for key, label in (
-            ("hw.Detector.beat(handle)", "Detector.beat(handle)"),
-            ("hw.Detector.beat(name)", "Detector.beat(name)"),
+            ("hw.core.Detector.beat(handle)", "Detector.beat(handle)"),
+            ("hw.core.Detector.beat(name)", "Detector.beat(name)"),
             ("hw.HeartbeatMonitor.beat(name)", "HeartbeatMonitor.beat(name)"),
         ):
             if key in s:
@@ -1385,13 +1385,13 @@ def figures(res: dict[str, Any]) -> Table:
             a = s["AsyncioMonitor.beat(name)"]
             t.add(
                 f"single beats, {scale} topics: Detector.beat(name) vs asyncio",
-                fmt_rate(s["hw.Detector.beat(name)"]),
+                fmt_rate(s["hw.core.Detector.beat(name)"]),
                 f"asyncio call_at re-arm {fmt_rate(a)}",
-                s["hw.Detector.beat(name)"] / a,
+                s["hw.core.Detector.beat(name)"] / a,
             )
         if "pypi PhiAccrualFailureDetector.heartbeat()" in s:
             p = s["pypi PhiAccrualFailureDetector.heartbeat()"]
-            h = s["hw.Detector.beat(name) [phi]"]
+            h = s["hw.core.Detector.beat(name) [phi]"]
             t.add(
                 f"single beats, {scale} topics, phi-accrual",
                 fmt_rate(h),
@@ -1400,9 +1400,9 @@ def figures(res: dict[str, Any]) -> Table:
             )
         loop = bt["HeapMonitor.beat_many(names)"]
         for key, label, goal in (
-            ("hw.Detector.beat_handles(numpy)", "beat_handles (NumPy handles)", 50),
-            ("hw.Detector.beat_many(list)", "beat_many (list of names)", 5),
-            ("hw.Detector.beat_many(arrow)", "beat_many (Arrow names)", 5),
+            ("hw.core.Detector.beat_handles(numpy)", "beat_handles (NumPy handles)", 50),
+            ("hw.core.Detector.beat_many(list)", "beat_many (list of names)", 5),
+            ("hw.core.Detector.beat_many(arrow)", "beat_many (Arrow names)", 5),
         ):
             r = bt[key] / loop
             t.add(
@@ -1416,7 +1416,7 @@ def figures(res: dict[str, Any]) -> Table:
         fr = b.get("batch_fresh")
         if fr:
             base_f = fr["HeapMonitor.beat_many(names)"]
-            hw_f = fr["hw.Detector.beat_many(list)"]
+            hw_f = fr["hw.core.Detector.beat_many(list)"]
             t.add(
                 f"batch beats, {scale} topics: beat_many (list of names fresh off the wire)",
                 fmt_rate(hw_f),

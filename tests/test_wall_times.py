@@ -19,6 +19,7 @@ import pytest
 import heartwire as hw
 from heartwire.cli import main
 from heartwire.events import iso_utc, wall_fields
+from heartwire.transport.memory import MemoryBroker
 
 OFFSET = 1_750_000_000.0  # the Unix time a ManualClock's zero stands for in these tests
 
@@ -133,7 +134,7 @@ def test_bad_wall_offset_is_refused_by_name(value: object, exc: type[Exception])
 
 
 def test_alerts_carry_wall_clock_times() -> None:
-    broker = hw.MemoryBroker()
+    broker = MemoryBroker()
     clock = hw.ManualClock()
     got: list[hw.ReceivedMessage] = []
     hw.Consumer(broker, "/topic/alerts", on_message=got.append).start()
