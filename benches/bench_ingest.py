@@ -27,7 +27,7 @@ from stomp.transport import BaseTransport  # type: ignore[import-untyped]
 from stomp.utils import parse_frame  # type: ignore[import-untyped]
 
 from heartwire._core import decode_beat, split_frames
-from heartwire.message import Beat, BeatCodec
+from heartwire.beat import Beat, BeatCodec
 
 KEY = b"bench-key"
 

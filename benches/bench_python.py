@@ -33,7 +33,7 @@ class Fleet:
 
     def __init__(self) -> None:
         self.names: list[str] = [topic_name(i) for i in range(N)]
-        self.det = heartwire.Detector(clock=heartwire.ManualClock())
+        self.det = heartwire.core.Detector(clock=heartwire.ManualClock())
         self.handles: list[int] = self.det.add_many(self.names)
         assert len(self.handles) == N
         self.np_handles = np.asarray(self.handles, dtype=np.uint32)

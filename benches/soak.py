@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 import heartwire as hw
-from heartwire.message import Beat, BeatCodec
+from heartwire.beat import Beat, BeatCodec
 from heartwire.transport.memory import MemoryBroker
 
 

@@ -75,7 +75,7 @@ def beats(n: int, rounds: int, calls: int) -> dict[str, Any]:
     import heartwire as hw
 
     names = [topic_name(i) for i in range(n)]
-    det = hw.Detector(period=3600.0)
+    det = hw.core.Detector(period=3600.0)
     handles = det.add_many(names)
     mon = hw.HeartbeatMonitor(None, "svc.>", period=3600.0)
     for x in names:

@@ -8,7 +8,7 @@ minute) and ``suite.py --only e2e`` (a flood). Each piece runs in a child proces
 
 **The publisher** is not heartwire: pre-built SEND frames (per topic, only ``sent`` and ``seq``
 change) written to a plain socket, with a heartwire-format body, the canonical JSON of
-:meth:`heartwire.message.BeatCodec.encode` (``check_body`` holds it to that)::
+:meth:`heartwire.beat.BeatCodec.encode` (``check_body`` holds it to that)::
 
     {"period":1.0,"sent":<wall time>,"seq":<round>,"topic":"<prefix>.<i>","v":1}
 
@@ -102,7 +102,7 @@ def body_of(frame: bytes) -> bytes:
 
 def check_body() -> None:
     """The publisher's bodies are what heartwire's own publisher sends, byte for byte."""
-    from heartwire.message import Beat, BeatCodec
+    from heartwire.beat import Beat, BeatCodec
 
     heads, tails = beat_parts(["bench.x.7"], 1.0)
     sent = 1764000000.123456

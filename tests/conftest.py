@@ -18,12 +18,12 @@ import heartwire as hw
 @dataclass
 class Rig:
     clock: hw.ManualClock
-    det: hw.Detector
-    events: hw.EventQueue
+    det: hw.core.Detector
+    events: hw.core.EventQueue
 
-    def take(self) -> list[hw.Event]:
+    def take(self) -> list[hw.core.Event]:
         """Every event produced so far (the manual clock produces them before advance returns)."""
-        out: list[hw.Event] = []
+        out: list[hw.core.Event] = []
         while batch := self.events.try_pop(100_000):
             out.extend(batch)
         return out
@@ -32,7 +32,7 @@ class Rig:
 @pytest.fixture
 def rig() -> Rig:
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=1.0, allowed_misses=1)
+    det = hw.core.Detector(clock=clock, period=1.0, allowed_misses=1)
     return Rig(clock, det, det.subscribe(capacity=1 << 20))
 
 

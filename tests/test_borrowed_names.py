@@ -81,7 +81,7 @@ def test_a_bad_item_late_in_a_generator_is_named_and_nothing_is_recorded(rig: Ri
 
 def test_unknown_names_through_the_borrowed_paths_are_counted_or_learned() -> None:
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=1.0)
+    det = hw.core.Detector(clock=clock, period=1.0)
     det.add("svc.known")
     assert not det.beat("svc.zürich")
     assert det.beat_many(["svc.known", "svc.東京"]) == 1
@@ -130,7 +130,7 @@ def test_an_iterable_that_adds_topics_while_read_does_not_deadlock(rig: Rig) -> 
 
 def test_learned_names_from_a_long_batch_are_each_added_once() -> None:
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=1.0, auto_add=True)
+    det = hw.core.Detector(clock=clock, period=1.0, auto_add=True)
     det.add("svc.known")
     batch = [f"svc.new{i % 150}" for i in range(300)] + ["svc.known"]
     assert det.beat_many(batch) == 301
@@ -141,7 +141,7 @@ def test_learned_names_from_a_long_batch_are_each_added_once() -> None:
 class _AddsOnCollect:
     """Cyclic garbage whose finalizer adds a topic: Python code run by the garbage collector."""
 
-    def __init__(self, det: hw.Detector) -> None:
+    def __init__(self, det: hw.core.Detector) -> None:
         self.det = det
         self.me = self
 
@@ -153,7 +153,7 @@ def test_a_finalizer_run_while_names_are_read_may_add_a_topic() -> None:
     # Reading a names argument can run Python code: here the UnicodeEncodeError made for a lone
     # surrogate starts the garbage collector (threshold 1), whose finalizer adds a topic. The
     # name index must not be locked then, or the add waits for the lock its own thread holds.
-    det = hw.Detector(clock=hw.ManualClock(), period=1.0)
+    det = hw.core.Detector(clock=hw.ManualClock(), period=1.0)
     det.add("svc.a")
     outcome: list[object] = []
 

@@ -98,7 +98,7 @@ CHILD = textwrap.dedent(
         def on_resumed(self, e): events["resumed"] += 1
         def on_received(self, e): events["received"] += 1
 
-    broker = hw.MemoryBroker()
+    broker = hw.connect()  # the embedded broker
     mon = hw.HeartbeatMonitor(broker, "svc.>", period=0.2, grace=0.3, listeners=[Count()])
     mon.expect("svc.a")
     pub = hw.HeartbeatPublisher(broker, "svc.a", period=0.2)

@@ -9,7 +9,7 @@ import heartwire as hw
 from tests.conftest import Rig, ms
 
 
-def summary(events: list[hw.Event]) -> list[tuple[str, str, int, int]]:
+def summary(events: list[hw.core.Event]) -> list[tuple[str, str, int, int]]:
     return [(e.kind, e.topic, e.missed, ms(e.at)) for e in events]
 
 
@@ -248,7 +248,7 @@ def test_a_stale_handle_never_reaches_the_topic_that_reuses_its_slot(rig: Rig) -
 _HUGE = """
 import heartwire as hw
 clock = hw.ManualClock()
-det = hw.Detector(clock=clock, period=1.8e10, grace=1.8e10, resolution=1e-9)
+det = hw.core.Detector(clock=clock, period=1.8e10, grace=1.8e10, resolution=1e-9)
 q = det.subscribe()
 h = det.add("svc.far")
 det.add("svc.near", period=1.0, grace=0.0)
@@ -284,7 +284,7 @@ def test_a_deadline_past_the_end_of_the_range_never_fires_nor_spins() -> None:
 
 def test_a_long_gap_gives_a_bounded_number_of_failed_events_with_the_exact_count() -> None:
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=0.001, max_local_pause=None)
+    det = hw.core.Detector(clock=clock, period=0.001, max_local_pause=None)
     q = det.subscribe(capacity=1 << 20)
     det.add("svc.a")
     clock.set(1000.0)  # 999 999 periods missed (the one ending at 1000.0 is not over yet)
@@ -302,7 +302,9 @@ def test_a_long_gap_gives_a_bounded_number_of_failed_events_with_the_exact_count
 
 def test_a_long_gap_below_allowed_misses_is_counted_without_walking_it() -> None:
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=0.001, allowed_misses=1_000_000, max_local_pause=None)
+    det = hw.core.Detector(
+        clock=clock, period=0.001, allowed_misses=1_000_000, max_local_pause=None
+    )
     q = det.subscribe()
     det.add("svc.a")
     clock.set(999.9995)  # 999 999 missed: one short of failing

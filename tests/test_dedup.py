@@ -72,4 +72,4 @@ def test_threads_share_one_window() -> None:
 
 
 def test_exported_from_the_package() -> None:
-    assert hw.DedupWindow is DedupWindow
+    assert hw.core.DedupWindow is DedupWindow

@@ -68,7 +68,7 @@ ops = st.lists(
 @given(topics=topics, ops=ops)
 def test_detector_matches_the_reference_model(topics, ops) -> None:
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock)
+    det = hw.core.Detector(clock=clock)
     queue = det.subscribe(capacity=1 << 20)
     ref = []
     for i, (period, allowed) in enumerate(topics):

@@ -8,7 +8,7 @@ import heartwire as hw
 from tests.conftest import Rig, ms
 
 
-def summary(events: list[hw.Event]) -> list[tuple[str, str, int, int]]:
+def summary(events: list[hw.core.Event]) -> list[tuple[str, str, int, int]]:
     return [(e.kind, e.topic, e.missed, ms(e.at)) for e in events]
 
 
@@ -109,7 +109,7 @@ def test_received_events_for_those_who_ask(rig: Rig) -> None:
 
 
 def test_phi_topic_learns_and_reports_phi(rig: Rig) -> None:
-    rig.det.add("jittery", phi=hw.Phi(threshold=8.0, acceptable_pause=0.0))
+    rig.det.add("jittery", phi=hw.core.Phi(threshold=8.0, acceptable_pause=0.0))
     for k in range(50):
         rig.clock.advance(0.9 + 0.05 * (k % 5))
         rig.det.beat("jittery")

@@ -14,12 +14,12 @@ def test_dispatcher_delivers_batches_and_survives_a_raising_handler(rig: Rig) ->
     seen: list[str] = []
     errors: list[BaseException] = []
 
-    def handler(batch: list[hw.Event]) -> None:
+    def handler(batch: list[hw.core.Event]) -> None:
         seen.extend(e.topic for e in batch)
         if any(e.topic == "boom" for e in batch):
             raise RuntimeError("listener bug")
 
-    disp = hw.Dispatcher(rig.events, handler, on_error=lambda exc, batch: errors.append(exc))
+    disp = hw.core.Dispatcher(rig.events, handler, on_error=lambda exc, batch: errors.append(exc))
     with disp:
         rig.det.add("boom")
         rig.clock.advance(1.001)
@@ -36,9 +36,9 @@ def test_dispatcher_delivers_batches_and_survives_a_raising_handler(rig: Rig) ->
 
 def test_dispatcher_rejects_bad_arguments(rig: Rig) -> None:
     with pytest.raises(TypeError, match="callable"):
-        hw.Dispatcher(rig.events, "not a function")  # type: ignore[arg-type]
+        hw.core.Dispatcher(rig.events, "not a function")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="batch_size"):
-        hw.Dispatcher(rig.events, print, batch_size=0)
+        hw.core.Dispatcher(rig.events, print, batch_size=0)
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_overflow_policies_count_every_loss(
 
 
 def test_pop_waits_with_the_gil_released(rig: Rig) -> None:
-    got: list[hw.Event] = []
+    got: list[hw.core.Event] = []
     waiter = threading.Thread(target=lambda: got.extend(rig.events.pop(timeout=10.0)))
     waiter.start()
     # While the waiter blocks in Rust, this thread keeps running Python and produces the event.
@@ -91,11 +91,11 @@ def test_pop_times_out_empty(rig: Rig) -> None:
 
 
 def test_stop_ends_the_thread_even_while_events_keep_coming() -> None:
-    det = hw.Detector(period=0.005, tick=0.001)
+    det = hw.core.Detector(period=0.005, tick=0.001)
     queue = det.subscribe()
     det.add_many([f"t{i}" for i in range(50)])  # ~10k failed events a second
     got: list[int] = []
-    dispatcher = hw.Dispatcher(queue, lambda batch: got.append(len(batch))).start()
+    dispatcher = hw.core.Dispatcher(queue, lambda batch: got.append(len(batch))).start()
     try:
         assert queue.pop(timeout=5.0) or got, "no events within 5 s"
         dispatcher.stop(timeout=5.0)
@@ -142,7 +142,7 @@ class WindowQueue:
 def test_drain_waits_for_events_being_taken_out() -> None:
     queue = WindowQueue([f"e{i}" for i in range(10)])
     seen: list[str] = []
-    disp = hw.Dispatcher(queue, seen.extend, batch_size=16)  # type: ignore[arg-type]
+    disp = hw.core.Dispatcher(queue, seen.extend, batch_size=16)  # type: ignore[arg-type]
     with disp:
         assert queue.taking.wait(10.0)
         # All ten are in neither `len` nor `popped`: not drained.
@@ -158,17 +158,17 @@ def test_drain_never_returns_before_the_handler_saw_every_event() -> None:
     # thread is taking batches out.
     n_topics, rounds = 3000, 300
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=1.0)
+    det = hw.core.Detector(clock=clock, period=1.0)
     queue = det.subscribe(capacity=1 << 20)
     det.add_many([f"t{i}" for i in range(n_topics)])  # never heard: a failed event each period
     clock.advance(0.001)  # deadlines at whole seconds are due just after them
     seen = [0]
 
-    def count(batch: list[hw.Event]) -> None:
+    def count(batch: list[hw.core.Event]) -> None:
         seen[0] += len(batch)
 
     early: list[tuple[int, int]] = []
-    with hw.Dispatcher(queue, count, batch_size=300) as disp:
+    with hw.core.Dispatcher(queue, count, batch_size=300) as disp:
         for n in range(1, rounds + 1):
             clock.advance(1.0)  # n_topics events, the dispatch thread taking them meanwhile
             assert disp.drain(timeout=10.0)
@@ -180,7 +180,7 @@ def test_drain_never_returns_before_the_handler_saw_every_event() -> None:
 
 def test_columnar_dispatcher_hands_core_batches(rig: Rig) -> None:
     batches: list[hw._core.EventBatch] = []
-    disp = hw.Dispatcher(rig.events, batches.append, columnar=True)
+    disp = hw.core.Dispatcher(rig.events, batches.append, columnar=True)
     with disp:
         rig.det.add_many([f"t{i}" for i in range(3000)])
         rig.clock.advance(1.001)
@@ -190,4 +190,4 @@ def test_columnar_dispatcher_hands_core_batches(rig: Rig) -> None:
     assert sorted(topics) == sorted(f"t{i}" for i in range(3000))
     assert disp.handled == 3000
     with pytest.raises(TypeError, match="batch_size must be an int"):
-        hw.Dispatcher(rig.events, print, batch_size=1.5)  # type: ignore[arg-type]
+        hw.core.Dispatcher(rig.events, print, batch_size=1.5)  # type: ignore[arg-type]

@@ -199,7 +199,7 @@ def test_received_only_for_listeners_that_ask() -> None:
 
 def test_core_batch_slicing_and_selection() -> None:
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=1.0, max_local_pause=None)
+    det = hw.core.Detector(clock=clock, period=1.0, max_local_pause=None)
     det.add_many([f"t{i}" for i in range(5)], now=0.0)
     queue = det.subscribe(capacity=100, overflow="block", received=True)
     clock.advance(1.5)
@@ -284,7 +284,7 @@ def test_listener_queue_trims_batches_at_event_granularity() -> None:
             self.got.extend(batch.topic_list())
 
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=1.0, max_local_pause=None)
+    det = hw.core.Detector(clock=clock, period=1.0, max_local_pause=None)
     det.add_many([f"t{i}" for i in range(10)], now=0.0)
     queue = det.subscribe(capacity=100, overflow="block")
     clock.advance(1.5)

@@ -30,9 +30,9 @@ class WantsReceived(Seen):
 
 def _feed(
     listener: SubscriberListener, refusals: list[int]
-) -> tuple[hw.ManualClock, hw.Detector, ListenerSet[SubscriberListener], EventFeed]:
+) -> tuple[hw.ManualClock, hw.core.Detector, ListenerSet[SubscriberListener], EventFeed]:
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=1.0, grace=0.0, max_local_pause=None)
+    det = hw.core.Detector(clock=clock, period=1.0, grace=0.0, max_local_pause=None)
     det.add("svc.a")
     listeners: ListenerSet[SubscriberListener] = ListenerSet(
         SubscriberListener, "svc.>", queue_size=None

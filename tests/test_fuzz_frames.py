@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from heartwire.message import DECODE_REASONS
+from heartwire.beat import DECODE_REASONS
 from heartwire.monitor import MAX_BEAT_PERIOD, MIN_BEAT_PERIOD, HeartbeatMonitor
 from heartwire.transport import Message
 from heartwire.transport.urls import parse_url, redact

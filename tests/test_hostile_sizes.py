@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import heartwire as hw
+from heartwire.beat import Beat, BeatCodec
 from heartwire.events import ExceptionEvent, Failed
 from heartwire.listeners import SubscriberListener
-from heartwire.message import Beat, BeatCodec
 from heartwire.monitor import DEFAULT_MAX_TOPICS, HeartbeatMonitor
 from heartwire.transport import Message
 from heartwire.transport.memory import MemoryBroker

@@ -14,6 +14,7 @@ import heartwire as hw
 from heartwire._core import Detector, Event, EventQueue
 from heartwire.events import CaughtUp, Failed, Lagging
 from heartwire.monitor import HeartbeatMonitor
+from heartwire.transport.memory import MemoryBroker
 from tests.test_monitor_semantics import Recorder
 
 STEP = 100  # ms
@@ -269,11 +270,11 @@ def test_alerts_and_wall_fields_of_the_lag_events() -> None:
 
     from heartwire.events import wall_fields
 
-    broker = hw.MemoryBroker()
+    broker = MemoryBroker()
     clock = hw.ManualClock()
     got: list[hw.ReceivedMessage] = []
     hw.Consumer(broker, "/topic/alerts", on_message=got.append).start()
-    alerts = hw.AlertPublisher(hw.ReliableSender(broker, "/topic/alerts"))
+    alerts = hw.AlertListener(hw.ReliableSender(broker, "/topic/alerts"))
     mon = HeartbeatMonitor(broker, "svc.>", clock=clock, wall_offset=1000.0, listeners=[alerts])
     mon.start()
     clock.advance(4.0)

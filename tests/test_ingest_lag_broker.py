@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import heartwire as hw
+from heartwire.beat import Beat, BeatCodec
 from heartwire.events import CaughtUp, Failed, Lagging
-from heartwire.message import Beat, BeatCodec
 from heartwire.monitor import HeartbeatMonitor
 from heartwire.transport import StompTransport, connect
 from tests import brokers as B

@@ -12,7 +12,7 @@ import pytest
 import heartwire as hw
 from heartwire import HeartbeatMonitor
 from heartwire._core import FrameReader, ManualClock, Routes
-from heartwire.message import Beat, BeatCodec
+from heartwire.beat import Beat, BeatCodec
 from heartwire.transport.link import _waiting
 
 

@@ -66,7 +66,7 @@ def test_topic_status_from_core() -> None:
     import heartwire as hw
 
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock)
+    det = hw.core.Detector(clock=clock)
     det.add("svc.a", period=0.5)
     clock.advance(0.6)
     st = TopicStatus.from_core(det.status("svc.a"))

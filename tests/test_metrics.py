@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import heartwire as hw
+from heartwire.beat import Beat, BeatCodec
 from heartwire.listeners import SubscriberListener
-from heartwire.message import Beat, BeatCodec
 from heartwire.monitor import HeartbeatMonitor
 from heartwire.transport import Message
 

@@ -12,9 +12,9 @@ import pytest
 
 import heartwire as hw
 from heartwire import monitor as monitor_module
+from heartwire.beat import Beat, BeatCodec
 from heartwire.events import ExceptionEvent, Failed, Received, Resumed, State
 from heartwire.listeners import PublisherListener, SubscriberListener
-from heartwire.message import Beat, BeatCodec
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.transport import Message, connect
 from tests.test_monitor_semantics import ReceivedRecorder, Recorder, Rig, make_rig, ms

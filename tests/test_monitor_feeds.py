@@ -599,7 +599,7 @@ def test_an_event_the_old_feed_coalesced_away_is_not_delivered_late_by_the_new_o
     from heartwire.feed import _Feed
 
     clock = hw.ManualClock()
-    det = hw.Detector(clock=clock, period=1.0, max_local_pause=None)
+    det = hw.core.Detector(clock=clock, period=1.0, max_local_pause=None)
     det.add("svc.a")
     old = det.subscribe(capacity=1, overflow="coalesce")
     new = det.subscribe(capacity=100, overflow="block")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import heartwire as hw
+from heartwire.beat import Beat, BeatCodec
 from heartwire.events import (
     ExceptionEvent,
     Failed,
@@ -20,7 +21,6 @@ from heartwire.events import (
     Stopped,
 )
 from heartwire.listeners import SubscriberListener
-from heartwire.message import Beat, BeatCodec
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.transport import Transport, connect
 

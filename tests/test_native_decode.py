@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heartwire._core import decode_beat
-from heartwire.message import MAX_SEQ, Beat, BeatCodec, DecodeError
+from heartwire.beat import MAX_SEQ, Beat, BeatCodec, DecodeError
 from tests.fuzz.targets import mutated_frames
 
 KEY = b"s3cret-key"

@@ -16,7 +16,7 @@ import stomp  # type: ignore[import-untyped]
 
 import heartwire as hw
 from heartwire import connect
-from heartwire.message import Beat, BeatCodec
+from heartwire.beat import Beat, BeatCodec
 from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
 

@@ -10,7 +10,7 @@ import pytest
 
 from heartwire import HeartbeatMonitor
 from heartwire._core import FrameReader, ManualClock, Routes
-from heartwire.message import Beat, BeatCodec
+from heartwire.beat import Beat, BeatCodec
 
 
 def message(sub: str, topic: str, body: bytes, *, length: bool = True, extra: str = "") -> bytes:

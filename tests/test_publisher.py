@@ -21,10 +21,10 @@ import pytest
 import heartwire as hw
 from heartwire import checks
 from heartwire import publisher as publisher_module
+from heartwire.beat import Beat, BeatCodec, DecodeError
 from heartwire.checks import CheckFailed
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.listeners import PublisherListener, SubscriberListener
-from heartwire.message import Beat, BeatCodec, DecodeError
 from heartwire.publisher import HeartbeatPublisher
 from heartwire.scheduling import PublisherScheduler, shared_scheduler
 from heartwire.transport import Message, TransportClosed

@@ -9,7 +9,7 @@ import heartwire as hw
 
 
 def test_driver_detects_silence_and_the_beat_path_resumes() -> None:
-    det = hw.Detector(period=0.05, tick=0.005)
+    det = hw.core.Detector(period=0.05, tick=0.005)
     events = det.subscribe()
     try:
         det.add("svc.a")
@@ -29,7 +29,7 @@ def test_driver_detects_silence_and_the_beat_path_resumes() -> None:
 
 
 def test_a_topic_beating_on_time_from_another_thread_never_fails() -> None:
-    det = hw.Detector(period=0.2, allowed_misses=2, tick=0.005)
+    det = hw.core.Detector(period=0.2, allowed_misses=2, tick=0.005)
     events = det.subscribe()
     det.add("steady")
     stop = threading.Event()
@@ -55,7 +55,7 @@ def test_a_topic_beating_on_time_from_another_thread_never_fails() -> None:
 
 
 def test_stop_is_idempotent_and_start_restarts_the_driver() -> None:
-    det = hw.Detector(period=0.02, tick=0.002)
+    det = hw.core.Detector(period=0.02, tick=0.002)
     events = det.subscribe()
     det.stop()
     det.stop()
@@ -68,18 +68,18 @@ def test_stop_is_idempotent_and_start_restarts_the_driver() -> None:
 def test_a_handler_holding_the_gil_does_not_stop_detection() -> None:
     """The driver is a Rust thread: a handler spinning in Python for a second holds the GIL
     nearly all that time, yet missed periods keep being counted, each exactly once, in order."""
-    det = hw.Detector(period=0.02, tick=0.002)
+    det = hw.core.Detector(period=0.02, tick=0.002)
     hog_queue, watch = det.subscribe(), det.subscribe()
     hogging = threading.Event()
 
-    def hog(batch: list[hw.Event]) -> None:
+    def hog(batch: list[hw.core.Event]) -> None:
         if not hogging.is_set():
             hogging.set()
             end = time.monotonic() + 1.0
             while time.monotonic() < end:
                 pass
 
-    dispatcher = hw.Dispatcher(hog_queue, hog).start()
+    dispatcher = hw.core.Dispatcher(hog_queue, hog).start()
     try:
         det.add("silent")
         assert hogging.wait(5.0), "the hog handler never ran"

@@ -97,7 +97,7 @@ def test_offline_durable_consumer_gets_the_alerts_on_return(name: str, closing: 
     pub_t = open_broker(name, closing)
     sender = hw.ReliableSender(mon_t, destination)
     closing.append(sender)
-    alerts = hw.AlertPublisher(sender, source="test-monitor")
+    alerts = hw.AlertListener(sender, source="test-monitor")
     mon = hw.HeartbeatMonitor(mon_t, f"{root}.svc.>", period=PERIOD, listeners=[alerts])
     closing.append(mon)
     mon.start()
@@ -244,7 +244,7 @@ def test_flushes_complete_across_a_lost_connection(name: str, closing: list[Any]
 def test_refused_message_is_named_and_counted_in_its_flush(closing: list[Any]) -> None:
     # RabbitMQ refuses queue names with the reserved 'amq.' prefix (an ERROR frame).
     broker = open_broker("rabbitmq", closing)
-    errors: list[hw.DeliveryError] = []
+    errors: list[hw.DeliveryRefused] = []
     acks: list[hw.FlushAck] = []
     bad = hw.ReliableSender(broker, f"/queue/amq.{uid()}", on_error=errors.append)
     good_dest = f"/queue/{uid()}"

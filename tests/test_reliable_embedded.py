@@ -13,11 +13,13 @@ import pytest
 
 import heartwire as hw
 from heartwire.reliable.memory_store import store_of
+from heartwire.transport import Message
+from heartwire.transport.memory import MemoryBroker
 
 
 @pytest.fixture
-def broker() -> hw.MemoryBroker:
-    return hw.MemoryBroker()
+def broker() -> MemoryBroker:
+    return MemoryBroker()
 
 
 def collect(
@@ -31,7 +33,7 @@ def collect(
     return handler
 
 
-def test_flush_is_acknowledged_at_once_and_counts_messages(broker: hw.MemoryBroker) -> None:
+def test_flush_is_acknowledged_at_once_and_counts_messages(broker: MemoryBroker) -> None:
     acks: list[hw.FlushAck] = []
     sender = hw.ReliableSender(broker, "/queue/q", on_flushed=acks.append)
     ids = [sender.send(b"x%d" % i) for i in range(3)]
@@ -45,7 +47,7 @@ def test_flush_is_acknowledged_at_once_and_counts_messages(broker: hw.MemoryBrok
     assert store_of(broker).pending("/queue/q") == 4  # nobody consumed yet
 
 
-def test_listener_objects_get_flushes_and_errors(broker: hw.MemoryBroker) -> None:
+def test_listener_objects_get_flushes_and_errors(broker: MemoryBroker) -> None:
     class Rec(hw.SenderListener):
         def __init__(self) -> None:
             self.flushed: list[hw.FlushAck] = []
@@ -65,14 +67,14 @@ def test_listener_objects_get_flushes_and_errors(broker: hw.MemoryBroker) -> Non
 @pytest.mark.parametrize(
     "destination", ["queue/x", "/queue/", "/exchange/x", "/topic/a b", "/topic/a:b", ""]
 )
-def test_bad_destinations_are_refused_by_name(broker: hw.MemoryBroker, destination: str) -> None:
+def test_bad_destinations_are_refused_by_name(broker: MemoryBroker, destination: str) -> None:
     with pytest.raises(ValueError, match="destination"):
         hw.ReliableSender(broker, destination)
     with pytest.raises(ValueError, match="destination"):
         hw.Consumer(broker, destination)
 
 
-def test_bad_arguments_name_the_argument(broker: hw.MemoryBroker) -> None:
+def test_bad_arguments_name_the_argument(broker: MemoryBroker) -> None:
     with pytest.raises(ValueError, match="ack"):
         hw.Consumer(broker, "/queue/q", ack="manual")
     with pytest.raises(ValueError, match="durable_name"):
@@ -87,7 +89,7 @@ def test_bad_arguments_name_the_argument(broker: hw.MemoryBroker) -> None:
     assert sender.stats()["sent"] == 0
 
 
-def test_queue_round_robin_and_waiting_messages(broker: hw.MemoryBroker) -> None:
+def test_queue_round_robin_and_waiting_messages(broker: MemoryBroker) -> None:
     sender = hw.ReliableSender(broker, "/queue/jobs")
     sender.send(b"early")  # no consumer yet: kept
     a: list[hw.ReceivedMessage] = []
@@ -103,7 +105,7 @@ def test_queue_round_robin_and_waiting_messages(broker: hw.MemoryBroker) -> None
     assert b[-1].body == b"late"
 
 
-def test_durable_topic_subscription_keeps_messages_while_stopped(broker: hw.MemoryBroker) -> None:
+def test_durable_topic_subscription_keeps_messages_while_stopped(broker: MemoryBroker) -> None:
     got: list[hw.ReceivedMessage] = []
     c = hw.Consumer(broker, "/topic/alerts", durable_name="risk", on_message=collect(got))
     c.start()
@@ -122,14 +124,14 @@ def test_durable_topic_subscription_keeps_messages_while_stopped(broker: hw.Memo
     assert len(got) == 2, "a forgotten subscription kept nothing"
 
 
-def test_topic_messages_also_reach_plain_subscribers(broker: hw.MemoryBroker) -> None:
-    seen: list[hw.Message] = []
+def test_topic_messages_also_reach_plain_subscribers(broker: MemoryBroker) -> None:
+    seen: list[Message] = []
     broker.subscribe("svc.alerts", seen.append)
     hw.ReliableSender(broker, "/topic/svc.alerts").send(b"x")
     assert [m.body for m in seen] == [b"x"] and seen[0].headers["persistent"] == "true"
 
 
-def test_unacked_messages_are_redelivered_flagged(broker: hw.MemoryBroker) -> None:
+def test_unacked_messages_are_redelivered_flagged(broker: MemoryBroker) -> None:
     first: list[hw.ReceivedMessage] = []
     c1 = hw.Consumer(broker, "/queue/w", ack="client-individual", on_message=first.append)
     c1.start()
@@ -142,7 +144,7 @@ def test_unacked_messages_are_redelivered_flagged(broker: hw.MemoryBroker) -> No
     assert [(m.id, m.redelivered) for m in second] == [(ids[1], True)]
 
 
-def test_client_ack_is_cumulative_and_nack_dead_letters(broker: hw.MemoryBroker) -> None:
+def test_client_ack_is_cumulative_and_nack_dead_letters(broker: MemoryBroker) -> None:
     got: list[hw.ReceivedMessage] = []
     c = hw.Consumer(broker, "/queue/c", ack="client", on_message=got.append)
     c.start()
@@ -158,7 +160,7 @@ def test_client_ack_is_cumulative_and_nack_dead_letters(broker: hw.MemoryBroker)
     assert c.stats()["acked"] == 1 and c.stats()["nacked"] == 1
 
 
-def test_duplicates_are_dropped_and_counted(broker: hw.MemoryBroker) -> None:
+def test_duplicates_are_dropped_and_counted(broker: MemoryBroker) -> None:
     got: list[hw.ReceivedMessage] = []
     c = hw.Consumer(broker, "/queue/d", on_message=got.append, dedup_window=2)
     c.start()
@@ -169,7 +171,7 @@ def test_duplicates_are_dropped_and_counted(broker: hw.MemoryBroker) -> None:
     assert c.stats()["duplicates"] == 1 and c.stats()["dedup_evicted"] >= 1
 
 
-def test_dedup_off_hands_everything_over(broker: hw.MemoryBroker) -> None:
+def test_dedup_off_hands_everything_over(broker: MemoryBroker) -> None:
     got: list[hw.ReceivedMessage] = []
     hw.Consumer(broker, "/queue/d", on_message=got.append, dedup=False).start()
     for _ in range(2):
@@ -177,7 +179,7 @@ def test_dedup_off_hands_everything_over(broker: hw.MemoryBroker) -> None:
     assert len(got) == 2
 
 
-def test_handler_errors_go_to_on_error_and_are_counted(broker: hw.MemoryBroker) -> None:
+def test_handler_errors_go_to_on_error_and_are_counted(broker: MemoryBroker) -> None:
     errors: list[tuple[Exception, hw.ReceivedMessage]] = []
 
     def boom(msg: hw.ReceivedMessage) -> None:
@@ -191,7 +193,7 @@ def test_handler_errors_go_to_on_error_and_are_counted(broker: hw.MemoryBroker) 
     assert [m.id for _, m in errors] == [mid] and c.stats()["handler_errors"] == 1
 
 
-def test_transaction_commit_delivers_all_abort_nothing(broker: hw.MemoryBroker) -> None:
+def test_transaction_commit_delivers_all_abort_nothing(broker: MemoryBroker) -> None:
     got: list[hw.ReceivedMessage] = []
     hw.Consumer(broker, "/queue/t", on_message=got.append).start()
     with pytest.raises(KeyError), broker.transaction() as tx:
@@ -208,7 +210,7 @@ def test_transaction_commit_delivers_all_abort_nothing(broker: hw.MemoryBroker) 
         tx.send("/queue/t", b"late")
 
 
-def test_acks_in_a_transaction_apply_on_commit_only(broker: hw.MemoryBroker) -> None:
+def test_acks_in_a_transaction_apply_on_commit_only(broker: MemoryBroker) -> None:
     got: list[hw.ReceivedMessage] = []
     c = hw.Consumer(broker, "/queue/a", ack="client-individual", on_message=got.append)
     c.start()
@@ -226,14 +228,14 @@ def test_acks_in_a_transaction_apply_on_commit_only(broker: hw.MemoryBroker) -> 
     assert [(m.body, m.redelivered) for m in again] == [(b"1", True)]
 
 
-def test_alert_publisher_turns_monitor_events_into_json_alerts(broker: hw.MemoryBroker) -> None:
+def test_alert_publisher_turns_monitor_events_into_json_alerts(broker: MemoryBroker) -> None:
     clock = hw.ManualClock()
     got: list[hw.ReceivedMessage] = []
     risk = hw.Consumer(broker, "/topic/alerts", durable_name="risk", on_message=got.append)
     risk.start()
     risk.stop()  # offline while the failure happens
     sender = hw.ReliableSender(broker, "/topic/alerts")
-    alerts = hw.AlertPublisher(sender, source="mon-1")
+    alerts = hw.AlertListener(sender, source="mon-1")
     mon = hw.HeartbeatMonitor(broker, "svc.>", clock=clock, listeners=[alerts])
     mon.expect("svc.a")
     mon.start()
@@ -249,11 +251,11 @@ def test_alert_publisher_turns_monitor_events_into_json_alerts(broker: hw.Memory
 
 def test_alert_publisher_needs_a_sender() -> None:
     with pytest.raises(TypeError, match="sender"):
-        hw.AlertPublisher(object())
+        hw.AlertListener(object())
 
 
 def test_a_message_the_handler_raised_on_comes_back_after_a_restart(
-    broker: hw.MemoryBroker,
+    broker: MemoryBroker,
 ) -> None:
     calls: list[tuple[str, bool]] = []
 
@@ -278,7 +280,7 @@ def test_a_message_the_handler_raised_on_comes_back_after_a_restart(
 
 
 def test_client_mode_holds_a_duplicate_ack_behind_an_unsettled_message(
-    broker: hw.MemoryBroker,
+    broker: MemoryBroker,
 ) -> None:
     got: list[hw.ReceivedMessage] = []
     c = hw.Consumer(broker, "/queue/h", ack="client", on_message=got.append)
@@ -297,7 +299,7 @@ def test_client_mode_holds_a_duplicate_ack_behind_an_unsettled_message(
     assert store.pending("/queue/h") == 0
 
 
-def test_a_flush_waits_for_a_send_still_being_stored(broker: hw.MemoryBroker) -> None:
+def test_a_flush_waits_for_a_send_still_being_stored(broker: MemoryBroker) -> None:
     # Another thread's send took its sequence number but has not stored its message yet: a
     # flush requested now covers it and must not be acknowledged before it is stored.
     got: list[hw.ReceivedMessage] = []
@@ -332,7 +334,7 @@ def test_a_flush_waits_for_a_send_still_being_stored(broker: hw.MemoryBroker) ->
 
 
 def test_client_mode_acks_a_duplicate_at_once_when_nothing_before_it_is_open(
-    broker: hw.MemoryBroker,
+    broker: MemoryBroker,
 ) -> None:
     got: list[hw.ReceivedMessage] = []
     c = hw.Consumer(broker, "/queue/i", ack="client", on_message=got.append)
@@ -346,7 +348,7 @@ def test_client_mode_acks_a_duplicate_at_once_when_nothing_before_it_is_open(
     assert store.pending("/queue/i") == 0
 
 
-def test_a_handler_can_send_and_flush_with_the_same_sender(broker: hw.MemoryBroker) -> None:
+def test_a_handler_can_send_and_flush_with_the_same_sender(broker: MemoryBroker) -> None:
     # The store delivers inside send(): a handler that sends a reply with the sender whose
     # send is delivering it, then flushes, must not wait for that outer send to return (it
     # cannot before the handler does). A message counts as held once the store has it.
@@ -375,7 +377,7 @@ class _Stop(BaseException):
     """A handler's BaseException (SystemExit, KeyboardInterrupt...): not a handler error."""
 
 
-def test_a_raising_delivery_loses_no_other_message(broker: hw.MemoryBroker) -> None:
+def test_a_raising_delivery_loses_no_other_message(broker: MemoryBroker) -> None:
     # A durable subscription's buffer was cleared before delivering it: the messages after
     # one whose delivery raised were lost.
     got: list[bytes] = []
@@ -397,7 +399,7 @@ def test_a_raising_delivery_loses_no_other_message(broker: hw.MemoryBroker) -> N
 
 
 def test_an_embedded_commit_applies_every_operation_though_one_raises(
-    broker: hw.MemoryBroker,
+    broker: MemoryBroker,
 ) -> None:
     # commit() set "committed" and emptied its operations before running them: one that
     # raised lost the rest.
@@ -418,7 +420,7 @@ def test_an_embedded_commit_applies_every_operation_though_one_raises(
     assert tx.state == "unknown"
 
 
-def test_a_commit_on_a_closed_embedded_broker_applies_nothing(broker: hw.MemoryBroker) -> None:
+def test_a_commit_on_a_closed_embedded_broker_applies_nothing(broker: MemoryBroker) -> None:
     tx = broker.transaction().begin()
     tx.send("/queue/jobs", b"j1")
     broker.close()

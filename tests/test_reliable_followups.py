@@ -29,7 +29,9 @@ from typing import Any
 import pytest
 
 import heartwire as hw
+from heartwire.transport import Message
 from heartwire.transport.link import StompLink
+from heartwire.transport.memory import MemoryBroker
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
 from tests.test_reliable_races import BOTH, Inbox, open_broker, uid
 
@@ -200,7 +202,7 @@ def test_a_held_up_resend_delays_no_other_publisher(
     here, elsewhere = Beats(), Beats()
     p_here = hw.HeartbeatPublisher(t, f"svc.{uid()}", 0.05, listeners=[here])
     p_elsewhere = hw.HeartbeatPublisher(
-        hw.MemoryBroker(), "svc.elsewhere", 0.02, listeners=[elsewhere]
+        MemoryBroker(), "svc.elsewhere", 0.02, listeners=[elsewhere]
     )
     closing.extend([p_here, p_elsewhere])
     faulty = FaultySend(monkeypatch, destination)
@@ -244,7 +246,7 @@ def test_a_handler_on_the_new_link_subscribes_and_publishes_during_the_resend(
     done: list[str] = []
     entered = threading.Event()
 
-    def handler(message: hw.Message) -> None:
+    def handler(message: Message) -> None:
         entered.set()
         t.subscribe(f"{topic}.more", lambda m: None)
         done.append("subscribed")
@@ -417,7 +419,7 @@ def test_waiting_for_a_flush_on_the_receiving_thread_fails_fast(closing: list[An
     closing.append(sender)
     outcome: list[tuple[str, float]] = []
 
-    def handler(message: hw.Message) -> None:
+    def handler(message: Message) -> None:
         sender.send(b"reply")
         began = time.monotonic()
         try:

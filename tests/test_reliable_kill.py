@@ -65,7 +65,7 @@ def test_100k_messages_through_three_broker_kills(name: str) -> None:
         on_message=on_message,
     )
     acks: list[hw.FlushAck] = []
-    errors: list[hw.DeliveryError] = []
+    errors: list[hw.DeliveryRefused] = []
     sender = hw.ReliableSender(
         sender_broker, destination, on_flushed=acks.append, on_error=errors.append
     )

@@ -212,7 +212,7 @@ def test_a_rabbitmq_error_about_another_name_refuses_nothing(closing: list[Any])
     # messages (RabbitMQ closes the connection; they go again on the next one).
     u = uid()
     t = open_broker("rabbitmq", closing)
-    errors: list[hw.DeliveryError] = []
+    errors: list[hw.DeliveryRefused] = []
     sender = hw.ReliableSender(t, f"/queue/{u}", on_error=errors.append)
     closing.append(sender)
     inbox = Inbox()

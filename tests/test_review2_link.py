@@ -130,7 +130,7 @@ def test_a_tls_read_loop_gives_way_to_frames_waiting_to_be_written() -> None:
 
     from heartwire import HeartbeatMonitor
     from heartwire._core import ManualClock
-    from heartwire.message import Beat, BeatCodec
+    from heartwire.beat import Beat, BeatCodec
 
     clock = ManualClock()
     mon = HeartbeatMonitor(None, "svc.>", period=1.0, clock=clock)

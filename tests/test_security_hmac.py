@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import heartwire as hw
-from heartwire.message import Beat, BeatCodec
+from heartwire.beat import Beat, BeatCodec
 from heartwire.transport import Message, connect
 from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)

@@ -1,7 +1,7 @@
 """Times a person or another program reads are on the wall clock (issue 14, item 12).
 
 The monitor's events are timed on its monotonic clock (seconds since boot); the CLI's JSON
-lines, AlertPublisher's alerts, events' ``wall_*`` properties and statuses give Unix time (and
+lines, AlertListener's alerts, events' ``wall_*`` properties and statuses give Unix time (and
 ISO 8601 in UTC), the monotonic reading staying beside it where intervals matter.
 """
 
@@ -19,6 +19,7 @@ import pytest
 import heartwire as hw
 from heartwire.cli import main
 from heartwire.events import iso_utc, wall_fields
+from heartwire.transport.memory import MemoryBroker
 
 OFFSET = 1_750_000_000.0  # the Unix time a ManualClock's zero stands for in these tests
 
@@ -133,11 +134,11 @@ def test_bad_wall_offset_is_refused_by_name(value: object, exc: type[Exception])
 
 
 def test_alerts_carry_wall_clock_times() -> None:
-    broker = hw.MemoryBroker()
+    broker = MemoryBroker()
     clock = hw.ManualClock()
     got: list[hw.ReceivedMessage] = []
     hw.Consumer(broker, "/topic/alerts", on_message=got.append).start()
-    alerts = hw.AlertPublisher(hw.ReliableSender(broker, "/topic/alerts"))
+    alerts = hw.AlertListener(hw.ReliableSender(broker, "/topic/alerts"))
     mon = hw.HeartbeatMonitor(broker, "svc.>", clock=clock, wall_offset=OFFSET, listeners=[alerts])
     mon.expect("svc.a")
     mon.start()

@@ -33,7 +33,7 @@ def beats(
 
     setup = time.perf_counter()
     names = [topic_name(i) for i in range(n)]
-    det = hw.Detector(period=3600.0)
+    det = hw.core.Detector(period=3600.0)
     handles = det.add_many(names)
     np_handles = np.asarray(handles, dtype=np.uint32)
     arrow_names = pa.array(names, type=pa.string())
@@ -98,8 +98,8 @@ def beats(
 
     if phi:
         pypi_phi = load_pypi_phi()
-        det_phi = hw.Detector(period=3600.0)
-        det_phi.add_many(names, phi=hw.Phi())
+        det_phi = hw.core.Detector(period=3600.0)
+        det_phi.add_many(names, phi=hw.core.Phi())
         det_phi.beat_many(names)
 
         def hw_phi() -> None:

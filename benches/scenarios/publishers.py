@@ -34,7 +34,7 @@ def publishers(impl: str, n: int, period: float, warmup: float, window: float) -
     import uuid
 
     import heartwire as hw
-    from heartwire.message import Beat, BeatCodec
+    from heartwire.beat import Beat, BeatCodec
 
     transport = NullTransport()
     topics = [f"svc.pub.{i:05d}" for i in range(n)]

@@ -36,7 +36,7 @@ def rss(kind: str, n: int) -> dict[str, Any]:
     start = 1000.0
     if kind == "hw_detector":
         clock = hw.ManualClock(start)
-        det = hw.Detector(clock=clock, period=1.0)
+        det = hw.core.Detector(clock=clock, period=1.0)
         for part in chunks():
             det.beat_handles(det.add_many(part), now=start + 0.5)
         clock.advance(1.2)  # all popped and re-armed: the wheel holds every topic

@@ -61,7 +61,7 @@ def tick(n: int, rounds: int, rearm: bool, monitor: bool = False) -> dict[str, A
 
     def hw_fail() -> float:
         clock = hw.ManualClock(start)
-        det = hw.Detector(clock=clock, period=period, grace=grace)
+        det = hw.core.Detector(clock=clock, period=period, grace=grace)
         det.add_many(names)
         q = det.subscribe(capacity=1 << 21)
         gc.collect()
@@ -73,7 +73,7 @@ def tick(n: int, rounds: int, rearm: bool, monitor: bool = False) -> dict[str, A
 
     def hw_rearm() -> float:
         clock = hw.ManualClock(start)
-        det = hw.Detector(clock=clock, period=period, grace=grace)
+        det = hw.core.Detector(clock=clock, period=period, grace=grace)
         handles = det.add_many(names)
         det.beat_handles(handles, now=start + period / 2)
         gc.collect()

@@ -4,26 +4,20 @@ Services publish a heartbeat to a topic every period (:class:`HeartbeatPublisher
 on them watches one topic or a wildcard of millions (:class:`HeartbeatMonitor`) and is told through
 listener classes when a heartbeat is missed, how many times in a row, and when it comes back.
 
-The native core (:mod:`heartwire._core`) tracks missed periods on a hierarchical timer wheel and
-hands events to Python through bounded queues; :func:`connect` gives the transport (the embedded
-in-process broker by default).
+This namespace is the user API: publishers, monitors, their listeners and events, :func:`connect`
+and the transport errors, reliable delivery (:class:`ReliableSender`, :class:`Consumer`,
+:class:`Transaction`, :class:`AlertListener`), health checks (:mod:`heartwire.checks`) and
+:class:`ManualClock` for tests. :mod:`heartwire.core` holds the native core's types for driving
+the detector directly (:class:`~heartwire.core.Detector`, :class:`~heartwire.core.EventQueue`,
+...); everything else is internal, importable from its own module but free to change.
 """
 
-from heartwire import checks
-from heartwire._core import (
-    MAX_NAME_LEN,
-    MAX_TOPICS,
-    DedupWindow,
-    Detector,
-    Event,
-    EventQueue,
-    ManualClock,
-    Phi,
-    Scheduler,
-    __version__,
-)
+from typing import Any
+
+from heartwire import checks, core
+from heartwire._core import ManualClock
+from heartwire._core import __version__ as __version__
 from heartwire.checks import CheckFailed
-from heartwire.dispatch import Dispatcher
 from heartwire.events import (
     CaughtUp,
     Disconnected,
@@ -42,13 +36,12 @@ from heartwire.events import (
     TopicStatus,
 )
 from heartwire.listeners import PublisherListener, SubscriberListener
-from heartwire.message import Beat, BeatCodec, DecodeError
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.publisher import HeartbeatPublisher
 from heartwire.reliable import (
-    AlertPublisher,
+    AlertListener,
     Consumer,
-    DeliveryError,
+    DeliveryRefused,
     FlushAck,
     ReceivedMessage,
     ReliableSender,
@@ -56,59 +49,38 @@ from heartwire.reliable import (
     Transaction,
     TransactionFailed,
 )
-from heartwire.scheduling import PublisherScheduler, shared_scheduler
 from heartwire.transport import (
     ConnectFailed,
-    KeepAliveMonitor,
-    Message,
     SendTimeout,
-    Subscription,
     Transport,
     TransportClosed,
     connect,
 )
-from heartwire.transport.memory import MemoryBroker
 
 __all__ = [
-    "MAX_NAME_LEN",
-    "MAX_TOPICS",
-    "AlertPublisher",
-    "Beat",
-    "BeatCodec",
+    "AlertListener",
     "CaughtUp",
     "CheckFailed",
     "ConnectFailed",
     "Consumer",
-    "DecodeError",
-    "DedupWindow",
-    "DeliveryError",
-    "Detector",
+    "DeliveryRefused",
     "Disconnected",
-    "Dispatcher",
-    "Event",
     "EventBatch",
-    "EventQueue",
     "ExceptionEvent",
     "Failed",
     "FlushAck",
     "HeartbeatMonitor",
     "HeartbeatPublisher",
     "HeartbeatSubscriber",
-    "KeepAliveMonitor",
     "Lagging",
     "LocalPause",
     "ManualClock",
-    "MemoryBroker",
-    "Message",
-    "Phi",
     "PublisherListener",
-    "PublisherScheduler",
     "Received",
     "ReceivedMessage",
     "Reconnected",
     "ReliableSender",
     "Resumed",
-    "Scheduler",
     "SendTimeout",
     "SenderListener",
     "Sent",
@@ -116,14 +88,45 @@ __all__ = [
     "State",
     "Stopped",
     "SubscriberListener",
-    "Subscription",
     "TopicStatus",
     "Transaction",
     "TransactionFailed",
     "Transport",
     "TransportClosed",
-    "__version__",
     "checks",
     "connect",
-    "shared_scheduler",
+    "core",
 ]
+
+# Where the names this namespace used to hold live now, for a precise AttributeError.
+_MOVED = {
+    "MAX_NAME_LEN": "heartwire.core",
+    "MAX_TOPICS": "heartwire.core",
+    "DedupWindow": "heartwire.core",
+    "Detector": "heartwire.core",
+    "Dispatcher": "heartwire.core",
+    "Event": "heartwire.core",
+    "EventQueue": "heartwire.core",
+    "Phi": "heartwire.core",
+    "Scheduler": "heartwire.core",
+    "Beat": "heartwire.beat",
+    "BeatCodec": "heartwire.beat",
+    "DecodeError": "heartwire.beat",
+    "KeepAliveMonitor": "heartwire.transport",
+    "MemoryBroker": "heartwire.transport.memory",
+    "Message": "heartwire.transport",
+    "Subscription": "heartwire.transport",
+    "PublisherScheduler": "heartwire.scheduling",
+    "shared_scheduler": "heartwire.scheduling",
+}
+_RENAMED = {"AlertPublisher": "AlertListener", "DeliveryError": "DeliveryRefused"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        raise AttributeError(
+            f"heartwire.{name} is not part of the top-level API; import it from {_MOVED[name]}"
+        )
+    if name in _RENAMED:
+        raise AttributeError(f"heartwire.{name} was renamed heartwire.{_RENAMED[name]}")
+    raise AttributeError(f"module 'heartwire' has no attribute {name!r}")

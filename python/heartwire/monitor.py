@@ -5,7 +5,7 @@ beat in the native :class:`~heartwire._core.Detector`, which counts missed perio
 thread. Beats go through the monitor's native :class:`~heartwire._core.Intake` (decoding,
 signatures, replays, learning, the topic table; ``rust/ingest/``): over STOMP the core reads them
 straight off the socket, and Python sees only what is not a beat (see ``docs/ingest.md``); a
-body the native decoder is not sure of is decoded by :class:`~heartwire.message.BeatCodec`.
+body the native decoder is not sure of is decoded by :class:`~heartwire.beat.BeatCodec`.
 The detector's events go through a bounded queue to a :class:`~heartwire.dispatch.Dispatcher`
 thread (the event feed, :class:`~heartwire.feed.EventFeed`, which the monitor owns), which
 takes them out in
@@ -53,6 +53,7 @@ from heartwire import _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire._exit import Running
 from heartwire._throttle import worth_logging
+from heartwire.beat import DECODE_REASONS, BeatCodec, DecodeError
 from heartwire.events import (
     ExceptionEvent,
     Started,
@@ -67,7 +68,6 @@ from heartwire.listeners import (
     ListenerSet,
     SubscriberListener,
 )
-from heartwire.message import DECODE_REASONS, BeatCodec, DecodeError
 from heartwire.transport import Message, Subscription, Transport
 from heartwire.transport.patterns import validate_pattern, validate_topic
 
@@ -198,7 +198,7 @@ class HeartbeatMonitor:
 
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
-      CLI's output, :class:`~heartwire.reliable.AlertPublisher`'s alerts). Default: measured
+      CLI's output, :class:`~heartwire.reliable.AlertListener`'s alerts). Default: measured
       once, now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
       current reading stands for the current wall time).
 

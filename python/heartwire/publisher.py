@@ -27,7 +27,7 @@ abandoned: its result, whenever it comes, is dropped. While it still runs, each 
 another such failure and no second job is started, so a hung check holds one thread, never more,
 and other publishers' beats do not wait for it.
 
-Each beat is a JSON :class:`~heartwire.message.Beat` with the topic, a sequence number (1 for the
+Each beat is a JSON :class:`~heartwire.beat.Beat` with the topic, a sequence number (1 for the
 first beat put on the wire, +1 for each one after, failed sends included, so monitors see lost
 beats as gaps), the publisher's boot id (a fresh uuid4 for each publisher object), the wall time
 it was sent, the period and the payload.
@@ -52,10 +52,10 @@ from typing import Any
 
 from heartwire import _core, _validate
 from heartwire._exit import Running
+from heartwire.beat import Beat, BeatCodec
 from heartwire.checks import CheckFailed, _callable_name
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
-from heartwire.message import Beat, BeatCodec
 from heartwire.scheduling import Job, PublisherScheduler, shared_scheduler
 from heartwire.transport import Transport
 from heartwire.transport.patterns import validate_topic
@@ -134,7 +134,7 @@ class HeartbeatPublisher:
       plus :data:`CHECK_GRACE` if that is longer.
     - ``ttl``: seconds the broker may keep an undelivered beat (the ``expires`` header, epoch
       milliseconds); ``persistent``: ask the broker to persist beats (``persistent: true``).
-    - ``key``: a shared HMAC key; beats are then signed (see :class:`~heartwire.message.BeatCodec`).
+    - ``key``: a shared HMAC key; beats are then signed (see :class:`~heartwire.beat.BeatCodec`).
     - ``clock``: a :class:`~heartwire.ManualClock` to run on (tests, simulations); default the
       real clock.
 

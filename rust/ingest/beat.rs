@@ -1,5 +1,5 @@
 //! The beat decoder: a message body to a [`Beat`], agreeing with Python's `BeatCodec.decode`
-//! (`python/heartwire/message.py`) or deferring to it.
+//! (`python/heartwire/beat.py`) or deferring to it.
 //!
 //! The contract: [`Decoded::Beat`] only where Python returns a beat with the same fields,
 //! [`Decoded::Reject`] only where Python raises `DecodeError` with the same reason, and

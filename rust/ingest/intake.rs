@@ -43,7 +43,7 @@ pub const BEAT_AGE_SKEW: f64 = 60.0;
 /// Refusals kept with their details until the monitor takes them.
 pub const PENDING_LIMIT: usize = 1024;
 
-/// Every reason a beat is refused, decode reasons first (as `heartwire.message.DECODE_REASONS`).
+/// Every reason a beat is refused, decode reasons first (as `heartwire.beat.DECODE_REASONS`).
 pub const REASONS: [&str; 13] = [
     "too_large",
     "not_utf8",

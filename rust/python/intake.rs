@@ -248,7 +248,7 @@ impl PyIntake {
         }
     }
 
-    /// Record a beat decoded elsewhere (its fields as :class:`heartwire.message.Beat`'s).
+    /// Record a beat decoded elsewhere (its fields as :class:`heartwire.beat.Beat`'s).
     #[pyo3(signature = (topic, seq = None, boot = None, sent = None, period = None))]
     fn record(
         &self,

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 import heartwire as hw
-from heartwire.message import DECODE_REASONS, Beat, BeatCodec, DecodeError
+from heartwire.beat import DECODE_REASONS, Beat, BeatCodec, DecodeError
 from heartwire.monitor import HeartbeatMonitor
 from heartwire.transport import Message
 from heartwire.transport.dialect import ACTIVEMQ, RABBITMQ

@@ -1,9 +1,9 @@
-"""AlertPublisher: a monitor's state changes as reliable JSON alerts.
+"""AlertListener: a monitor's state changes as reliable JSON alerts.
 
 ::
 
     sender = hw.ReliableSender(broker, "/topic/heartwire.alerts")
-    monitor.add_listener(hw.AlertPublisher(sender))
+    monitor.add_listener(hw.AlertListener(sender))
 
 Every ``failed``, ``resumed``, ``local_pause``, ``lagging`` and ``caught_up`` event of the
 monitor becomes one message
@@ -32,12 +32,12 @@ from typing import Any
 from heartwire.events import CaughtUp, Failed, Lagging, LocalPause, Resumed, wall_fields
 from heartwire.listeners import SubscriberListener
 
-__all__ = ["AlertPublisher"]
+__all__ = ["AlertListener"]
 
 log = logging.getLogger("heartwire.reliable")
 
 
-class AlertPublisher(SubscriberListener):
+class AlertListener(SubscriberListener):
     """A monitor listener publishing each state change through a reliable ``sender``;
     ``source`` (optional) names the monitor in every alert. ``published`` and ``failed`` count
     alerts sent and alerts that could not be handed to the sender (logged)."""

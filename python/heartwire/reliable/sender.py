@@ -20,7 +20,7 @@ order.
 
 A flush request covers every message sent before it and completes once each of them was
 receipted or refused; several may be in flight and complete in order. A refused message fires
-``on_error(DeliveryError(message_id, destination, reason))`` and counts as processed.
+``on_error(DeliveryRefused(message_id, destination, reason))`` and counts as processed.
 
 On the embedded broker (``memory://``) a send is delivered before :meth:`send` returns, so
 receipts are immediate: a message is outstanding only until the store holds it (before it is
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from heartwire.reliable import destinations
-from heartwire.reliable.events import DeliveryError, FlushAck
+from heartwire.reliable.events import DeliveryRefused, FlushAck
 from heartwire.reliable.tracker import ReceiptTracker
 from heartwire.transport import TransportClosed, is_stomp
 from heartwire.transport.headers import MESSAGE_ID_HEADER
@@ -61,7 +61,7 @@ class SenderListener:
     def on_flushed(self, ack: FlushAck) -> None:
         """Flush request ``ack.request_id`` is done."""
 
-    def on_error(self, error: DeliveryError) -> None:
+    def on_error(self, error: DeliveryRefused) -> None:
         """The broker refused a message."""
 
 
@@ -88,7 +88,7 @@ class ReliableSender:
         persistent: bool = True,
         *,
         on_flushed: Callable[[FlushAck], Any] | None = None,
-        on_error: Callable[[DeliveryError], Any] | None = None,
+        on_error: Callable[[DeliveryRefused], Any] | None = None,
         listeners: Iterable[Any] = (),
     ) -> None:
         self.destination = destinations.validate(destination)
@@ -346,7 +346,7 @@ class ReliableSender:
             self._refused_count += 1
             done = self._completed_flushes()
         log.warning("message %s to %s refused: %s", message_id, self.destination, reason)
-        error = DeliveryError(message_id, self.destination, reason)
+        error = DeliveryRefused(message_id, self.destination, reason)
         self._call("on_error", self._on_error, error)
         self._fire_flushes(done)
 

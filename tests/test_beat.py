@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from heartwire.message import DECODE_REASONS, MAX_SEQ, Beat, BeatCodec, DecodeError
+from heartwire.beat import DECODE_REASONS, MAX_SEQ, Beat, BeatCodec, DecodeError
 
 KEY = b"shared secret"
 
