@@ -76,9 +76,6 @@ __all__ = ["HeartbeatMonitor", "HeartbeatSubscriber"]
 log = logging.getLogger("heartwire.monitor")
 
 _OVERFLOWS: tuple[Overflow, ...] = ("coalesce", "drop-oldest", "drop-newest", "block")
-#: A handle's slot in the core (its low 32 bits; the bits above are the slot's generation,
-#: bumped when a removed topic's slot is reused). Per-topic arrays here are indexed by slot.
-_SLOT = 0xFFFF_FFFF
 
 #: The default ``max_topics``: a sender inventing topic names cannot grow a monitor past this.
 DEFAULT_MAX_TOPICS = 1_000_000
