@@ -4,8 +4,13 @@ from collections.abc import Iterable
 from typing import Any, ClassVar, Literal, final
 
 __all__ = [
+    "BEAT_AGE_PERIODS",
+    "BEAT_AGE_SKEW",
+    "MAX_BEAT_PERIOD",
     "MAX_NAME_LEN",
     "MAX_TOPICS",
+    "MIN_BEAT_PERIOD",
+    "REPLAY_BOOTS",
     "DedupWindow",
     "Detector",
     "Event",
@@ -32,6 +37,11 @@ __all__ = [
 __version__: str
 MAX_TOPICS: int
 MAX_NAME_LEN: int
+MIN_BEAT_PERIOD: float
+MAX_BEAT_PERIOD: float
+BEAT_AGE_PERIODS: float
+BEAT_AGE_SKEW: float
+REPLAY_BOOTS: int
 
 _Topic = str | int
 _Overflow = Literal["block", "drop-oldest", "drop-newest", "coalesce"]

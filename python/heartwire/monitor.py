@@ -49,7 +49,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from heartwire import _validate
+from heartwire import _core, _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire._exit import Running
 from heartwire._throttle import worth_logging
@@ -88,16 +88,15 @@ DEFAULT_LISTENER_BATCH_QUEUE = 1 << 20
 #: The periods a beat may carry, seconds; a beat with another is refused (``"bad_period"``):
 #: the core cannot time less than a nanosecond or more than ~30 years, and a hostile 1 ns
 #: period would fail its topic on every tick.
-MIN_BEAT_PERIOD = 0.001
-MAX_BEAT_PERIOD = 1e9
-
-
+MIN_BEAT_PERIOD: float = _core.MIN_BEAT_PERIOD
+MAX_BEAT_PERIOD: float = _core.MAX_BEAT_PERIOD
 #: How many boot ids of a topic a monitor with a key remembers (with each one's last seq).
-REPLAY_BOOTS = 4
+REPLAY_BOOTS: int = _core.REPLAY_BOOTS
 #: The default ``max_beat_age`` (``None``) of a topic with period ``p``: ``BEAT_AGE_PERIODS * p
 #: + BEAT_AGE_SKEW`` seconds (3 periods, plus a minute of clock skew between the hosts).
-BEAT_AGE_PERIODS = 3
-BEAT_AGE_SKEW = 60.0
+#: These rules are applied by the core's intake; the values are read from it (one copy).
+BEAT_AGE_PERIODS: float = _core.BEAT_AGE_PERIODS
+BEAT_AGE_SKEW: float = _core.BEAT_AGE_SKEW
 
 
 def _short(value: object, limit: int = 120) -> str:

@@ -45,5 +45,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ingest::split_frames, m)?)?;
     m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
     m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
+    // A monitor's beat rules live in the intake; Python reads their bounds from here (one copy).
+    m.add("MIN_BEAT_PERIOD", crate::ingest::intake::MIN_BEAT_PERIOD)?;
+    m.add("MAX_BEAT_PERIOD", crate::ingest::intake::MAX_BEAT_PERIOD)?;
+    m.add("BEAT_AGE_PERIODS", crate::ingest::intake::BEAT_AGE_PERIODS)?;
+    m.add("BEAT_AGE_SKEW", crate::ingest::intake::BEAT_AGE_SKEW)?;
+    m.add("REPLAY_BOOTS", crate::ingest::replay::REPLAY_BOOTS)?;
     Ok(())
 }
