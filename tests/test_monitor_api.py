@@ -25,8 +25,23 @@ def rig() -> Iterator[Rig]:
     yield from make_rig()
 
 
+_EARLIER: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _earlier_monitor_threads() -> None:
+    """Monitor threads alive before the test (another file's monitors) are not this test's."""
+    _EARLIER.clear()
+    _EARLIER.update(t for t in threading.enumerate() if t.name.startswith("heartwire-monitor"))
+
+
 def monitor_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("heartwire-monitor")]
+    """The monitor threads started by this test and still alive."""
+    return [
+        t
+        for t in threading.enumerate()
+        if t.name.startswith("heartwire-monitor") and t not in _EARLIER
+    ]
 
 
 # -- bad arguments -----------------------------------------------------------------------------

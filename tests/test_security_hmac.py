@@ -16,6 +16,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -159,6 +160,17 @@ def test_spoofed_beats_do_not_resume_a_dead_service(name: str, closing: list[Any
 # -- the replay rule, without a broker ----------------------------------------------------------
 
 
+_STARTED: list[hw.HeartbeatMonitor] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_monitors() -> Iterator[None]:
+    """Stop the monitors a test started with ``_monitor`` (their threads must not outlive it)."""
+    yield
+    while _STARTED:
+        _STARTED.pop().stop()
+
+
 def _monitor(
     clock: hw.ManualClock, key: bytes | None = KEY, max_beat_age: float | None = math.inf
 ) -> hw.HeartbeatMonitor:
@@ -166,7 +178,7 @@ def _monitor(
     mon = hw.HeartbeatMonitor(
         None, "svc.>", period=1.0, clock=clock, key=key, max_beat_age=max_beat_age
     )
-    mon.start()
+    _STARTED.append(mon.start())
     return mon
 
 
