@@ -16,6 +16,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -158,6 +159,18 @@ def test_spoofed_beats_do_not_resume_a_dead_service(name: str, closing: list[Any
 
 # -- the replay rule, without a broker ----------------------------------------------------------
 
+#: The monitors _monitor started in the running test.
+_started: list[hw.HeartbeatMonitor] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_started_monitors() -> Iterator[None]:
+    """Stops what _monitor started: a monitor's thread must not outlive its test (other tests
+    count the monitor threads alive)."""
+    yield
+    while _started:
+        _started.pop().stop()
+
 
 def _monitor(
     clock: hw.ManualClock, key: bytes | None = KEY, max_beat_age: float | None = math.inf
@@ -167,6 +180,7 @@ def _monitor(
         None, "svc.>", period=1.0, clock=clock, key=key, max_beat_age=max_beat_age
     )
     mon.start()
+    _started.append(mon)
     return mon
 
 
