@@ -9,8 +9,10 @@ calls it for the brokers it needs, so one test's crash does not leak into the ne
 The ``tls`` broker (STOMP over TLS only, with test keys made at its start) is not in
 :data:`PORTS`: tests that need it use the :func:`tls_broker` fixture, which starts it if needed.
 
-Set ``HEARTWIRE_SKIP_BROKERS=1`` to skip these tests on a machine without the brokers (CI never
-does: ``scripts/test`` starts them).
+Every test that uses one of these two fixtures (as an argument, through ``usefixtures`` or a
+module's ``pytestmark``) carries the ``brokers`` marker (set in ``tests/conftest.py``):
+``pytest -m "not brokers"`` runs the rest on a machine without the brokers. CI runs everything
+(``scripts/test`` starts them).
 """
 
 from __future__ import annotations
@@ -144,8 +146,6 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, step: float 
 @pytest.fixture(scope="session")
 def tls_broker() -> Iterator[Path]:
     """The tls broker running (started through scripts/brokers if needed): its certs dir."""
-    if os.environ.get("HEARTWIRE_SKIP_BROKERS") == "1":
-        pytest.skip("HEARTWIRE_SKIP_BROKERS=1: tests against real brokers are skipped")
     if not tls_ready():
         run("start", "tls")
     yield TLS_CERTS
@@ -154,7 +154,5 @@ def tls_broker() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def brokers() -> Iterator[dict[str, str]]:
     """Every broker running (started through scripts/brokers if needed): name -> URL."""
-    if os.environ.get("HEARTWIRE_SKIP_BROKERS") == "1":
-        pytest.skip("HEARTWIRE_SKIP_BROKERS=1: tests against real brokers are skipped")
     ensure()
     yield {name: url(name) for name in PORTS}

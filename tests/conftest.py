@@ -1,4 +1,5 @@
-"""Shared fixtures: a detector on a manual clock with one event queue; the SparkSession."""
+"""Shared fixtures: a detector on a manual clock with one event queue; the SparkSession. The
+``brokers`` marker on the tests that need the real brokers (their fixtures: tests/brokers.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,18 @@ from typing import Any
 import pytest
 
 import heartwire as hw
+
+#: The fixtures of tests/brokers.py that bring the real STOMP brokers up.
+BROKER_FIXTURES = frozenset({"brokers", "tls_broker"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``brokers`` every test that uses a broker fixture, however it asks for it (argument,
+    ``usefixtures``, ``pytestmark``): ``pytest -m "not brokers"`` runs the rest."""
+    for item in items:
+        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.brokers)
 
 
 @dataclass

@@ -9,7 +9,7 @@ import pytest
 import heartwire as hw
 from heartwire.events import LocalPause, State
 from heartwire.monitor import HeartbeatMonitor
-from tests.test_monitor_semantics import Recorder, ms
+from tests.monitor.test_monitor_semantics import Recorder, ms
 
 
 class PauseRecorder(Recorder):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
-from tests.test_monitor_semantics import make_rig, ms
+from tests.monitor.test_monitor_semantics import make_rig, ms
 
 
 def test_a_beat_5ms_late_on_a_200ms_period_is_not_a_failure_by_default() -> None:

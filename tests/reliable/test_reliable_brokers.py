@@ -3,7 +3,8 @@
 Offline durable consumers receive the monitor's alerts on return; unacknowledged client-ack
 messages come back with ``redelivered``; transactions deliver all or nothing; flushes complete
 across a lost connection; a refused message is named and still counts for its flush. Every wait
-is bounded and names what it waited for. (The broker-crash run is tests/test_reliable_kill.py.)
+is bounded and names what it waited for. (The broker-crash run is
+tests/reliable/test_reliable_kill.py.)
 """
 
 from __future__ import annotations

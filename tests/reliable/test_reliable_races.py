@@ -23,7 +23,7 @@ import pytest
 import heartwire as hw
 from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
-from tests.test_reliable_brokers import Inbox, open_broker
+from tests.reliable.test_reliable_brokers import Inbox, open_broker
 
 pytestmark = pytest.mark.usefixtures("brokers")
 

@@ -33,7 +33,7 @@ from heartwire.transport import Message
 from heartwire.transport.link import StompLink
 from heartwire.transport.memory import MemoryBroker
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
-from tests.test_reliable_races import BOTH, Inbox, open_broker, uid
+from tests.reliable.test_reliable_races import BOTH, Inbox, open_broker, uid
 
 pytestmark = pytest.mark.usefixtures("brokers")
 

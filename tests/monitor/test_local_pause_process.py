@@ -1,8 +1,8 @@
 """The self-pause guard in a real process: a monitor SIGSTOP-ed for 5 s (issue 9).
 
-The monitor runs in a subprocess (``tests/local_pause_helper.py``) with two publishers on its
-embedded broker: ``svc.live`` keeps beating, ``svc.dead`` goes silent from the stop on. The
-5 s stop is the test itself; every other wait is bounded.
+The monitor runs in a subprocess (``tests/monitor/local_pause_helper.py``) with two publishers
+on its embedded broker: ``svc.live`` keeps beating, ``svc.dead`` goes silent from the stop on.
+The 5 s stop is the test itself; every other wait is bounded.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
     not hasattr(signal, "SIGSTOP"), reason="needs POSIX job-control signals"
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STOP = 5.0
 
 
@@ -70,7 +70,7 @@ def test_a_stopped_monitor_fails_no_live_topic_and_reports_the_dead_one_after_wa
         [
             sys.executable,
             "-m",
-            "tests.local_pause_helper",
+            "tests.monitor.local_pause_helper",
             "--max-local-pause",
             "1.0",
             # Slack for a loaded CI machine: a live beat late by less than this is no failure.

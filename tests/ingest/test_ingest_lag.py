@@ -15,7 +15,7 @@ from heartwire._core import Detector, Event, EventQueue
 from heartwire.events import CaughtUp, Failed, Lagging
 from heartwire.monitor import HeartbeatMonitor
 from heartwire.transport.memory import MemoryBroker
-from tests.test_monitor_semantics import Recorder
+from tests.monitor.test_monitor_semantics import Recorder
 
 STEP = 100  # ms
 
@@ -251,7 +251,7 @@ def test_the_monitor_ends_an_episode_when_it_stops_and_validates_the_option() ->
 def test_the_prometheus_exporter_has_the_lag_gauge() -> None:
     pytest.importorskip("prometheus_client")
     from heartwire.metrics import serve
-    from tests.test_metrics import scrape
+    from tests.monitor.test_metrics import scrape
 
     clock = hw.ManualClock()
     mon = HeartbeatMonitor(None, "svc.>", clock=clock)

@@ -17,7 +17,7 @@ from heartwire.events import ExceptionEvent, Failed, Received, Resumed, State
 from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.transport import Message, connect
-from tests.test_monitor_semantics import ReceivedRecorder, Recorder, Rig, make_rig, ms
+from tests.monitor.test_monitor_semantics import ReceivedRecorder, Recorder, Rig, make_rig, ms
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A monitor process for the SIGSTOP test (``python -m tests.local_pause_helper``).
+"""A monitor process for the SIGSTOP test (``python -m tests.monitor.local_pause_helper``).
 
 On the embedded broker: two publishers beating at 0.2 s, ``svc.live`` and ``svc.dead``, and a
 monitor of ``svc.>``. Once the monitor has heard both it prints ``{"event": "ready"}``. After

@@ -159,16 +159,17 @@ def test_spoofed_beats_do_not_resume_a_dead_service(name: str, closing: list[Any
 
 # -- the replay rule, without a broker ----------------------------------------------------------
 
-
-_STARTED: list[hw.HeartbeatMonitor] = []
+#: The monitors _monitor started in the running test.
+_started: list[hw.HeartbeatMonitor] = []
 
 
 @pytest.fixture(autouse=True)
-def _stop_monitors() -> Iterator[None]:
-    """Stop the monitors a test started with ``_monitor`` (their threads must not outlive it)."""
+def _stop_started_monitors() -> Iterator[None]:
+    """Stops what _monitor started: a monitor's thread must not outlive its test (other tests
+    count the monitor threads alive)."""
     yield
-    while _STARTED:
-        _STARTED.pop().stop()
+    while _started:
+        _started.pop().stop()
 
 
 def _monitor(
@@ -178,7 +179,8 @@ def _monitor(
     mon = hw.HeartbeatMonitor(
         None, "svc.>", period=1.0, clock=clock, key=key, max_beat_age=max_beat_age
     )
-    _STARTED.append(mon.start())
+    mon.start()
+    _started.append(mon)
     return mon
 
 

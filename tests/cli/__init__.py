@@ -1,0 +1,1 @@
+"""The command line (publish, watch, demo) and publisher and monitor end to end."""

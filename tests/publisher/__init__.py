@@ -1,0 +1,1 @@
+"""HeartbeatPublisher, its scheduler's threads, and the health checks it runs."""

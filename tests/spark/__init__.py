@@ -1,0 +1,1 @@
+"""heartwire.spark and heartwire report on a local SparkSession."""
