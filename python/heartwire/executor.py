@@ -286,8 +286,8 @@ class PublisherExecutor:
         stall = _validate.seconds(stall, "stall")
         self.clock = clock
         self.name = name
-        self._core = _core.DeadlineQueue(clock, resolution, tick)
-        self._core.stop()  # the driver runs only while there are tasks
+        self._deadlines = _core.DeadlineQueue(clock, resolution, tick)
+        self._deadlines.stop()  # the driver runs only while there are tasks
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._tasks: dict[int, tuple[Task, bool]] = {}
@@ -330,14 +330,14 @@ class PublisherExecutor:
                 self._next_key += 1
             self._tasks[key] = (task, bool(blocking))
             if self._thread is None:
-                self._core.start()
+                self._deadlines.start()
                 thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 try:
                     thread.start()  # (it waits for this lock before it looks at _thread)
                 except Exception as exc:
                     # Registered nothing, and the next add() tries again: a thread object
                     # that never started must not pass for the running thread.
-                    self._core.stop()
+                    self._deadlines.stop()
                     del self._tasks[key]
                     self._free.append(key)
                     raise RuntimeError(
@@ -352,7 +352,7 @@ class PublisherExecutor:
             if self._tasks.pop(key, None) is None:
                 return
             self._armed.pop(key, None)
-            self._core.cancel(key)
+            self._deadlines.cancel(key)
             self._free.append(key)
             last = not self._tasks
         if last:
@@ -369,13 +369,13 @@ class PublisherExecutor:
             if key not in self._tasks:
                 raise KeyError(f"key {key} is not a task of this executor")
             self._armed[key] = at
-            self._core.schedule(key, max(at, 0.0))
+            self._deadlines.schedule(key, max(at, 0.0))
 
     def cancel(self, key: int) -> bool:
         """Drop ``key``'s pending deadline; False if it had none."""
         with self._lock:
             had = self._armed.pop(key, None) is not None
-            self._core.cancel(key)
+            self._deadlines.cancel(key)
         return had
 
     def submit(self, fn: Callable[[], object]) -> Job:
@@ -414,7 +414,7 @@ class PublisherExecutor:
 
     def now(self) -> float:
         """The executor clock's reading, seconds (``time.monotonic()``'s frame, or manual)."""
-        return self._core.now()
+        return self._deadlines.now()
 
     def __len__(self) -> int:
         """Registered tasks."""
@@ -423,7 +423,7 @@ class PublisherExecutor:
     # -- the thread -------------------------------------------------------------------------
 
     def _wake(self) -> None:
-        self._core.schedule(_WAKE, 0.0)
+        self._deadlines.schedule(_WAKE, 0.0)
 
     def _run(self) -> None:
         # This thread serves every publisher of the process: whatever a round raises, it is
@@ -440,20 +440,20 @@ class PublisherExecutor:
 
     def _round(self) -> bool:
         """Run the tasks due now (or wait a while for some); False once the thread must end."""
-        core = self._core
+        deadlines = self._deadlines
         look = self._pool.rebalance()  # add check threads if jobs wait behind busy ones
-        batch = core.try_pop(1024)
+        batch = deadlines.try_pop(1024)
         if not batch:
             with self._cond:
                 if self._completed != self._wake_seen:
                     self._completed = self._wake_seen
                     self._cond.notify_all()
                 if self._closed or not self._tasks:
-                    self._core.stop()
+                    self._deadlines.stop()
                     self._thread = None
                     return False
             wait = _IDLE_WAIT if look is None else min(_IDLE_WAIT, look)
-            batch = core.pop(1024, timeout=wait)
+            batch = deadlines.pop(1024, timeout=wait)
             if not batch:
                 return True
         self._run_batch(batch)
@@ -579,7 +579,7 @@ class PublisherExecutor:
             self._closed = True
             self._tasks.clear()
             self._armed.clear()
-        self._core.close()
+        self._deadlines.close()
         self._pool.close()
 
     def __repr__(self) -> str:
