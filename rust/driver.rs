@@ -1,4 +1,4 @@
-//! The driver thread: runs a detector or scheduler on the real clock every tick. It never
+//! The driver thread: runs a detector or deadline queue on the real clock every tick. It never
 //! touches Python, so a listener holding the GIL cannot delay detection.
 
 use crate::clock::{ClockSource, Driven};

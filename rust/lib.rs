@@ -1,5 +1,6 @@
-//! heartwire's native core: a hierarchical timer wheel, a missed-period detector and a publisher
-//! scheduler on top of it, and bounded event queues that hand the detector's events to Python.
+//! heartwire's native core: a hierarchical timer wheel, a missed-period detector and a deadline
+//! queue for publishers on top of it, and bounded event queues that hand the detector's events
+//! to Python.
 //!
 //! The pure-Rust API ([`detector::Detector`] and friends) builds and tests without Python; the
 //! `python` feature adds the `heartwire._core` extension module.
@@ -16,9 +17,9 @@ pub mod queue;
 pub mod registry;
 pub mod wheel;
 
+mod deadline_queue;
 mod dedup;
 mod phi;
-mod scheduler;
 mod word;
 
 // Used only by the Python bindings: without the `python` feature they are dead code that
@@ -36,11 +37,11 @@ mod newest;
 mod python;
 
 pub use clock::{ClockSource, ManualClock, MonotonicClock};
+pub use deadline_queue::{DeadlineQueue, DeadlineQueueError};
 pub use dedup::{DedupStats, DedupWindow, ZeroCapacity};
 pub use detector::{Beat, Detector, DetectorError, DetectorStats, TopicConfig, TopicStatus};
 pub use event::{Event, EventKind};
 pub use phi::PhiConfig;
 pub use queue::{EventQueue, Overflow, QueueStats};
 pub use registry::TopicId;
-pub use scheduler::{Scheduler, SchedulerError};
 pub use word::State;

@@ -108,7 +108,6 @@ _MOVED = {
     "Event": "heartwire.core",
     "EventQueue": "heartwire.core",
     "Phi": "heartwire.core",
-    "Scheduler": "heartwire.core",
     "Beat": "heartwire.beat",
     "BeatCodec": "heartwire.beat",
     "DecodeError": "heartwire.beat",
@@ -116,8 +115,12 @@ _MOVED = {
     "MemoryBroker": "heartwire.transport.memory",
     "Message": "heartwire.transport",
     "Subscription": "heartwire.transport",
-    "PublisherScheduler": "heartwire.scheduling",
-    "shared_scheduler": "heartwire.scheduling",
+}
+# Names that left this namespace under a new name: where they live now, and as what.
+_MOVED_AS = {
+    "Scheduler": ("heartwire.core", "DeadlineQueue"),
+    "PublisherScheduler": ("heartwire.executor", "PublisherExecutor"),
+    "shared_scheduler": ("heartwire.executor", "shared_executor"),
 }
 _RENAMED = {"AlertPublisher": "AlertListener", "DeliveryError": "DeliveryRefused"}
 
@@ -126,6 +129,12 @@ def __getattr__(name: str) -> Any:
     if name in _MOVED:
         raise AttributeError(
             f"heartwire.{name} is not part of the top-level API; import it from {_MOVED[name]}"
+        )
+    if name in _MOVED_AS:
+        module, new = _MOVED_AS[name]
+        raise AttributeError(
+            f"heartwire.{name} is not part of the top-level API; it was renamed {new}: "
+            f"import {new} from {module}"
         )
     if name in _RENAMED:
         raise AttributeError(f"heartwire.{name} was renamed heartwire.{_RENAMED[name]}")

@@ -11,6 +11,7 @@ __all__ = [
     "MAX_TOPICS",
     "MIN_BEAT_PERIOD",
     "REPLAY_BOOTS",
+    "DeadlineQueue",
     "DedupWindow",
     "Detector",
     "Event",
@@ -23,7 +24,6 @@ __all__ = [
     "Newest",
     "Phi",
     "Routes",
-    "Scheduler",
     "TopicStatus",
     "__version__",
     "availability_kernel",
@@ -49,7 +49,7 @@ _Overflow = Literal["block", "drop-oldest", "drop-newest", "coalesce"]
 @final
 class ManualClock:
     """A clock that moves only when told to; ``advance`` runs every attached detector and
-    scheduler. ``advance(seconds, stalled=True)`` moves it without running them (the process
+    deadline queue. ``advance(seconds, stalled=True)`` moves it without running them (the process
     was frozen): the next ordinary advance wakes them at the reading the stall ended at, and a
     detector sees the gap as a local pause."""
 
@@ -488,19 +488,20 @@ class FrameReader:
     def stats(self) -> dict[str, Any]: ...
 
 @final
-class Scheduler:
-    """Deadlines per integer key on the core's timer wheel, for publishers.
+class DeadlineQueue:
+    """Deadlines per integer key on the core's timer wheel, for publishers (it runs nothing: the
+    publishers' executor pops due keys and runs their tasks).
 
     With the real clock (the default) a driver thread, started at once, moves it every ``tick``
     seconds; a :class:`ManualClock`'s ``advance`` drives it instead. A key is due once the
-    scheduler has been moved past its deadline (rounded up to ``resolution``); ``pop`` hands due
+    queue has been moved past its deadline (rounded up to ``resolution``); ``pop`` hands due
     keys out in deadline order (ties by key) with the exact deadline each was given.
     Keys are ints in ``[0, 2**24)``.
     """
 
     def __new__(
         cls, clock: ManualClock | None = None, resolution: float = 0.001, tick: float = 0.01
-    ) -> Scheduler: ...
+    ) -> DeadlineQueue: ...
     def schedule(self, key: int, at: float) -> None: ...
     def cancel(self, key: int) -> bool: ...
     def pop(self, max: int = 1024, timeout: float | None = None) -> list[tuple[int, float]]: ...

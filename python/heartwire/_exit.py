@@ -1,9 +1,9 @@
 """What is stopped at interpreter exit: running monitors and publishers, then the shared
-publisher schedulers that drive them.
+publisher executors that drive them.
 
 Each kind keeps a :class:`Running` set (weak: a thing dropped by its owner is not kept alive for
 exit) and one exit hook stops every kind in ``rank`` order, lowest first, so a publisher is
-stopped before the scheduler it runs on is closed. A failure to stop one thing is logged and
+stopped before the executor it runs on is closed. A failure to stop one thing is logged and
 exit goes on.
 """
 

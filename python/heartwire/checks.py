@@ -7,7 +7,7 @@ so monitors see the service as down while what it depends on is down::
 
 Each check is a small callable object: calling it returns ``True`` when healthy and raises
 :class:`CheckFailed` (with a readable ``reason``) when not. Checks run on the publisher
-scheduler's check threads, and a check's ``timeout`` is its deadline: name resolution,
+executor's check threads, and a check's ``timeout`` is its deadline: name resolution,
 connecting (to every address the name resolves to, together) and reading the answer all fit in
 it, however the server trickles its bytes. A name lookup cannot be interrupted, so one that
 outlives its check goes on on a thread of its own (``heartwire-dns``), one per name being looked

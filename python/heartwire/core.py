@@ -25,8 +25,9 @@ What is here:
   :class:`EventBatch` es) for one consumer, with its overflow policy;
   :class:`Dispatcher` pops one on a thread of its own and hands the batches to a handler.
 - :class:`ManualClock`: a clock that moves only when told (``advance``), for tests and
-  simulations; it drives detectors and schedulers alike (also :class:`heartwire.ManualClock`).
-- :class:`Scheduler`: deadlines per integer key on the timer wheel (what publishers share).
+  simulations; it drives detectors and deadline queues alike (also :class:`heartwire.ManualClock`).
+- :class:`DeadlineQueue`: deadlines per integer key on the timer wheel; it runs nothing itself
+  (the publishers' executor, :mod:`heartwire.executor`, keeps its tasks' deadlines in one).
 - :class:`DedupWindow`: the last ``capacity`` distinct message ids (reliable consumers' window).
 - The Spark kernels over Arrow arrays (:mod:`heartwire.spark` calls them):
   :func:`freshness_kernel`, :func:`outages_kernel`, :func:`availability_kernel`,
@@ -41,6 +42,7 @@ frame reader and decoder) is the monitor's plumbing and not meant to be used on 
 from heartwire._core import (
     MAX_NAME_LEN,
     MAX_TOPICS,
+    DeadlineQueue,
     DedupWindow,
     Detector,
     Event,
@@ -48,7 +50,6 @@ from heartwire._core import (
     EventQueue,
     ManualClock,
     Phi,
-    Scheduler,
     TopicStatus,
     availability_kernel,
     freshness_kernel,
@@ -60,6 +61,7 @@ from heartwire.dispatch import Dispatcher
 __all__ = [
     "MAX_NAME_LEN",
     "MAX_TOPICS",
+    "DeadlineQueue",
     "DedupWindow",
     "Detector",
     "Dispatcher",
@@ -68,7 +70,6 @@ __all__ = [
     "EventQueue",
     "ManualClock",
     "Phi",
-    "Scheduler",
     "TopicStatus",
     "availability_kernel",
     "freshness_kernel",

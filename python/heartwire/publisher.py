@@ -1,4 +1,4 @@
-"""Heartbeat publishers: a beat to a topic every period, on a shared scheduler.
+"""Heartbeat publishers: a beat to a topic every period, on a shared executor.
 
 ::
 
@@ -8,10 +8,11 @@
     pub.stop()
 
 A publisher owns no thread: running publishers are tasks of the shared
-:class:`~heartwire.scheduling.PublisherScheduler` of their clock, so ten thousand of them use a
-handful of threads. Beats are sent on the scheduler's thread (or, for publishers with slow work,
-on one of its check threads). Listener methods are never called on the scheduler's thread (nor
-on a transport's, for ``on_disconnected``, ``on_reconnected`` and ``reconnect_failed``): each
+:class:`~heartwire.executor.PublisherExecutor` of their clock, so ten thousand of them use a
+handful of threads. Beats are sent on the executor's scheduler thread (or, for publishers with
+slow work, on one of its check threads). Listener methods are never called on the scheduler
+thread (nor on a transport's, for ``on_disconnected``, ``on_reconnected`` and
+``reconnect_failed``): each
 publisher's events go through its own queue (:data:`EVENT_QUEUE` deep; when full, the oldest
 ``on_sent`` or ``on_exception`` is dropped and counted in ``stats()["events_dropped"]``, never
 ``on_started`` or ``on_stopped``) and are delivered in order, one at a time,
@@ -20,7 +21,7 @@ on a check thread, or by ``start()``/``stop()`` themselves when nothing is queue
 holds one check thread and delays only its own publisher's events.
 
 Slow work (the ``dependency`` check and a ``payload`` callable) never runs on the scheduler
-thread, which every publisher shares: at each beat it is handed to the scheduler's check threads,
+thread, which every publisher shares: at each beat it is handed to the executor's check threads,
 at most one job in flight per publisher, with a time limit (``timeout``). A job past its limit is
 a failed beat (``check_failed``, or ``payload_failed``, detail "... timed out after ... s") and is
 abandoned: its result, whenever it comes, is dropped. While it still runs, each beat due is
@@ -32,7 +33,7 @@ first beat put on the wire, +1 for each one after, failed sends included, so mon
 beats as gaps), the publisher's boot id (a fresh uuid4 for each publisher object), the wall time
 it was sent, the period and the payload.
 
-Beats keep a fixed rate on the scheduler's clock: the beat due at ``t`` is followed by the one due
+Beats keep a fixed rate on the executor's clock: the beat due at ``t`` is followed by the one due
 at ``t + period``. A publisher that falls behind by a whole period or more (a stalled process, a
 manual clock moved several periods at once) sends one beat, late, and then goes on at the first
 slot after the present: it skips the beats it missed instead of sending a burst. So on a
@@ -55,14 +56,14 @@ from heartwire._exit import Running
 from heartwire.beat import Beat, BeatCodec
 from heartwire.checks import CheckFailed, _callable_name
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
+from heartwire.executor import Job, PublisherExecutor, shared_executor
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
-from heartwire.scheduling import Job, PublisherScheduler, shared_scheduler
 from heartwire.transport import Transport
 from heartwire.transport.patterns import validate_topic
 
 __all__ = ["CHECK_GRACE", "EVENT_QUEUE", "MIN_PERIOD", "HeartbeatPublisher"]
 
-#: The shortest period accepted, seconds (the scheduler's resolution).
+#: The shortest period accepted, seconds (the executor's resolution).
 MIN_PERIOD = 0.001
 
 _STOPPED, _RUNNING, _PAUSED = "stopped", "running", "paused"
@@ -82,7 +83,7 @@ CHECK_GRACE = 0.25
 _INLINE, _JOB, _LATER = "inline", "job", "later"
 # A beat's slow work (_Attempt.state): running; past its limit (given up on); finished.
 _WORKING, _TIMED_OUT, _FINISHED = "working", "timed out", "finished"
-# Deadlines on the scheduler's clock come back through nanoseconds.
+# Deadlines on the executor's clock come back through nanoseconds.
 _EPS = 1e-6
 
 
@@ -93,10 +94,10 @@ class _Attempt:
 
     def __init__(self, generation: int, started: float) -> None:
         self.generation = generation
-        self.started = started  # on the scheduler's clock
+        self.started = started  # on the executor's clock
         self.stage = "check"  # then "payload"
         self.state = _WORKING
-        self.reported = -math.inf  # when its timeout was last reported (scheduler clock)
+        self.reported = -math.inf  # when its timeout was last reported (executor clock)
         self.job: Job | None = None
 
 
@@ -200,10 +201,10 @@ class HeartbeatPublisher:
         self._boot_id = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._state = _STOPPED
-        self._scheduler: PublisherScheduler | None = None
+        self._executor: PublisherExecutor | None = None
         self._key: int | None = None
         self._slow = dependency is not None or callable(payload)
-        self._watch: int | None = None  # the scheduler key of the time limit of _inflight
+        self._watch: int | None = None  # the executor key of the time limit of _inflight
         self._inflight: _Attempt | None = None
         self._firing = False
         self._outbox: collections.deque[tuple[str, object]] = collections.deque()
@@ -266,15 +267,15 @@ class HeartbeatPublisher:
 
     @property
     def next_beat(self) -> float | None:
-        """When the next beat is due on the scheduler's clock (None unless running, unpaused)."""
+        """When the next beat is due on the executor's clock (None unless running, unpaused)."""
         return self._next_at if self._state == _RUNNING else None
 
     @property
-    def scheduler(self) -> PublisherScheduler:
-        """The scheduler this publisher runs on (its clock's shared one)."""
-        if self._scheduler is None:
-            self._scheduler = shared_scheduler(self._clock)
-        return self._scheduler
+    def executor(self) -> PublisherExecutor:
+        """The executor this publisher runs on (its clock's shared one)."""
+        if self._executor is None:
+            self._executor = shared_executor(self._clock)
+        return self._executor
 
     def stats(self) -> dict[str, int]:
         """Counters: ``sent``, ``send_failures``, ``check_failures``, ``other_failures``
@@ -306,7 +307,7 @@ class HeartbeatPublisher:
         with self._lock:
             if self._state != _STOPPED:
                 return self
-            sched = shared_scheduler(self._clock)
+            sched = shared_executor(self._clock)
             self._key = sched.add(self._fire)
             if self._slow:
                 self._watch = sched.add(self._expire)
@@ -314,7 +315,7 @@ class HeartbeatPublisher:
                 if attempt is not None and attempt.state == _WORKING:
                     # Work of the last run still going: its time limit still holds.
                     sched.schedule(self._watch, attempt.started + self._timeout)
-            self._scheduler = sched
+            self._executor = sched
             self._state = _RUNNING
             self._generation += 1
             if self._listeners.wants("on_started"):  # queued ahead of the first beat's events
@@ -332,8 +333,8 @@ class HeartbeatPublisher:
             if self._state != _RUNNING:
                 return
             self._state = _PAUSED
-            assert self._scheduler is not None and self._key is not None
-            self._scheduler.cancel(self._key)
+            assert self._executor is not None and self._key is not None
+            self._executor.cancel(self._key)
 
     def resume(self) -> None:
         """Send a beat at once and then one every period again. Idempotent.
@@ -344,16 +345,16 @@ class HeartbeatPublisher:
             if self._state != _PAUSED:
                 return
             self._state = _RUNNING
-            assert self._scheduler is not None and self._key is not None
-            now = self._scheduler.now()
+            assert self._executor is not None and self._key is not None
+            now = self._executor.now()
             attempt = self._inflight
             busy = self._firing or (attempt is not None and attempt.state == _WORKING)
             if not busy or self._next_at is None:
                 self._next_at = now
-            self._scheduler.schedule(self._key, self._next_at)
+            self._executor.schedule(self._key, self._next_at)
 
     def stop(self) -> None:
-        """Stop beating and leave the scheduler. Idempotent; joins no thread.
+        """Stop beating and leave the executor. Idempotent; joins no thread.
 
         A beat already being sent on another thread when this is called may still go out (its
         ``on_sent`` is not reported: ``on_stopped`` is a listener's last event until the next
@@ -363,7 +364,7 @@ class HeartbeatPublisher:
             if self._state == _STOPPED:
                 return
             self._state = _STOPPED
-            sched, key, watch = self._scheduler, self._key, self._watch
+            sched, key, watch = self._executor, self._key, self._watch
             self._key = self._watch = None
             self._next_at = None
             attempt = self._inflight
@@ -399,7 +400,7 @@ class HeartbeatPublisher:
         with self._lock:
             if self._state != _RUNNING:
                 return
-            sched, key = self._scheduler, self._key
+            sched, key = self._executor, self._key
             assert sched is not None and key is not None
             now = sched.now()
             self._next_at = self._next_slot(deadline, now)
@@ -444,8 +445,8 @@ class HeartbeatPublisher:
                 return
             if at < attempt.started + self._timeout - _EPS:
                 return  # the limit of an earlier job, popped with the beat that replaced it
-            assert self._scheduler is not None
-            overdue = self._time_out(attempt, self._scheduler.now())
+            assert self._executor is not None
+            overdue = self._time_out(attempt, self._executor.now())
             report = self._state == _RUNNING
         if report:
             self._report(*overdue, deliver=_JOB)
@@ -457,8 +458,8 @@ class HeartbeatPublisher:
         if attempt.state == _WORKING:
             attempt.state = _TIMED_OUT
             detail = f"{name}: timed out after {self._timeout:g} s"
-            assert self._scheduler is not None and attempt.job is not None
-            if self._scheduler.abandon(attempt.job) == "queued":
+            assert self._executor is not None and attempt.job is not None
+            if self._executor.abandon(attempt.job) == "queued":
                 # No check thread took it in time: it holds none and will never run, so the
                 # next beat starts afresh.
                 detail += " waiting for a check thread"
@@ -486,7 +487,7 @@ class HeartbeatPublisher:
                     attempt.state = _FINISHED
                 if self._inflight is attempt:
                     self._inflight = None
-                    sched, watch = self._scheduler, self._watch
+                    sched, watch = self._executor, self._watch
                     if sched is not None and watch is not None:
                         sched.cancel(watch)  # (the watch is the limit of _inflight)
         # The beat is done: its events are delivered on this thread, which a listener that
@@ -569,7 +570,7 @@ class HeartbeatPublisher:
             if deliver == _LATER or self._delivering:
                 return  # whoever delivers now takes this one too
             self._delivering = True
-            sched = self._scheduler
+            sched = self._executor
         if deliver == _JOB and sched is not None:
             try:
                 job = sched.submit(self._deliver)
@@ -579,7 +580,7 @@ class HeartbeatPublisher:
                 raise
             if job.state != "abandoned":
                 return
-            # The scheduler is closed (the process is exiting): no check thread will run it.
+            # The executor is closed (the process is exiting): no check thread will run it.
         self._deliver()
 
     def _connection_event(self, method: str, event: object) -> None:
@@ -660,5 +661,5 @@ class HeartbeatPublisher:
         self._emit("on_sent", Sent(self._topic, seq, sent_at), deliver)
 
 
-# Running publishers, stopped at interpreter exit (the scheduler holds them while they run).
+# Running publishers, stopped at interpreter exit (the executor holds them while they run).
 _running: Running[HeartbeatPublisher] = Running(lambda publisher: publisher.stop())

@@ -4,9 +4,9 @@
 //! - the **beat path** (any thread, no lock): one CAS on the topic's word (`crate::word`).
 //!   Only a beat for a FAILED topic goes on to take the detector lock, to emit `resumed` at once
 //!   (or, for a topic paused while FAILED, to note when it came back);
-//! - the **driver** (`advance_to`, under the detector lock): pops due topics off the wheel and,
-//!   per topic, either re-arms it from its last beat (lazy re-arm: beats never touch the wheel)
-//!   or counts a missed period and emits `failed`.
+//! - the **driver** (`advance_to` in `advance.rs`, under the detector lock): pops due topics off
+//!   the wheel and, per topic, either re-arms it from its last beat (lazy re-arm: beats never
+//!   touch the wheel) or counts a missed period and emits `failed`.
 //!
 //! A period is missed once the clock is *past* its deadline with no beat. The n-th deadline
 //! after the last beat (or after the topic was added) is `last + n * period + grace`, so a beat
@@ -35,8 +35,8 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
+mod advance;
 mod beats;
-mod check;
 mod emit;
 mod lag;
 mod pause;

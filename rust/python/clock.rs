@@ -1,5 +1,5 @@
 //! `ManualClock` (deterministic time for tests and simulations), and the real clock with the
-//! driver thread that runs detectors and schedulers on it.
+//! driver thread that runs detectors and deadline queues on it.
 
 use super::time::{to_ns, to_seconds};
 use crate::clock::{ClockSource, Driven, ManualClock, MonotonicClock};
@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The clock a detector or scheduler reads: the given manual clock, else the real monotonic
+/// The clock a detector or deadline queue reads: the given manual clock, else the real monotonic
 /// clock lined up with `time.monotonic()`, so `now=` arguments and the times the core reports
 /// are in the same frame as the caller's own readings.
 pub fn clock_source(
@@ -36,7 +36,7 @@ pub fn spawn_driver<T: Driven + 'static>(
 }
 
 /// A clock that moves only when told to. ``advance(seconds)`` runs the due work of every
-/// detector and scheduler on this clock before it returns, so every event due by then has been
+/// detector and deadline queue on this clock before it returns, so every event due by then has been
 /// produced.
 #[pyclass(name = "ManualClock", module = "heartwire._core", frozen)]
 pub struct PyManualClock {
@@ -64,7 +64,7 @@ impl PyManualClock {
     }
 
     /// Move forward by ``seconds`` and run everything due; returns the new reading. With
-    /// ``stalled=True`` nothing runs: the detectors and schedulers on this clock were not
+    /// ``stalled=True`` nothing runs: the detectors and deadline queues on this clock were not
     /// running meanwhile (the process was frozen). The next ordinary advance wakes them first,
     /// at the reading the stall ended at, and a detector sees the gap as a local pause.
     #[pyo3(signature = (seconds, stalled = false))]

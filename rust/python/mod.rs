@@ -8,13 +8,13 @@
 
 mod batch;
 mod clock;
+mod deadline_queue;
 mod dedup;
 mod detector;
 mod event_batch;
 mod events;
 mod ingest;
 mod intake;
-mod scheduler;
 mod spark;
 mod time;
 
@@ -36,7 +36,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<intake::PyIntake>()?;
     m.add_class::<intake::PyRoutes>()?;
     m.add_class::<intake::PyFrameReader>()?;
-    m.add_class::<scheduler::PyScheduler>()?;
+    m.add_class::<deadline_queue::PyDeadlineQueue>()?;
     m.add_function(wrap_pyfunction!(spark::freshness_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(spark::outages_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(spark::availability_kernel, m)?)?;

@@ -20,10 +20,10 @@ import pytest
 
 import heartwire as hw
 from heartwire.events import Failed, Received, Resumed
+from heartwire.executor import shared_executor
 from heartwire.listeners import SubscriberListener
 from heartwire.monitor import HeartbeatMonitor
 from heartwire.publisher import HeartbeatPublisher
-from heartwire.scheduling import shared_scheduler
 from heartwire.transport.memory import MemoryBroker
 
 HOUR = 3600.0
@@ -56,7 +56,7 @@ def test_a_wall_clock_step_fails_and_resumes_nothing(
     pub = HeartbeatPublisher(broker, "svc.a", period=1.0, clock=clock)
     mon.start()
     pub.start()
-    assert shared_scheduler(clock).drain()  # the first beat, due at start, goes out at 0.0
+    assert shared_executor(clock).drain()  # the first beat, due at start, goes out at 0.0
     assert mon.drain()
     wall = [time.time()]
     monkeypatch.setattr(time, "time", lambda: wall[0])  # the wall clock both sides read
@@ -66,7 +66,7 @@ def test_a_wall_clock_step_fails_and_resumes_nothing(
             wall[0] += 0.5
             if step == 10:
                 wall[0] += jump  # the wall clock is stepped; the monotonic clock is not
-            assert shared_scheduler(clock).drain()  # the publisher's beats due by now are sent
+            assert shared_executor(clock).drain()  # the publisher's beats due by now are sent
             assert mon.drain()
         silent = [e for e in rec.events if isinstance(e, Failed)]
         assert all(e.topic == "svc.silent" for e in silent), silent

@@ -52,12 +52,12 @@ def test_a_dropped_thing_is_not_kept_for_exit(monkeypatch: pytest.MonkeyPatch) -
     assert stopped == []
 
 
-def test_shared_schedulers_close_after_the_publishers_and_monitors() -> None:
+def test_shared_executors_close_after_the_publishers_and_monitors() -> None:
     import heartwire as hw
-    from heartwire import monitor, publisher, scheduling
+    from heartwire import executor, monitor, publisher
 
-    sched = scheduling.shared_scheduler(hw.ManualClock())
-    assert sched in scheduling._shared
-    assert scheduling._shared.rank > publisher._running.rank
-    assert scheduling._shared.rank > monitor._running.rank
+    sched = executor.shared_executor(hw.ManualClock())
+    assert sched in executor._shared
+    assert executor._shared.rank > publisher._running.rank
+    assert executor._shared.rank > monitor._running.rank
     sched.close()

@@ -66,7 +66,7 @@ CORE_API = {
     "EventQueue",
     "Dispatcher",
     "ManualClock",
-    "Scheduler",
+    "DeadlineQueue",
     "DedupWindow",
     "freshness_kernel",
     "outages_kernel",
@@ -89,7 +89,7 @@ def test_a_star_import_brings_no_internals() -> None:
     exec("from heartwire import *", namespace)
     names = {n for n in namespace if not n.startswith("__")}
     assert names == USER_API
-    assert not {"Detector", "Dispatcher", "BeatCodec", "PublisherScheduler"} & names
+    assert not {"Detector", "Dispatcher", "BeatCodec", "PublisherExecutor"} & names
 
 
 def test_core_re_exports_the_native_types() -> None:
@@ -126,8 +126,6 @@ def test_the_core_example_runs() -> None:
         ("BeatCodec", "heartwire.beat"),
         ("KeepAliveMonitor", "heartwire.transport"),
         ("MemoryBroker", "heartwire.transport.memory"),
-        ("PublisherScheduler", "heartwire.scheduling"),
-        ("shared_scheduler", "heartwire.scheduling"),
     ],
 )
 def test_a_name_that_left_the_top_level_says_where_it_is(name: str, module: str) -> None:
@@ -150,3 +148,25 @@ def test_an_unknown_name_is_an_ordinary_attribute_error() -> None:
     with pytest.raises(AttributeError, match=r"^module 'heartwire' has no attribute 'Nope'$"):
         _ = hw.Nope
     assert not hasattr(hw, "Nope")
+
+
+@pytest.mark.parametrize(
+    ("old", "module", "new"),
+    [
+        ("Scheduler", "heartwire.core", "DeadlineQueue"),
+        ("PublisherScheduler", "heartwire.executor", "PublisherExecutor"),
+        ("shared_scheduler", "heartwire.executor", "shared_executor"),
+    ],
+)
+def test_a_name_that_left_the_top_level_renamed_says_what_it_is_now(
+    old: str, module: str, new: str
+) -> None:
+    with pytest.raises(
+        AttributeError, match=rf"heartwire\.{old} .* renamed {new}: .* from {module}$"
+    ):
+        getattr(hw, old)
+    imported = importlib.import_module(module)
+    assert getattr(imported, new) is not None
+    assert not hasattr(imported, old)  # no alias: the old name is gone
+    with pytest.raises(ImportError):
+        exec(f"from heartwire import {old}", {})

@@ -1,4 +1,4 @@
-"""Heartbeat publishers on the shared scheduler: exact beats under a manual clock, a real-clock
+"""Heartbeat publishers on the shared executor: exact beats under a manual clock, a real-clock
 run with bounded waits, and ten thousand publishers on a handful of threads."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from heartwire import publisher as publisher_module
 from heartwire.beat import Beat, BeatCodec, DecodeError
 from heartwire.checks import CheckFailed
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
+from heartwire.executor import PublisherExecutor, shared_executor
 from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.publisher import HeartbeatPublisher
-from heartwire.scheduling import PublisherScheduler, shared_scheduler
 from heartwire.transport import Message, TransportClosed
 from heartwire.transport.memory import MemoryBroker
 from tests.brokers import brokers  # noqa: F401  (the session fixture)
@@ -70,8 +70,8 @@ class Rig:
     pubs: list[HeartbeatPublisher] = field(default_factory=list)
 
     @property
-    def sched(self) -> PublisherScheduler:
-        return shared_scheduler(self.clock)
+    def sched(self) -> PublisherExecutor:
+        return shared_executor(self.clock)
 
     def make(self, topic: str = "svc.a", period: float = 1.0, **kw: Any) -> HeartbeatPublisher:
         pub = HeartbeatPublisher(self.broker, topic, period, clock=self.clock, **kw)
@@ -209,7 +209,7 @@ def test_two_publishers_with_the_same_key_reused(rig: Rig) -> None:
     a = rig.make("svc.a").start()
     rig.step(0.0)
     a.stop()
-    b = rig.make("svc.b").start()  # takes a's scheduler key
+    b = rig.make("svc.b").start()  # takes a's executor key
     rig.step(0.0)
     rig.step(1.0, times=2)
     assert (a.sent, b.sent) == (1, 3)
@@ -391,7 +391,7 @@ def test_send_failures_are_reported_and_the_schedule_goes_on() -> None:
     broker.subscribe(">", got.append)
     rec = Recorder()
     with HeartbeatPublisher(broker, "svc.f", 1.0, clock=clock, listeners=[rec]) as pub:
-        sched = shared_scheduler(clock)
+        sched = shared_executor(clock)
         assert sched.drain()
         broker.failing = True
         for _ in range(2):
@@ -420,9 +420,9 @@ def test_a_closed_broker_is_a_send_failure_not_a_crash() -> None:
     with HeartbeatPublisher(broker, "svc.x", 1.0, clock=clock, listeners=[rec]) as pub:
         broker.close()
         clock.advance(0.0)
-        assert shared_scheduler(clock).drain()
+        assert shared_executor(clock).drain()
         clock.advance(1.0)
-        assert shared_scheduler(clock).drain()
+        assert shared_executor(clock).drain()
     assert pub.sent == 0
     assert [type(e.error) for e in rec.exceptions()] == [TransportClosed, TransportClosed]
 
@@ -555,7 +555,7 @@ def test_ten_thousand_publishers_use_a_handful_of_threads() -> None:
     broker.subscribe("fleet.>", count)
     before = threading.active_count()
     pubs = [HeartbeatPublisher(broker, f"fleet.{i}", 1.0, clock=clock) for i in range(10_000)]
-    sched = shared_scheduler(clock)
+    sched = shared_executor(clock)
     try:
         for pub in pubs:
             pub.start()
@@ -629,9 +629,9 @@ def test_at_interpreter_exit_running_publishers_are_stopped() -> None:
     assert out.stdout.splitlines() == ["sent True", "stopped svc.exit"]
 
 
-def test_scheduler_rejects_drain_from_its_own_thread_and_bad_arguments() -> None:
+def test_executor_rejects_drain_from_its_own_thread_and_bad_arguments() -> None:
     clock = hw.ManualClock()
-    sched = PublisherScheduler(clock)
+    sched = PublisherExecutor(clock)
     errors: list[BaseException] = []
 
     def task(deadline: float) -> None:
@@ -649,20 +649,20 @@ def test_scheduler_rejects_drain_from_its_own_thread_and_bad_arguments() -> None
     with pytest.raises(KeyError):
         sched.schedule(key, 1.0)
     with pytest.raises(TypeError, match="clock must be a ManualClock or None"):
-        PublisherScheduler(clock=1.0)  # type: ignore[arg-type]
+        PublisherExecutor(clock=1.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="check_threads must be >= 1, got 0"):
-        PublisherScheduler(check_threads=0)
+        PublisherExecutor(check_threads=0)
     sched.close()
     sched.close()
     with pytest.raises(RuntimeError, match="closed"):
         sched.add(task)
 
 
-def test_a_raising_task_is_logged_and_the_scheduler_goes_on(
+def test_a_raising_task_is_logged_and_the_executor_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = hw.ManualClock()
-    sched = PublisherScheduler(clock)
+    sched = PublisherExecutor(clock)
     ran: list[float] = []
 
     def bad(deadline: float) -> None:
@@ -772,7 +772,7 @@ def test_four_hung_checks_do_not_silence_a_healthy_dependent_publisher(
             assert event.reason == "check_failed" and "timed out" in event.detail, event
         assert silent_server.accepted() == 4
         assert [p.sent for p in hung] == [0, 0, 0, 0]
-        stats = shared_scheduler().stats()
+        stats = shared_executor().stats()
         assert stats["abandoned"] >= 4
         # Threads: one held by each hung check, the pool's 4, and the ones it may add while
         # jobs wait behind the hung ones (at most a check and an event delivery per publisher).
@@ -1158,8 +1158,8 @@ def test_a_publisher_listener_hung_in_on_disconnected_does_not_hold_the_transpor
         transport.close()
 
 
-def test_an_event_queued_once_the_scheduler_is_closed_is_delivered_not_stuck(rig: Rig) -> None:
-    # Issue 14, R4 F5: submit() on a closed scheduler returns an abandoned job that never runs;
+def test_an_event_queued_once_the_executor_is_closed_is_delivered_not_stuck(rig: Rig) -> None:
+    # Issue 14, R4 F5: submit() on a closed executor returns an abandoned job that never runs;
     # the outbox stayed "delivering" for good, so this publisher's listeners got nothing more
     # (on_stopped included), uncounted.
     class Connections(Recorder):

@@ -70,7 +70,7 @@ fn ordinary_advances_are_never_pauses_however_long() {
     r.clock.advance(100 * S + MS);
     let got = r.take();
     // Every missed period counted, none re-based; one run reports at most
-    // MAX_FAILED_PER_CHECK of them one by one, then the latest with the exact count.
+    // MAX_FAILED_PER_RUN of them one by one, then the latest with the exact count.
     assert_eq!(got.len(), 64);
     assert!(got.iter().all(|e| e.kind == Failed && e.topic == a));
     assert_eq!(got[62], Event::failed(a, 63, 63 * S, S));

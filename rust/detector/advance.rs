@@ -1,4 +1,5 @@
-//! The driver side: pop due topics off the wheel, take in beats, count missed periods.
+//! The detector's advance (what happens when time moves): pop due topics off the wheel, take
+//! in their beats, count missed periods.
 
 use super::emit::DELIVER_EVERY;
 use super::*;
@@ -9,8 +10,8 @@ const PREFETCH: usize = 64;
 /// Events a run pushes before it wakes the consumers anyway (see [`Detector::advance`]).
 const FLUSH_EVERY: u64 = 256;
 /// The most `failed` events one topic gets from one run of the driver (see
-/// [`Detector::check`]).
-pub(crate) const MAX_FAILED_PER_CHECK: u32 = 64;
+/// [`Detector::judge_due`]).
+pub(crate) const MAX_FAILED_PER_RUN: u32 = 64;
 
 impl Detector {
     /// Process every deadline up to `now` (absolute ns; default: the clock's now). Returns the
@@ -76,7 +77,7 @@ impl Detector {
                 break;
             };
             until_prefetch -= 1;
-            self.check(&mut inner, &subscribers, id, now);
+            self.judge_due(&mut inner, &subscribers, id, now);
         }
         Self::flush(&subscribers);
         drop(subscribers);
@@ -105,10 +106,10 @@ impl Detector {
     ///
     /// Bounded work, whatever the gap since the last run (an ordinary `advance` of hours, or
     /// no local-pause guard): missed periods below `allowed_misses` are counted in one step,
-    /// and a topic gets at most [`MAX_FAILED_PER_CHECK`] `failed` events per run, the first
+    /// and a topic gets at most [`MAX_FAILED_PER_RUN`] `failed` events per run, the first
     /// ones period by period and then one for the latest deadline passed, carrying the exact
     /// count (the periods between are counted, not reported one by one).
-    pub(super) fn check(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId, now: u64) {
+    pub(super) fn judge_due(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId, now: u64) {
         let word = self.word(id);
         let mut emitted = 0u32;
         loop {
@@ -161,7 +162,7 @@ impl Detector {
                 let since = slot.since;
                 emitted += 1;
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                // Only `advance` runs `check`, and it wakes the consumers when done.
+                // Only `advance` runs `judge_due`, and it wakes the consumers when done.
                 let ev = Event::failed(id, missed, self.abs(d), self.abs(since));
                 self.emit_deferred(inner, subs, ev);
             }
@@ -170,7 +171,7 @@ impl Detector {
 
     /// Count at once the missed periods of a due topic (its next deadline `d` is before `now`)
     /// that need no event of their own: the quiet ones below `allowed_misses`, and, once the
-    /// topic has had `MAX_FAILED_PER_CHECK - 1` events in this run, all but the latest one
+    /// topic has had `MAX_FAILED_PER_RUN - 1` events in this run, all but the latest one
     /// due. Never across a local pause (its deadlines are re-based, not counted). Returns
     /// whether any were counted; the caller then goes on from the next deadline as usual.
     fn skip_misses(&self, inner: &mut Inner, id: TopicId, now: u64, emitted: u32) -> bool {
@@ -182,7 +183,7 @@ impl Detector {
         let quiet = slot.allowed.saturating_sub(slot.missed).saturating_sub(1);
         let mut skip = if quiet > 0 {
             more.min(u64::from(quiet))
-        } else if emitted + 1 >= MAX_FAILED_PER_CHECK {
+        } else if emitted + 1 >= MAX_FAILED_PER_RUN {
             more
         } else {
             0

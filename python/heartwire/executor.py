@@ -1,22 +1,22 @@
-"""The publisher scheduler: every publisher of a process on one thread per clock.
+"""The publishers' executor: every publisher of a process on one thread per clock.
 
 Publishers do not own threads. Each running publisher is a *task* with an integer key on a
-:class:`PublisherScheduler`, which keeps the next deadline of every key on the native core's timer
-wheel (:class:`heartwire._core.Scheduler`) and has one thread pop due keys (waiting with the GIL
-released) and run each task. Ten thousand publishers therefore cost ten thousand wheel entries,
-not ten thousand threads.
+:class:`PublisherExecutor`, which keeps the next deadline of every key in the native core's
+deadline queue (:class:`heartwire._core.DeadlineQueue`, on the timer wheel) and has one thread,
+the *scheduler thread*, pop due keys (waiting with the GIL released) and run each task. Ten
+thousand publishers therefore cost ten thousand wheel entries, not ten thousand threads.
 
-There is one shared scheduler per clock (:func:`shared_scheduler`): one for the real clock, one
+There is one shared executor per clock (:func:`shared_executor`): one for the real clock, one
 for each :class:`~heartwire.ManualClock` in use. Its thread starts when the first task is added and
 ends soon after the last one is removed. On the real clock the core's driver thread (Rust, never
 holding the GIL) moves the wheel every ``tick``; with a manual clock, ``clock.advance()`` does, and
-:meth:`PublisherScheduler.drain` waits until every task due by then has run::
+:meth:`PublisherExecutor.drain` waits until every task due by then has run::
 
     clock.advance(1.0)
-    shared_scheduler(clock).drain()
+    shared_executor(clock).drain()
 
 Slow work (a dependent publisher's check, a payload callable, a network call) never runs on
-the scheduler thread: it is :meth:`PublisherScheduler.submit` ted to a pool of check threads, and
+the scheduler thread: it is :meth:`PublisherExecutor.submit` ted to a pool of check threads, and
 the pool cannot be held hostage by work that hangs. It keeps ``check_threads`` threads (started
 on demand, ended after 10 s idle). When the oldest queued job has waited ``stall`` seconds (real
 time) for a thread while some thread has been running one job for ``stall`` or more (a hung or
@@ -25,8 +25,8 @@ for every job waiting, up to twice the stalled threads (at least ``check_threads
 at most once per ``stall`` and never more than ``max_check_threads`` (64 by default) in all;
 the scheduler thread starts one of them, which starts the next, and so on (a thread start can
 take milliseconds under load).
-A job its owner gives up on (:meth:`PublisherScheduler.abandon`, when a check passes its time
-limit) is no longer waited for by :meth:`~PublisherScheduler.drain` and, if it had not started,
+A job its owner gives up on (:meth:`PublisherExecutor.abandon`, when a check passes its time
+limit) is no longer waited for by :meth:`~PublisherExecutor.drain` and, if it had not started,
 leaves the queue at once and never runs (so a publisher whose checks keep waiting for a thread
 has one job queued, not one per beat); one that is running keeps its thread until it returns
 (Python cannot stop a thread). So a hung check costs one thread, for as long as it hangs, and
@@ -59,11 +59,11 @@ from heartwire import _core, _validate
 from heartwire._exit import Running
 from heartwire._throttle import Throttle
 
-__all__ = ["Job", "PublisherScheduler", "Task", "shared_scheduler"]
+__all__ = ["Job", "PublisherExecutor", "Task", "shared_executor"]
 
-log = logging.getLogger("heartwire.scheduling")
+log = logging.getLogger("heartwire.executor")
 
-#: A task: called with the deadline it was due at (seconds on the scheduler's clock).
+#: A task: called with the deadline it was due at (seconds on the executor's clock).
 Task = Callable[[float], None]
 
 # Key 0 is never a task: scheduled at time 0 it is due at once, and wakes the thread.
@@ -212,7 +212,7 @@ class _CheckPool:
                     me = threading.get_ident()
                     self._busy[me] = time.monotonic()
                 try:
-                    job()  # (PublisherScheduler._run_job: raises nothing)
+                    job()  # (PublisherExecutor._run_job: raises nothing)
                 finally:
                     with self._cond:
                         del self._busy[me]
@@ -241,7 +241,7 @@ _QUEUED, _RUNNING, _ABANDONED, _DONE = "queued", "running", "abandoned", "done"
 
 
 class Job:
-    """A job handed to the check threads by :meth:`PublisherScheduler.submit`."""
+    """A job handed to the check threads by :meth:`PublisherExecutor.submit`."""
 
     __slots__ = ("fn", "state")
 
@@ -254,10 +254,11 @@ class Job:
         return f"<Job {self.fn!r} {self.state}>"
 
 
-class PublisherScheduler:
-    """Runs tasks at their deadlines on one thread (see the module docs).
+class PublisherExecutor:
+    """Runs publishers' tasks at their deadlines on one thread, and their slow work on a pool of
+    check threads (see the module docs).
 
-    Usually obtained with :func:`shared_scheduler`; a private one (for isolation) works the same.
+    Usually obtained with :func:`shared_executor`; a private one (for isolation) works the same.
     ``check_threads`` threads run slow work (jobs and blocking tasks) as a rule; when the oldest
     job has waited ``stall`` seconds for one, the pool grows, up to ``max_check_threads``.
     """
@@ -285,8 +286,8 @@ class PublisherScheduler:
         stall = _validate.seconds(stall, "stall")
         self.clock = clock
         self.name = name
-        self._core = _core.Scheduler(clock, resolution, tick)
-        self._core.stop()  # the driver runs only while there are tasks
+        self._deadlines = _core.DeadlineQueue(clock, resolution, tick)
+        self._deadlines.stop()  # the driver runs only while there are tasks
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._tasks: dict[int, tuple[Task, bool]] = {}
@@ -316,27 +317,27 @@ class PublisherScheduler:
         A ``blocking`` task runs on a check thread instead of the scheduler thread (as a
         :meth:`submit` ted job). A key is never run by two threads at once unless the task is
         rescheduled while it runs. Tasks that are not blocking must return quickly: every task
-        of the scheduler waits while one runs. :class:`RuntimeError` if the scheduler thread
+        of the executor waits while one runs. :class:`RuntimeError` if the scheduler thread
         is needed and cannot start (nothing is registered then).
         """
         if not callable(task):
             raise TypeError(f"task must be callable, got {type(task).__name__}")
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"{self.name}: the scheduler is closed")
+                raise RuntimeError(f"{self.name}: the executor is closed")
             key = self._free.pop() if self._free else self._next_key
             if key == self._next_key:
                 self._next_key += 1
             self._tasks[key] = (task, bool(blocking))
             if self._thread is None:
-                self._core.start()
+                self._deadlines.start()
                 thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 try:
                     thread.start()  # (it waits for this lock before it looks at _thread)
                 except Exception as exc:
                     # Registered nothing, and the next add() tries again: a thread object
                     # that never started must not pass for the running thread.
-                    self._core.stop()
+                    self._deadlines.stop()
                     del self._tasks[key]
                     self._free.append(key)
                     raise RuntimeError(
@@ -351,7 +352,7 @@ class PublisherScheduler:
             if self._tasks.pop(key, None) is None:
                 return
             self._armed.pop(key, None)
-            self._core.cancel(key)
+            self._deadlines.cancel(key)
             self._free.append(key)
             last = not self._tasks
         if last:
@@ -360,28 +361,28 @@ class PublisherScheduler:
     def schedule(self, key: int, at: float) -> None:
         """Run ``key``'s task once the clock reaches ``at`` (replacing its pending deadline).
 
-        Does nothing once the scheduler is closed; :class:`KeyError` for a key not registered.
+        Does nothing once the executor is closed; :class:`KeyError` for a key not registered.
         """
         with self._lock:
             if self._closed:
                 return
             if key not in self._tasks:
-                raise KeyError(f"key {key} is not a task of this scheduler")
+                raise KeyError(f"key {key} is not a task of this executor")
             self._armed[key] = at
-            self._core.schedule(key, max(at, 0.0))
+            self._deadlines.schedule(key, max(at, 0.0))
 
     def cancel(self, key: int) -> bool:
         """Drop ``key``'s pending deadline; False if it had none."""
         with self._lock:
             had = self._armed.pop(key, None) is not None
-            self._core.cancel(key)
+            self._deadlines.cancel(key)
         return had
 
     def submit(self, fn: Callable[[], object]) -> Job:
         """Run ``fn()`` on a check thread (see the module docs); returns its :class:`Job`.
 
         :meth:`drain` waits for it unless it is :meth:`abandon` ed. An exception it raises is
-        logged and counted in ``stats()["errors"]``. Once the scheduler is closed the job is
+        logged and counted in ``stats()["errors"]``. Once the executor is closed the job is
         abandoned at once and never runs.
         """
         job = Job(fn)
@@ -412,8 +413,8 @@ class PublisherScheduler:
         return found
 
     def now(self) -> float:
-        """The scheduler clock's reading, seconds (``time.monotonic()``'s frame, or manual)."""
-        return self._core.now()
+        """The executor clock's reading, seconds (``time.monotonic()``'s frame, or manual)."""
+        return self._deadlines.now()
 
     def __len__(self) -> int:
         """Registered tasks."""
@@ -422,7 +423,7 @@ class PublisherScheduler:
     # -- the thread -------------------------------------------------------------------------
 
     def _wake(self) -> None:
-        self._core.schedule(_WAKE, 0.0)
+        self._deadlines.schedule(_WAKE, 0.0)
 
     def _run(self) -> None:
         # This thread serves every publisher of the process: whatever a round raises, it is
@@ -439,20 +440,20 @@ class PublisherScheduler:
 
     def _round(self) -> bool:
         """Run the tasks due now (or wait a while for some); False once the thread must end."""
-        core = self._core
+        deadlines = self._deadlines
         look = self._pool.rebalance()  # add check threads if jobs wait behind busy ones
-        batch = core.try_pop(1024)
+        batch = deadlines.try_pop(1024)
         if not batch:
             with self._cond:
                 if self._completed != self._wake_seen:
                     self._completed = self._wake_seen
                     self._cond.notify_all()
                 if self._closed or not self._tasks:
-                    self._core.stop()
+                    self._deadlines.stop()
                     self._thread = None
                     return False
             wait = _IDLE_WAIT if look is None else min(_IDLE_WAIT, look)
-            batch = core.pop(1024, timeout=wait)
+            batch = deadlines.pop(1024, timeout=wait)
             if not batch:
                 return True
         self._run_batch(batch)
@@ -578,38 +579,38 @@ class PublisherScheduler:
             self._closed = True
             self._tasks.clear()
             self._armed.clear()
-        self._core.close()
+        self._deadlines.close()
         self._pool.close()
 
     def __repr__(self) -> str:
         clock = "real clock" if self.clock is None else "manual clock"
-        return f"<PublisherScheduler {self.name!r} on the {clock}, {len(self._tasks)} tasks>"
+        return f"<PublisherExecutor {self.name!r} on the {clock}, {len(self._tasks)} tasks>"
 
 
 _shared_lock = threading.Lock()
-_real: PublisherScheduler | None = None
-_manual: weakref.WeakValueDictionary[int, PublisherScheduler] = weakref.WeakValueDictionary()
-# The shared schedulers, closed at interpreter exit after the publishers on them are stopped.
-_shared: Running[PublisherScheduler] = Running(lambda sched: sched.close(), rank=1)
+_real: PublisherExecutor | None = None
+_manual: weakref.WeakValueDictionary[int, PublisherExecutor] = weakref.WeakValueDictionary()
+# The shared executors, closed at interpreter exit after the publishers on them are stopped.
+_shared: Running[PublisherExecutor] = Running(lambda sched: sched.close(), rank=1)
 
 
-def shared_scheduler(clock: _core.ManualClock | None = None) -> PublisherScheduler:
-    """The process's scheduler for ``clock`` (None: the real clock), created on first use.
+def shared_executor(clock: _core.ManualClock | None = None) -> PublisherExecutor:
+    """The process's executor for ``clock`` (None: the real clock), created on first use.
 
-    A manual clock's scheduler lives as long as something (a publisher, the caller) holds it.
+    A manual clock's executor lives as long as something (a publisher, the caller) holds it.
     """
     global _real
     with _shared_lock:
         if clock is None:
             if _real is None or _real.closed:
-                _real = PublisherScheduler(name="heartwire-publishers")
+                _real = PublisherExecutor(name="heartwire-publishers")
                 _shared.add(_real)
             return _real
         if not isinstance(clock, _core.ManualClock):
             raise TypeError(f"clock must be a ManualClock or None, got {type(clock).__name__}")
         sched = _manual.get(id(clock))
         if sched is None or sched.closed or sched.clock is not clock:
-            sched = PublisherScheduler(clock, name="heartwire-publishers-manual")
+            sched = PublisherExecutor(clock, name="heartwire-publishers-manual")
             _manual[id(clock)] = sched
             _shared.add(sched)
         return sched

@@ -1,12 +1,13 @@
-//! A publisher scheduler on the timer wheel: at most one pending deadline per `u32` key, and due
-//! keys handed out in deadline order to whoever pops them (one thread that runs publishers, so
-//! ten thousand publishers need no ten thousand threads).
+//! A deadline queue on the timer wheel: at most one pending deadline per `u32` key, and due keys
+//! handed out in deadline order to whoever pops them. It runs nothing itself: the publishers'
+//! executor (`heartwire/executor.py`) keeps its tasks' deadlines here and has one thread pop
+//! them, so ten thousand publishers need no ten thousand threads.
 //!
-//! Keys become due when the scheduler is *driven* past their deadline: by a driver thread on
+//! Keys become due when the queue is *driven* past their deadline: by a driver thread on
 //! the real clock, or by `ManualClock::advance`. Popping never reads the clock itself, so a
 //! manual clock decides exactly what is due. Deadlines go on the wheel rounded *up* to the
 //! resolution: a key is never handed out before its deadline, at most one resolution after.
-//! The exact deadline given to [`Scheduler::schedule`] is what [`Scheduler::pop`] returns.
+//! The exact deadline given to [`DeadlineQueue::schedule`] is what [`DeadlineQueue::pop`] returns.
 
 use crate::clock::{ClockSource, Driven};
 use crate::wheel::Wheel;
@@ -18,30 +19,30 @@ use std::time::{Duration, Instant};
 /// bound keeps one stray key from costing gigabytes.
 pub const MAX_KEYS: u32 = 1 << 24;
 
-/// Why a scheduler call was refused; the text names the argument and its value.
+/// Why a deadline queue call was refused; the text names the argument and its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchedulerError(pub String);
+pub struct DeadlineQueueError(pub String);
 
-impl std::fmt::Display for SchedulerError {
+impl std::fmt::Display for DeadlineQueueError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for SchedulerError {}
+impl std::error::Error for DeadlineQueueError {}
 
 struct State {
     /// Deadlines in ticks of `resolution_ns`, rounded up.
     wheel: Wheel,
     /// The exact deadline of each key, absolute ns (meaningful while it is on the wheel).
     deadlines: Vec<u64>,
-    /// How far the scheduler has been driven, absolute ns: keys due by then can be popped.
+    /// How far the queue has been driven, absolute ns: keys due by then can be popped.
     driven_ns: u64,
     closed: bool,
 }
 
 /// Deadlines per key on a timer wheel; share it through `Arc`.
-pub struct Scheduler {
+pub struct DeadlineQueue {
     clock: ClockSource,
     resolution_ns: u64,
     state: Mutex<State>,
@@ -49,12 +50,12 @@ pub struct Scheduler {
     due: Condvar,
 }
 
-impl Scheduler {
-    /// A scheduler on `clock` whose wheel counts in steps of `resolution_ns`. A manual clock
+impl DeadlineQueue {
+    /// A deadline queue on `clock` whose wheel counts in steps of `resolution_ns`. A manual clock
     /// drives it on every advance; on the real clock a `crate::driver::Driver` must.
-    pub fn new(clock: ClockSource, resolution_ns: u64) -> Result<Arc<Self>, SchedulerError> {
+    pub fn new(clock: ClockSource, resolution_ns: u64) -> Result<Arc<Self>, DeadlineQueueError> {
         if resolution_ns == 0 {
-            return Err(SchedulerError(
+            return Err(DeadlineQueueError(
                 "resolution must be > 0, got 0 ns".to_owned(),
             ));
         }
@@ -63,7 +64,7 @@ impl Scheduler {
             ClockSource::Manual(c) => Some(c.clone()),
             ClockSource::Monotonic(_) => None,
         };
-        let scheduler = Arc::new(Self {
+        let queue = Arc::new(Self {
             clock,
             resolution_ns,
             state: Mutex::new(State {
@@ -75,10 +76,10 @@ impl Scheduler {
             due: Condvar::new(),
         });
         if let Some(manual) = manual {
-            let driven: Arc<dyn Driven> = scheduler.clone();
+            let driven: Arc<dyn Driven> = queue.clone();
             manual.attach(Arc::downgrade(&driven));
         }
-        Ok(scheduler)
+        Ok(queue)
     }
 
     /// The clock's reading, absolute ns.
@@ -86,16 +87,16 @@ impl Scheduler {
         self.clock.now_ns()
     }
 
-    /// The clock this scheduler reads.
+    /// The clock this queue reads.
     pub fn clock(&self) -> &ClockSource {
         &self.clock
     }
 
-    fn check_key(key: u32) -> Result<(), SchedulerError> {
+    fn check_key(key: u32) -> Result<(), DeadlineQueueError> {
         if key < MAX_KEYS {
             Ok(())
         } else {
-            Err(SchedulerError(format!(
+            Err(DeadlineQueueError(format!(
                 "key must be in [0, {MAX_KEYS}), got {key}"
             )))
         }
@@ -103,7 +104,7 @@ impl Scheduler {
 
     /// Make `key` due at `at_ns` (absolute ns), replacing its pending deadline if it has one.
     /// A deadline already passed is due at once. Allocates only when `key` is the largest seen.
-    pub fn schedule(&self, key: u32, at_ns: u64) -> Result<(), SchedulerError> {
+    pub fn schedule(&self, key: u32, at_ns: u64) -> Result<(), DeadlineQueueError> {
         Self::check_key(key)?;
         let tick = at_ns.div_ceil(self.resolution_ns);
         let mut st = self.state.lock();
@@ -191,7 +192,7 @@ impl Scheduler {
     }
 
     /// Up to `max` due keys, waiting up to `timeout` (None: until some come due or the
-    /// scheduler is closed) for the first. Empty on timeout and once closed. Plain blocking
+    /// queue is closed) for the first. Empty on timeout and once closed. Plain blocking
     /// Rust: call it with the GIL released.
     pub fn pop(&self, max: usize, timeout: Option<Duration>) -> Vec<(u32, u64)> {
         // A timeout too large to represent is the same as none.
@@ -227,13 +228,13 @@ impl Scheduler {
         self.due.notify_all();
     }
 
-    /// Whether [`close`](Scheduler::close) was called.
+    /// Whether [`close`](DeadlineQueue::close) was called.
     pub fn is_closed(&self) -> bool {
         self.state.lock().closed
     }
 }
 
-impl Driven for Scheduler {
+impl Driven for DeadlineQueue {
     fn run_until(&self, now_ns: u64) {
         self.drive(now_ns);
     }
@@ -248,9 +249,9 @@ mod tests {
     const MS: u64 = 1_000_000;
     const S: u64 = 1_000 * MS;
 
-    fn manual() -> (Arc<ManualClock>, Arc<Scheduler>) {
+    fn manual() -> (Arc<ManualClock>, Arc<DeadlineQueue>) {
         let clock = Arc::new(ManualClock::new(0));
-        let s = Scheduler::new(ClockSource::Manual(clock.clone()), MS).unwrap();
+        let s = DeadlineQueue::new(ClockSource::Manual(clock.clone()), MS).unwrap();
         (clock, s)
     }
 
@@ -341,7 +342,7 @@ mod tests {
         let (_clock, s) = manual();
         let err = s.schedule(MAX_KEYS, 0).unwrap_err();
         assert!(err.0.contains("key") && err.0.contains(&MAX_KEYS.to_string()));
-        assert!(Scheduler::new(ClockSource::default(), 0).is_err());
+        assert!(DeadlineQueue::new(ClockSource::default(), 0).is_err());
     }
 
     #[test]
@@ -374,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_driver_fires_a_key_on_the_real_clock() {
-        let s = Scheduler::new(ClockSource::default(), MS).unwrap();
+        let s = DeadlineQueue::new(ClockSource::default(), MS).unwrap();
         let at = s.now_ns() + 20 * MS;
         s.schedule(42, at).unwrap();
         let mut driver = Driver::spawn(&s, s.clock().clone(), Duration::from_millis(2)).unwrap();

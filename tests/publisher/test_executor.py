@@ -1,4 +1,4 @@
-"""The publisher scheduler's check threads: hung jobs cost a thread each and never hold up the
+"""The publishers' executor's check threads: hung jobs cost a thread each and never hold up the
 others; quick bursts do not grow the pool; abandoned jobs are not waited for."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 import heartwire as hw
-from heartwire import scheduling
+from heartwire import executor
 from heartwire.checks import CheckFailed
 from heartwire.events import ExceptionEvent
+from heartwire.executor import PublisherExecutor
 from heartwire.listeners import PublisherListener
 from heartwire.publisher import HeartbeatPublisher
-from heartwire.scheduling import PublisherScheduler
 from heartwire.transport.memory import MemoryBroker
 
 
@@ -39,7 +39,7 @@ def gate() -> Iterator[threading.Event]:
 
 def test_hung_blocking_tasks_do_not_hold_up_the_others(gate: threading.Event) -> None:
     clock = hw.ManualClock()
-    sched = PublisherScheduler(clock, check_threads=2)
+    sched = PublisherExecutor(clock, check_threads=2)
     ran: list[float] = []
     try:
         hung = [sched.add(lambda d: gate.wait(20), blocking=True) for _ in range(2)]
@@ -55,7 +55,7 @@ def test_hung_blocking_tasks_do_not_hold_up_the_others(gate: threading.Event) ->
 
 
 def test_a_burst_of_quick_jobs_does_not_grow_the_pool() -> None:
-    sched = PublisherScheduler(hw.ManualClock(), check_threads=2)
+    sched = PublisherExecutor(hw.ManualClock(), check_threads=2)
     sched.add(lambda d: None)  # runs the scheduler thread (it looks after the pool)
     done: list[int] = []
     try:
@@ -69,7 +69,7 @@ def test_a_burst_of_quick_jobs_does_not_grow_the_pool() -> None:
 
 
 def test_threads_never_exceed_max_check_threads(gate: threading.Event) -> None:
-    sched = PublisherScheduler(hw.ManualClock(), check_threads=1, max_check_threads=3, stall=0.02)
+    sched = PublisherExecutor(hw.ManualClock(), check_threads=1, max_check_threads=3, stall=0.02)
     sched.add(lambda d: None)
     started = []
     try:
@@ -89,17 +89,17 @@ def test_threads_never_exceed_max_check_threads(gate: threading.Event) -> None:
         sched.close()
 
 
-def test_scheduler_pool_arguments_are_checked() -> None:
+def test_executor_pool_arguments_are_checked() -> None:
     with pytest.raises(
         ValueError, match=r"max_check_threads must be >= check_threads \(4\), got 2"
     ):
-        PublisherScheduler(max_check_threads=2)
+        PublisherExecutor(max_check_threads=2)
     with pytest.raises(TypeError, match=r"max_check_threads must be an int, got float 2\.0"):
-        PublisherScheduler(max_check_threads=2.0)  # type: ignore[arg-type]
+        PublisherExecutor(max_check_threads=2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"stall must be a finite number of seconds > 0, got 0"):
-        PublisherScheduler(stall=0)
+        PublisherExecutor(stall=0)
     with pytest.raises(TypeError, match="stall must be a number of seconds, got str '1'"):
-        PublisherScheduler(stall="1")  # type: ignore[arg-type]
+        PublisherExecutor(stall="1")  # type: ignore[arg-type]
 
 
 class _Exceptions(PublisherListener):
@@ -114,8 +114,8 @@ def test_a_check_that_never_got_a_thread_is_retried_at_the_next_beat(
     gate: threading.Event, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = hw.ManualClock()
-    sched = PublisherScheduler(clock, check_threads=1, max_check_threads=1)
-    monkeypatch.setitem(scheduling._manual, id(clock), sched)  # a one-thread pool for this clock
+    sched = PublisherExecutor(clock, check_threads=1, max_check_threads=1)
+    monkeypatch.setitem(executor._manual, id(clock), sched)  # a one-thread pool for this clock
     broker = MemoryBroker()
     rec = _Exceptions()
     calls = []
@@ -183,8 +183,8 @@ def test_a_check_thread_that_cannot_start_does_not_end_the_scheduler_thread(
     gate: threading.Event, monkeypatch: pytest.MonkeyPatch, failing_starts: Any
 ) -> None:
     clock = hw.ManualClock()
-    sched = PublisherScheduler(clock, check_threads=2, max_check_threads=8, stall=0.02, name="t-f5")
-    monkeypatch.setitem(scheduling._manual, id(clock), sched)
+    sched = PublisherExecutor(clock, check_threads=2, max_check_threads=8, stall=0.02, name="t-f5")
+    monkeypatch.setitem(executor._manual, id(clock), sched)
     fails = failing_starts("t-f5-check-")
     broker = MemoryBroker()
     entered: list[int] = []
@@ -223,8 +223,8 @@ def test_a_beat_whose_check_thread_cannot_start_is_run_once_one_can(
     monkeypatch: pytest.MonkeyPatch, failing_starts: Any
 ) -> None:
     clock = hw.ManualClock()
-    sched = PublisherScheduler(clock, check_threads=1, name="t-f5s")
-    monkeypatch.setitem(scheduling._manual, id(clock), sched)
+    sched = PublisherExecutor(clock, check_threads=1, name="t-f5s")
+    monkeypatch.setitem(executor._manual, id(clock), sched)
     fails = failing_starts("t-f5s-check-")
     fails.on = True
     pub = HeartbeatPublisher(MemoryBroker(), "svc.dep", dependency=lambda: True, clock=clock)
@@ -244,7 +244,7 @@ def test_a_scheduler_round_that_raises_is_counted_and_the_thread_goes_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = hw.ManualClock()
-    sched = PublisherScheduler(clock, name="t-round")
+    sched = PublisherExecutor(clock, name="t-round")
     rounds: list[int] = []
     real = sched._pool.rebalance
 
@@ -274,8 +274,8 @@ def test_jobs_abandoned_while_queued_leave_the_queue(
     """With every thread held by a hung check, each starved beat's job is abandoned and a new
     one queued: the queue keeps one entry per publisher, not one per beat (review R2 F9)."""
     clock = hw.ManualClock()
-    sched = PublisherScheduler(clock, check_threads=1, max_check_threads=1)
-    monkeypatch.setitem(scheduling._manual, id(clock), sched)
+    sched = PublisherExecutor(clock, check_threads=1, max_check_threads=1)
+    monkeypatch.setitem(executor._manual, id(clock), sched)
     broker = MemoryBroker()
     hung = HeartbeatPublisher(broker, "svc.hung", dependency=lambda: gate.wait(20), clock=clock)
     starved = [
@@ -314,7 +314,7 @@ def test_jobs_abandoned_while_queued_leave_the_queue(
 
 
 def test_a_job_raising_system_exit_is_counted_and_its_thread_goes_on() -> None:
-    sched = PublisherScheduler(hw.ManualClock(), check_threads=1, max_check_threads=1)
+    sched = PublisherExecutor(hw.ManualClock(), check_threads=1, max_check_threads=1)
     sched.add(lambda d: None)
     ran_on: list[int] = []
 
@@ -351,7 +351,7 @@ def test_a_check_or_payload_raising_a_base_exception_fails_one_beat_only(
 
     kw: dict[str, Any] = {where: flaky}
     pub = HeartbeatPublisher(broker, "svc.x", clock=clock, listeners=[rec], **kw)
-    sched = pub.scheduler
+    sched = pub.executor
     try:
         pub.start()
         assert sched.drain(timeout=2)
@@ -381,7 +381,7 @@ def test_a_listener_raising_system_exit_does_not_stop_later_events() -> None:
     clock = hw.ManualClock()
     rec = _ExitsOnce()
     pub = HeartbeatPublisher(MemoryBroker(), "svc.l", clock=clock, listeners=[rec])
-    sched = pub.scheduler
+    sched = pub.executor
     try:
         pub.start()
         assert sched.drain(timeout=2)
@@ -399,7 +399,7 @@ def test_the_scheduler_thread_starts_one_check_thread_per_growth_step(
     """Starting a thread takes milliseconds under load (the new thread must get the GIL):
     the scheduler thread, which every publisher shares, starts one per growth step and the
     new threads start the rest."""
-    sched = PublisherScheduler(
+    sched = PublisherExecutor(
         hw.ManualClock(), check_threads=1, max_check_threads=40, stall=0.02, name="t-grow"
     )
     starters: list[str] = []
@@ -456,7 +456,7 @@ def test_a_timed_out_check_is_described_without_calling_its_repr_on_the_schedule
     pub = HeartbeatPublisher(
         MemoryBroker(), "svc.odd", clock=clock, dependency=check, timeout=0.5, listeners=[rec]
     )
-    sched = pub.scheduler
+    sched = pub.executor
     try:
         pub.start()
         assert check.entered.wait(2.0), "the check did not start"
@@ -472,7 +472,7 @@ def test_a_timed_out_check_is_described_without_calling_its_repr_on_the_schedule
 def test_a_scheduler_thread_that_cannot_start_is_started_by_the_next_add(
     failing_starts: Any,
 ) -> None:
-    sched = PublisherScheduler(hw.ManualClock(), name="t-sched")
+    sched = PublisherExecutor(hw.ManualClock(), name="t-sched")
     fails = failing_starts("t-sched")
     ran: list[float] = []
     try:

@@ -1,10 +1,10 @@
-//! `Scheduler`: the core's publisher scheduler as a Python object.
+//! `DeadlineQueue`: the core's deadline queue (the publishers' timers) as a Python object.
 
 use super::batch;
 use super::clock::{clock_source, spawn_driver, PyManualClock};
 use super::time::{to_ns, to_seconds};
+use crate::deadline_queue::{DeadlineQueue, MAX_KEYS};
 use crate::driver::Driver;
-use crate::scheduler::{Scheduler, MAX_KEYS};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -44,21 +44,22 @@ fn in_seconds(keys: Vec<(u32, u64)>) -> Vec<(u32, f64)> {
         .collect()
 }
 
-/// Deadlines per integer key on the core's timer wheel, for publishers.
+/// Deadlines per integer key on the core's timer wheel, for publishers (it runs nothing: the
+/// publishers' executor pops due keys and runs their tasks).
 ///
 /// With the real clock (the default) a driver thread, started at once, moves it every ``tick``
 /// seconds; with a :class:`ManualClock` the clock's ``advance`` does. A key is due once the
-/// scheduler has been moved past its deadline (rounded up to ``resolution``); :meth:`pop`
+/// queue has been moved past its deadline (rounded up to ``resolution``); :meth:`pop`
 /// hands due keys out in deadline order, each with the exact deadline it was given.
-#[pyclass(name = "Scheduler", module = "heartwire._core", frozen)]
-pub struct PyScheduler {
-    sched: Arc<Scheduler>,
+#[pyclass(name = "DeadlineQueue", module = "heartwire._core", frozen)]
+pub struct PyDeadlineQueue {
+    queue: Arc<DeadlineQueue>,
     driver: Mutex<Option<Driver>>,
     tick: Duration,
 }
 
 #[pymethods]
-impl PyScheduler {
+impl PyDeadlineQueue {
     #[new]
     #[pyo3(signature = (clock = None, resolution = 0.001, tick = 0.01))]
     fn new(
@@ -69,10 +70,10 @@ impl PyScheduler {
     ) -> PyResult<Self> {
         let resolution = to_ns("resolution", resolution, false)?;
         let tick = Duration::from_nanos(to_ns("tick", tick, false)?);
-        let sched = Scheduler::new(clock_source(py, clock)?, resolution)
+        let queue = DeadlineQueue::new(clock_source(py, clock)?, resolution)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let this = Self {
-            sched,
+            queue,
             driver: Mutex::new(None),
             tick,
         };
@@ -85,18 +86,18 @@ impl PyScheduler {
     fn schedule(&self, key: &Bound<'_, PyAny>, at: f64) -> PyResult<()> {
         let key = self::key(key)?;
         let at = to_ns("at", at, true)?;
-        self.sched
+        self.queue
             .schedule(key, at)
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// Drop ``key``'s pending deadline (also one due but not popped yet). False if it had none.
     fn cancel(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(self.sched.cancel(self::key(key)?))
+        Ok(self.queue.cancel(self::key(key)?))
     }
 
     /// Up to ``max`` due ``(key, deadline)`` pairs in deadline order, waiting up to ``timeout``
-    /// seconds (None: until some come due or the scheduler is closed) with the GIL released.
+    /// seconds (None: until some come due or the queue is closed) with the GIL released.
     /// Empty on timeout and once closed.
     #[pyo3(signature = (max = 1024, timeout = None))]
     fn pop(&self, py: Python<'_>, max: i64, timeout: Option<f64>) -> PyResult<Vec<(u32, f64)>> {
@@ -104,30 +105,30 @@ impl PyScheduler {
         let timeout = timeout
             .map(|t| to_ns("timeout", t, true).map(Duration::from_nanos))
             .transpose()?;
-        let sched = self.sched.clone();
-        Ok(in_seconds(py.detach(move || sched.pop(max, timeout))))
+        let queue = self.queue.clone();
+        Ok(in_seconds(py.detach(move || queue.pop(max, timeout))))
     }
 
     /// Up to ``max`` due ``(key, deadline)`` pairs, without waiting.
     #[pyo3(signature = (max = 1024))]
     fn try_pop(&self, max: i64) -> PyResult<Vec<(u32, f64)>> {
-        Ok(in_seconds(self.sched.try_pop(max_keys(max)?)))
+        Ok(in_seconds(self.queue.try_pop(max_keys(max)?)))
     }
 
     /// The clock's reading, seconds.
     fn now(&self) -> f64 {
-        to_seconds(self.sched.now_ns())
+        to_seconds(self.queue.now_ns())
     }
 
     /// Start the driver thread (real clock only; a manual clock is driven by its ``advance``).
     /// Idempotent; does nothing once closed.
     fn start(&self) -> PyResult<()> {
-        if self.sched.clock().is_manual() || self.sched.is_closed() {
+        if self.queue.clock().is_manual() || self.queue.is_closed() {
             return Ok(());
         }
         let mut driver = self.driver.lock();
         if driver.is_none() {
-            *driver = Some(spawn_driver(&self.sched, self.sched.clock(), self.tick)?);
+            *driver = Some(spawn_driver(&self.queue, self.queue.clock(), self.tick)?);
         }
         Ok(())
     }
@@ -142,20 +143,20 @@ impl PyScheduler {
 
     /// Stop the driver and wake every :meth:`pop` waiter; pops return ``[]`` from now on.
     fn close(&self, py: Python<'_>) {
-        self.sched.close();
+        self.queue.close();
         self.stop(py);
     }
 
     /// Keys with a pending deadline (due ones not popped yet included).
     fn __len__(&self) -> usize {
-        self.sched.len()
+        self.queue.len()
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "Scheduler(keys={}, clock={})",
-            self.sched.len(),
-            if self.sched.clock().is_manual() {
+            "DeadlineQueue(keys={}, clock={})",
+            self.queue.len(),
+            if self.queue.clock().is_manual() {
                 "manual"
             } else {
                 "monotonic"
