@@ -1,11 +1,11 @@
 """Routing a STOMP transport's RECEIPT and ERROR frames to the reliable senders that wait.
 
-One :class:`ReceiptTracker` per :class:`~heartwire.transport.stomp.StompTransport` (made by
-:meth:`ReceiptTracker.of`) is its link observer: it remembers, per connection and in send order,
-which sender is waiting for which receipt; routes each RECEIPT to it; and on a new connection
-asks every sender to queue again what it still holds (before the link is published, so the
-backlog goes before anything sent later) and writes those re-sends once it is published, outside
-the connector's lock.
+One :class:`ReceiptTracker` per :class:`~heartwire.transport.stomp.StompTransport` (its
+:class:`~heartwire.reliable.stomp_backend.StompBackend`'s) is its link observer: it remembers,
+per connection and in send order, which sender is waiting for which receipt; routes each
+RECEIPT to it; and on a new connection asks every sender to queue again what it still holds
+(before the link is published, so the backlog goes before anything sent later) and writes those
+re-sends once it is published, outside the connector's lock.
 
 An ERROR frame that names a ``receipt-id`` (ActiveMQ does) refuses that message. One that does
 not (RabbitMQ) is taken as the refusal of the oldest message still waiting on that connection
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from heartwire.transport.errors import names
 
@@ -27,12 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ReceiptTracker", "Waiter"]
 
-_ATTR = "_hw_receipt_tracker"
-_LOCK = threading.Lock()
-
 
 class Waiter(Protocol):
-    """What the tracker calls back (a reliable sender)."""
+    """What the tracker calls back (a reliable sender's outbox)."""
 
     def _receipted(self, message_id: str) -> None: ...
     def _refused(self, message_id: str, reason: str) -> None: ...
@@ -51,21 +48,14 @@ class ReceiptTracker:
         # The connection receipts are awaited on (None: not known yet, the first one used).
         self._link: StompLink | None = None
 
-    @classmethod
-    def of(cls, transport: Any) -> ReceiptTracker:
-        """The tracker of ``transport``, registered as its link observer on first use."""
-        with _LOCK:
-            tracker = getattr(transport, _ATTR, None)
-            if tracker is None:
-                tracker = cls()
-                setattr(transport, _ATTR, tracker)
-                # Atomic with respect to attaching a connection (the connector's lock).
-                with transport._connector.cond:
-                    transport.add_link_observer(tracker)
-                    tracker._link = transport.current_link
-            return tracker
+    def start(self, link: StompLink | None) -> None:
+        """The connection that was current when the tracker was registered as a link observer
+        (unless one attached since, which ``attached`` recorded)."""
+        with self._lock:
+            if self._link is None:
+                self._link = link
 
-    def add(self, sender: Waiter) -> Any:
+    def add(self, sender: Waiter) -> StompLink | None:
         """Register ``sender``; returns the connection to send on (None: none yet). A
         connection attached later calls ``sender._resend`` with it; one being attached right
         now either did (``sender`` was added before) or is the one returned."""

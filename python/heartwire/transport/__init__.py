@@ -34,7 +34,6 @@ __all__ = [
     "Transport",
     "TransportClosed",
     "connect",
-    "is_stomp",
 ]
 
 from heartwire._throttle import worth_logging
@@ -99,16 +98,6 @@ class Transport(Protocol):
     def close(self) -> None:
         """Release the connection; idempotent. Publishing afterwards raises TransportClosed."""
         ...
-
-
-def is_stomp(transport: object) -> bool:
-    """Whether ``transport`` is a :class:`StompTransport` (told by the connection-level methods
-    the reliable-delivery layer uses, so that stomp.py is not imported to ask)."""
-    return (
-        hasattr(transport, "current_link")
-        and hasattr(transport, "add_link_observer")
-        and hasattr(transport, "subscribe_destination")
-    )
 
 
 _named_lock = threading.Lock()

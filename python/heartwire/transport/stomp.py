@@ -32,14 +32,16 @@ URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
   :meth:`~StompTransport.add_connection_listener` reports ``on_disconnected(broker, reason)``
   and ``on_reconnected(broker)``.
 
-- **Reliable delivery** (:mod:`heartwire.reliable`) builds on a few lower-level hooks:
+- **Reliable delivery** (:mod:`heartwire.reliable`, the layer above) uses the session
+  interface of :mod:`.session` (:class:`~heartwire.transport.session.StompSession`):
   :meth:`~StompTransport.subscribe_destination` (a raw STOMP destination with an ack mode and
   extra SUBSCRIBE headers, restored after reconnection like the others), link observers
   (:meth:`~StompTransport.add_link_observer`: told of each new connection before it is
   published and again after, and of every RECEIPT and ERROR frame),
-  :meth:`~StompTransport.request` (a frame with a receipt, waited for) and ``client_id=``
-  (the ``client-id`` CONNECT header that ActiveMQ's durable subscriptions need).
-  :meth:`~StompTransport.transaction` opens a STOMP transaction.
+  :meth:`~StompTransport.request` (a frame with a receipt, waited for),
+  :meth:`~StompTransport.wait_link` and ``client_id=`` (the ``client-id`` CONNECT header that
+  ActiveMQ's durable subscriptions need). :meth:`~StompTransport.transaction` opens a STOMP
+  transaction (a :class:`heartwire.Transaction`).
 
 Thread safety: every method may be called from any thread. Handlers run on the receiving
 thread of the current connection (stomp.py's), one message at a time, in arrival order; a handler
@@ -58,7 +60,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from heartwire import _validate
 from heartwire._core import Intake, Routes
@@ -69,10 +71,8 @@ from heartwire.transport.headers import MESSAGE_ID_HEADER
 from heartwire.transport.keepalive import KeepAliveMonitor
 from heartwire.transport.link import StompLink
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
+from heartwire.transport.session import open_transaction
 from heartwire.transport.urls import BrokerAddress, StompOptions, parse_url
-
-if TYPE_CHECKING:
-    from heartwire.reliable.transaction import Transaction
 
 __all__ = ["MESSAGE_ID_HEADER", "StompSubscription", "StompTransport"]
 
@@ -231,6 +231,11 @@ class StompTransport:
     def current_link(self) -> StompLink | None:
         """The connection in use now (None during an outage); for the reliable layer."""
         return self._connector.current
+
+    def wait_link(self, timeout: float) -> StompLink | None:
+        """The connection in use, waiting up to ``timeout`` seconds for one during an outage;
+        None if none came or the transport closed (for the reliable layer)."""
+        return self._connector.wait_link(time.monotonic() + timeout)
 
     @property
     def broker(self) -> str | None:
@@ -536,16 +541,21 @@ class StompTransport:
 
     # -- hooks for the reliable layer -------------------------------------------------------------
 
-    def add_link_observer(self, observer: Any) -> None:
+    def add_link_observer(self, observer: Any) -> StompLink | None:
         """Register an object with ``attached(link)`` (a new connection, called under the
         connector's lock after the subscriptions are restored and before the link is
         published: no network writes there, they would hold up every publish and subscribe),
         optionally ``published(link)`` (after ``attached``, outside the lock, once the link
         was published, or rejected and no longer open: re-send there), ``receipt(link,
-        receipt_id)`` and ``error_frame(link, headers, detail)`` (on the receiving thread)."""
+        receipt_id)`` and ``error_frame(link, headers, detail)`` (on the receiving thread).
+
+        Returns the connection current at registration (None during an outage): registering
+        and reading it hold the connector's lock, so every later connection is reported to
+        ``attached``."""
         with self._connector.cond:
             if observer not in self._observers:
                 self._observers = (*self._observers, observer)
+            return self._connector.current
 
     def remove_link_observer(self, observer: Any) -> None:
         """Unregister a link observer (no-op if it was not registered)."""
@@ -557,9 +567,9 @@ class StompTransport:
         receipt on the current connection and wait up to ``timeout`` seconds for the broker's
         RECEIPT. None once it came; else why not (no connection, the send failed, no receipt
         in time, or the broker's ERROR frame)."""
-        return self._request(command, headers, timeout)[0]
+        return self.request_status(command, headers, timeout)[0]
 
-    def _request(
+    def request_status(
         self, command: str, headers: dict[str, str], timeout: float
     ) -> tuple[str | None, bool]:
         """:meth:`request`, and whether the broker may have acted on the frame: True once it
@@ -588,13 +598,11 @@ class StompTransport:
             self._receipt_errors.pop(receipt, None)
             self._receipt_quotes.pop(receipt, None)
 
-    def transaction(self, timeout: float | None = None) -> Transaction:
-        """A :class:`heartwire.reliable.Transaction` on this transport (``with
-        broker.transaction() as tx:``; see there). ``timeout``: how long COMMIT waits for the
-        broker's receipt (default: ``request_blocking_time``)."""
-        from heartwire.reliable.transaction import Transaction
-
-        return Transaction(self, timeout=timeout)
+    def transaction(self, timeout: float | None = None) -> Any:
+        """A :class:`heartwire.Transaction` on this transport (``with broker.transaction() as
+        tx:``; the same as ``heartwire.Transaction(broker)``). ``timeout``: how long COMMIT
+        waits for the broker's receipt (default: ``request_blocking_time``)."""
+        return open_transaction(self, timeout)
 
     def _on_receipt(self, link: StompLink, receipt: str) -> None:
         waiter = self._receipt_waiters.get(receipt)
