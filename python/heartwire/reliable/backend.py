@@ -24,6 +24,16 @@ def backend_for(broker: Any) -> Backend:
     use and the same for every sender, consumer and transaction on it: a STOMP transport's
     holds the one receipt tracker its senders share. Raises :class:`TypeError` naming
     ``broker`` if it is neither an embedded broker nor a STOMP transport."""
+    kind: type[MemoryBackend] | type[StompBackend]
+    if isinstance(broker, MemoryBroker):
+        kind = MemoryBackend
+    elif isinstance(broker, StompSession):
+        kind = StompBackend
+    else:
+        raise TypeError(
+            "broker must be a transport from heartwire.connect() (an embedded broker or a "
+            f"STOMP transport), got {type(broker).__name__}"
+        )
     with _lock:
         backend = _backends.get(broker)
     if backend is not None:
@@ -34,17 +44,8 @@ def backend_for(broker: Any) -> Backend:
     with _making:
         with _lock:
             backend = _backends.get(broker)
-        if backend is not None:
-            return backend
-        if isinstance(broker, MemoryBroker):
-            backend = MemoryBackend(broker)
-        elif isinstance(broker, StompSession):
-            backend = StompBackend(broker)
-        else:
-            raise TypeError(
-                "broker must be a transport from heartwire.connect() (an embedded broker or a "
-                f"STOMP transport), got {type(broker).__name__}"
-            )
-        with _lock:
-            _backends[broker] = backend
+        if backend is None:
+            backend = kind(broker)
+            with _lock:
+                _backends[broker] = backend
         return backend
