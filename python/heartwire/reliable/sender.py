@@ -48,6 +48,7 @@ from heartwire.reliable.base import Pending
 from heartwire.reliable.events import DeliveryRefused, FlushAck
 from heartwire.transport import TransportClosed, destinations
 from heartwire.transport.headers import MESSAGE_ID_HEADER
+from heartwire.transport.observers import Observers
 
 __all__ = ["ReliableSender", "SenderListener"]
 
@@ -93,7 +94,7 @@ class ReliableSender:
         self.persistent = persistent
         self._on_flushed = on_flushed
         self._on_error = on_error
-        self._listeners: tuple[Any, ...] = ()
+        self._listeners = Observers(log, "sender listener", ("on_flushed", "on_error"))
         for listener in listeners:
             self.add_listener(listener)
         self._id = uuid.uuid4().hex[:12]
@@ -122,20 +123,13 @@ class ReliableSender:
     # -- listeners ------------------------------------------------------------------------------
 
     def add_listener(self, listener: Any) -> None:
-        """Add an object with ``on_flushed(ack)`` and/or ``on_error(error)``."""
-        if not any(callable(getattr(listener, n, None)) for n in ("on_flushed", "on_error")):
-            raise TypeError(
-                f"a sender listener needs on_flushed or on_error; got {type(listener).__name__}"
-            )
-        if listener not in self._listeners:
-            self._listeners = (*self._listeners, listener)
+        """Add an object with ``on_flushed(ack)`` and/or ``on_error(error)`` (:class:`TypeError`
+        if it has neither)."""
+        self._listeners.add(listener)
 
     def remove_listener(self, listener: Any) -> bool:
         """Remove a listener; False if it was not added."""
-        if listener not in self._listeners:
-            return False
-        self._listeners = tuple(x for x in self._listeners if x is not listener)
-        return True
+        return self._listeners.remove(listener)
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -234,17 +228,19 @@ class ReliableSender:
             self._call("on_flushed", self._on_flushed, ack)
 
     def _call(self, method: str, fn: Callable[[Any], Any] | None, arg: Any) -> None:
-        targets = [fn] if fn is not None else []
-        targets += [
-            getattr(x, method) for x in self._listeners if callable(getattr(x, method, None))
-        ]
-        for target in targets:
+        # The callback given to the constructor, then the listeners (one that raises is
+        # logged and counted, the others still called).
+        failed = 0
+        if fn is not None:
             try:
-                target(arg)
+                fn(arg)
             except Exception:
-                with self._lock:
-                    self._callback_errors += 1
-                log.exception("%s callback %r raised", method, target)
+                failed += 1
+                log.exception("%s callback %r raised", method, fn)
+        failed += len(self._listeners.notify(method, arg))
+        if failed:
+            with self._lock:
+                self._callback_errors += failed
 
     # -- flushes --------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ class StompBackend:
         self.tracker = ReceiptTracker()
         # Registered atomically with respect to attaching a connection (the transport holds
         # its connector's lock): the link returned is current, every later one is attached.
-        self.tracker.start(transport.add_link_observer(self.tracker))
+        self.tracker.start(transport.add_observer(self.tracker))
 
     def outbox(self, sender: ReliableSender) -> StompOutbox:
         return StompOutbox(self, sender)

@@ -1,9 +1,9 @@
 """Routing a STOMP transport's RECEIPT and ERROR frames to the reliable senders that wait.
 
 One :class:`ReceiptTracker` per :class:`~heartwire.transport.stomp.StompTransport` (its
-:class:`~heartwire.reliable.stomp_backend.StompBackend`'s) is its link observer: it remembers,
-per connection and in send order, which sender is waiting for which receipt; routes each
-RECEIPT to it; and on a new connection asks every sender to queue again what it still holds
+:class:`~heartwire.reliable.stomp_backend.StompBackend`'s) observes its link events: it
+remembers, per connection and in send order, which sender is waiting for which receipt; routes
+each RECEIPT to it; and on a new connection asks every sender to queue again what it still holds
 (before the link is published, so the backlog goes before anything sent later) and writes those
 re-sends once it is published, outside the connector's lock.
 
@@ -21,6 +21,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
 from heartwire.transport.errors import names
+from heartwire.transport.observers import ConnectionObserver
 
 if TYPE_CHECKING:
     from heartwire.transport.link import StompLink
@@ -38,7 +39,7 @@ class Waiter(Protocol):
     def _destination_name(self) -> str: ...
 
 
-class ReceiptTracker:
+class ReceiptTracker(ConnectionObserver):
     """See the module docs."""
 
     def __init__(self) -> None:
@@ -49,8 +50,8 @@ class ReceiptTracker:
         self._link: StompLink | None = None
 
     def start(self, link: StompLink | None) -> None:
-        """The connection that was current when the tracker was registered as a link observer
-        (unless one attached since, which ``attached`` recorded)."""
+        """The connection that was current when the tracker was registered as an observer
+        (unless one attached since, which ``on_attached`` recorded)."""
         with self._lock:
             if self._link is None:
                 self._link = link
@@ -87,9 +88,9 @@ class ReceiptTracker:
         with self._lock:
             return sum(len(q) for q in self._pending.values())
 
-    # -- link observer (StompTransport.add_link_observer) ---------------------------------------
+    # -- link events (StompTransport.add_observer) ----------------------------------------------
 
-    def attached(self, link: StompLink) -> None:
+    def on_attached(self, link: StompLink) -> None:
         # Under the connector's lock, before ``link`` is published: queue the re-sends only.
         with self._lock:
             # Receipts of earlier connections will never come: their senders re-send.
@@ -99,7 +100,7 @@ class ReceiptTracker:
         for sender in senders:
             sender._resend(link)
 
-    def published(self, link: StompLink) -> None:
+    def on_published(self, link: StompLink) -> None:
         # Outside the connector's lock, once ``link`` was published (or rejected): write the
         # re-sends ``attached`` queued, one sender after the other.
         with self._lock:
@@ -107,14 +108,14 @@ class ReceiptTracker:
         for sender in senders:
             sender._resume(link)
 
-    def receipt(self, link: StompLink, receipt: str) -> None:
+    def on_receipt(self, link: StompLink, receipt: str) -> None:
         with self._lock:
             queue = self._pending.get(link)
             sender = queue.pop(receipt, None) if queue is not None else None
         if sender is not None:
             sender._receipted(receipt)
 
-    def error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
+    def on_error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
         rid = headers.get("receipt-id")
         with self._lock:
             queue = self._pending.get(link)

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "ConnectFailed",
     "ConnectionListener",
+    "ConnectionObserver",
     "KeepAliveMonitor",
     "Message",
     "MessageHandler",
@@ -142,10 +143,10 @@ def __getattr__(name: str) -> Any:
         from heartwire.transport.stomp import StompTransport
 
         return StompTransport
-    if name == "ConnectionListener":
-        from heartwire.transport.failover import ConnectionListener
+    if name in ("ConnectionListener", "ConnectionObserver"):
+        from heartwire.transport.observers import ConnectionObserver
 
-        return ConnectionListener
+        return ConnectionObserver
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -5,9 +5,9 @@ connection is named here, and the reliable layer is written against it:
 
 - :class:`StompSession` (:class:`~heartwire.transport.stomp.StompTransport` provides it): the
   connection in use (:class:`Link`: send, frames with a receipt, abort), waiting for one, raw
-  destinations subscribed with an ack mode, requests answered by a RECEIPT, and link events for
-  observers (attached, published, receipt, error frame; losses and reconnections are the
-  connection events of :mod:`heartwire.transport.observers`).
+  destinations subscribed with an ack mode, requests answered by a RECEIPT, and events for
+  observers (:mod:`heartwire.transport.observers`: attached, published, receipt, error frame,
+  and the connection's losses and reconnections).
 - The embedded broker (:class:`~heartwire.transport.memory.MemoryBroker`) offers its queues,
   durable subscriptions and client acks as its ``store``
   (:class:`~heartwire.transport.memory_store.MemoryStore`): a send is receipted once the store
@@ -110,11 +110,12 @@ class StompSession(Protocol):
         """:meth:`request`, and whether the broker may have acted on it (in doubt)."""
         ...
 
-    def add_link_observer(self, observer: Any) -> Any:
-        """Register a link observer; returns the connection current at that moment."""
+    def add_observer(self, observer: Any) -> Any:
+        """Register a :class:`~heartwire.transport.observers.ConnectionObserver`; returns the
+        connection current at that moment (every later one goes to its ``on_attached``)."""
         ...
 
-    def remove_link_observer(self, observer: Any) -> None: ...
+    def remove_observer(self, observer: Any) -> bool: ...
 
 
 _transactions: Callable[[Any, float | None], Any] | None = None
