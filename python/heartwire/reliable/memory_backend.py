@@ -8,6 +8,7 @@ Transactions hold their sends and acks and apply them, in order, on commit.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -215,12 +216,7 @@ class _Deferred:
         # Every held message is delivered even if an earlier delivery raised (a handler's
         # BaseException); the first one raised propagates once all are done.
         held, self._held = self._held, None
-        first: BaseException | None = None
-        for stored, tag in held or ():
-            try:
-                self._fn(stored, tag)
-            except BaseException as exc:
-                if first is None:
-                    first = exc
+        fn = self._fn
+        _, first = run_all([functools.partial(fn, stored, tag) for stored, tag in held or ()])
         if first is not None:
             raise first
