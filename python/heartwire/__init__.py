@@ -17,6 +17,7 @@ from typing import Any
 from heartwire import checks, core
 from heartwire._core import ManualClock
 from heartwire._core import __version__ as __version__
+from heartwire.alerts import AlertListener
 from heartwire.checks import CheckFailed
 from heartwire.events import (
     CaughtUp,
@@ -39,7 +40,6 @@ from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.publisher import HeartbeatPublisher
 from heartwire.reliable import (
-    AlertListener,
     Consumer,
     DeliveryRefused,
     FlushAck,

@@ -69,6 +69,7 @@ from heartwire.events import (
     Started,
     Stopped,
 )
+from heartwire.transport.observers import ConnectionObserver
 
 __all__ = [
     "LISTENER_OVERFLOWS",
@@ -925,13 +926,14 @@ class ListenerSet(Generic[L]):
                         self._leave()
 
 
-class ConnectionEvents:
-    """Relays a transport's connection callbacks to a :class:`ListenerSet` as events.
+class ConnectionEvents(ConnectionObserver):
+    """Relays a transport's connection events to a :class:`ListenerSet` as events.
 
-    :meth:`attach` registers it with a transport that has connections (one offering
-    ``add_connection_listener``, as the STOMP transport does); the embedded broker has none, and
-    then nothing happens. ``on_reconnect_failed`` (the transport gave up and closed) becomes
-    ``on_exception`` with reason ``"reconnect_failed"``.
+    A :class:`~heartwire.transport.observers.ConnectionObserver`: :meth:`attach` registers it
+    with a transport that has connections (one offering ``add_observer``, as the STOMP
+    transport does); the embedded broker has none, and then nothing happens.
+    ``on_reconnect_failed`` (the transport gave up and closed) becomes ``on_exception`` with
+    reason ``"reconnect_failed"``.
 
     The transport calls these on its own thread (STOMP: the failover supervisor, before it
     reconnects), so ``deliver(method, event)`` must hand events off, never call listeners
@@ -966,11 +968,11 @@ class ConnectionEvents:
         self._deliver("on_exception", event)
 
     def attach(self, transport: object) -> None:
-        add = getattr(transport, "add_connection_listener", None)
+        add = getattr(transport, "add_observer", None)
         if add is not None:
             add(self)
 
     def detach(self, transport: object) -> None:
-        remove = getattr(transport, "remove_connection_listener", None)
+        remove = getattr(transport, "remove_observer", None)
         if remove is not None:
             remove(self)

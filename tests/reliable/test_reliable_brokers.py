@@ -328,8 +328,8 @@ def test_every_after_commit_hook_runs_though_one_raises(closing: list[Any]) -> N
         raise RuntimeError("test: a hook raised")
 
     tx = broker.transaction().begin()
-    tx._after_commit(boom)
-    tx._after_commit(lambda: ran.append("second"))
+    tx._part.after_commit(boom)
+    tx._part.after_commit(lambda: ran.append("second"))
     with pytest.raises(RuntimeError, match="a hook raised"):
         tx.commit()
     assert ran == ["boom", "second"] and tx.state == "committed"

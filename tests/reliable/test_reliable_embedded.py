@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import heartwire as hw
-from heartwire.reliable.memory_store import store_of
 from heartwire.transport import Message
 from heartwire.transport.memory import MemoryBroker
+from heartwire.transport.memory_store import store_of
 
 
 @pytest.fixture

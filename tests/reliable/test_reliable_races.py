@@ -54,15 +54,15 @@ class HoldAttach:
         self.inside = threading.Event()
         self.go = threading.Event()
 
-    def attached(self, link: Any) -> None:
+    def on_attached(self, link: Any) -> None:
         self.inside.set()
         if not self.go.wait(10):
             raise AssertionError("the test never released the attach step")
 
-    def receipt(self, link: Any, receipt: str) -> None:
+    def on_receipt(self, link: Any, receipt: str) -> None:
         pass
 
-    def error_frame(self, link: Any, headers: dict[str, str], detail: str) -> None:
+    def on_error_frame(self, link: Any, headers: dict[str, str], detail: str) -> None:
         pass
 
     def release(self) -> None:
@@ -84,7 +84,7 @@ def test_send_during_reconnect_goes_out_in_order_and_flushes(name: str, closing:
     sender.send(b"before")
     assert sender.flush(10), f"first flush: {sender.stats()}"
     hold = HoldAttach()
-    sender_t.add_link_observer(hold)  # after the tracker: runs once every sender re-sent
+    sender_t.add_observer(hold)  # after the tracker: runs once every sender re-sent
     link = sender_t.current_link
     assert link is not None
     link.abort("test: connection lost")
@@ -358,7 +358,7 @@ def test_a_sender_made_while_a_connection_is_attached_sends_on_it(closing: list[
     closing.append(consumer)
     consumer.start()
     hold = HoldAttach()
-    t.add_link_observer(hold)
+    t.add_observer(hold)
     link = t.current_link
     assert link is not None
     link.abort("test: connection lost")

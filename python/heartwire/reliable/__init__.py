@@ -6,14 +6,16 @@
 - :class:`Consumer`: queues and topics, ``auto`` / ``client`` / ``client-individual`` acks,
   durable topic subscriptions (ActiveMQ and RabbitMQ), duplicates dropped within a bounded
   window kept in the Rust core.
-- :class:`Transaction` (``with broker.transaction() as tx:``): sends and acks together.
-- :class:`AlertListener`: a monitor's state changes as reliable JSON alerts.
+- :class:`Transaction` (``with broker.transaction() as tx:``, or ``Transaction(broker)``): sends
+  and acks together.
 
 Everything works on STOMP brokers and on the embedded broker (``memory://``); the module docs of
-each class say what differs.
+each class say what differs. The classes are written once; what differs lives in a backend
+picked once per broker (:func:`heartwire.reliable.backend.backend_for`:
+:mod:`.stomp_backend` or :mod:`.memory_backend`, on the contract of :mod:`.base`). A monitor's
+alerts go out through a sender with :class:`heartwire.alerts.AlertListener` (a layer above).
 """
 
-from heartwire.reliable.alerts import AlertListener
 from heartwire.reliable.consumer import Consumer
 from heartwire.reliable.events import DeliveryRefused, FlushAck
 from heartwire.reliable.message import ReceivedMessage
@@ -21,7 +23,6 @@ from heartwire.reliable.sender import ReliableSender, SenderListener
 from heartwire.reliable.transaction import Transaction, TransactionFailed
 
 __all__ = [
-    "AlertListener",
     "Consumer",
     "DeliveryRefused",
     "FlushAck",

@@ -39,23 +39,19 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 from heartwire import _validate
 from heartwire._core import DedupWindow
-from heartwire.reliable import destinations
+from heartwire.reliable.backend import backend_for
 from heartwire.reliable.message import ReceivedMessage
-from heartwire.reliable.transaction import Transaction
-from heartwire.transport import is_stomp
-from heartwire.transport.headers import MESSAGE_ID_HEADER
+from heartwire.transport import destinations
 
 __all__ = ["Consumer"]
 
 log = logging.getLogger("heartwire.reliable")
-_forget_ids = itertools.count(1)
 
 ACK_MODES = ("auto", "client", "client-individual")
 
@@ -96,14 +92,12 @@ class Consumer:
         self.on_message = on_message
         self.on_error = on_error
         self._window: DedupWindow | None = DedupWindow(dedup_window) if dedup else None
-        self._stomp = is_stomp(broker)
         self._lock = threading.RLock()  # the embedded broker delivers inside start()
         self._sub: Any = None
         self._delivered = 0
         self._handler_errors = 0
         self._acked = 0
         self._nacked = 0
-        self._dialect: Any = None
         # Client-ack bookkeeping of the connection (or embedded subscription) delivering now:
         # its deliveries not yet acked or nacked (delivery number -> message id), and dropped
         # duplicates whose ACK waits (``client`` acks are cumulative: never past an unsettled
@@ -113,6 +107,8 @@ class Consumer:
         self._unsettled: dict[int, str] = {}
         self._held_dups: list[tuple[int, Callable[[], None]]] = []
         self._retired: weakref.WeakSet[Any] = weakref.WeakSet()
+        # The transport's half (picked once): subscribes and hands deliveries to _handle.
+        self._subscriber = backend_for(broker).subscriber(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -130,7 +126,7 @@ class Consumer:
         with self._lock:
             if self._sub is not None:
                 return self
-            self._sub = self._start_stomp() if self._stomp else self._start_embedded()
+            self._sub = self._subscriber.start()
         return self
 
     def stop(self, forget: bool = False) -> None:
@@ -154,14 +150,9 @@ class Consumer:
                 self._held_dups = []
         if sub is None:
             if forget and self.durable_name is not None:
-                self._forget_stopped()
+                self._subscriber.forget()
             return
-        if self._stomp:
-            self._stop_stomp(sub, forget)
-        else:
-            from heartwire.reliable.memory_store import store_of
-
-            store_of(self.broker).unsubscribe(sub, forget=forget)
+        self._subscriber.stop(sub, forget)
 
     def __enter__(self) -> Consumer:
         return self.start()
@@ -190,185 +181,10 @@ class Consumer:
         durable = f" durable {self.durable_name!r}" if self.durable_name else ""
         return f"<Consumer {self.destination!r}{durable} ack={self.ack} {state}>"
 
-    # -- STOMP ----------------------------------------------------------------------------------
-
-    def _dialect_now(self) -> Any:
-        broker = self.broker
-        deadline = time.monotonic() + broker.options.request_blocking_time
-        link = broker._connector.wait_link(deadline)
-        if link is None:
-            raise ConnectionError(
-                f"consumer of {self.destination!r}: no broker connection on {broker.url}"
-            )
-        return link.dialect
-
     def _sub_id(self) -> str | None:
         return f"hw-durable-{self.durable_name}" if self.durable_name else None
 
-    def _start_stomp(self, sub_id: str | None = None) -> Any:
-        broker = self.broker
-        dialect = self._dialect = self._dialect_now()
-        headers: dict[str, str] = {}
-        if self.durable_name is not None:
-            if dialect.durable_needs_client_id and not broker.client_id:
-                raise ValueError(
-                    f"durable_name={self.durable_name!r} on {dialect.name} needs a client id: "
-                    "connect(url, client_id=...)"
-                )
-            headers = dialect.durable_headers(self.durable_name, broker.client_id)
-        timeout = broker.options.request_blocking_time
-        # The ack bookkeeping of this subscription, one channel per connection it delivers on:
-        # a restart (a new subscription) starts afresh even on the same connection.
-        channels: weakref.WeakKeyDictionary[Any, _Channel] = weakref.WeakKeyDictionary()
-
-        def deliver(link: Any, message: Any) -> None:
-            with self._lock:
-                channel = channels.get(link)
-                if channel is None:
-                    channel = channels[link] = _Channel()
-            self._on_stomp(channel, link, message)
-
-        sub = broker.subscribe_destination(
-            self.destination,
-            deliver,
-            sub_id=sub_id or self._sub_id(),
-            ack=self.ack,
-            headers=headers,
-            confirm=timeout,
-        )
-        if sub.refused is not None:
-            sub.cancel()
-            raise ConnectionError(f"{self!r}: the broker refused the subscription: {sub.refused}")
-        if not sub.confirmed:
-            log.warning(
-                "%r: the broker did not confirm the subscription within %g s", self, timeout
-            )
-        return sub
-
-    def _stop_stomp(self, sub: Any, forget: bool) -> None:
-        if not (forget and self.durable_name is not None):
-            sub.cancel()
-            link = self.broker.current_link
-            if self.ack != "auto" and link is not None and link.dialect.unsubscribe_keeps_unacked:
-                # The only way to hand back what it left unacknowledged (seen or in flight).
-                link.abort(f"{self!r} stopped: returning its unacknowledged messages")
-            return
-        first, second = self._dialect.durable_forget(self.durable_name, self.broker.client_id)
-        sub.cancel(first)
-        if second is not None:
-            self._request_unsubscribe(second)
-
-    def _forget_stopped(self) -> None:
-        if not self._stomp:
-            from heartwire.reliable.memory_store import store_of
-
-            store = store_of(self.broker)
-            sub = store.subscribe(self.destination, "auto", self.durable_name, lambda m, t: None)
-            store.unsubscribe(sub, forget=True)
-            return
-        dialect = self._dialect or self._dialect_now()
-        first, second = dialect.durable_forget(self.durable_name, self.broker.client_id)
-        if dialect.durable_needs_client_id:
-            self._request_unsubscribe(second or {})
-        else:
-            # RabbitMQ deletes the queue on an UNSUBSCRIBE of an active durable subscription.
-            # The brief subscription gets an id of its own: a message the broker hands it before
-            # the UNSUBSCRIBE lands must not reach a later consumer of this durable name, which
-            # would have the same id.
-            sub = self._start_stomp(sub_id=f"{self._sub_id()}-forget-{next(_forget_ids)}")
-            sub.cancel(first)
-
-    def _request_unsubscribe(self, headers: dict[str, str]) -> None:
-        sub_id = self._sub_id()
-        assert sub_id is not None
-        timeout = self.broker.options.request_blocking_time
-        error = self.broker.request("UNSUBSCRIBE", {"id": sub_id, **headers}, timeout)
-        if error is not None:
-            log.warning("deleting durable subscription %r: %s", self.durable_name, error)
-
-    def _on_stomp(self, channel: _Channel, link: Any, message: Any) -> None:
-        headers = message.headers
-        message_id = headers.get(MESSAGE_ID_HEADER) or headers.get("message-id", "")
-        ack_id = headers.get("ack") or headers.get("message-id", "")
-        no = self._delivery(channel)
-
-        # Whether a NACK here also settles every earlier delivery (``client`` mode, RabbitMQ).
-        nack_all = link.dialect.nack_cumulative
-
-        def frame(ok: bool) -> bool:
-            # Whether the frame went out (else the connection is gone: the broker redelivers).
-            try:
-                link.frame("ACK" if ok else "NACK", {"id": ack_id})
-            except ConnectionError:
-                return False
-            return True
-
-        settle = None
-        if self.ack != "auto":
-
-            def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
-                if tx is not None:
-                    tx._settle_stomp(link, "ACK" if ok else "NACK", {"id": ack_id})
-                    tx._after_commit(lambda: self._settled(channel, no, msg.id, ok, nack_all))
-                else:  # handled even if the ACK cannot land: the redelivery is a duplicate
-                    self._settled(channel, no, msg.id, ok, nack_all, counted=frame(ok))
-
-        msg = ReceivedMessage(
-            message_id,
-            message.destination,
-            message.body,
-            headers,
-            headers.get("redelivered") == "true",
-            settle,
-        )
-        self._handle(msg, channel, no, lambda: frame(True))
-
-    # -- embedded broker ------------------------------------------------------------------------
-
-    def _start_embedded(self) -> Any:
-        from heartwire.reliable.memory_store import store_of
-
-        store = store_of(self.broker)
-        holder: list[Any] = []
-
-        def deliver(stored: Any, tag: int | None) -> None:
-            channel = holder[0]
-            no = self._delivery(channel)
-            settle = None
-            if tag is not None:
-
-                def settle(msg: ReceivedMessage, ok: bool, tx: Transaction | None) -> None:
-                    def apply() -> None:
-                        store.settle(channel, tag, ok)
-                        self._settled(channel, no, msg.id, ok, False)  # (NACK: its own)
-
-                    if tx is not None:
-                        tx._defer(apply)
-                    else:
-                        apply()
-
-            headers = stored.headers
-            msg = ReceivedMessage(
-                headers.get(MESSAGE_ID_HEADER, ""),
-                stored.destination,
-                stored.body,
-                headers,
-                stored.redelivered,
-                settle,
-            )
-            self._handle(
-                msg, channel, no, lambda: store.settle(channel, tag, True) if tag else None
-            )
-
-        # The store may deliver buffered messages before subscribe returns: give it the
-        # subscription through ``holder`` first.
-        deferred = _Deferred(deliver)
-        sub = store.subscribe(self.destination, self.ack, self.durable_name, deferred)
-        holder.append(sub)
-        deferred.release()
-        return sub
-
-    # -- both -----------------------------------------------------------------------------------
+    # -- deliveries (from the subscriber, on any transport) -----------------------------------
 
     def _delivery(self, channel: Any) -> int:
         # Number a delivery from ``channel`` (one subscription on one connection, or one
@@ -472,38 +288,3 @@ class Consumer:
                 self._held_dups.append((no, ack_copy))
                 return
         ack_copy()
-
-
-class _Channel:
-    """The ack bookkeeping identity of one STOMP subscription on one connection."""
-
-    __slots__ = ("__weakref__",)
-
-
-class _Deferred:
-    """A delivery callback that holds messages until :meth:`release` (the embedded store may
-    deliver while ``subscribe`` runs, before the consumer has its subscription object)."""
-
-    def __init__(self, fn: Callable[[Any, int | None], None]) -> None:
-        self._fn = fn
-        self._held: list[tuple[Any, int | None]] | None = []
-
-    def __call__(self, stored: Any, tag: int | None) -> None:
-        if self._held is not None:
-            self._held.append((stored, tag))
-        else:
-            self._fn(stored, tag)
-
-    def release(self) -> None:
-        # Every held message is delivered even if an earlier delivery raised (a handler's
-        # BaseException); the first one raised propagates once all are done.
-        held, self._held = self._held, None
-        first: BaseException | None = None
-        for stored, tag in held or ():
-            try:
-                self._fn(stored, tag)
-            except BaseException as exc:
-                if first is None:
-                    first = exc
-        if first is not None:
-            raise first

@@ -41,14 +41,14 @@ import threading
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from heartwire.reliable import destinations
+from heartwire.reliable.backend import backend_for
+from heartwire.reliable.base import Pending
 from heartwire.reliable.events import DeliveryRefused, FlushAck
-from heartwire.reliable.tracker import ReceiptTracker
-from heartwire.transport import TransportClosed, is_stomp
+from heartwire.transport import TransportClosed, destinations
 from heartwire.transport.headers import MESSAGE_ID_HEADER
+from heartwire.transport.observers import Observers
 
 __all__ = ["ReliableSender", "SenderListener"]
 
@@ -63,14 +63,6 @@ class SenderListener:
 
     def on_error(self, error: DeliveryRefused) -> None:
         """The broker refused a message."""
-
-
-@dataclass
-class _Pending:
-    seq: int
-    body: bytes
-    headers: dict[str, str]
-    link: Any  # the connection it was last sent on (None: not sent yet)
 
 
 class ReliableSender:
@@ -102,7 +94,7 @@ class ReliableSender:
         self.persistent = persistent
         self._on_flushed = on_flushed
         self._on_error = on_error
-        self._listeners: tuple[Any, ...] = ()
+        self._listeners = Observers(log, "sender listener", ("on_flushed", "on_error"))
         for listener in listeners:
             self.add_listener(listener)
         self._id = uuid.uuid4().hex[:12]
@@ -110,7 +102,7 @@ class ReliableSender:
         self._flush_ids = itertools.count(1)
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
-        self._outstanding: OrderedDict[str, _Pending] = OrderedDict()
+        self._outstanding: OrderedDict[str, Pending] = OrderedDict()
         # (request id, covers messages with seq <= this, count), oldest first.
         self._flushes: deque[tuple[int, int, int]] = deque()
         self._last_seq = 0
@@ -123,42 +115,21 @@ class ReliableSender:
         self._refused_count = 0
         self._flushes_acked = 0
         self._callback_errors = 0
-        self._stomp = is_stomp(broker)
-        # STOMP: the connection this sender sends on (every outstanding message not in
-        # ``_queue`` went out on it) and the messages still to send there, in order. One thread
-        # at a time (``_draining``) writes them, so nothing overtakes the backlog.
-        self._link: Any = None
-        self._queue: deque[_Pending] = deque()
-        self._draining = False
-        # A new connection whose re-send this sender still owes (``_resend`` queued it under
-        # the connector's lock; ``_resume`` writes it once the link is published).
-        self._owed: Any = None
-        self._tracker = ReceiptTracker.of(broker) if self._stomp else None
-        if self._tracker is not None:
-            # A connection being attached right now either re-sends through this sender (it
-            # is registered first) or is the one returned.
-            link = self._tracker.add(self)
-            with self._lock:
-                if self._link is None:  # (not set by a _resend meanwhile)
-                    self._link = link
+        # The transport's half (picked once): writes the messages, reports receipts and
+        # refusals, re-sends after a reconnection. Made last: a STOMP outbox registers with
+        # the transport's receipt tracker, whose calls need everything above.
+        self._outbox = backend_for(broker).outbox(self)
 
     # -- listeners ------------------------------------------------------------------------------
 
     def add_listener(self, listener: Any) -> None:
-        """Add an object with ``on_flushed(ack)`` and/or ``on_error(error)``."""
-        if not any(callable(getattr(listener, n, None)) for n in ("on_flushed", "on_error")):
-            raise TypeError(
-                f"a sender listener needs on_flushed or on_error; got {type(listener).__name__}"
-            )
-        if listener not in self._listeners:
-            self._listeners = (*self._listeners, listener)
+        """Add an object with ``on_flushed(ack)`` and/or ``on_error(error)`` (:class:`TypeError`
+        if it has neither)."""
+        self._listeners.add(listener)
 
     def remove_listener(self, listener: Any) -> bool:
         """Remove a listener; False if it was not added."""
-        if listener not in self._listeners:
-            return False
-        self._listeners = tuple(x for x in self._listeners if x is not listener)
-        return True
+        return self._listeners.remove(listener)
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -196,136 +167,25 @@ class ReliableSender:
             frame_headers["persistent"] = "true"
         if self._closed or getattr(self.broker, "closed", False):
             raise TransportClosed(f"send to {self.destination!r}: the sender or broker is closed")
-        if not self._stomp:
-            return self._send_embedded(body, frame_headers)
-        return self._send_stomp(body, frame_headers)
+        return self._send(body, frame_headers)
 
-    def _send_embedded(self, body: bytes, headers: dict[str, str]) -> str:
-        from heartwire.reliable.memory_store import store_of
-
-        # Outstanding until the store holds it (its receipt, before the store delivers it):
-        # a flush requested meanwhile from another thread covers this message and waits for
-        # it; one from a handler this send is delivering to does not wait for the delivery.
+    def _send(self, body: bytes, headers: dict[str, str]) -> str:
+        # Outstanding and put in the outbox in one step under the lock, so messages go out in
+        # the order of their ids; written outside it (the outbox never writes under the lock:
+        # the receiving thread needs it for receipts, and a broker blocked writing receipts
+        # to us stops reading our sends).
         with self._lock:
             seq = next(self._seq)
             self._last_seq = seq
             message_id = f"{self._id}:{seq}"
             headers[MESSAGE_ID_HEADER] = message_id
-            self._outstanding[message_id] = _Pending(seq, body, headers, None)
-            self._sent += 1
-        stored = False
-
-        def receipt() -> None:
-            nonlocal stored
-            stored = True
-            self._receipted(message_id)
-
-        try:
-            store_of(self.broker).send(self.destination, body, headers, on_stored=receipt)
-        except ValueError as exc:
-            if not stored:
-                self._refused(message_id, str(exc))
-            else:
-                raise
-        except BaseException as exc:
-            # The store failed (it is raised to the caller too): never leave a flush waiting.
-            if not stored:
-                self._refused(message_id, f"the embedded broker failed: {exc!r}")
-            raise
-        return message_id
-
-    def _send_stomp(self, body: bytes, headers: dict[str, str]) -> str:
-        # Never send while holding the lock: the receiving thread needs it for receipts, and a
-        # broker blocked writing receipts to us stops reading our sends.
-        with self._lock:
-            seq = next(self._seq)
-            self._last_seq = seq
-            message_id = f"{self._id}:{seq}"
-            headers[MESSAGE_ID_HEADER] = message_id
-            headers["receipt"] = message_id
-            pending = _Pending(seq, body, headers, None)
+            pending = Pending(seq, body, headers, None)
             self._outstanding[message_id] = pending
-            self._queue.append(pending)
             self._sent += 1
-            if self._draining:  # the thread writing the queue sends this one too, in order
-                return message_id
-            self._draining = True
-        self._drain()
+            go = self._outbox.put(pending)
+        if go:
+            self._outbox.run(pending)
         return message_id
-
-    def _resend(self, link: Any) -> None:
-        """Queue every outstanding message again, in order, for the new connection ``link``.
-        The tracker calls this under the transport's connector lock, before the link is
-        published, so nothing is written here (a publish or subscribe waiting for the lock
-        would wait for the whole backlog): :meth:`_resume` writes it once the link is
-        published. Sends made meanwhile queue behind the backlog."""
-        with self._lock:
-            self._link = link
-            # Receipts of the earlier connection will never come: everything goes again.
-            self._queue = deque(self._outstanding.values())
-            if self._draining:  # another thread is writing: it moves on to ``link``
-                if self._owed is not None:
-                    self._owed = link
-                return
-            self._draining = True  # held for _resume: sends queue behind the backlog
-            self._owed = link
-
-    def _resume(self, link: Any) -> None:
-        """Write the re-send :meth:`_resend` queued for ``link``; the tracker calls this
-        outside the connector's lock once ``link`` was published (or rejected: then nothing
-        goes out and the next connection re-sends)."""
-        with self._lock:
-            if self._owed is not link:
-                return
-            self._owed = None
-        self._drain()
-
-    def _drain(self) -> None:
-        # The one writer (``_draining`` is ours): send the queue, in order, on ``self._link``
-        # until it is empty or the link is down; what is not receipted stays outstanding and
-        # goes again on the next connection (``_resend``).
-        tracker = self._tracker
-        assert tracker is not None
-        while True:
-            batch: list[_Pending] = []
-            with self._lock:
-                link = self._link
-                if link is None or not link.open or not self._queue:
-                    self._draining = False
-                    return
-                while self._queue and len(batch) < 512:
-                    pending = self._queue.popleft()
-                    message_id = pending.headers[MESSAGE_ID_HEADER]
-                    if message_id not in self._outstanding:
-                        continue  # refused meanwhile
-                    if pending.link is not None and pending.link is not link:
-                        self._resent += 1
-                    pending.link = link
-                    tracker.expect(link, message_id, self)
-                    batch.append(pending)
-            done = 0
-            try:
-                for pending in batch:
-                    link.send(self.destination, pending.body, pending.headers)
-                    done += 1
-            except Exception as exc:
-                with self._lock:
-                    if self._link is link:
-                        # The queue again holds every outstanding message not sent on
-                        # ``self._link`` (the failed one included: it may not have gone out).
-                        rest = [
-                            p
-                            for p in batch[done:]
-                            if p.headers[MESSAGE_ID_HEADER] in self._outstanding
-                        ]
-                        self._queue.extendleft(reversed(rest))
-                    # (else a new connection was attached meanwhile: its queue has them all)
-                # End the link whether or not it is published yet: a current one is reported
-                # to the connector, which reconnects; one still being attached is no longer
-                # open, so the connector rejects it and tries again. The next connection
-                # re-sends everything outstanding. The loop then stops, or goes on with the
-                # queue of a connection attached meanwhile.
-                link.abort(f"send failed: {exc!r}")
 
     # -- receipts -------------------------------------------------------------------------------
 
@@ -368,17 +228,19 @@ class ReliableSender:
             self._call("on_flushed", self._on_flushed, ack)
 
     def _call(self, method: str, fn: Callable[[Any], Any] | None, arg: Any) -> None:
-        targets = [fn] if fn is not None else []
-        targets += [
-            getattr(x, method) for x in self._listeners if callable(getattr(x, method, None))
-        ]
-        for target in targets:
+        # The callback given to the constructor, then the listeners (one that raises is
+        # logged and counted, the others still called).
+        failed = 0
+        if fn is not None:
             try:
-                target(arg)
+                fn(arg)
             except Exception:
-                with self._lock:
-                    self._callback_errors += 1
-                log.exception("%s callback %r raised", method, target)
+                failed += 1
+                log.exception("%s callback %r raised", method, fn)
+        failed += len(self._listeners.notify(method, arg))
+        if failed:
+            with self._lock:
+                self._callback_errors += failed
 
     # -- flushes --------------------------------------------------------------------------------
 
@@ -400,15 +262,15 @@ class ReliableSender:
         Raises :class:`RuntimeError` rather than wait, on STOMP, on the thread that reads the
         receipts it waits for (a message handler of the same transport's connection): use
         :meth:`request_flush` and ``on_flushed`` there."""
-        link = self._link
-        if timeout != 0 and link is not None and link.receiving_here():
+        broker = self._outbox.receipts_read_here() if timeout != 0 else None
+        if broker is not None:
             with self._lock:
                 done = request_id in self._acked_flushes
             if done:
                 return True
             raise RuntimeError(
                 f"wait_flushed({request_id}) to {self.destination!r} on the thread that reads "
-                f"{link.broker}'s receipts (a message handler): it could never complete; use "
+                f"{broker}'s receipts (a message handler): it could never complete; use "
                 "request_flush() and on_flushed there"
             )
         with self._done:
@@ -423,8 +285,7 @@ class ReliableSender:
     def close(self) -> None:
         """Stop sending (outstanding messages are no longer re-sent); idempotent."""
         self._closed = True
-        if self._tracker is not None:
-            self._tracker.remove(self)
+        self._outbox.close()
 
     def __enter__(self) -> ReliableSender:
         return self

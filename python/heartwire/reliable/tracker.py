@@ -1,11 +1,11 @@
 """Routing a STOMP transport's RECEIPT and ERROR frames to the reliable senders that wait.
 
-One :class:`ReceiptTracker` per :class:`~heartwire.transport.stomp.StompTransport` (made by
-:meth:`ReceiptTracker.of`) is its link observer: it remembers, per connection and in send order,
-which sender is waiting for which receipt; routes each RECEIPT to it; and on a new connection
-asks every sender to queue again what it still holds (before the link is published, so the
-backlog goes before anything sent later) and writes those re-sends once it is published, outside
-the connector's lock.
+One :class:`ReceiptTracker` per :class:`~heartwire.transport.stomp.StompTransport` (its
+:class:`~heartwire.reliable.stomp_backend.StompBackend`'s) observes its link events: it
+remembers, per connection and in send order, which sender is waiting for which receipt; routes
+each RECEIPT to it; and on a new connection asks every sender to queue again what it still holds
+(before the link is published, so the backlog goes before anything sent later) and writes those
+re-sends once it is published, outside the connector's lock.
 
 An ERROR frame that names a ``receipt-id`` (ActiveMQ does) refuses that message. One that does
 not (RabbitMQ) is taken as the refusal of the oldest message still waiting on that connection
@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from heartwire.transport.errors import names
+from heartwire.transport.observers import ConnectionObserver
 
 if TYPE_CHECKING:
     from heartwire.transport.link import StompLink
 
 __all__ = ["ReceiptTracker", "Waiter"]
 
-_ATTR = "_hw_receipt_tracker"
-_LOCK = threading.Lock()
-
 
 class Waiter(Protocol):
-    """What the tracker calls back (a reliable sender)."""
+    """What the tracker calls back (a reliable sender's outbox)."""
 
     def _receipted(self, message_id: str) -> None: ...
     def _refused(self, message_id: str, reason: str) -> None: ...
@@ -41,7 +39,7 @@ class Waiter(Protocol):
     def _destination_name(self) -> str: ...
 
 
-class ReceiptTracker:
+class ReceiptTracker(ConnectionObserver):
     """See the module docs."""
 
     def __init__(self) -> None:
@@ -51,21 +49,14 @@ class ReceiptTracker:
         # The connection receipts are awaited on (None: not known yet, the first one used).
         self._link: StompLink | None = None
 
-    @classmethod
-    def of(cls, transport: Any) -> ReceiptTracker:
-        """The tracker of ``transport``, registered as its link observer on first use."""
-        with _LOCK:
-            tracker = getattr(transport, _ATTR, None)
-            if tracker is None:
-                tracker = cls()
-                setattr(transport, _ATTR, tracker)
-                # Atomic with respect to attaching a connection (the connector's lock).
-                with transport._connector.cond:
-                    transport.add_link_observer(tracker)
-                    tracker._link = transport.current_link
-            return tracker
+    def start(self, link: StompLink | None) -> None:
+        """The connection that was current when the tracker was registered as an observer
+        (unless one attached since, which ``on_attached`` recorded)."""
+        with self._lock:
+            if self._link is None:
+                self._link = link
 
-    def add(self, sender: Waiter) -> Any:
+    def add(self, sender: Waiter) -> StompLink | None:
         """Register ``sender``; returns the connection to send on (None: none yet). A
         connection attached later calls ``sender._resend`` with it; one being attached right
         now either did (``sender`` was added before) or is the one returned."""
@@ -97,9 +88,9 @@ class ReceiptTracker:
         with self._lock:
             return sum(len(q) for q in self._pending.values())
 
-    # -- link observer (StompTransport.add_link_observer) ---------------------------------------
+    # -- link events (StompTransport.add_observer) ----------------------------------------------
 
-    def attached(self, link: StompLink) -> None:
+    def on_attached(self, link: StompLink) -> None:
         # Under the connector's lock, before ``link`` is published: queue the re-sends only.
         with self._lock:
             # Receipts of earlier connections will never come: their senders re-send.
@@ -109,7 +100,7 @@ class ReceiptTracker:
         for sender in senders:
             sender._resend(link)
 
-    def published(self, link: StompLink) -> None:
+    def on_published(self, link: StompLink) -> None:
         # Outside the connector's lock, once ``link`` was published (or rejected): write the
         # re-sends ``attached`` queued, one sender after the other.
         with self._lock:
@@ -117,14 +108,14 @@ class ReceiptTracker:
         for sender in senders:
             sender._resume(link)
 
-    def receipt(self, link: StompLink, receipt: str) -> None:
+    def on_receipt(self, link: StompLink, receipt: str) -> None:
         with self._lock:
             queue = self._pending.get(link)
             sender = queue.pop(receipt, None) if queue is not None else None
         if sender is not None:
             sender._receipted(receipt)
 
-    def error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
+    def on_error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
         rid = headers.get("receipt-id")
         with self._lock:
             queue = self._pending.get(link)

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "ConnectFailed",
     "ConnectionListener",
+    "ConnectionObserver",
     "KeepAliveMonitor",
     "Message",
     "MessageHandler",
@@ -34,7 +35,6 @@ __all__ = [
     "Transport",
     "TransportClosed",
     "connect",
-    "is_stomp",
 ]
 
 from heartwire._throttle import worth_logging
@@ -101,16 +101,6 @@ class Transport(Protocol):
         ...
 
 
-def is_stomp(transport: object) -> bool:
-    """Whether ``transport`` is a :class:`StompTransport` (told by the connection-level methods
-    the reliable-delivery layer uses, so that stomp.py is not imported to ask)."""
-    return (
-        hasattr(transport, "current_link")
-        and hasattr(transport, "add_link_observer")
-        and hasattr(transport, "subscribe_destination")
-    )
-
-
 _named_lock = threading.Lock()
 _named: dict[str, Any] = {}
 
@@ -153,10 +143,10 @@ def __getattr__(name: str) -> Any:
         from heartwire.transport.stomp import StompTransport
 
         return StompTransport
-    if name == "ConnectionListener":
-        from heartwire.transport.failover import ConnectionListener
+    if name in ("ConnectionListener", "ConnectionObserver"):
+        from heartwire.transport.observers import ConnectionObserver
 
-        return ConnectionListener
+        return ConnectionObserver
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

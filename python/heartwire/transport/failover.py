@@ -18,12 +18,10 @@ published (or rejected), outside the lock: nothing that needs the lock (a publis
 a handler on the new link's receiving thread) waits for it. A send never waits for the lock while
 a link is current (:meth:`Connector.wait_link`).
 
-Connection listeners are plain objects with any of these methods, called on the supervisor
-thread (errors are logged and counted, never raised):
-
-- ``on_disconnected(broker, reason)``: the link to ``broker`` (``"stomp://host:port"``) was lost;
-- ``on_reconnected(broker)``: connected again (to ``broker``) and every subscription restored;
-- ``on_reconnect_failed(reason)``: ``reconnect_period`` ran out; the transport is closed.
+The connection events (``on_disconnected(broker, reason)``, ``on_reconnected(broker)``,
+``on_reconnect_failed(reason)``) go to the transport's observers
+(:class:`~heartwire.transport.observers.ConnectionObserver`, :class:`.observers.Observers`),
+called on the supervisor thread (errors are logged and counted, never raised).
 """
 
 from __future__ import annotations
@@ -32,29 +30,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from heartwire.transport.errors import ConnectFailed
 from heartwire.transport.link import LinkError, StompLink
+from heartwire.transport.observers import ConnectionObserver, Observers
 from heartwire.transport.urls import BrokerAddress, StompOptions
 
 __all__ = ["ConnectFailed", "ConnectionListener", "Connector"]
 
 log = logging.getLogger("heartwire.transport.failover")
 
-
-class ConnectionListener:
-    """Base class for connection listeners (every method optional; see the module docs)."""
-
-    def on_disconnected(self, broker: str, reason: str) -> None:
-        """The connection to ``broker`` was lost (``reason`` says how)."""
-
-    def on_reconnected(self, broker: str) -> None:
-        """Connected again, to ``broker``, with every subscription restored."""
-
-    def on_reconnect_failed(self, reason: str) -> None:
-        """Reconnection gave up (``reconnect_period``); the transport is closed."""
-
+#: The connection-listener base class of earlier versions: the one observer protocol.
+ConnectionListener = ConnectionObserver
 
 MakeLink = Callable[[BrokerAddress], StompLink]
 
@@ -66,7 +53,8 @@ class Connector:
     :attr:`cond`) before a link becomes current and may raise to reject it; ``attached(link)``
     (if given) runs after every ``attach`` call, outside the lock, once the link was published
     or rejected (then it is no longer open); ``detach(link, reason)`` runs (on the supervisor
-    thread, outside the lock) after a current link was lost.
+    thread, outside the lock) after a current link was lost. ``observers`` get the connection
+    events (on the supervisor thread).
     """
 
     def __init__(
@@ -76,6 +64,7 @@ class Connector:
         attach: Callable[[StompLink], None],
         detach: Callable[[StompLink, str], None],
         attached: Callable[[StompLink], None] | None = None,
+        observers: Observers | None = None,
     ) -> None:
         self.options = options
         self._make_link = make_link
@@ -91,47 +80,14 @@ class Connector:
         self._lost: list[tuple[StompLink, str]] = []
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._listeners: tuple[Any, ...] = ()
-        self.listener_errors = 0
+        self.observers = observers if observers is not None else Observers(log, "observer")
         self.reconnects = 0
         self.attempts = 0
         #: (broker, seconds without a link) of each outage that ended, newest last (20 kept).
         self.outages: list[tuple[str, float]] = []
 
-    # -- listeners ----------------------------------------------------------------------------
-
-    @property
-    def listeners(self) -> tuple[Any, ...]:
-        return self._listeners
-
-    def add_listener(self, listener: Any) -> None:
-        names = ("on_disconnected", "on_reconnected", "on_reconnect_failed")
-        if not any(callable(getattr(listener, n, None)) for n in names):
-            raise TypeError(
-                f"a connection listener needs at least one of {', '.join(names)}; "
-                f"got {type(listener).__name__}"
-            )
-        with self.cond:
-            if listener not in self._listeners:
-                self._listeners = (*self._listeners, listener)
-
-    def remove_listener(self, listener: Any) -> bool:
-        with self.cond:
-            if listener not in self._listeners:
-                return False
-            self._listeners = tuple(x for x in self._listeners if x is not listener)
-            return True
-
-    def _emit(self, method: str, *args: Any) -> None:
-        for listener in self._listeners:
-            fn = getattr(listener, method, None)
-            if fn is None:
-                continue
-            try:
-                fn(*args)
-            except Exception:
-                self.listener_errors += 1
-                log.exception("connection listener %r.%s raised", listener, method)
+    def _emit(self, method: str, *args: object) -> None:
+        self.observers.notify(method, *args)
 
     # -- lifecycle ----------------------------------------------------------------------------
 

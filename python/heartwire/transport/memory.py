@@ -19,13 +19,12 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Any
 
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
+from heartwire.transport.memory_store import MemoryStore
 from heartwire.transport.patterns import is_wildcard, matcher, validate_pattern, validate_topic
-
-if TYPE_CHECKING:
-    from heartwire.reliable.transaction import Transaction
+from heartwire.transport.session import open_transaction
 
 __all__ = ["MemoryBroker", "MemorySubscription"]
 
@@ -121,16 +120,25 @@ class MemoryBroker:
         self._ids = itertools.count(1)
         #: Accepted for parity with STOMP (durable subscriptions need none here).
         self.client_id = client_id
-        #: The queues and durable subscriptions of reliable delivery (made on first use by
-        #: :func:`heartwire.reliable.memory_store.store_of`).
-        self.reliable_store: object | None = None
+        self._store: MemoryStore | None = None
 
-    def transaction(self, timeout: float | None = None) -> Transaction:
-        """A :class:`heartwire.reliable.Transaction` on this broker: its sends and acks are
-        held and applied on commit, dropped on abort (``timeout`` is accepted and unused)."""
-        from heartwire.reliable.transaction import Transaction
+    @property
+    def store(self) -> MemoryStore:
+        """The broker's queues and durable subscriptions (:mod:`.memory_store`), made on first
+        use: what reliable delivery sends to and consumes from."""
+        store = self._store
+        if store is None:
+            with self._lock:
+                store = self._store
+                if store is None:
+                    store = self._store = MemoryStore(self)
+        return store
 
-        return Transaction(self, timeout=timeout)
+    def transaction(self, timeout: float | None = None) -> Any:
+        """A :class:`heartwire.Transaction` on this broker (the same as
+        ``heartwire.Transaction(broker)``): its sends and acks are held and applied on commit,
+        dropped on abort (``timeout`` is accepted and unused)."""
+        return open_transaction(self, timeout)
 
     # -- publishing -------------------------------------------------------------------------
 

@@ -29,24 +29,29 @@ URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
   same broker or the next of a ``failover:`` list; every subscription is restored before
   publishing resumes. During an outage :meth:`~StompTransport.publish` blocks up to
   ``request_blocking_time`` seconds, then raises :class:`~heartwire.transport.SendTimeout`.
-  :meth:`~StompTransport.add_connection_listener` reports ``on_disconnected(broker, reason)``
-  and ``on_reconnected(broker)``.
+- **Observers** (:meth:`~StompTransport.add_observer`, or its earlier name
+  ``add_connection_listener``; :class:`~heartwire.transport.observers.ConnectionObserver`) are
+  told ``on_disconnected(broker, reason)``, ``on_reconnected(broker)`` and
+  ``on_reconnect_failed(reason)``, and the link events the reliable layer uses.
 
-- **Reliable delivery** (:mod:`heartwire.reliable`) builds on a few lower-level hooks:
+- **Reliable delivery** (:mod:`heartwire.reliable`, the layer above) uses the session
+  interface of :mod:`.session` (:class:`~heartwire.transport.session.StompSession`):
   :meth:`~StompTransport.subscribe_destination` (a raw STOMP destination with an ack mode and
-  extra SUBSCRIBE headers, restored after reconnection like the others), link observers
-  (:meth:`~StompTransport.add_link_observer`: told of each new connection before it is
-  published and again after, and of every RECEIPT and ERROR frame),
-  :meth:`~StompTransport.request` (a frame with a receipt, waited for) and ``client_id=``
-  (the ``client-id`` CONNECT header that ActiveMQ's durable subscriptions need).
-  :meth:`~StompTransport.transaction` opens a STOMP transaction.
+  extra SUBSCRIBE headers, restored after reconnection like the others), observers' link
+  events (``on_attached``/``on_published``: each new connection before it is published and
+  again after; ``on_receipt``/``on_error_frame``: every RECEIPT and ERROR frame nobody waited
+  for),
+  :meth:`~StompTransport.request` (a frame with a receipt, waited for),
+  :meth:`~StompTransport.wait_link` and ``client_id=`` (the ``client-id`` CONNECT header that
+  ActiveMQ's durable subscriptions need). :meth:`~StompTransport.transaction` opens a STOMP
+  transaction (a :class:`heartwire.Transaction`).
 
 Thread safety: every method may be called from any thread. Handlers run on the receiving
 thread of the current connection (stomp.py's), one message at a time, in arrival order; a handler
 may publish, subscribe and cancel. A handler that raises is logged and counted
 (``stats()["handler_errors"]``) and the receiving thread goes on. A slow handler delays the
 messages behind it (and the keep-alive pings: keep handlers short, or hand work to a thread).
-Connection listeners run on the failover thread.
+Connection events run on the failover thread.
 """
 
 from __future__ import annotations
@@ -58,21 +63,20 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from heartwire import _validate
 from heartwire._core import Intake, Routes
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
 from heartwire.transport.errors import SendTimeout, names
-from heartwire.transport.failover import ConnectionListener, Connector
+from heartwire.transport.failover import Connector
 from heartwire.transport.headers import MESSAGE_ID_HEADER
 from heartwire.transport.keepalive import KeepAliveMonitor
 from heartwire.transport.link import StompLink
+from heartwire.transport.observers import ConnectionObserver, Observers
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
+from heartwire.transport.session import open_transaction
 from heartwire.transport.urls import BrokerAddress, StompOptions, parse_url
-
-if TYPE_CHECKING:
-    from heartwire.reliable.transaction import Transaction
 
 __all__ = ["MESSAGE_ID_HEADER", "StompSubscription", "StompTransport"]
 
@@ -172,7 +176,8 @@ class StompTransport:
         if client_id is not None and (not isinstance(client_id, str) or not client_id.strip()):
             raise ValueError(f"client_id must be a non-empty str or None, got {client_id!r}")
         self.client_id = client_id
-        self._observers: tuple[Any, ...] = ()
+        # Connection and link events go to these (on the failover and receiving threads).
+        self._observers = Observers(log, "connection observer")
         self._receipt_waiters: dict[str, threading.Event] = {}
         # Receipts answered by an ERROR frame instead (receipt id -> the error), and what an
         # ERROR without a receipt-id must quote to answer a waiting request (its transaction,
@@ -210,7 +215,12 @@ class StompTransport:
         self._native_base = 0
         self._closed = False
         self._connector = Connector(
-            self._options, self._new_link, self._attach, self._detach, self._attached
+            self._options,
+            self._new_link,
+            self._attach,
+            self._detach,
+            self._attached,
+            self._observers,
         )
         self._connector.start()
 
@@ -231,6 +241,11 @@ class StompTransport:
     def current_link(self) -> StompLink | None:
         """The connection in use now (None during an outage); for the reliable layer."""
         return self._connector.current
+
+    def wait_link(self, timeout: float) -> StompLink | None:
+        """The connection in use, waiting up to ``timeout`` seconds for one during an outage;
+        None if none came or the transport closed (for the reliable layer)."""
+        return self._connector.wait_link(time.monotonic() + timeout)
 
     @property
     def broker(self) -> str | None:
@@ -266,24 +281,39 @@ class StompTransport:
         return self._keepalive
 
     @property
-    def connection_listeners(self) -> tuple[Any, ...]:
-        """The registered connection listeners."""
-        return self._connector.listeners
+    def observers(self) -> tuple[Any, ...]:
+        """The registered observers, in registration order."""
+        return self._observers.items
 
     def _native_consumed(self) -> int:
         """Beat frames the core took straight off the sockets (never seen by stomp.py)."""
         with self._stats_lock:
             return self._native_base + sum(link.native_consumed for link in self._native_links)
 
-    def add_connection_listener(self, listener: ConnectionListener | Any) -> None:
-        """Register an object with ``on_disconnected(broker, reason)``,
-        ``on_reconnected(broker)`` and/or ``on_reconnect_failed(reason)`` (called on the
-        failover thread; see :class:`~heartwire.transport.failover.ConnectionListener`)."""
-        self._connector.add_listener(listener)
+    def add_observer(self, observer: ConnectionObserver | Any) -> StompLink | None:
+        """Register ``observer``: a :class:`~heartwire.transport.observers.ConnectionObserver`,
+        or any object with some of its methods (:class:`TypeError` if it has none). Connection
+        events come on the failover thread, link events as that module's docs say.
+
+        Returns the connection current at registration (None during an outage): registering
+        and reading it hold the connector's lock, so every later connection is reported to
+        ``on_attached``."""
+        with self._connector.cond:
+            self._observers.add(observer)
+            return self._connector.current
+
+    def remove_observer(self, observer: Any) -> bool:
+        """Unregister ``observer``; False if it was not registered."""
+        return self._observers.remove(observer)
+
+    def add_connection_listener(self, listener: ConnectionObserver | Any) -> None:
+        """:meth:`add_observer` (the earlier name, for ``on_disconnected(broker, reason)``,
+        ``on_reconnected(broker)`` and ``on_reconnect_failed(reason)``)."""
+        self.add_observer(listener)
 
     def remove_connection_listener(self, listener: Any) -> bool:
-        """Unregister a connection listener; False if it was not registered."""
-        return self._connector.remove_listener(listener)
+        """:meth:`remove_observer` (the earlier name)."""
+        return self.remove_observer(listener)
 
     def subscriptions(self) -> list[StompSubscription]:
         """The active subscriptions, oldest first."""
@@ -297,7 +327,8 @@ class StompTransport:
         subscription took),
         ``handler_errors``, ``subscriptions``, ``reconnects``, ``connect_attempts``,
         ``keepalive_pings`` / ``keepalive_returned`` / ``keepalive_expirations``,
-        ``listener_errors``, and ``outages`` (``(broker, seconds)`` of the last ones)."""
+        ``listener_errors`` (observer calls that raised), and ``outages`` (``(broker,
+        seconds)`` of the last ones)."""
         c = self._connector
         native = self._native_consumed()  # (takes the stats lock itself)
         with self._stats_lock:
@@ -315,7 +346,7 @@ class StompTransport:
                 "keepalive_pings": self._pings_sent,
                 "keepalive_returned": self._pings_received,
                 "keepalive_expirations": self._keepalive_expirations,
-                "listener_errors": c.listener_errors,
+                "listener_errors": self._observers.errors,
                 "outages": list(c.outages),
             }
 
@@ -536,30 +567,14 @@ class StompTransport:
 
     # -- hooks for the reliable layer -------------------------------------------------------------
 
-    def add_link_observer(self, observer: Any) -> None:
-        """Register an object with ``attached(link)`` (a new connection, called under the
-        connector's lock after the subscriptions are restored and before the link is
-        published: no network writes there, they would hold up every publish and subscribe),
-        optionally ``published(link)`` (after ``attached``, outside the lock, once the link
-        was published, or rejected and no longer open: re-send there), ``receipt(link,
-        receipt_id)`` and ``error_frame(link, headers, detail)`` (on the receiving thread)."""
-        with self._connector.cond:
-            if observer not in self._observers:
-                self._observers = (*self._observers, observer)
-
-    def remove_link_observer(self, observer: Any) -> None:
-        """Unregister a link observer (no-op if it was not registered)."""
-        with self._connector.cond:
-            self._observers = tuple(o for o in self._observers if o is not observer)
-
     def request(self, command: str, headers: dict[str, str], timeout: float) -> str | None:
         """Send ``command`` (BEGIN/COMMIT/ABORT/ACK/NACK/UNSUBSCRIBE) with ``headers`` and a
         receipt on the current connection and wait up to ``timeout`` seconds for the broker's
         RECEIPT. None once it came; else why not (no connection, the send failed, no receipt
         in time, or the broker's ERROR frame)."""
-        return self._request(command, headers, timeout)[0]
+        return self.request_status(command, headers, timeout)[0]
 
-    def _request(
+    def request_status(
         self, command: str, headers: dict[str, str], timeout: float
     ) -> tuple[str | None, bool]:
         """:meth:`request`, and whether the broker may have acted on the frame: True once it
@@ -588,24 +603,18 @@ class StompTransport:
             self._receipt_errors.pop(receipt, None)
             self._receipt_quotes.pop(receipt, None)
 
-    def transaction(self, timeout: float | None = None) -> Transaction:
-        """A :class:`heartwire.reliable.Transaction` on this transport (``with
-        broker.transaction() as tx:``; see there). ``timeout``: how long COMMIT waits for the
-        broker's receipt (default: ``request_blocking_time``)."""
-        from heartwire.reliable.transaction import Transaction
-
-        return Transaction(self, timeout=timeout)
+    def transaction(self, timeout: float | None = None) -> Any:
+        """A :class:`heartwire.Transaction` on this transport (``with broker.transaction() as
+        tx:``; the same as ``heartwire.Transaction(broker)``). ``timeout``: how long COMMIT
+        waits for the broker's receipt (default: ``request_blocking_time``)."""
+        return open_transaction(self, timeout)
 
     def _on_receipt(self, link: StompLink, receipt: str) -> None:
         waiter = self._receipt_waiters.get(receipt)
         if waiter is not None:
             waiter.set()
             return
-        for observer in self._observers:
-            try:
-                observer.receipt(link, receipt)
-            except Exception:
-                log.exception("link observer %r failed on a receipt", observer)
+        self._observers.notify("on_receipt", link, receipt)
 
     def _on_error_frame(self, link: StompLink, headers: dict[str, str], detail: str) -> None:
         rid = headers.get("receipt-id")
@@ -617,11 +626,7 @@ class StompTransport:
             self._receipt_errors[rid] = detail
             waiter.set()
             return
-        for observer in self._observers:
-            try:
-                observer.error_frame(link, headers, detail)
-            except Exception:
-                log.exception("link observer %r failed on an ERROR frame", observer)
+        self._observers.notify("on_error_frame", link, headers, detail)
 
     def _remove(self, sub: StompSubscription, headers: dict[str, str] | None = None) -> None:
         with self._connector.cond:
@@ -681,25 +686,19 @@ class StompTransport:
                 link.subscribe(dialect.subscription(sub.pattern), sub.id)
         if self._subs:
             self._start_keepalive(link)
-        for observer in self._observers:
-            observer.attached(link)
+        # Each observer's on_attached; if one raises, the others still run, then the error
+        # goes to the connector, which rejects the link (and connects again).
+        errors = self._observers.notify("on_attached", link)
+        if errors:
+            raise errors[0]
 
     def _attached(self, link: StompLink) -> None:
         """After :meth:`_attach`, outside the connector's lock, once ``link`` was published (or
-        rejected): each link observer's ``published(link)``. If one raises, the others still
+        rejected): each observer's ``on_published(link)``. If one raises, the others still
         run, then the error goes to the connector, which ends the link."""
-        failed: Exception | None = None
-        for observer in self._observers:
-            fn = getattr(observer, "published", None)
-            if fn is None:
-                continue
-            try:
-                fn(link)
-            except Exception as exc:
-                log.exception("link observer %r failed after a connection was attached", observer)
-                failed = failed or exc
-        if failed is not None:
-            raise failed
+        errors = self._observers.notify("on_published", link)
+        if errors:
+            raise errors[0]
 
     def _detach(self, link: StompLink, reason: str) -> None:
         with self._connector.cond:

@@ -1,7 +1,9 @@
-"""Reliable delivery on the embedded broker: queues, durable subscriptions and client acks.
+"""The embedded broker's queues, durable subscriptions and client acks (what reliable delivery
+uses on ``memory://``).
 
-One :class:`MemoryStore` per :class:`~heartwire.transport.memory.MemoryBroker`
-(:func:`store_of`). Like the broker it delivers in the sending thread before ``send`` returns:
+One :class:`MemoryStore` per :class:`~heartwire.transport.memory.MemoryBroker`, made on first use
+(:attr:`MemoryBroker.store <heartwire.transport.memory.MemoryBroker.store>`, or
+:func:`store_of`). Like the broker it delivers in the sending thread before ``send`` returns:
 
 - ``/queue/<name>``: each message goes to one consumer (round robin); with none it waits in the
   queue and goes to the next consumer that starts.
@@ -24,12 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from heartwire.reliable import destinations
+from heartwire.transport import destinations
 from heartwire.transport.patterns import validate_topic
 
 __all__ = ["MemoryStore", "StoredMessage", "store_of"]
-
-_LOCK = threading.Lock()
 
 
 @dataclass
@@ -61,12 +61,8 @@ class _Durable:
 
 
 def store_of(broker: Any) -> MemoryStore:
-    """The store of an embedded ``broker``, made on first use."""
-    with _LOCK:
-        store = broker.reliable_store
-        if store is None:
-            store = broker.reliable_store = MemoryStore(broker)
-        return store  # type: ignore[no-any-return]
+    """The store of an embedded ``broker`` (its ``store``), made on first use."""
+    return broker.store  # type: ignore[no-any-return]
 
 
 class MemoryStore:

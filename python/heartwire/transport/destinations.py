@@ -1,4 +1,5 @@
-"""Reliable-delivery destinations: STOMP-style ``/queue/<name>`` and ``/topic/<name>``."""
+"""Queue and topic destinations, STOMP-style: ``/queue/<name>`` and ``/topic/<name>`` (the
+embedded broker's queues and reliable delivery name them so on every transport)."""
 
 from __future__ import annotations
 
