@@ -21,8 +21,8 @@ ROOT = Path(heartwire.__file__).parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the native core and the helpers every layer shares
     ("base", ("heartwire._core", "heartwire._validate", "heartwire._throttle", "heartwire._exit")),
-    # plain data and timing: events, the publishers' executor (scheduling.py before its rename)
-    ("helpers", ("heartwire.events", "heartwire.executor", "heartwire.scheduling")),
+    # plain data and timing: events, the publishers' executor
+    ("helpers", ("heartwire.events", "heartwire.executor")),
     # brokers: the embedded one and STOMP (with its queues and link events)
     ("transport", ("heartwire.transport",)),
     # reliable delivery, on a backend per transport
