@@ -6,6 +6,7 @@
 //! the driver may hold the detector lock while it waits for a Python dispatch thread (which needs
 //! the GIL) to make room in a `block`-policy queue.
 
+mod arrow_in;
 mod batch;
 mod clock;
 mod dedup;
@@ -46,4 +47,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
     m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
     Ok(())
+}
+
+/// The name of `obj`'s type, which argument errors quote ("names[3] must be str, got int").
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
 }

@@ -3,84 +3,20 @@
 //! are computed with the GIL released, and go back as pyarrow objects.
 //!
 //! Time columns may be Arrow timestamps (any unit; converted to epoch ms, rounding down) or
-//! integers (epoch ms). A timestamp without a time zone (Spark's TIMESTAMP_NTZ) is read as UTC
+//! integers (epoch ms): read by `arrow_in`, like the detector's batch inputs. A timestamp without a time zone (Spark's TIMESTAMP_NTZ) is read as UTC
 //! wall-clock time, as `heartwire.spark` reads it on the Spark side. Periods are integer
 //! milliseconds.
 
+use super::{arrow_in, type_name};
 use crate::kernels::freshness::{freshness, Status};
 use crate::kernels::gaps::{self, Beat, GapConfig};
 use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
-use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Int16Type, Int32Type, Int64Type, Int8Type, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt8Type,
-};
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StructArray};
-use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
+use arrow_schema::{DataType, Field, Fields, Schema};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
-use pyo3_arrow::{PyArray, PyChunkedArray, PyRecordBatch};
+use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::sync::Arc;
-
-/// An Arrow time or integer array as epoch milliseconds (nulls kept).
-fn to_ms(name: &str, array: &dyn Array) -> PyResult<Int64Array> {
-    Ok(match array.data_type() {
-        DataType::Int64 => array.as_primitive::<Int64Type>().clone(),
-        DataType::Int32 => array.as_primitive::<Int32Type>().unary(i64::from),
-        DataType::Int16 => array.as_primitive::<Int16Type>().unary(i64::from),
-        DataType::Int8 => array.as_primitive::<Int8Type>().unary(i64::from),
-        DataType::UInt32 => array.as_primitive::<UInt32Type>().unary(i64::from),
-        DataType::UInt16 => array.as_primitive::<UInt16Type>().unary(i64::from),
-        DataType::UInt8 => array.as_primitive::<UInt8Type>().unary(i64::from),
-        DataType::Timestamp(TimeUnit::Second, _) => array
-            .as_primitive::<TimestampSecondType>()
-            .unary(|s| s.saturating_mul(1000)),
-        DataType::Timestamp(TimeUnit::Millisecond, _) => array
-            .as_primitive::<TimestampMillisecondType>()
-            .reinterpret_cast::<Int64Type>(),
-        DataType::Timestamp(TimeUnit::Microsecond, _) => array
-            .as_primitive::<TimestampMicrosecondType>()
-            .unary(|us| us.div_euclid(1000)),
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => array
-            .as_primitive::<TimestampNanosecondType>()
-            .unary(|ns| ns.div_euclid(1_000_000)),
-        DataType::Null => Int64Array::new_null(array.len()),
-        other => {
-            return Err(PyTypeError::new_err(format!(
-                "{name} must be an Arrow timestamp or integer array (epoch ms), got type {other}"
-            )))
-        }
-    })
-}
-
-/// The Arrow chunks of `obj`: an array (`__arrow_c_array__`), a chunked array
-/// (`__arrow_c_stream__`) or a list of arrays; `None` if it is none of these.
-fn chunks(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<ArrayRef>>> {
-    if obj.hasattr("__arrow_c_array__")? {
-        return Ok(Some(vec![obj.extract::<PyArray>()?.into_inner().0]));
-    }
-    if obj.hasattr("__arrow_c_stream__")? {
-        return Ok(Some(obj.extract::<PyChunkedArray>()?.chunks().to_vec()));
-    }
-    if let Ok(list) = obj.cast::<PyList>() {
-        let mut out = Vec::with_capacity(list.len());
-        for item in list.iter() {
-            match chunks(&item)? {
-                Some(c) => out.extend(c),
-                None => return Ok(None),
-            }
-        }
-        return Ok(Some(out));
-    }
-    Ok(None)
-}
-
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
-}
 
 /// A column argument: an array of the batch's length, or one value (an int or None) for all
 /// rows.
@@ -97,7 +33,7 @@ impl Column {
         if let Ok(v) = obj.extract::<i64>() {
             return Ok(Column::Scalar(Some(v)));
         }
-        let Some(parts) = chunks(obj)? else {
+        let Some(parts) = arrow_in::chunks(obj)? else {
             return Err(PyTypeError::new_err(format!(
                 "{name} must be an Arrow array, an int or None, got {}",
                 type_name(obj)
@@ -115,7 +51,7 @@ impl Column {
                 array.len()
             )));
         }
-        Ok(Column::Array(to_ms(name, array)?))
+        Ok(Column::Array(arrow_in::to_ms(name, array)?))
     }
 
     #[inline]
@@ -151,7 +87,7 @@ pub fn freshness_kernel<'py>(
             "allowed_misses must be an int >= 1, got {allowed_misses}"
         )));
     }
-    let last = match chunks(last_seen)?.as_deref() {
+    let last = match arrow_in::chunks(last_seen)?.as_deref() {
         Some([array]) => array.clone(),
         Some(parts) => {
             return Err(PyValueError::new_err(format!(
@@ -170,7 +106,7 @@ pub fn freshness_kernel<'py>(
     let period = Column::extract("period_ms", period_ms, n)?;
     let as_of = Column::extract("as_of", as_of, n)?;
     let out = py.detach(move || -> PyResult<StructArray> {
-        let last = to_ms("last_seen", &last)?;
+        let last = arrow_in::to_ms("last_seen", &last)?;
         let mut status = StringBuilder::with_capacity(n, n * 6);
         let mut missed = Int64Builder::with_capacity(n);
         let mut staleness = Int64Builder::with_capacity(n);
@@ -196,7 +132,7 @@ pub fn freshness_kernel<'py>(
 /// The beats of one topic from its time chunks and periods (an int, or arrays chunked like
 /// the times).
 fn read_beats(ts: &Bound<'_, PyAny>, period_ms: &Bound<'_, PyAny>) -> PyResult<Vec<Beat>> {
-    let Some(ts_chunks) = chunks(ts)? else {
+    let Some(ts_chunks) = arrow_in::chunks(ts)? else {
         return Err(PyTypeError::new_err(format!(
             "ts must be an Arrow array, a chunked array or a list of arrays, got {}",
             type_name(ts)
@@ -210,7 +146,7 @@ fn read_beats(ts: &Bound<'_, PyAny>, period_ms: &Bound<'_, PyAny>) -> PyResult<V
     let period_chunks = match uniform {
         Some(_) => None,
         None => {
-            let Some(p) = chunks(period_ms)? else {
+            let Some(p) = arrow_in::chunks(period_ms)? else {
                 return Err(PyTypeError::new_err(format!(
                     "period_ms must be an int or Arrow arrays like ts, got {}",
                     type_name(period_ms)
@@ -228,10 +164,10 @@ fn read_beats(ts: &Bound<'_, PyAny>, period_ms: &Bound<'_, PyAny>) -> PyResult<V
     };
     let mut beats = Vec::with_capacity(ts_chunks.iter().map(|c| c.len()).sum());
     for (k, chunk) in ts_chunks.iter().enumerate() {
-        let ms = to_ms("ts", chunk)?;
+        let ms = arrow_in::to_ms("ts", chunk)?;
         match (&period_chunks, uniform) {
             (Some(p), _) => {
-                let periods = to_ms("period_ms", &p[k])?;
+                let periods = arrow_in::to_ms("period_ms", &p[k])?;
                 beats.extend(ms.iter().zip(periods.iter()).filter_map(|(t, p)| {
                     t.map(|ts_ms| Beat {
                         ts_ms,
@@ -370,23 +306,6 @@ pub fn availability_kernel(
     }))
 }
 
-/// The strings of an Arrow string chunk (nulls as `None`).
-fn strs<'a>(
-    name: &str,
-    array: &'a ArrayRef,
-) -> PyResult<Box<dyn Iterator<Item = Option<&'a str>> + Send + 'a>> {
-    Ok(match array.data_type() {
-        DataType::Utf8 => Box::new(array.as_string::<i32>().iter()),
-        DataType::LargeUtf8 => Box::new(array.as_string::<i64>().iter()),
-        DataType::Utf8View => Box::new(array.as_string_view().iter()),
-        other => {
-            return Err(PyTypeError::new_err(format!(
-                "{name} must be an Arrow string array, got type {other}"
-            )))
-        }
-    })
-}
-
 /// Outages or availability of every topic in a batch of beats of many topics, in any order
 /// (one Spark partition, hash partitioned by topic): a `pyarrow.RecordBatch` with columns
 /// `topic, down_from_ms, down_to_ms, missed, open, began_in_window, last_beat_ms, period_ms`
@@ -411,7 +330,7 @@ pub fn partition_kernel<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let cfg = gap_config(allowed_misses, start_ms, end_ms, expect_from_start)?;
     let arrays = |name: &str, obj: &Bound<'py, PyAny>| -> PyResult<Vec<ArrayRef>> {
-        chunks(obj)?.ok_or_else(|| {
+        arrow_in::chunks(obj)?.ok_or_else(|| {
             PyTypeError::new_err(format!(
                 "{name} must be an Arrow array or a list of arrays, got {}",
                 type_name(obj)
@@ -452,16 +371,17 @@ pub fn partition_kernel<'py>(
     let batch = py.detach(move || -> PyResult<RecordBatch> {
         let ts_ms = ts_chunks
             .iter()
-            .map(|c| to_ms("ts", c))
+            .map(|c| arrow_in::to_ms("ts", c))
             .collect::<PyResult<Vec<_>>>()?;
         let periods: Option<Vec<Int64Array>> = period_chunks
             .as_ref()
-            .map(|p| p.iter().map(|c| to_ms("period_ms", c)).collect())
+            .map(|p| p.iter().map(|c| arrow_in::to_ms("period_ms", c)).collect())
             .transpose()?;
+        arrow_in::check_strings("topics", &topic_chunks)?;
         let uniform = uniform.flatten();
         let mut rows = Vec::with_capacity(topic_chunks.len());
         for (k, topic_chunk) in topic_chunks.iter().enumerate() {
-            let names = strs("topics", topic_chunk)?;
+            let names = arrow_in::strs(topic_chunk);
             let times = ts_ms[k].iter();
             let per: Box<dyn Iterator<Item = Option<i64>> + Send> = match &periods {
                 Some(p) => Box::new(p[k].iter()),
