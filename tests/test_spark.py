@@ -819,6 +819,16 @@ def test_kernels_read_arrays_chunked_arrays_and_lists_alike() -> None:
         pa.chunked_array([["a", "a"], ["a", None, "a"]]), chunked, 1000, 1, 7000, start_ms=0
     )
     assert rows.column("topic").to_pylist() == ["a"]
+    avail = _core.partition_kernel(pa.array(["a"] * 5), pa.array(ts), 1000, 1, 7000, 0, True)
+    assert avail.to_pylist() == [dict(zip(avail.schema.names, ["a", *want], strict=True))]
+    assert avail.schema.field("mttr_ms").nullable and not avail.schema.field("uptime_pct").nullable
+    out = _core.partition_kernel(pa.array(["a"] * 5), pa.array(ts), 1000, 1, 7000, 0)
+    start, one = _core.outages_kernel(
+        listed, [pa.array([1000] * 2), pa.array([1000] * 3)], 1, 7000, 0
+    )
+    assert start == 0 and out.schema.names == ["topic", *one.schema.names]
+    assert one.to_pylist() == out.drop_columns(["topic"]).to_pylist()
+    assert one.column("down_from_ms").to_pylist() == [2000] and one.num_rows == 1
 
 
 def test_kernels_name_the_argument_of_a_bad_arrow_input() -> None:
@@ -830,6 +840,10 @@ def test_kernels_name_the_argument_of_a_bad_arrow_input() -> None:
         _core.availability_kernel(pa.array(["x"]), 1000, 1, 10)
     with pytest.raises(TypeError, match=r"ts must be an Arrow array.*got list"):
         _core.availability_kernel([pa.array([1]), 2], 1000, 1, 10)
+    with pytest.raises(ValueError, match=r"period_ms arrays must have the chunk lengths of topics"):
+        _core.partition_kernel(pa.array(["a"]), pa.array([1]), [pa.array([1, 2])], 1, 10)
+    with pytest.raises(TypeError, match=r"period_ms must be an int or Arrow arrays like ts"):
+        _core.outages_kernel(pa.array([1]), 1.5, 1, 10)
     with pytest.raises(ValueError, match=r"last_seen must be one Arrow array, got 2 chunks"):
         _core.freshness_kernel(pa.chunked_array([[1], [2]]), 1000, 5000)
 
