@@ -829,6 +829,11 @@ def test_kernels_read_arrays_chunked_arrays_and_lists_alike() -> None:
     assert start == 0 and out.schema.names == ["topic", *one.schema.names]
     assert one.to_pylist() == out.drop_columns(["topic"]).to_pylist()
     assert one.column("down_from_ms").to_pylist() == [2000] and one.num_rows == 1
+    last = pa.array([0, None, 4500])
+    fresh = _core.freshness_kernel(last, 1000, 5000).to_pylist()
+    assert [r["status"] for r in fresh] == ["failed", "pending", "alive"], fresh
+    per_row = _core.freshness_kernel(last, pa.array([1000] * 3), pa.chunked_array([[5000] * 3]))
+    assert per_row.to_pylist() == fresh
 
 
 def test_kernels_name_the_argument_of_a_bad_arrow_input() -> None:
@@ -842,8 +847,10 @@ def test_kernels_name_the_argument_of_a_bad_arrow_input() -> None:
         _core.availability_kernel([pa.array([1]), 2], 1000, 1, 10)
     with pytest.raises(ValueError, match=r"period_ms arrays must have the chunk lengths of topics"):
         _core.partition_kernel(pa.array(["a"]), pa.array([1]), [pa.array([1, 2])], 1, 10)
-    with pytest.raises(TypeError, match=r"period_ms must be an int or Arrow arrays like ts"):
+    with pytest.raises(TypeError, match=r"period_ms must be an int, None or Arrow arrays like ts"):
         _core.outages_kernel(pa.array([1]), 1.5, 1, 10)
+    with pytest.raises(ValueError, match=r"as_of arrays must have the chunk lengths of last_seen"):
+        _core.freshness_kernel(pa.array([1, 2]), 1000, pa.array([5000]))
     with pytest.raises(ValueError, match=r"last_seen must be one Arrow array, got 2 chunks"):
         _core.freshness_kernel(pa.chunked_array([[1], [2]]), 1000, 5000)
 

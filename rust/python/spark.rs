@@ -19,51 +19,6 @@ use pyo3::prelude::*;
 use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::sync::Arc;
 
-/// A column argument: an array of the batch's length, or one value (an int or None) for all
-/// rows.
-enum Column {
-    Array(Int64Array),
-    Scalar(Option<i64>),
-}
-
-impl Column {
-    fn extract(name: &str, obj: &Bound<'_, PyAny>, len: usize) -> PyResult<Self> {
-        if obj.is_none() {
-            return Ok(Column::Scalar(None));
-        }
-        if let Ok(v) = obj.extract::<i64>() {
-            return Ok(Column::Scalar(Some(v)));
-        }
-        let Some(parts) = arrow_in::chunks(obj)? else {
-            return Err(PyTypeError::new_err(format!(
-                "{name} must be an Arrow array, an int or None, got {}",
-                type_name(obj)
-            )));
-        };
-        let [array] = parts.as_slice() else {
-            return Err(PyValueError::new_err(format!(
-                "{name} must be one Arrow array, got {} chunks",
-                parts.len()
-            )));
-        };
-        if array.len() != len {
-            return Err(PyValueError::new_err(format!(
-                "{name} has {} rows, last_seen has {len}",
-                array.len()
-            )));
-        }
-        Ok(Column::Array(arrow_in::to_ms(name, array)?))
-    }
-
-    #[inline]
-    fn get(&self, i: usize) -> Option<i64> {
-        match self {
-            Column::Array(a) => a.is_valid(i).then(|| a.value(i)),
-            Column::Scalar(v) => *v,
-        }
-    }
-}
-
 fn freshness_fields() -> Fields {
     Fields::from(vec![
         Field::new("status", DataType::Utf8, true),
@@ -104,15 +59,19 @@ pub fn freshness_kernel<'py>(
         }
     };
     let n = last.len();
-    let period = Column::extract("period_ms", period_ms, n)?;
-    let as_of = Column::extract("as_of", as_of, n)?;
+    let like = [last];
+    let period = PerRow::extract("period_ms", period_ms, "last_seen", &like)?;
+    let as_of = PerRow::extract("as_of", as_of, "last_seen", &like)?;
     let out = py.detach(move || -> PyResult<StructArray> {
-        let last = arrow_in::to_ms("last_seen", &last)?;
+        let period = period.to_ms("period_ms")?;
+        let as_of = as_of.to_ms("as_of")?;
+        let last = arrow_in::to_ms("last_seen", &like[0])?;
         let mut status = StringBuilder::with_capacity(n, n * 6);
         let mut missed = Int64Builder::with_capacity(n);
         let mut staleness = Int64Builder::with_capacity(n);
-        for (i, last) in last.iter().enumerate() {
-            let f = freshness(last, period.get(i), as_of.get(i), allowed_misses);
+        let rows = last.iter().zip(period.chunk(0)).zip(as_of.chunk(0));
+        for ((last, period), as_of) in rows {
+            let f = freshness(last, period, as_of, allowed_misses);
             status.append_option(f.status.map(Status::as_str));
             missed.append_option(f.missed);
             staleness.append_option(f.staleness_ms);
@@ -145,73 +104,80 @@ fn aligned(a: &[ArrayRef], b: &[ArrayRef]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.len() == y.len())
 }
 
-/// A periods argument: one value for every beat (an int, or None: no period), or arrays
-/// chunked like the times (`A`: `ArrayRef` as passed, `Int64Array` once read as ms).
-enum Periods<A> {
+/// An argument with a value per row (a period, a time): one value for all rows (an int, or
+/// None), or arrays chunked like the rows (`A`: `ArrayRef` as passed, `Int64Array` once read
+/// as ms).
+enum PerRow<A> {
     Uniform(Option<i64>),
     Arrays(Vec<A>),
 }
 
-impl Periods<ArrayRef> {
-    /// `period_ms` checked against the chunks it must match (`like`, named `like_name`).
-    fn extract(period_ms: &Bound<'_, PyAny>, like_name: &str, like: &[ArrayRef]) -> PyResult<Self> {
-        if period_ms.is_none() {
-            return Ok(Periods::Uniform(None));
+impl PerRow<ArrayRef> {
+    /// Argument `name` (`obj`) checked against the chunks it must match (`like`, the argument
+    /// `like_name`).
+    fn extract(
+        name: &str,
+        obj: &Bound<'_, PyAny>,
+        like_name: &str,
+        like: &[ArrayRef],
+    ) -> PyResult<Self> {
+        if obj.is_none() {
+            return Ok(PerRow::Uniform(None));
         }
-        if let Ok(v) = period_ms.extract::<i64>() {
-            return Ok(Periods::Uniform(Some(v)));
+        if let Ok(v) = obj.extract::<i64>() {
+            return Ok(PerRow::Uniform(Some(v)));
         }
-        let Some(p) = arrow_in::chunks(period_ms)? else {
+        let Some(p) = arrow_in::chunks(obj)? else {
             return Err(PyTypeError::new_err(format!(
-                "period_ms must be an int or Arrow arrays like {like_name}, got {}",
-                type_name(period_ms)
+                "{name} must be an int, None or Arrow arrays like {like_name}, got {}",
+                type_name(obj)
             )));
         };
         if !aligned(&p, like) {
             return Err(PyValueError::new_err(format!(
-                "period_ms arrays must have the chunk lengths of {like_name}"
+                "{name} arrays must have the chunk lengths of {like_name}"
             )));
         }
-        Ok(Periods::Arrays(p))
+        Ok(PerRow::Arrays(p))
     }
 
-    /// The arrays read as ms (a `TypeError` for another type).
-    fn to_ms(&self) -> PyResult<Periods<Int64Array>> {
+    /// The arrays read as ms (a `TypeError` naming `name` for another type).
+    fn to_ms(&self, name: &str) -> PyResult<PerRow<Int64Array>> {
         Ok(match self {
-            Periods::Uniform(v) => Periods::Uniform(*v),
-            Periods::Arrays(p) => Periods::Arrays(
+            PerRow::Uniform(v) => PerRow::Uniform(*v),
+            PerRow::Arrays(p) => PerRow::Arrays(
                 p.iter()
-                    .map(|c| arrow_in::to_ms("period_ms", c))
+                    .map(|c| arrow_in::to_ms(name, c))
                     .collect::<PyResult<_>>()?,
             ),
         })
     }
 }
 
-impl Periods<Int64Array> {
-    /// The period of each beat of chunk `k`, in order.
-    fn chunk(&self, k: usize) -> PeriodIter<'_> {
+impl PerRow<Int64Array> {
+    /// The value of each row of chunk `k`, in order.
+    fn chunk(&self, k: usize) -> PerRowIter<'_> {
         match self {
-            Periods::Uniform(v) => PeriodIter::Uniform(*v),
-            Periods::Arrays(p) => PeriodIter::Array(p[k].iter()),
+            PerRow::Uniform(v) => PerRowIter::Uniform(*v),
+            PerRow::Arrays(p) => PerRowIter::Array(p[k].iter()),
         }
     }
 }
 
-/// See [`Periods::chunk`]: an enum, not a boxed iterator, to stay inlined per beat.
-enum PeriodIter<'a> {
+/// See [`PerRow::chunk`]: an enum, not a boxed iterator, to stay inlined per row.
+enum PerRowIter<'a> {
     Uniform(Option<i64>),
     Array(arrow_array::iterator::PrimitiveIter<'a, Int64Type>),
 }
 
-impl Iterator for PeriodIter<'_> {
+impl Iterator for PerRowIter<'_> {
     type Item = Option<i64>;
 
     #[inline]
     fn next(&mut self) -> Option<Option<i64>> {
         match self {
-            PeriodIter::Uniform(v) => Some(*v),
-            PeriodIter::Array(it) => it.next(),
+            PerRowIter::Uniform(v) => Some(*v),
+            PerRowIter::Array(it) => it.next(),
         }
     }
 }
@@ -219,12 +185,12 @@ impl Iterator for PeriodIter<'_> {
 /// The beats of one topic from its time chunks and periods; rows with a null time skipped.
 fn read_beats(ts: &Bound<'_, PyAny>, period_ms: &Bound<'_, PyAny>) -> PyResult<Vec<Beat>> {
     let ts_chunks = arrays("ts", ts)?;
-    let periods = Periods::extract(period_ms, "ts", &ts_chunks)?;
+    let periods = PerRow::extract("period_ms", period_ms, "ts", &ts_chunks)?;
     let ts_ms = ts_chunks
         .iter()
         .map(|c| arrow_in::to_ms("ts", c))
         .collect::<PyResult<Vec<_>>>()?;
-    let periods = periods.to_ms()?;
+    let periods = periods.to_ms("period_ms")?;
     let mut beats = Vec::with_capacity(ts_chunks.iter().map(|c| c.len()).sum());
     for (k, ms) in ts_ms.iter().enumerate() {
         beats.extend(ms.iter().zip(periods.chunk(k)).filter_map(|(t, p)| {
@@ -353,13 +319,13 @@ pub fn partition_kernel<'py>(
             "topics and ts must be arrays of the same lengths",
         ));
     }
-    let periods = Periods::extract(period_ms, "topics", &topic_chunks)?;
+    let periods = PerRow::extract("period_ms", period_ms, "topics", &topic_chunks)?;
     let batch = py.detach(move || -> PyResult<RecordBatch> {
         let ts_ms = ts_chunks
             .iter()
             .map(|c| arrow_in::to_ms("ts", c))
             .collect::<PyResult<Vec<_>>>()?;
-        let periods = periods.to_ms()?;
+        let periods = periods.to_ms("period_ms")?;
         arrow_in::check_strings("topics", &topic_chunks)?;
         let beats = topic_chunks
             .iter()
