@@ -77,9 +77,9 @@ pub fn strs(chunk: &ArrayRef) -> Box<dyn Iterator<Item = Option<&str>> + Send + 
 }
 
 /// An Arrow time or integer chunk as epoch milliseconds (nulls kept): timestamps of any unit
-/// rounded down (the zone is ignored: the values are UTC already), integers as they are (up
-/// to 64-bit signed; `uint64` is refused, as it may not fit). `name` is the argument, for the
-/// `TypeError` on any other type.
+/// rounded down (the zone is not applied: Arrow stores UTC instants, and a time without a zone
+/// reads as UTC wall-clock time), integers as they are (up to 64-bit signed; `uint64` is
+/// refused, as it may not fit). `name` is the argument, for the `TypeError` on another type.
 pub fn to_ms(name: &str, array: &dyn Array) -> PyResult<Int64Array> {
     Ok(match array.data_type() {
         DataType::Int64 => array.as_primitive::<Int64Type>().clone(),
