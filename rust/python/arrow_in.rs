@@ -8,11 +8,12 @@
 //! the GIL held (errors name the argument), then read them with it released.
 
 use arrow_array::cast::AsArray;
+use arrow_array::iterator::{ArrayIter, GenericStringIter};
 use arrow_array::types::{
     Int16Type, Int32Type, Int64Type, Int8Type, TimestampMicrosecondType, TimestampMillisecondType,
     TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt8Type,
 };
-use arrow_array::{Array, ArrayRef, Int64Array};
+use arrow_array::{Array, ArrayRef, Int64Array, StringViewArray};
 use arrow_schema::{DataType, TimeUnit};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -67,12 +68,35 @@ pub fn check_strings(name: &str, chunks: &[ArrayRef]) -> PyResult<()> {
 
 /// The strings of a chunk that [`check_strings`] accepted, nulls as `None`. Another chunk
 /// reads as empty (its check would have raised).
-pub fn strs(chunk: &ArrayRef) -> Box<dyn Iterator<Item = Option<&str>> + Send + '_> {
+pub fn strs(chunk: &ArrayRef) -> Strs<'_> {
     match chunk.data_type() {
-        DataType::Utf8 => Box::new(chunk.as_string::<i32>().iter()),
-        DataType::LargeUtf8 => Box::new(chunk.as_string::<i64>().iter()),
-        DataType::Utf8View => Box::new(chunk.as_string_view().iter()),
-        _ => Box::new(std::iter::empty()),
+        DataType::Utf8 => Strs::Utf8(chunk.as_string::<i32>().iter()),
+        DataType::LargeUtf8 => Strs::Large(chunk.as_string::<i64>().iter()),
+        DataType::Utf8View => Strs::View(chunk.as_string_view().iter()),
+        _ => Strs::Empty,
+    }
+}
+
+/// See [`strs`]: an enum, not a boxed iterator, so that the loop over a chunk's names stays
+/// inlined (one predictable branch a name, no call through a vtable).
+pub enum Strs<'a> {
+    Utf8(GenericStringIter<'a, i32>),
+    Large(GenericStringIter<'a, i64>),
+    View(ArrayIter<&'a StringViewArray>),
+    Empty,
+}
+
+impl<'a> Iterator for Strs<'a> {
+    type Item = Option<&'a str>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Option<&'a str>> {
+        match self {
+            Strs::Utf8(it) => it.next(),
+            Strs::Large(it) => it.next(),
+            Strs::View(it) => it.next(),
+            Strs::Empty => None,
+        }
     }
 }
 
