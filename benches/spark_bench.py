@@ -38,21 +38,9 @@ import pyarrow as pa
 
 
 def _session(master: str) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from heartwire._spark_session import build_session
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("heartwire-bench")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return build_session("heartwire-bench", master, shuffle_partitions=2, driver_memory="2g")
 
 
 def _best(run: Callable[[], None], repeat: int) -> float:

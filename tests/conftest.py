@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -60,21 +59,16 @@ def spark() -> Iterator[Any]:
     Java. PySpark is imported inside, so this module loads without it."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java, which is not installed")
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers import heartwire from this venv
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from heartwire._spark_session import build_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("heartwire-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
+    session = build_session(
+        "heartwire-tests",
+        "local[2]",
+        shuffle_partitions=2,
+        parallelism=2,
+        driver_memory="1g",
+        force_python=True,  # the workers import heartwire from this venv, whatever the shell set
     )
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 

@@ -233,29 +233,23 @@ def _session(master: str, log: _Progress) -> tuple[Any, bool]:
     """The running SparkSession (not ours to stop), or a new one on ``master``."""
     from pyspark.sql import SparkSession
 
+    from heartwire._spark_session import build_session
+
     active = SparkSession.getActiveSession()
     if active is not None:
         log(f"using the running SparkSession (master {active.sparkContext.master})")
         return active, False
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log(f"starting Spark (master {master})")
     try:
-        spark = (
-            SparkSession.builder.master(master)
-            .appName("heartwire-report")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")  # our own lines say what runs
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate()
-        )
+        # No console progress bar: our own lines say what runs. Log level FATAL: Spark's own
+        # ERROR lines carry whole Java stacks; a failure is reported by _cause instead.
+        spark = build_session("heartwire-report", master, log_level="FATAL")
     except Exception as exc:  # no Java, an unreachable cluster...: say so, no traceback
         print(
             f"heartwire report: Spark did not start (master {master}): {_cause(exc)}",
             file=sys.stderr,
         )
         return None, False
-    # Spark's own ERROR lines carry whole Java stacks; a failure is reported by _cause instead
-    spark.sparkContext.setLogLevel("FATAL")
     return spark, True
 
 

@@ -1,12 +1,13 @@
 //! Batch inputs: names as a list/iterable of str or an Arrow string array; handles as a
 //! list/iterable of int, a NumPy integer array or an Arrow integer array.
 //!
-//! Arrow arrays are taken without a copy through the Arrow PyCapsule interface and processed
-//! with the GIL released. Python strings are not copied either: the build targets the stable ABI
+//! Arrow arrays are taken without a copy through the Arrow PyCapsule interface (read by
+//! [`arrow_in`], as the Spark kernels read theirs) and processed with the GIL released. Python strings are not copied either: the build targets the stable ABI
 //! of Python 3.10, whose `PyUnicode_AsUTF8AndSize` lends a `str`'s UTF-8 (see [`find_names`]
 //! and [`PyNames`]). That ABI has no buffer protocol (3.11 has), so NumPy arrays arrive through
 //! one `tobytes()` copy (32- and 64-bit integers as they are, others widened first).
 
+use super::{arrow_in, type_name};
 use crate::detector::{Batch, Detector};
 use crate::registry::{Handle, LOOKUP_CHUNK};
 use arrow_array::cast::AsArray;
@@ -16,7 +17,6 @@ use arrow_schema::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
-use pyo3_arrow::{PyArray, PyChunkedArray};
 
 /// Names to beat, decoded from Python.
 pub enum Names<'py> {
@@ -227,19 +227,6 @@ fn find_in<'py>(
     Ok(found)
 }
 
-/// Arrow chunks of an object exporting `__arrow_c_array__` or `__arrow_c_stream__`, if it does.
-fn arrow_chunks(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<ArrayRef>>> {
-    if obj.hasattr("__arrow_c_array__")? {
-        let (array, _field) = obj.extract::<PyArray>()?.into_inner();
-        return Ok(Some(vec![array]));
-    }
-    if obj.hasattr("__arrow_c_stream__")? {
-        let chunked = obj.extract::<PyChunkedArray>()?;
-        return Ok(Some(chunked.chunks().to_vec()));
-    }
-    Ok(None)
-}
-
 /// Decode `names` (the argument of `beat_many`).
 pub fn names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Names<'py>> {
     // A plain list or tuple first: the Arrow probes below are two failed attribute lookups,
@@ -247,17 +234,8 @@ pub fn names<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Names<'py>> {
     if obj.is_exact_instance_of::<PyList>() || obj.is_exact_instance_of::<PyTuple>() {
         return Ok(Names::Python(obj.clone()));
     }
-    if let Some(chunks) = arrow_chunks(obj)? {
-        for chunk in &chunks {
-            match chunk.data_type() {
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {}
-                other => {
-                    return Err(PyTypeError::new_err(format!(
-                        "names must be an Arrow string array, got one of type {other}"
-                    )))
-                }
-            }
-        }
+    if let Some(chunks) = arrow_in::exported(obj)? {
+        arrow_in::check_strings("names", &chunks)?;
         return Ok(Names::Arrow(chunks));
     }
     Ok(Names::Python(obj.clone()))
@@ -269,22 +247,14 @@ pub fn for_arrow_strs<R>(
     f: impl FnOnce(&mut dyn Iterator<Item = &str>) -> R,
 ) -> (R, usize) {
     let nulls = chunks.iter().map(|c| c.null_count()).sum();
-    let mut iter = chunks
-        .iter()
-        .flat_map(|chunk| -> Box<dyn Iterator<Item = &str>> {
-            match chunk.data_type() {
-                DataType::Utf8 => Box::new(chunk.as_string::<i32>().iter().flatten()),
-                DataType::LargeUtf8 => Box::new(chunk.as_string::<i64>().iter().flatten()),
-                _ => Box::new(chunk.as_string_view().iter().flatten()),
-            }
-        });
+    let mut iter = chunks.iter().flat_map(|c| arrow_in::strs(c).flatten());
     (f(&mut iter), nulls)
 }
 
 /// Decode `handles` (the argument of `beat_handles`). Values that cannot be a handle
 /// (negative) become `u64::MAX`, which no topic has, so they are counted as unknown.
 pub fn handles(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
-    if let Some(chunks) = arrow_chunks(obj)? {
+    if let Some(chunks) = arrow_in::exported(obj)? {
         let mut out = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
         for chunk in &chunks {
             let before = out.len();
@@ -412,11 +382,4 @@ fn id_of(v: impl TryInto<u64>) -> u64 {
 #[inline]
 fn id_of_u(v: u64) -> u64 {
     v
-}
-
-pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".to_owned())
 }

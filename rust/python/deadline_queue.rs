@@ -1,6 +1,5 @@
 //! `DeadlineQueue`: the core's deadline queue (the publishers' timers) as a Python object.
 
-use super::batch;
 use super::clock::{clock_source, spawn_driver, PyManualClock};
 use super::time::{to_ns, to_seconds};
 use crate::deadline_queue::{DeadlineQueue, MAX_KEYS};
@@ -17,7 +16,7 @@ fn key(obj: &Bound<'_, PyAny>) -> PyResult<u32> {
     if !obj.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "key must be an int, got {}",
-            batch::type_name(obj)
+            super::type_name(obj)
         )));
     }
     match obj.extract::<i64>() {

@@ -168,7 +168,7 @@ impl PyDetector {
             Ok(h) => Err(PyKeyError::new_err(format!("unknown topic handle: {h}"))),
             Err(_) => Err(PyTypeError::new_err(format!(
                 "topic must be a str name or an int handle, got {}",
-                batch::type_name(topic)
+                super::type_name(topic)
             ))),
         }
     }
@@ -453,7 +453,7 @@ impl PyDetector {
                     .map_err(|_| {
                         PyTypeError::new_err(format!(
                             "phi must be a Phi or False, got {}",
-                            batch::type_name(p)
+                            super::type_name(p)
                         ))
                     })?
                     .get(),
@@ -491,7 +491,7 @@ impl PyDetector {
                 Err(_) => {
                     return Err(PyTypeError::new_err(format!(
                         "topic must be a str name or an int handle, got {}",
-                        batch::type_name(topic)
+                        super::type_name(topic)
                     )))
                 }
             }

@@ -169,7 +169,7 @@ impl PyIntake {
         let Ok(name) = topic.cast::<PyString>() else {
             return Err(PyTypeError::new_err(format!(
                 "topic must be a str, got {}",
-                batch::type_name(topic)
+                super::type_name(topic)
             )));
         };
         let latency = match latency {

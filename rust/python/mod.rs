@@ -6,6 +6,7 @@
 //! the driver may hold the detector lock while it waits for a Python dispatch thread (which needs
 //! the GIL) to make room in a `block`-policy queue.
 
+mod arrow_in;
 mod batch;
 mod clock;
 mod deadline_queue;
@@ -52,4 +53,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BEAT_AGE_SKEW", crate::ingest::intake::BEAT_AGE_SKEW)?;
     m.add("REPLAY_BOOTS", crate::ingest::replay::REPLAY_BOOTS)?;
     Ok(())
+}
+
+/// The name of `obj`'s type, which argument errors quote ("names[3] must be str, got int").
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
 }

@@ -3,129 +3,21 @@
 //! are computed with the GIL released, and go back as pyarrow objects.
 //!
 //! Time columns may be Arrow timestamps (any unit; converted to epoch ms, rounding down) or
-//! integers (epoch ms). A timestamp without a time zone (Spark's TIMESTAMP_NTZ) is read as UTC
+//! integers (epoch ms): read by `arrow_in`, like the detector's batch inputs. A timestamp without a time zone (Spark's TIMESTAMP_NTZ) is read as UTC
 //! wall-clock time, as `heartwire.spark` reads it on the Spark side. Periods are integer
 //! milliseconds.
 
+use super::{arrow_in, type_name};
 use crate::kernels::freshness::{freshness, Status};
-use crate::kernels::gaps::{self, Beat, GapConfig};
+use crate::kernels::gaps::{self, Beat, GapConfig, Outage};
 use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
-use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Int16Type, Int32Type, Int64Type, Int8Type, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt8Type,
-};
+use arrow_array::types::Int64Type;
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StructArray};
-use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
+use arrow_schema::{DataType, Field, Fields, Schema};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
-use pyo3_arrow::{PyArray, PyChunkedArray, PyRecordBatch};
+use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::sync::Arc;
-
-/// An Arrow time or integer array as epoch milliseconds (nulls kept).
-fn to_ms(name: &str, array: &dyn Array) -> PyResult<Int64Array> {
-    Ok(match array.data_type() {
-        DataType::Int64 => array.as_primitive::<Int64Type>().clone(),
-        DataType::Int32 => array.as_primitive::<Int32Type>().unary(i64::from),
-        DataType::Int16 => array.as_primitive::<Int16Type>().unary(i64::from),
-        DataType::Int8 => array.as_primitive::<Int8Type>().unary(i64::from),
-        DataType::UInt32 => array.as_primitive::<UInt32Type>().unary(i64::from),
-        DataType::UInt16 => array.as_primitive::<UInt16Type>().unary(i64::from),
-        DataType::UInt8 => array.as_primitive::<UInt8Type>().unary(i64::from),
-        DataType::Timestamp(TimeUnit::Second, _) => array
-            .as_primitive::<TimestampSecondType>()
-            .unary(|s| s.saturating_mul(1000)),
-        DataType::Timestamp(TimeUnit::Millisecond, _) => array
-            .as_primitive::<TimestampMillisecondType>()
-            .reinterpret_cast::<Int64Type>(),
-        DataType::Timestamp(TimeUnit::Microsecond, _) => array
-            .as_primitive::<TimestampMicrosecondType>()
-            .unary(|us| us.div_euclid(1000)),
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => array
-            .as_primitive::<TimestampNanosecondType>()
-            .unary(|ns| ns.div_euclid(1_000_000)),
-        DataType::Null => Int64Array::new_null(array.len()),
-        other => {
-            return Err(PyTypeError::new_err(format!(
-                "{name} must be an Arrow timestamp or integer array (epoch ms), got type {other}"
-            )))
-        }
-    })
-}
-
-/// The Arrow chunks of `obj`: an array (`__arrow_c_array__`), a chunked array
-/// (`__arrow_c_stream__`) or a list of arrays; `None` if it is none of these.
-fn chunks(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<ArrayRef>>> {
-    if obj.hasattr("__arrow_c_array__")? {
-        return Ok(Some(vec![obj.extract::<PyArray>()?.into_inner().0]));
-    }
-    if obj.hasattr("__arrow_c_stream__")? {
-        return Ok(Some(obj.extract::<PyChunkedArray>()?.chunks().to_vec()));
-    }
-    if let Ok(list) = obj.cast::<PyList>() {
-        let mut out = Vec::with_capacity(list.len());
-        for item in list.iter() {
-            match chunks(&item)? {
-                Some(c) => out.extend(c),
-                None => return Ok(None),
-            }
-        }
-        return Ok(Some(out));
-    }
-    Ok(None)
-}
-
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
-}
-
-/// A column argument: an array of the batch's length, or one value (an int or None) for all
-/// rows.
-enum Column {
-    Array(Int64Array),
-    Scalar(Option<i64>),
-}
-
-impl Column {
-    fn extract(name: &str, obj: &Bound<'_, PyAny>, len: usize) -> PyResult<Self> {
-        if obj.is_none() {
-            return Ok(Column::Scalar(None));
-        }
-        if let Ok(v) = obj.extract::<i64>() {
-            return Ok(Column::Scalar(Some(v)));
-        }
-        let Some(parts) = chunks(obj)? else {
-            return Err(PyTypeError::new_err(format!(
-                "{name} must be an Arrow array, an int or None, got {}",
-                type_name(obj)
-            )));
-        };
-        let [array] = parts.as_slice() else {
-            return Err(PyValueError::new_err(format!(
-                "{name} must be one Arrow array, got {} chunks",
-                parts.len()
-            )));
-        };
-        if array.len() != len {
-            return Err(PyValueError::new_err(format!(
-                "{name} has {} rows, last_seen has {len}",
-                array.len()
-            )));
-        }
-        Ok(Column::Array(to_ms(name, array)?))
-    }
-
-    #[inline]
-    fn get(&self, i: usize) -> Option<i64> {
-        match self {
-            Column::Array(a) => a.is_valid(i).then(|| a.value(i)),
-            Column::Scalar(v) => *v,
-        }
-    }
-}
 
 fn freshness_fields() -> Fields {
     Fields::from(vec![
@@ -151,7 +43,7 @@ pub fn freshness_kernel<'py>(
             "allowed_misses must be an int >= 1, got {allowed_misses}"
         )));
     }
-    let last = match chunks(last_seen)?.as_deref() {
+    let last = match arrow_in::chunks(last_seen)?.as_deref() {
         Some([array]) => array.clone(),
         Some(parts) => {
             return Err(PyValueError::new_err(format!(
@@ -167,15 +59,19 @@ pub fn freshness_kernel<'py>(
         }
     };
     let n = last.len();
-    let period = Column::extract("period_ms", period_ms, n)?;
-    let as_of = Column::extract("as_of", as_of, n)?;
+    let like = [last];
+    let period = PerRow::extract("period_ms", period_ms, "last_seen", &like)?;
+    let as_of = PerRow::extract("as_of", as_of, "last_seen", &like)?;
     let out = py.detach(move || -> PyResult<StructArray> {
-        let last = to_ms("last_seen", &last)?;
+        let period = period.to_ms("period_ms")?;
+        let as_of = as_of.to_ms("as_of")?;
+        let last = arrow_in::to_ms("last_seen", &like[0])?;
         let mut status = StringBuilder::with_capacity(n, n * 6);
         let mut missed = Int64Builder::with_capacity(n);
         let mut staleness = Int64Builder::with_capacity(n);
-        for (i, last) in last.iter().enumerate() {
-            let f = freshness(last, period.get(i), as_of.get(i), allowed_misses);
+        let rows = last.iter().zip(period.chunk(0)).zip(as_of.chunk(0));
+        for ((last, period), as_of) in rows {
+            let f = freshness(last, period, as_of, allowed_misses);
             status.append_option(f.status.map(Status::as_str));
             missed.append_option(f.missed);
             staleness.append_option(f.staleness_ms);
@@ -193,60 +89,116 @@ pub fn freshness_kernel<'py>(
     Ok(exported.into_bound(py))
 }
 
-/// The beats of one topic from its time chunks and periods (an int, or arrays chunked like
-/// the times).
+/// The chunks of an array argument (see [`arrow_in::chunks`]), or a `TypeError` naming it.
+fn arrays(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<ArrayRef>> {
+    arrow_in::chunks(obj)?.ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "{name} must be an Arrow array, a chunked array or a list of arrays, got {}",
+            type_name(obj)
+        ))
+    })
+}
+
+/// Whether two arguments are chunked alike: as many chunks, of the same lengths.
+fn aligned(a: &[ArrayRef], b: &[ArrayRef]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.len() == y.len())
+}
+
+/// An argument with a value per row (a period, a time): one value for all rows (an int, or
+/// None), or arrays chunked like the rows (`A`: `ArrayRef` as passed, `Int64Array` once read
+/// as ms).
+enum PerRow<A> {
+    Uniform(Option<i64>),
+    Arrays(Vec<A>),
+}
+
+impl PerRow<ArrayRef> {
+    /// Argument `name` (`obj`) checked against the chunks it must match (`like`, the argument
+    /// `like_name`).
+    fn extract(
+        name: &str,
+        obj: &Bound<'_, PyAny>,
+        like_name: &str,
+        like: &[ArrayRef],
+    ) -> PyResult<Self> {
+        if obj.is_none() {
+            return Ok(PerRow::Uniform(None));
+        }
+        if let Ok(v) = obj.extract::<i64>() {
+            return Ok(PerRow::Uniform(Some(v)));
+        }
+        let Some(p) = arrow_in::chunks(obj)? else {
+            return Err(PyTypeError::new_err(format!(
+                "{name} must be an int, None or Arrow arrays like {like_name}, got {}",
+                type_name(obj)
+            )));
+        };
+        if !aligned(&p, like) {
+            return Err(PyValueError::new_err(format!(
+                "{name} arrays must have the chunk lengths of {like_name}"
+            )));
+        }
+        Ok(PerRow::Arrays(p))
+    }
+
+    /// The arrays read as ms (a `TypeError` naming `name` for another type).
+    fn to_ms(&self, name: &str) -> PyResult<PerRow<Int64Array>> {
+        Ok(match self {
+            PerRow::Uniform(v) => PerRow::Uniform(*v),
+            PerRow::Arrays(p) => PerRow::Arrays(
+                p.iter()
+                    .map(|c| arrow_in::to_ms(name, c))
+                    .collect::<PyResult<_>>()?,
+            ),
+        })
+    }
+}
+
+impl PerRow<Int64Array> {
+    /// The value of each row of chunk `k`, in order.
+    fn chunk(&self, k: usize) -> PerRowIter<'_> {
+        match self {
+            PerRow::Uniform(v) => PerRowIter::Uniform(*v),
+            PerRow::Arrays(p) => PerRowIter::Array(p[k].iter()),
+        }
+    }
+}
+
+/// See [`PerRow::chunk`]: an enum, not a boxed iterator, to stay inlined per row.
+enum PerRowIter<'a> {
+    Uniform(Option<i64>),
+    Array(arrow_array::iterator::PrimitiveIter<'a, Int64Type>),
+}
+
+impl Iterator for PerRowIter<'_> {
+    type Item = Option<i64>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Option<i64>> {
+        match self {
+            PerRowIter::Uniform(v) => Some(*v),
+            PerRowIter::Array(it) => it.next(),
+        }
+    }
+}
+
+/// The beats of one topic from its time chunks and periods; rows with a null time skipped.
 fn read_beats(ts: &Bound<'_, PyAny>, period_ms: &Bound<'_, PyAny>) -> PyResult<Vec<Beat>> {
-    let Some(ts_chunks) = chunks(ts)? else {
-        return Err(PyTypeError::new_err(format!(
-            "ts must be an Arrow array, a chunked array or a list of arrays, got {}",
-            type_name(ts)
-        )));
-    };
-    let uniform = if period_ms.is_none() {
-        Some(None)
-    } else {
-        period_ms.extract::<i64>().ok().map(Some)
-    };
-    let period_chunks = match uniform {
-        Some(_) => None,
-        None => {
-            let Some(p) = chunks(period_ms)? else {
-                return Err(PyTypeError::new_err(format!(
-                    "period_ms must be an int or Arrow arrays like ts, got {}",
-                    type_name(period_ms)
-                )));
-            };
-            let same = p.len() == ts_chunks.len()
-                && p.iter().zip(&ts_chunks).all(|(a, b)| a.len() == b.len());
-            if !same {
-                return Err(PyValueError::new_err(
-                    "period_ms arrays must have the chunk lengths of ts",
-                ));
-            }
-            Some(p)
-        }
-    };
+    let ts_chunks = arrays("ts", ts)?;
+    let periods = PerRow::extract("period_ms", period_ms, "ts", &ts_chunks)?;
+    let ts_ms = ts_chunks
+        .iter()
+        .map(|c| arrow_in::to_ms("ts", c))
+        .collect::<PyResult<Vec<_>>>()?;
+    let periods = periods.to_ms("period_ms")?;
     let mut beats = Vec::with_capacity(ts_chunks.iter().map(|c| c.len()).sum());
-    for (k, chunk) in ts_chunks.iter().enumerate() {
-        let ms = to_ms("ts", chunk)?;
-        match (&period_chunks, uniform) {
-            (Some(p), _) => {
-                let periods = to_ms("period_ms", &p[k])?;
-                beats.extend(ms.iter().zip(periods.iter()).filter_map(|(t, p)| {
-                    t.map(|ts_ms| Beat {
-                        ts_ms,
-                        period_ms: p,
-                    })
-                }));
-            }
-            (None, period) => {
-                let period = period.flatten();
-                beats.extend(ms.iter().flatten().map(|ts_ms| Beat {
-                    ts_ms,
-                    period_ms: period,
-                }));
-            }
-        }
+    for (k, ms) in ts_ms.iter().enumerate() {
+        beats.extend(ms.iter().zip(periods.chunk(k)).filter_map(|(t, p)| {
+            t.map(|ts_ms| Beat {
+                ts_ms,
+                period_ms: p,
+            })
+        }));
     }
     Ok(beats)
 }
@@ -295,42 +247,9 @@ pub fn outages_kernel<'py>(
     let mut beats = read_beats(ts, period_ms)?;
     let result = py.detach(move || {
         let (window_start, rows) = gaps::outages(&mut beats, &cfg)?;
-        let n = rows.len();
-        let mut from = Int64Builder::with_capacity(n);
-        let mut to = Int64Builder::with_capacity(n);
-        let mut missed = Int64Builder::with_capacity(n);
-        let mut open = BooleanBuilder::with_capacity(n);
-        let mut began = BooleanBuilder::with_capacity(n);
-        let mut last = Int64Builder::with_capacity(n);
-        let mut period = Int64Builder::with_capacity(n);
-        for o in &rows {
-            from.append_value(o.down_from_ms);
-            to.append_value(o.down_to_ms);
-            missed.append_value(o.missed);
-            open.append_value(o.open);
-            began.append_value(o.began_in_window);
-            last.append_value(o.last_beat_ms);
-            period.append_value(o.period_ms);
-        }
-        let schema = Schema::new(vec![
-            Field::new("down_from_ms", DataType::Int64, false),
-            Field::new("down_to_ms", DataType::Int64, false),
-            Field::new("missed", DataType::Int64, false),
-            Field::new("open", DataType::Boolean, false),
-            Field::new("began_in_window", DataType::Boolean, false),
-            Field::new("last_beat_ms", DataType::Int64, false),
-            Field::new("period_ms", DataType::Int64, false),
-        ]);
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(from.finish()),
-            Arc::new(to.finish()),
-            Arc::new(missed.finish()),
-            Arc::new(open.finish()),
-            Arc::new(began.finish()),
-            Arc::new(last.finish()),
-            Arc::new(period.finish()),
-        ];
-        let batch = RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns");
+        let mut columns = OutageColumns::with_capacity(rows.len());
+        rows.iter().for_each(|o| columns.push(o));
+        let batch = record_batch(columns.finish());
         Some((window_start, batch))
     });
     result
@@ -370,23 +289,6 @@ pub fn availability_kernel(
     }))
 }
 
-/// The strings of an Arrow string chunk (nulls as `None`).
-fn strs<'a>(
-    name: &str,
-    array: &'a ArrayRef,
-) -> PyResult<Box<dyn Iterator<Item = Option<&'a str>> + Send + 'a>> {
-    Ok(match array.data_type() {
-        DataType::Utf8 => Box::new(array.as_string::<i32>().iter()),
-        DataType::LargeUtf8 => Box::new(array.as_string::<i64>().iter()),
-        DataType::Utf8View => Box::new(array.as_string_view().iter()),
-        other => {
-            return Err(PyTypeError::new_err(format!(
-                "{name} must be an Arrow string array, got type {other}"
-            )))
-        }
-    })
-}
-
 /// Outages or availability of every topic in a batch of beats of many topics, in any order
 /// (one Spark partition, hash partitioned by topic): a `pyarrow.RecordBatch` with columns
 /// `topic, down_from_ms, down_to_ms, missed, open, began_in_window, last_beat_ms, period_ms`
@@ -410,74 +312,38 @@ pub fn partition_kernel<'py>(
     expect_from_start: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let cfg = gap_config(allowed_misses, start_ms, end_ms, expect_from_start)?;
-    let arrays = |name: &str, obj: &Bound<'py, PyAny>| -> PyResult<Vec<ArrayRef>> {
-        chunks(obj)?.ok_or_else(|| {
-            PyTypeError::new_err(format!(
-                "{name} must be an Arrow array or a list of arrays, got {}",
-                type_name(obj)
-            ))
-        })
-    };
     let topic_chunks = arrays("topics", topics)?;
     let ts_chunks = arrays("ts", ts)?;
-    let aligned = |other: &[ArrayRef]| {
-        other.len() == topic_chunks.len()
-            && other
-                .iter()
-                .zip(&topic_chunks)
-                .all(|(a, b)| a.len() == b.len())
-    };
-    if !aligned(&ts_chunks) {
+    if !aligned(&ts_chunks, &topic_chunks) {
         return Err(PyValueError::new_err(
             "topics and ts must be arrays of the same lengths",
         ));
     }
-    let uniform = if period_ms.is_none() {
-        Some(None)
-    } else {
-        period_ms.extract::<i64>().ok().map(Some)
-    };
-    let period_chunks = match uniform {
-        Some(_) => None,
-        None => {
-            let p = arrays("period_ms", period_ms)?;
-            if !aligned(&p) {
-                return Err(PyValueError::new_err(
-                    "period_ms arrays must have the lengths of topics",
-                ));
-            }
-            Some(p)
-        }
-    };
+    let periods = PerRow::extract("period_ms", period_ms, "topics", &topic_chunks)?;
     let batch = py.detach(move || -> PyResult<RecordBatch> {
         let ts_ms = ts_chunks
             .iter()
-            .map(|c| to_ms("ts", c))
+            .map(|c| arrow_in::to_ms("ts", c))
             .collect::<PyResult<Vec<_>>>()?;
-        let periods: Option<Vec<Int64Array>> = period_chunks
-            .as_ref()
-            .map(|p| p.iter().map(|c| to_ms("period_ms", c)).collect())
-            .transpose()?;
-        let uniform = uniform.flatten();
-        let mut rows = Vec::with_capacity(topic_chunks.len());
-        for (k, topic_chunk) in topic_chunks.iter().enumerate() {
-            let names = strs("topics", topic_chunk)?;
-            let times = ts_ms[k].iter();
-            let per: Box<dyn Iterator<Item = Option<i64>> + Send> = match &periods {
-                Some(p) => Box::new(p[k].iter()),
-                None => Box::new(std::iter::repeat(uniform)),
-            };
-            rows.push(names.zip(times).zip(per));
-        }
-        let beats = rows.into_iter().flatten().filter_map(|((topic, ts), p)| {
-            Some((
-                topic?,
-                Beat {
-                    ts_ms: ts?,
-                    period_ms: p,
-                },
-            ))
-        });
+        let periods = periods.to_ms("period_ms")?;
+        arrow_in::check_strings("topics", &topic_chunks)?;
+        let beats = topic_chunks
+            .iter()
+            .enumerate()
+            .flat_map(|(k, topics)| {
+                arrow_in::strs(topics)
+                    .zip(ts_ms[k].iter())
+                    .zip(periods.chunk(k))
+            })
+            .filter_map(|((topic, ts), p)| {
+                Some((
+                    topic?,
+                    Beat {
+                        ts_ms: ts?,
+                        period_ms: p,
+                    },
+                ))
+            });
         let groups = gaps::group_by_topic(beats);
         if availability {
             Ok(availability_batch(groups, &cfg))
@@ -490,53 +356,85 @@ pub fn partition_kernel<'py>(
 
 type Groups<'a> = hashbrown::HashMap<&'a str, Vec<Beat>, foldhash::fast::FixedState>;
 
+/// A column of a result batch: its name, values and whether it may hold nulls.
+type OutColumn = (&'static str, ArrayRef, bool);
+
+/// A batch of `columns`, in order.
+fn record_batch(columns: Vec<OutColumn>) -> RecordBatch {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(name, array, nullable)| Field::new(*name, array.data_type().clone(), *nullable))
+        .collect();
+    let arrays = columns.into_iter().map(|(_, array, _)| array).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("matching columns")
+}
+
+/// The columns of outage rows (`kernels::gaps::Outage`), built a row at a time.
+struct OutageColumns {
+    from: Int64Builder,
+    to: Int64Builder,
+    missed: Int64Builder,
+    open: BooleanBuilder,
+    began: BooleanBuilder,
+    last: Int64Builder,
+    period: Int64Builder,
+}
+
+impl OutageColumns {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            from: Int64Builder::with_capacity(n),
+            to: Int64Builder::with_capacity(n),
+            missed: Int64Builder::with_capacity(n),
+            open: BooleanBuilder::with_capacity(n),
+            began: BooleanBuilder::with_capacity(n),
+            last: Int64Builder::with_capacity(n),
+            period: Int64Builder::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, o: &Outage) {
+        self.from.append_value(o.down_from_ms);
+        self.to.append_value(o.down_to_ms);
+        self.missed.append_value(o.missed);
+        self.open.append_value(o.open);
+        self.began.append_value(o.began_in_window);
+        self.last.append_value(o.last_beat_ms);
+        self.period.append_value(o.period_ms);
+    }
+
+    fn finish(mut self) -> Vec<OutColumn> {
+        vec![
+            ("down_from_ms", Arc::new(self.from.finish()), false),
+            ("down_to_ms", Arc::new(self.to.finish()), false),
+            ("missed", Arc::new(self.missed.finish()), false),
+            ("open", Arc::new(self.open.finish()), false),
+            ("began_in_window", Arc::new(self.began.finish()), false),
+            ("last_beat_ms", Arc::new(self.last.finish()), false),
+            ("period_ms", Arc::new(self.period.finish()), false),
+        ]
+    }
+}
+
+/// The outages of every topic of a partition, each row led by its topic.
 fn outages_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
     let mut topic = StringBuilder::new();
-    let mut from = Int64Builder::new();
-    let mut to = Int64Builder::new();
-    let mut missed = Int64Builder::new();
-    let mut open = BooleanBuilder::new();
-    let mut began = BooleanBuilder::new();
-    let mut last = Int64Builder::new();
-    let mut period = Int64Builder::new();
+    let mut columns = OutageColumns::with_capacity(0);
     for (name, mut beats) in groups {
         let Some((_, rows)) = gaps::outages(&mut beats, cfg) else {
             continue;
         };
-        for o in rows {
+        for o in &rows {
             topic.append_value(name);
-            from.append_value(o.down_from_ms);
-            to.append_value(o.down_to_ms);
-            missed.append_value(o.missed);
-            open.append_value(o.open);
-            began.append_value(o.began_in_window);
-            last.append_value(o.last_beat_ms);
-            period.append_value(o.period_ms);
+            columns.push(o);
         }
     }
-    let schema = Schema::new(vec![
-        Field::new("topic", DataType::Utf8, false),
-        Field::new("down_from_ms", DataType::Int64, false),
-        Field::new("down_to_ms", DataType::Int64, false),
-        Field::new("missed", DataType::Int64, false),
-        Field::new("open", DataType::Boolean, false),
-        Field::new("began_in_window", DataType::Boolean, false),
-        Field::new("last_beat_ms", DataType::Int64, false),
-        Field::new("period_ms", DataType::Int64, false),
-    ]);
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(topic.finish()),
-        Arc::new(from.finish()),
-        Arc::new(to.finish()),
-        Arc::new(missed.finish()),
-        Arc::new(open.finish()),
-        Arc::new(began.finish()),
-        Arc::new(last.finish()),
-        Arc::new(period.finish()),
-    ];
-    RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns")
+    let mut all: Vec<OutColumn> = vec![("topic", Arc::new(topic.finish()), false)];
+    all.extend(columns.finish());
+    record_batch(all)
 }
 
+/// The availability of every topic of a partition: a row a topic.
 fn availability_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
     let mut topic = StringBuilder::new();
     let mut w_start = Int64Builder::new();
@@ -560,25 +458,14 @@ fn availability_batch(groups: Groups<'_>, cfg: &GapConfig) -> RecordBatch {
         mttr.append_option(a.mttr_ms);
         mtbf.append_option(a.mtbf_ms);
     }
-    let schema = Schema::new(vec![
-        Field::new("topic", DataType::Utf8, false),
-        Field::new("window_start_ms", DataType::Int64, false),
-        Field::new("window_end_ms", DataType::Int64, false),
-        Field::new("uptime_pct", DataType::Float64, false),
-        Field::new("outages", DataType::Int64, false),
-        Field::new("downtime_ms", DataType::Int64, false),
-        Field::new("mttr_ms", DataType::Float64, true),
-        Field::new("mtbf_ms", DataType::Float64, true),
-    ]);
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(topic.finish()),
-        Arc::new(w_start.finish()),
-        Arc::new(w_end.finish()),
-        Arc::new(uptime.finish()),
-        Arc::new(outages.finish()),
-        Arc::new(downtime.finish()),
-        Arc::new(mttr.finish()),
-        Arc::new(mtbf.finish()),
-    ];
-    RecordBatch::try_new(Arc::new(schema), columns).expect("matching columns")
+    record_batch(vec![
+        ("topic", Arc::new(topic.finish()), false),
+        ("window_start_ms", Arc::new(w_start.finish()), false),
+        ("window_end_ms", Arc::new(w_end.finish()), false),
+        ("uptime_pct", Arc::new(uptime.finish()), false),
+        ("outages", Arc::new(outages.finish()), false),
+        ("downtime_ms", Arc::new(downtime.finish()), false),
+        ("mttr_ms", Arc::new(mttr.finish()), true),
+        ("mtbf_ms", Arc::new(mtbf.finish()), true),
+    ])
 }

@@ -799,3 +799,76 @@ def test_a_summary_log_gives_the_rows_of_a_full_log(spark: Any, tmp_path: Path) 
         assert any(r[0] == "svc.never" for r in want) and len(want) > 8
         assert both(hs.outages, b, **kw) == want, allowed
         assert both(hs.availability, b, **kw) == both(hs.availability, a, **kw), allowed
+
+
+# -- the kernels' Arrow input (rust/python/arrow_in.rs) and the session builder -----------------
+
+
+def test_kernels_read_arrays_chunked_arrays_and_lists_alike() -> None:
+    from heartwire import _core
+
+    ts = [0, 1000, 5000, None, 6000]  # a gap from 1 s to 5 s: one outage
+    want = _core.availability_kernel(pa.array(ts), 1000, 1, 7000, start_ms=0)
+    assert want is not None and want[3] == 1, want
+    chunked = pa.chunked_array([ts[:2], ts[2:]], type=pa.int64())
+    listed = [pa.array(ts[:2]), pa.array(ts[2:], type=pa.int64())]
+    stamps = pa.array([None if t is None else t * 1000 for t in ts], type=pa.timestamp("us"))
+    for arg in (chunked, listed, stamps):
+        assert _core.availability_kernel(arg, 1000, 1, 7000, start_ms=0) == want, arg
+    rows = _core.partition_kernel(
+        pa.chunked_array([["a", "a"], ["a", None, "a"]]), chunked, 1000, 1, 7000, start_ms=0
+    )
+    assert rows.column("topic").to_pylist() == ["a"]
+    avail = _core.partition_kernel(pa.array(["a"] * 5), pa.array(ts), 1000, 1, 7000, 0, True)
+    assert avail.to_pylist() == [dict(zip(avail.schema.names, ["a", *want], strict=True))]
+    assert avail.schema.field("mttr_ms").nullable and not avail.schema.field("uptime_pct").nullable
+    out = _core.partition_kernel(pa.array(["a"] * 5), pa.array(ts), 1000, 1, 7000, 0)
+    start, one = _core.outages_kernel(
+        listed, [pa.array([1000] * 2), pa.array([1000] * 3)], 1, 7000, 0
+    )
+    assert start == 0 and out.schema.names == ["topic", *one.schema.names]
+    assert one.to_pylist() == out.drop_columns(["topic"]).to_pylist()
+    assert one.column("down_from_ms").to_pylist() == [2000] and one.num_rows == 1
+    last = pa.array([0, None, 4500])
+    fresh = _core.freshness_kernel(last, 1000, 5000).to_pylist()
+    assert [r["status"] for r in fresh] == ["failed", "pending", "alive"], fresh
+    per_row = _core.freshness_kernel(last, pa.array([1000] * 3), pa.chunked_array([[5000] * 3]))
+    assert per_row.to_pylist() == fresh
+
+
+def test_kernels_name_the_argument_of_a_bad_arrow_input() -> None:
+    from heartwire import _core
+
+    with pytest.raises(TypeError, match=r"topics must be an Arrow string array, got one of type"):
+        _core.partition_kernel(pa.array([1]), pa.array([1]), 1000, 1, 10)
+    with pytest.raises(TypeError, match=r"ts must be an Arrow timestamp or integer array"):
+        _core.availability_kernel(pa.array(["x"]), 1000, 1, 10)
+    with pytest.raises(TypeError, match=r"ts must be an Arrow array.*got list"):
+        _core.availability_kernel([pa.array([1]), 2], 1000, 1, 10)
+    with pytest.raises(ValueError, match=r"period_ms arrays must have the chunk lengths of topics"):
+        _core.partition_kernel(pa.array(["a"]), pa.array([1]), [pa.array([1, 2])], 1, 10)
+    with pytest.raises(TypeError, match=r"period_ms must be an int, None or Arrow arrays like ts"):
+        _core.outages_kernel(pa.array([1]), 1.5, 1, 10)
+    with pytest.raises(ValueError, match=r"as_of arrays must have the chunk lengths of last_seen"):
+        _core.freshness_kernel(pa.array([1, 2]), 1000, pa.array([5000]))
+    with pytest.raises(ValueError, match=r"last_seen must be one Arrow array, got 2 chunks"):
+        _core.freshness_kernel(pa.chunked_array([[1], [2]]), 1000, 5000)
+
+
+def test_session_builder_checks_its_counts_before_spark_starts() -> None:
+    from heartwire._spark_session import build_session
+
+    with pytest.raises(ValueError, match=r"shuffle_partitions must be >= 1, got 0"):
+        build_session("x", shuffle_partitions=0)
+    with pytest.raises(TypeError, match=r"parallelism must be an int or None, got str '2'"):
+        build_session("x", parallelism="2")  # type: ignore[arg-type]
+
+
+def test_tests_session_has_the_builders_settings(spark: Any) -> None:
+    conf = spark.conf
+    assert spark.sparkContext.appName == "heartwire-tests"
+    assert conf.get("spark.sql.session.timeZone") == "UTC"
+    assert conf.get("spark.ui.enabled") == "false"
+    assert conf.get("spark.ui.showConsoleProgress") == "false"
+    assert conf.get("spark.sql.shuffle.partitions") == "2"
+    assert spark.sparkContext.defaultParallelism == 2
