@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "publish":
             return _publish(args)
         if args.command == "report":
-            from heartwire.report import run_report
+            from heartwire.report_cmd import run_report
 
             return run_report(
                 events=args.events,
