@@ -32,7 +32,9 @@ KILLS_AT = (25_000, 50_000, 75_000)
 FLUSH_WINDOW = 5
 # Bounds on the waits (generous: the machine is shared; a broker restart takes a few seconds).
 FLUSH_WAIT = 90.0
-DRAIN_WAIT = 60.0
+DRAIN_WAIT = 180.0
+# ... of which at most this long without a new message.
+DRAIN_STALL = 20.0
 
 
 @pytest.mark.parametrize("name", ["activemq", "rabbitmq"])
@@ -110,12 +112,23 @@ def test_100k_messages_through_three_broker_kills(name: str) -> None:
                 f"flush {rid} not acknowledged within {FLUSH_WAIT:g} s: {sender.stats()}"
             )
         flushed_at = time.monotonic()
-        deadline = time.monotonic() + DRAIN_WAIT
+        # Wait while the consumer makes progress: a slow drain on a loaded machine is not a
+        # loss; an id still missing once nothing has arrived for DRAIN_STALL is (bounded by
+        # DRAIN_WAIT in all).
+        deadline = flushed_at + DRAIN_WAIT
+        seen, progress_at = -1, flushed_at
         while time.monotonic() < deadline:
             with lock:
-                if len(received) >= TOTAL:
-                    break
+                count = len(received)
+            if count >= TOTAL:
+                break
+            now = time.monotonic()
+            if count != seen:
+                seen, progress_at = count, now
+            elif now - progress_at > DRAIN_STALL:
+                break
             time.sleep(0.05)
+        stalled_for = time.monotonic() - progress_at
         with lock:
             missing = set(sent) - received
         stats = consumer.stats()
@@ -133,7 +146,8 @@ def test_100k_messages_through_three_broker_kills(name: str) -> None:
         )
         # (A refused message counts as processed for its flush: say so if the lost ids are those.)
         assert not missing, (
-            f"{len(missing)} ids never delivered, e.g. {sorted(missing)[:5]}; "
+            f"{len(missing)} ids never delivered (nothing new for {stalled_for:.1f} s), "
+            f"e.g. {sorted(missing)[:5]}; "
             f"{len(errors)} refused by the broker, e.g. {errors[:2]}"
         )
         assert not handed_twice, f"ids handed over twice: {handed_twice[:5]}"
