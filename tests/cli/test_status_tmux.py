@@ -79,6 +79,9 @@ class Screen:
                 pytest.fail(f"no {what} on the screen within {timeout:g} s; it shows:\n{text}")
             time.sleep(0.2)
 
+    def keys(self, *keys: str) -> None:
+        subprocess.run([*self.tmux, "send-keys", "-t", "status", *keys], check=True, timeout=10)
+
     def close(self) -> None:
         subprocess.run([*self.tmux, "kill-server"], capture_output=True, timeout=10)
 
@@ -147,6 +150,11 @@ def test_the_live_table_shows_a_topic_alive_then_failed(topic: str, screen: Scre
         # One period and its grace after the last beat, plus a refresh: seconds, not WAIT.
         assert time.monotonic() - stopped < 10.0, text
         assert any("failed" in line and topic in line for line in text.splitlines()), text
+        # Ctrl-C: the screen is given back, the last table printed, exit status 0.
+        screen.keys("C-c")
+        text = screen.wait_until(lambda t: "EXITED" in t, "exit after Ctrl-C")
+        assert "EXITED 0" in text and "Traceback" not in text, text
+        assert shows(topic, "FAILED")(text), text
     finally:
         pub.stop()
         broker.close()
