@@ -12,9 +12,10 @@ about 1.5 ms for 100 000 topics), and only the ``top`` offenders become Python o
 events come from a :class:`RecentEvents` listener: a bounded ring filled on its own listener
 thread, and read (copied) by the snapshot.
 
-Silences and suppressions are read from the monitor when it offers them (``mon.silences()``,
-``mon.suppressions()``); a monitor without them shows none. Adding a section is one function
-here (:func:`_silences`, :func:`_suppressions`) and a table in the view.
+Silences and suppressions are read from the monitor when it offers them (``mon.silences()``;
+``mon.dependencies()`` whose parent is FAILED now); a monitor without them shows none. Adding a
+section is one function here (as :func:`_silences`, :func:`_suppressions`) and a table in the
+view.
 """
 
 from __future__ import annotations
@@ -112,9 +113,11 @@ class SilenceRow:
 
 @dataclass(frozen=True)
 class SuppressionRow:
-    """A topic whose failure is suppressed by a failed parent it depends on."""
+    """A dependency in force: the failures of the topics matching ``children`` are suppressed
+    (delivered marked ``suppressed_by=parent``) because ``parent`` is FAILED, since ``since``
+    (Unix seconds)."""
 
-    topic: str
+    children: str
     parent: str
     since: float | None = None
 
@@ -130,10 +133,12 @@ class StatusSnapshot:
     - ``others``: when the monitor watches no more than ``top`` topics, the rest of them (the
       healthy, paused and stopped ones, by name), so a small set is shown whole; else empty;
     - ``recent``: the newest events last (empty without a :class:`RecentEvents`);
-    - ``silences``, ``suppressions``: empty when the monitor has none (or no such feature);
+    - ``silences``: those not over yet; ``suppressions``: the dependencies whose parent is
+      FAILED now; both empty when the monitor has none (or no such feature);
     - ``health``: ``running``, ``beats``, ``rejected`` (total), ``dropped`` (events lost to
       overflow policies), ``local_pauses``, ``ingest_lag`` (seconds), ``disconnects``,
-      ``reconnects``.
+      ``reconnects``, and ``suppressed`` (failed events suppressed by a parent) when the
+      monitor counts them.
     """
 
     pattern: str
@@ -191,6 +196,8 @@ def status_snapshot(
         "disconnects": stats["disconnects"],
         "reconnects": stats["reconnects"],
     }
+    if "suppressed" in stats:
+        health["suppressed"] = stats["suppressed"]
     return StatusSnapshot(
         pattern=mon.pattern,
         at=wall_now,
@@ -210,48 +217,45 @@ def _by_topic(status: TopicStatus) -> str:
 
 
 def _silences(mon: HeartbeatMonitor) -> tuple[SilenceRow, ...]:
-    """The monitor's active silences, if it has the feature (``mon.silences()``): each read
-    by its ``pattern``, ``until`` (an aware ``datetime``, or seconds on the monitor's clock),
-    ``reason`` and ``id``, whichever it has."""
+    """The monitor's silences not over yet, if it has the feature (``mon.silences()``): each
+    read by its ``pattern``, ``reason``, ``id`` and end: ``wall_end`` (Unix seconds), else
+    ``end`` (seconds on the monitor's clock), else ``until`` (an aware ``datetime``)."""
     listing = getattr(mon, "silences", None)
     if not callable(listing):
         return ()
     rows = []
     for silence in listing():
-        until = getattr(silence, "until", None)
-        if isinstance(until, _dt.datetime):
-            until = until.timestamp()
-        elif isinstance(until, (int, float)) and math.isfinite(until):
-            until = mon.wall_time(float(until))
-        else:
-            until = None
+        until = getattr(silence, "wall_end", None)
+        if until is None and isinstance(getattr(silence, "end", None), (int, float)):
+            until = mon.wall_time(float(silence.end))
+        if until is None and isinstance(getattr(silence, "until", None), _dt.datetime):
+            until = silence.until.timestamp()
         rows.append(
             SilenceRow(
                 pattern=str(getattr(silence, "pattern", "")),
-                until=until,
+                until=float(until) if until is not None and math.isfinite(until) else None,
                 reason=str(getattr(silence, "reason", "") or ""),
-                id=str(getattr(silence, "id", "") or ""),
+                id=str(getattr(silence, "id", "")),
             )
         )
     return tuple(rows)
 
 
 def _suppressions(mon: HeartbeatMonitor) -> tuple[SuppressionRow, ...]:
-    """The monitor's suppressed topics, if it has the feature (``mon.suppressions()``: items
-    with ``topic``, ``parent`` and optionally ``since``, seconds on the monitor's clock)."""
-    listing = getattr(mon, "suppressions", None)
+    """The dependencies in force now, if the monitor has the feature (``mon.dependencies()``:
+    ``(child_pattern, parent)`` pairs): those whose parent is FAILED, so that its children's
+    failures are suppressed. One status lookup per dependency, none per topic."""
+    listing = getattr(mon, "dependencies", None)
     if not callable(listing):
         return ()
     rows = []
-    for item in listing():
-        since = getattr(item, "since", None)
-        rows.append(
-            SuppressionRow(
-                topic=str(item.topic),
-                parent=str(item.parent),
-                since=None if since is None else mon.wall_time(float(since)),
-            )
-        )
+    for children, parent in listing():
+        try:
+            status = mon.status(parent)
+        except KeyError:
+            continue  # a parent not watched (yet) suppresses nothing
+        if status.state == State.FAILED:
+            rows.append(SuppressionRow(str(children), str(parent), status.wall_failed_since))
     return tuple(rows)
 
 

@@ -154,11 +154,11 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
 
     if snap.suppressions:
         suppressed = Table(title="Suppressions", title_justify="left", expand=False)
-        for column in ("topic", "suppressed by", "since"):
+        for column in ("topics", "suppressed by", "down since"):
             suppressed.add_column(column, overflow="fold")
         for row in snap.suppressions:
             since = _clock(row.since, today) if row.since is not None else ""
-            suppressed.add_row(row.topic, row.parent, since)
+            suppressed.add_row(row.children, row.parent, since)
         parts.append(suppressed)
     else:
         parts.append(Text("Suppressions: none"))
@@ -168,7 +168,8 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
             f"beats {health['beats']}  rejected {health['rejected']}  "
             f"dropped {health['dropped']}  local pauses {health['local_pauses']}  "
             f"ingest lag {duration_text(health['ingest_lag']) if health['ingest_lag'] else '0'}  "
-            f"disconnects {health['disconnects']}  reconnects {health['reconnects']}",
+            f"disconnects {health['disconnects']}  reconnects {health['reconnects']}"
+            + (f"  suppressed {health['suppressed']}" if "suppressed" in health else ""),
             style="dim",
         )
     )

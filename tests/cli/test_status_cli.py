@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import heartwire as hw
-from heartwire.status import RecentEvents, SilenceRow, status_snapshot
+from heartwire.status import RecentEvents, SilenceRow, SuppressionRow, status_snapshot
 
 pytest.importorskip("rich", reason="heartwire[status] (rich) is in the test extras")
 
@@ -118,17 +118,22 @@ def test_many_topics_show_only_the_worst(
     ]
 
 
-def test_silences_show_when_there_are_some() -> None:
+def test_silences_and_suppressions_show_when_there_are_some() -> None:
     from dataclasses import replace
 
     clock = hw.ManualClock(0.0)
     m = hw.HeartbeatMonitor(None, "svc.>", clock=clock, wall_offset=WALL)
     snap = replace(
-        status_snapshot(m), silences=(SilenceRow("svc.db.>", WALL + 1800, "migration", "s1"),)
+        status_snapshot(m),
+        silences=(SilenceRow("svc.db.>", WALL + 1800, "migration", "1"),),
+        suppressions=(SuppressionRow("svc.api.>", "svc.db", WALL - 60),),
+        health={**status_snapshot(m).health, "suppressed": 40},
     )
     text = drawn(render(snap))
-    assert row(text, "svc.db.>", "08:30:00", "migration", "s1"), text
-    assert "Silences: none" not in text
+    assert row(text, "svc.db.>", "08:30:00", "migration", "1"), text
+    assert row(text, "svc.api.>", "svc.db", "07:59:00"), text
+    assert "suppressed 40" in text
+    assert "Silences: none" not in text and "Suppressions: none" not in text
 
 
 def test_piped_it_prints_a_table_per_refresh() -> None:

@@ -186,37 +186,41 @@ def test_exceptions_and_connection_events_are_kept(
 
 @dataclass
 class _Silence:
-    id: str
+    id: int
     pattern: str
-    until: float
+    end: float  # on the monitor's clock
     reason: str
 
 
-@dataclass
-class _Suppressed:
-    topic: str
-    parent: str
-    since: float
-
-
 class _PolicyMonitor(hw.HeartbeatMonitor):
-    """A monitor offering the silences and suppressions other features add (issue 17), in the
-    shape the snapshot reads: how those sections fill in once the monitor has them."""
+    """A monitor offering silences and dependencies in the shape issue 17's silences and
+    dependencies give them (``silences()``: objects with ``id``, ``pattern``, ``end``,
+    ``reason``; ``dependencies()``: ``(child_pattern, parent)``): how those sections fill in."""
 
     def silences(self) -> list[_Silence]:
-        return [_Silence("s1", "svc.db.>", 30.0, "maintenance")]
+        return [_Silence(7, "svc.db.>", 30.0, "maintenance")]
 
-    def suppressions(self) -> list[_Suppressed]:
-        return [_Suppressed("svc.api.a", "svc.db", 2.0)]
+    def dependencies(self) -> list[tuple[str, str]]:
+        return [("svc.api.>", "svc.db"), ("svc.web.>", "svc.cache"), ("svc.x.>", "svc.unknown")]
 
 
 def test_silences_and_suppressions_are_read_when_the_monitor_has_them(
     clock: hw.ManualClock,
 ) -> None:
-    mon = _PolicyMonitor(None, "svc.>", clock=clock, wall_offset=WALL)
-    snap = status_snapshot(mon)
-    assert snap.silences == (SilenceRow("svc.db.>", WALL + 30.0, "maintenance", "s1"),)
-    assert snap.suppressions == (SuppressionRow("svc.api.a", "svc.db", WALL + 2.0),)
+    mon = _PolicyMonitor(None, "svc.>", period=1.0, grace=0, clock=clock, wall_offset=WALL)
+    try:
+        mon.start()
+        mon.beat_many(["svc.db", "svc.cache"])
+        clock.set(1.5)
+        mon.beat("svc.cache")
+        snap = status_snapshot(mon)
+        assert snap.silences == (SilenceRow("svc.db.>", WALL + 30.0, "maintenance", "7"),)
+        # Only the dependency whose parent is FAILED now is in force; an unknown parent: none.
+        assert snap.suppressions == (SuppressionRow("svc.api.>", "svc.db", WALL + 1.0),)
+        mon.beat("svc.db")
+        assert status_snapshot(mon).suppressions == ()
+    finally:
+        mon.stop()
 
 
 def test_bad_arguments_are_named(mon: hw.HeartbeatMonitor) -> None:
