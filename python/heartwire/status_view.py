@@ -74,8 +74,10 @@ def _clock(unix: float | None, today: _dt.date) -> str:
 
 
 def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
-    """The snapshot as one ``rich`` renderable (a group of tables): the newest ``events``
-    recent events, newest first. ``source`` (e.g. the broker URL) goes in the title."""
+    """The snapshot as one ``rich`` renderable (a group of tables): the title and the
+    monitor's counters, topics by state, the worst offenders, silences, suppressions, then the
+    newest ``events`` recent events, newest first (last: on a short terminal, what is cut).
+    ``source`` (e.g. the broker URL) goes in the title."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -91,6 +93,16 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
         ("" if health.get("running", True) else "  (monitor stopped)", "red"),
     )
     parts: list[Any] = [title]
+    parts.append(
+        Text(
+            f"beats {health['beats']}  rejected {health['rejected']}  "
+            f"dropped {health['dropped']}  local pauses {health['local_pauses']}  "
+            f"ingest lag {duration_text(health['ingest_lag']) if health['ingest_lag'] else '0'}  "
+            f"disconnects {health['disconnects']}  reconnects {health['reconnects']}"
+            + (f"  suppressed {health['suppressed']}" if "suppressed" in health else ""),
+            style="dim",
+        )
+    )
 
     states = Table(title="Topics by state", title_justify="left", expand=False)
     for name in STATE_ORDER:
@@ -124,24 +136,6 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
         )
     parts.append(worst if listed else Text("Worst offenders: none", style="green"))
 
-    shown: list[RecentEvent] = list(snap.recent[-events:])[::-1] if events > 0 else []
-    if shown:
-        recent = Table(title="Recent events", title_justify="left", expand=False)
-        recent.add_column("at", justify="right")
-        recent.add_column("event")
-        recent.add_column("topic", overflow="fold")
-        recent.add_column("detail", overflow="fold")
-        for ev in shown:
-            recent.add_row(
-                _clock(ev.at, today),
-                Text(ev.kind, style=EVENT_STYLES.get(ev.kind, "")),
-                ev.topic,
-                ev.detail,
-            )
-        parts.append(recent)
-    else:
-        parts.append(Text("Recent events: none"))
-
     if snap.silences:
         silences = Table(title="Silences", title_justify="left", expand=False)
         for column in ("pattern", "until", "reason", "id"):
@@ -163,16 +157,24 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
     else:
         parts.append(Text("Suppressions: none"))
 
-    parts.append(
-        Text(
-            f"beats {health['beats']}  rejected {health['rejected']}  "
-            f"dropped {health['dropped']}  local pauses {health['local_pauses']}  "
-            f"ingest lag {duration_text(health['ingest_lag']) if health['ingest_lag'] else '0'}  "
-            f"disconnects {health['disconnects']}  reconnects {health['reconnects']}"
-            + (f"  suppressed {health['suppressed']}" if "suppressed" in health else ""),
-            style="dim",
-        )
-    )
+    shown: list[RecentEvent] = list(snap.recent[-events:])[::-1] if events > 0 else []
+    if shown:
+        recent = Table(title="Recent events", title_justify="left", expand=False)
+        recent.add_column("at", justify="right")
+        recent.add_column("event")
+        recent.add_column("topic", overflow="fold")
+        recent.add_column("detail", overflow="fold")
+        for ev in shown:
+            recent.add_row(
+                _clock(ev.at, today),
+                Text(ev.kind, style=EVENT_STYLES.get(ev.kind, "")),
+                ev.topic,
+                ev.detail,
+            )
+        parts.append(recent)
+    else:
+        parts.append(Text("Recent events: none"))
+
     return Group(*parts)
 
 
