@@ -1,9 +1,11 @@
-"""The ``heartwire`` command: ``demo``, ``publish``, ``watch`` and ``report``.
+"""The ``heartwire`` command: ``demo``, ``publish``, ``watch``, ``status`` and ``report``.
 
 ``publish`` and ``watch`` print one JSON object per event, times on the wall clock: ``at`` (and
 a failure's ``since``) in Unix seconds, the same as ISO 8601 in UTC in ``at_iso``
 (``since_iso``); ``watch`` adds the monitor's clock reading (``at_monotonic``,
 ``since_monotonic``), exact for intervals. See :func:`heartwire.events.wall_fields`.
+``status`` runs a monitor as ``watch`` does and shows a live table instead (needs
+``heartwire[status]``: see :mod:`heartwire.status_view`).
 """
 
 from __future__ import annotations
@@ -102,6 +104,34 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-addr", default="0.0.0.0", help="address for --metrics-port (default 0.0.0.0)"
     )
 
+    status = commands.add_parser(
+        "status",
+        help="watch topics and show a live table: states, worst offenders, recent events "
+        "(needs heartwire[status])",
+    )
+    status.add_argument("pattern", help="topic or wildcard pattern, e.g. svc.> or svc.*")
+    status.add_argument("--broker", default=None, help=BROKER_HELP)
+    status.add_argument("--period", type=_finite_positive, default=1.0, help="default period, s")
+    status.add_argument("--allowed-misses", type=_positive(int), default=1)
+    status.add_argument("--expect", action="append", default=[], help="a topic to expect")
+    status.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
+    status.add_argument(
+        "--max-beat-age",
+        type=_positive_or_inf,
+        default=None,
+        help="as for watch (default: 3 periods + 60 s; inf: no bound)",
+    )
+    status.add_argument(
+        "--refresh", type=_finite_positive, default=1.0, help="redraw every N seconds (default 1)"
+    )
+    status.add_argument(
+        "--top", type=_positive(int), default=10, help="worst offenders shown (default 10)"
+    )
+    status.add_argument(
+        "--events", type=_positive(int), default=10, help="recent events shown (default 10)"
+    )
+    status.add_argument("--duration", type=_finite_positive, default=None, help="run time, s")
+
     report = commands.add_parser(
         "report", help="availability report (HTML + PNG timeline) of an event log, on Spark"
     )
@@ -140,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 allowed_misses=args.allowed_misses,
                 master=args.master,
             )
+        if args.command == "status":
+            return _status(args)
         return _watch(args)
     except (ValueError, OSError) as exc:
         print(f"heartwire {args.command}: {exc}", file=sys.stderr)
@@ -254,6 +286,54 @@ def _watch(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.close()
+        mon.stop()
+        broker.close()
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from heartwire.status_view import StatusUnavailable, require
+
+    try:
+        require()  # before connecting: a missing rich is a usage error
+    except StatusUnavailable as exc:
+        print(f"heartwire status: {exc}", file=sys.stderr)
+        return 2
+    from heartwire import status_view
+    from heartwire.monitor import HeartbeatMonitor
+    from heartwire.status import RecentEvents
+    from heartwire.transport import connect
+
+    recent = RecentEvents(max(args.events, 50))
+    broker = connect(args.broker)
+    mon = HeartbeatMonitor(
+        broker,
+        args.pattern,
+        period=args.period,
+        allowed_misses=args.allowed_misses,
+        listeners=[recent],
+        key=args.key,
+        max_beat_age=args.max_beat_age,
+    )
+    done = threading.Event()
+    try:
+        for topic in args.expect:
+            mon.expect(topic)
+        mon.start()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: done.set())
+        status_view.run(
+            mon,
+            recent,
+            refresh=args.refresh,
+            duration=args.duration,
+            done=done,
+            top=args.top,
+            events=args.events,
+            source=args.broker or "memory://",
+        )
+    finally:
         mon.stop()
         broker.close()
     return 0

@@ -74,6 +74,45 @@ impl Detector {
             .collect()
     }
 
+    /// The `n` worst topics, worst first: FAILED ones, then watched ones that have missed
+    /// periods without failing yet (`missed > 0`, below `allowed_misses`); within each, the
+    /// most missed periods first, then the longest down (earliest `failed_since`; for those
+    /// not failed, the oldest last beat), then id order. Healthy, paused and stopped topics are
+    /// left out, so fewer than `n` may come back.
+    ///
+    /// One pass over the topics under the detector lock (as [`Detector::statuses`]), keeping
+    /// a small key per candidate; only the `n` chosen become [`TopicStatus`] values. For a
+    /// live view of 100 000 topics that must not build a snapshot of each per refresh.
+    pub fn worst(&self, n: usize) -> Vec<TopicStatus> {
+        if n == 0 {
+            return Vec::new();
+        }
+        let inner = self.inner.lock();
+        // (not failed, fewer missed, later since, id): ascending order is worst first.
+        let mut keys: Vec<(bool, std::cmp::Reverse<u32>, u64, TopicId)> = Vec::new();
+        for id in 0..inner.slots.len() as TopicId {
+            let state = word::state(self.word(id).load(Ordering::Acquire));
+            let failed = state == State::Failed;
+            if !failed && (!state.is_watched() || inner.slots[id as usize].missed == 0) {
+                continue; // the common healthy case costs one load and a compare
+            }
+            let s = self.status_of(&inner, id);
+            if !failed && s.missed == 0 {
+                continue; // a beat not taken in yet already cleared its misses
+            }
+            let since = s.failed_since_ns.or(s.last_seen_ns).unwrap_or(0);
+            keys.push((!failed, std::cmp::Reverse(s.missed), since, id));
+        }
+        if keys.len() > n {
+            keys.select_nth_unstable(n - 1);
+            keys.truncate(n);
+        }
+        keys.sort_unstable();
+        keys.iter()
+            .map(|&(_, _, _, id)| self.status_of(&inner, id))
+            .collect()
+    }
+
     /// How many topics are in each state, indexed by `State as usize`.
     pub fn state_counts(&self) -> [u64; 6] {
         let mut counts = [0u64; 6];

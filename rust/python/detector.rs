@@ -743,6 +743,26 @@ impl PyDetector {
         self.status_obj(py, id)
     }
 
+    /// The ``n`` worst topics, worst first (FAILED ones, then those with missed periods not
+    /// failed yet; most missed first, then longest down, then handle order): healthy, paused
+    /// and stopped topics are left out. One native pass over the topics; only the chosen ones
+    /// become objects.
+    fn worst(&self, py: Python<'_>, n: i64) -> PyResult<Vec<PyTopicStatus>> {
+        let n = usize::try_from(n)
+            .map_err(|_| PyValueError::new_err(format!("n must be an int >= 0, got {n}")))?;
+        let det = self.det.clone();
+        let chosen = py.detach(move || det.worst(n));
+        Ok(self.det.with_names(|names| {
+            chosen
+                .iter()
+                .map(|s| {
+                    let handle = self.det.handle_of(s.id);
+                    PyTopicStatus::new(s, names.get(s.id).to_owned(), handle)
+                })
+                .collect()
+        }))
+    }
+
     /// Snapshots of every topic not removed, in handle order.
     fn statuses(&self, py: Python<'_>) -> Vec<PyTopicStatus> {
         let det = self.det.clone();

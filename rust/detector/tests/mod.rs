@@ -6,6 +6,7 @@ mod grace;
 mod lag;
 mod pause;
 mod resume;
+mod worst;
 
 use super::*;
 use crate::clock::ManualClock;
