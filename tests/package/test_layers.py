@@ -61,6 +61,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "heartwire.report",
             "heartwire.report_html",
             "heartwire.report_cmd",
+            "heartwire.status",
+            "heartwire.status_view",
             "heartwire.spark",
         ),
     ),
