@@ -400,6 +400,20 @@ class Detector:
 
     lag_threshold: float | None
     max_ingest_lag: float | None
+    @property
+    def lagging(self) -> bool:
+        """Whether an ingest-lag episode has reported ``lagging`` and not yet ``caught_up``."""
+
+    count_intervals: bool
+    """Whether beat inter-arrival times are counted (off by default; a monitor turns it on)."""
+    def interval_histogram(self) -> tuple[list[float], list[int], float]:
+        """``(bounds, counts, sum)``: bucket upper bounds (seconds, inclusive), per-bucket
+        counts (not cumulative; the last is ``+Inf``), the sum of the intervals (seconds)."""
+
+    def counts_by_prefix(self, depth: int) -> dict[str, tuple[int, int, int, int, int, int]]:
+        """Topics in each state (PENDING, ALIVE, FAILED, PAUSED, STOPPED, REMOVED) by the first
+        ``depth`` segments of their names; removed topics left out."""
+
     def now(self) -> float: ...
     def status(self, topic: _Topic) -> TopicStatus: ...
     def statuses(self) -> list[TopicStatus]: ...
