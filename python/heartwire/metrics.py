@@ -174,18 +174,18 @@ def collector(
                 topics.add_metric([p, label, state], n)
         yield topics
         failed, resumed, downtime = monitor.tally.snapshot()
-        for name, counts in (
+        for name, by_group in (
             ("heartwire_group_failed_total", failed),
             ("heartwire_group_resumed_total", resumed),
         ):
             f = family(name, ["pattern", "group"])
-            for label in sorted(counts):
-                f.add_metric([p, label], counts[label])
+            for label in sorted(by_group):
+                f.add_metric([p, label], by_group[label])
             yield f
         hist = family("heartwire_downtime_seconds", ["pattern", "group"])
         for label in sorted(downtime):
-            counts_, total = downtime[label]
-            hist.add_metric([p, label], buckets(DOWNTIME_BOUNDS, counts_), total)
+            per_bucket, total = downtime[label]
+            hist.add_metric([p, label], buckets(DOWNTIME_BOUNDS, per_bucket), total)
         yield hist
         overflowed = family("heartwire_groups_overflowed", ["pattern"])
         overflowed.add_metric([p], groups.overflowed)
