@@ -131,3 +131,65 @@ mod unit {
         assert_eq!(bucket(u64::MAX - 1), INTERVAL_BUCKETS - 1);
     }
 }
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// The histogram's cost per beat, single beats by handle (the socket reader's path) and a
+    /// batch by handle, on against off, rounds alternating: `cargo test --release --lib --
+    /// --ignored --nocapture interval_timing`.
+    #[test]
+    #[ignore = "timing: run by hand with --release"]
+    fn interval_timing() {
+        let clock = Arc::new(ManualClock::new(0));
+        let det = Detector::new(
+            ClockSource::Manual(clock.clone()),
+            TopicConfig::fixed(3_600_000_000_000, 1),
+            1_000_000,
+        )
+        .unwrap();
+        let names: Vec<String> = (0..1000).map(|i| format!("svc.t{i}")).collect();
+        let handles = det
+            .add_many_handles(names.iter().map(String::as_str), None, None)
+            .unwrap();
+        let mut now = 1_000_000_000u64;
+        for &h in &handles {
+            let _ = det.record_handle(h, now); // heard: later beats have an interval
+        }
+        let rounds = 100u32;
+        let (mut single, mut batch) = ([f64::INFINITY; 2], [f64::INFINITY; 2]);
+        for round in 0..30 {
+            for on in [round % 2 == 0, round % 2 != 0] {
+                det.count_intervals(on);
+                now += 1_000_000;
+                let t = std::time::Instant::now();
+                for r in 0..rounds {
+                    for &h in &handles {
+                        std::hint::black_box(det.record_handle(h, now + u64::from(r)));
+                    }
+                }
+                let ns = t.elapsed().as_nanos() as f64 / f64::from(rounds) / 1000.0;
+                single[on as usize] = single[on as usize].min(ns);
+                now += 1_000_000;
+                let t = std::time::Instant::now();
+                for r in 0..rounds {
+                    let b = det.record_handles(handles.iter().copied(), Some(now + u64::from(r)));
+                    std::hint::black_box(det.finish(b));
+                }
+                let ns = t.elapsed().as_nanos() as f64 / f64::from(rounds) / 1000.0;
+                batch[on as usize] = batch[on as usize].min(ns);
+            }
+        }
+        for (what, [off, on]) in [("single", single), ("batch", batch)] {
+            println!(
+                "interval histogram, {what:6}: off {off:5.1} ns/beat, on {on:5.1} ns/beat \
+                 (+{:.1} ns, {:.3}x)",
+                on - off,
+                on / off
+            );
+        }
+        assert!(det.interval_histogram().counts.iter().sum::<u64>() > 0);
+    }
+}
