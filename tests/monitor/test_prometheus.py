@@ -286,3 +286,60 @@ def test_core_interval_histogram_counts_every_beat_path_exactly() -> None:
     # a.y last beat at 3600.05: FAILED by now; a.x and b.z beat since
     assert det.counts_by_prefix(1) == {"a": (0, 1, 1, 0, 0, 0), "b": (0, 1, 0, 0, 0, 0)}
     assert math.isfinite(total)
+
+
+def test_watch_serves_grouped_and_per_topic_series() -> None:
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "heartwire", "watch", "svc.>", "--period", "0.2"]
+    cmd += ["--expect", "svc.quiet.x", "--metrics-port", "0", "--metrics-addr", "127.0.0.1"]
+    cmd += ["--group-depth", "2", "--per-topic-metrics", "--max-topic-series", "5"]
+    cmd += ["--duration", "60"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    try:
+        assert proc.stderr is not None
+        lines: list[str] = []
+        match = None
+        while match is None and len(lines) < 20:
+            line = proc.stderr.readline()
+            assert line, f"watch ended before serving metrics: {lines}"
+            lines.append(line)
+            match = re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", line)
+        assert match, f"no metrics address in {lines}"
+        port = int(match.group(1))
+        quiet = {"group": "svc.quiet", "topic": "svc.quiet.x"}
+        deadline = time.monotonic() + 20.0
+        got: Samples = {}
+        while (
+            got.get(("heartwire_topic_up", frozenset({"pattern": "svc.>", **quiet}.items()))) != 0
+        ):
+            assert time.monotonic() < deadline, f"svc.quiet.x never down in 20 s: {got}"
+            time.sleep(0.1)
+            got, _ = scrape(port)
+        assert get(got, "heartwire_group_topics", group="svc.quiet", state="FAILED") == 1
+        assert get(got, "heartwire_group_failed_total", group="svc.quiet") >= 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20.0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0
+
+
+def test_watch_refuses_bad_grouping() -> None:
+    from heartwire.cli import main
+
+    assert main(["watch", "svc.>", "--max-groups", "-1", "--duration", "0.1"]) == 2
