@@ -1,6 +1,6 @@
 """Type stubs for the native core, ``heartwire._core``."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal, final
 
 __all__ = [
@@ -183,6 +183,12 @@ class EventBatch:
     def topics(self) -> Any:
         """The topics' names as an Arrow string array (``""`` for a local pause), shared, not
         copied: ``pyarrow.array(batch.topics)``."""
+
+    def outages_by_prefix(
+        self, depth: int, bounds: Sequence[float]
+    ) -> dict[str, tuple[int, int, list[int], float]]:
+        """``failed`` and ``resumed`` events by the first ``depth`` segments of their topics:
+        ``{prefix: (failed, resumed, downtime buckets by bounds (+Inf last), downtime sum)}``."""
 
     def topic_list(self) -> list[str]:
         """The topics' names as a list (``""`` for a local pause)."""

@@ -3,14 +3,13 @@ by the first segments of their names (a bounded number of groups), ``failed`` an
 events by group, and the downtime histogram (from ``resumed`` events) by group.
 
 :class:`EventTally` is fed each batch the monitor's event feed delivers (on the dispatch
-thread, a batch at a time, reading the core batch's columns: no Python step per beat, one per
-``failed``/``resumed`` event). :mod:`heartwire.metrics` reads it at each scrape.
+thread, a batch at a time, aggregated by prefix in the core: no Python step per beat or per
+event). :mod:`heartwire.metrics` reads it at each scrape.
 """
 
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from heartwire import _validate
@@ -103,29 +102,30 @@ class EventTally:
         self._downtime: dict[str, tuple[list[int], list[float]]] = {}
 
     def add(self, batch: CoreBatch) -> None:
-        """Count a batch of core events (the dispatch thread, after each delivered batch)."""
-        if not (batch.count("failed") or batch.count("resumed")):
-            return  # the common case: received events or none of interest, no Python per event
-        sub = batch.of_kinds(["failed", "resumed"])
-        kinds = sub.kinds.tolist()
-        topics = sub.topic_list()
-        downtimes = sub.downtime.tolist()
-        failed_code = sub.KINDS.index("failed")
-        of = self.groups.of
-        bounds = DOWNTIME_BOUNDS
+        """Count a batch of core events (the dispatch thread, after each delivered batch).
+        Aggregated by prefix in the core (``EventBatch.outages_by_prefix``): the Python work
+        is per prefix in the batch, not per event, so a million topics failing at once cost
+        one native pass."""
+        by_prefix = batch.outages_by_prefix(self.groups.depth, DOWNTIME_BOUNDS)
+        if not by_prefix:
+            return
+        label = self.groups.label
         with self._lock:
             failed, resumed, hist = self._failed, self._resumed, self._downtime
-            for kind, topic, downtime in zip(kinds, topics, downtimes, strict=True):
-                group = of(topic)
-                if kind == failed_code:
-                    failed[group] = failed.get(group, 0) + 1
-                    continue
-                resumed[group] = resumed.get(group, 0) + 1
-                entry = hist.get(group)
-                if entry is None:
-                    entry = hist[group] = ([0] * (len(bounds) + 1), [0.0])
-                entry[0][bisect_left(bounds, downtime)] += 1
-                entry[1][0] += downtime
+            for prefix in sorted(by_prefix):  # new groups labelled in name order
+                n_failed, n_resumed, buckets, total = by_prefix[prefix]
+                group = label(prefix)
+                if n_failed:
+                    failed[group] = failed.get(group, 0) + n_failed
+                if n_resumed:
+                    resumed[group] = resumed.get(group, 0) + n_resumed
+                    entry = hist.get(group)
+                    if entry is None:
+                        entry = hist[group] = ([0] * (len(DOWNTIME_BOUNDS) + 1), [0.0])
+                    counts = entry[0]
+                    for i, n in enumerate(buckets):
+                        counts[i] += n
+                    entry[1][0] += total
 
     def snapshot(
         self,

@@ -52,7 +52,7 @@ pub use intervals::{
 };
 pub use lag::{DEFAULT_LAG_THRESHOLD_NS, DEFAULT_MAX_INGEST_LAG_NS};
 pub use pause::DEFAULT_MAX_LOCAL_PAUSE_NS;
-pub use status::{DetectorStats, TopicStatus};
+pub use status::{name_prefix, DetectorStats, TopicStatus};
 
 /// How a topic is watched.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -89,7 +89,8 @@ impl Detector {
     /// for metrics grouped by prefix without a Python object per topic.
     pub fn counts_by_prefix(&self, depth: usize) -> Vec<(String, [u64; 6])> {
         self.with_names(|names| {
-            let mut groups: HashMap<&str, [u64; 6]> = HashMap::new();
+            let mut groups: hashbrown::HashMap<&str, [u64; 6], foldhash::fast::RandomState> =
+                hashbrown::HashMap::default();
             for id in 0..self.registry.len() as TopicId {
                 let st = word::state(self.word(id).load(Ordering::Acquire)).public();
                 if st == State::Removed {

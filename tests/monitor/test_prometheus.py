@@ -343,3 +343,26 @@ def test_watch_refuses_bad_grouping() -> None:
     from heartwire.cli import main
 
     assert main(["watch", "svc.>", "--max-groups", "-1", "--duration", "0.1"]) == 2
+
+
+def test_core_batch_tallies_outages_by_prefix() -> None:
+    clock = core.ManualClock()
+    det = core.Detector(clock=clock, period=1.0)
+    queue = det.subscribe(capacity=1024)
+    det.add_many(["a.x", "a.y", "b.z", "c"])
+    clock.advance(1.5)  # all four failed at 1.0
+    det.beat("a.x")  # resumed after 0.5 s
+    clock.advance(2.0)  # a.y, b.z, c failed again at 2.0 and 3.0; a.x again at 2.5
+    det.beat("b.z")  # resumed after 2.5 s
+    batch = queue.try_pop_batch()
+    got = batch.outages_by_prefix(1, (1.0, 2.0))
+    assert got == {
+        "a": (1 + 3 + 1, 1, [1, 0, 0], pytest.approx(0.5)),
+        "b": (3, 1, [0, 0, 1], pytest.approx(2.5)),
+        "c": (3, 0, [0, 0, 0], 0.0),
+    }
+    assert batch.outages_by_prefix(2, ())["a.x"][:2] == (2, 1)  # failed at 1.0 and 2.5
+    with pytest.raises(ValueError, match=r"depth must be an int >= 1, got 0"):
+        batch.outages_by_prefix(0, ())
+    with pytest.raises(ValueError, match=r"bounds must be ascending numbers, got \[2.0, 1.0\]"):
+        batch.outages_by_prefix(1, (2.0, 1.0))
