@@ -11,6 +11,12 @@
   figure includes costs the monitor's reader will not pay per beat.
 - split: ``heartwire._core.split_frames`` (split and consume every beat frame) against stomp.py's
   own receive loop and ``parse_frame`` on the same stream, read in 64 KiB chunks.
+- interval histogram (issue 17): a monitor's whole native read path (``FrameReader.feed``:
+  split, route, decode, the intake's rules, record) over 1000 topics, and ``Intake.beat_many``
+  (the batch path), each with the detector's beat inter-arrival histogram counted and not
+  (``Detector.count_intervals``), alternating on the same detector, best of the rounds: the cost
+  of the histogram per beat. (The pure-Rust figure, without a Python call: ``cargo test
+  --release --lib -- --ignored --nocapture interval_timing``.)
 
 Figures are medians of interleaved rounds; read the ratios, the absolute numbers come from a
 shared, noisy machine.
@@ -26,7 +32,15 @@ from collections.abc import Callable
 from stomp.transport import BaseTransport  # type: ignore[import-untyped]
 from stomp.utils import parse_frame  # type: ignore[import-untyped]
 
-from heartwire._core import decode_beat, split_frames
+from heartwire._core import (
+    Detector,
+    FrameReader,
+    Intake,
+    ManualClock,
+    Routes,
+    decode_beat,
+    split_frames,
+)
 from heartwire.beat import Beat, BeatCodec
 
 KEY = b"bench-key"
@@ -128,6 +142,67 @@ def main() -> None:
         f"{t['native'] / n * 1e9:5.0f} ns/frame  stomp.py {t['python'] / n * 1e9:6.0f} ns/frame"
         f"  = {t['python'] / t['native']:5.1f}x"
     )
+
+    histogram_cost(n, args.rounds)
+
+
+def histogram_cost(n: int, rounds: int, topics: int = 1000) -> None:
+    """The beat inter-arrival histogram's cost on the native beat paths (on against off)."""
+    clock = ManualClock()
+    det = Detector(period=3600.0, clock=clock)
+    intake = Intake(det, "svc.>", 3600.0)
+    intake.running = True
+    routes = Routes()
+    routes.add("1", intake)
+    reader = FrameReader(routes)
+    codec = BeatCodec()
+    names = [f"svc.t{i}" for i in range(topics)]
+    frames = []
+    for name in names:
+        body = codec.encode(Beat(name, period=3600.0))
+        frames.append(
+            b"MESSAGE\ncontent-length:%d\ndestination:/topic/%s\nsubscription:1\n"
+            b"message-id:ID:host-1:1:1:1:%d\n\n"
+            % (len(body), name.encode(), len(frames))
+            + body
+            + b"\0\n"
+        )
+    stream = b"".join(frames) * max(1, n // topics)
+    beats = len(frames) * max(1, n // topics)
+    chunks = [stream[i : i + 65536] for i in range(0, len(stream), 65536)]
+    batch = names * max(1, n // topics)
+    assert intake.beat_many(names) == topics  # learned: later beats have an interval
+
+    def fed(on: bool) -> None:
+        det.count_intervals = on
+        for chunk in chunks:
+            reader.feed(chunk)
+        clock.advance(0.001)  # the next round's beats are 1 ms later
+
+    def batched(on: bool) -> None:
+        det.count_intervals = on
+        intake.beat_many(batch)
+        clock.advance(0.001)
+
+    # Best of the rounds, "on" and "off" alternating which goes first: on a shared machine the
+    # minimum is the cost, and a fixed order would favour whichever runs second (warm caches).
+    best: dict[tuple[str, bool], float] = {}
+    for r in range(rounds + 1):
+        for on in (r % 2 == 0, r % 2 != 0):
+            for path, fn in (("read", fed), ("batch", batched)):
+                t0 = time.perf_counter()
+                fn(on)
+                took = time.perf_counter() - t0
+                if r:
+                    best[path, on] = min(best.get((path, on), took), took)
+    counted = sum(det.interval_histogram()[1])
+    assert counted >= (rounds + 1) * 2 * beats, counted  # the "on" rounds, warm-up included
+    for path, size in (("read", beats), ("batch", len(batch))):
+        off, on = best[path, False] / size * 1e9, best[path, True] / size * 1e9
+        print(
+            f"interval histogram, {path:5} ({topics} topics): off {off:6.1f} ns/beat  on "
+            f"{on:6.1f} ns/beat  = {on / off:5.3f}x (+{on - off:4.1f} ns)"
+        )
 
 
 if __name__ == "__main__":

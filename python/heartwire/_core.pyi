@@ -1,6 +1,6 @@
 """Type stubs for the native core, ``heartwire._core``."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal, final
 
 __all__ = [
@@ -183,6 +183,12 @@ class EventBatch:
     def topics(self) -> Any:
         """The topics' names as an Arrow string array (``""`` for a local pause), shared, not
         copied: ``pyarrow.array(batch.topics)``."""
+
+    def outages_by_prefix(
+        self, depth: int, bounds: Sequence[float]
+    ) -> dict[str, tuple[int, int, list[int], float]]:
+        """``failed`` and ``resumed`` events by the first ``depth`` segments of their topics:
+        ``{prefix: (failed, resumed, downtime buckets by bounds (+Inf last), downtime sum)}``."""
 
     def topic_list(self) -> list[str]:
         """The topics' names as a list (``""`` for a local pause)."""
@@ -400,6 +406,20 @@ class Detector:
 
     lag_threshold: float | None
     max_ingest_lag: float | None
+    @property
+    def lagging(self) -> bool:
+        """Whether an ingest-lag episode has reported ``lagging`` and not yet ``caught_up``."""
+
+    count_intervals: bool
+    """Whether beat inter-arrival times are counted (off by default; a monitor turns it on)."""
+    def interval_histogram(self) -> tuple[list[float], list[int], float]:
+        """``(bounds, counts, sum)``: bucket upper bounds (seconds, inclusive), per-bucket
+        counts (not cumulative; the last is ``+Inf``), the sum of the intervals (seconds)."""
+
+    def counts_by_prefix(self, depth: int) -> dict[str, tuple[int, int, int, int, int, int]]:
+        """Topics in each state (PENDING, ALIVE, FAILED, PAUSED, STOPPED, REMOVED) by the first
+        ``depth`` segments of their names; removed topics left out."""
+
     def now(self) -> float: ...
     def status(self, topic: _Topic) -> TopicStatus: ...
     def worst(self, n: int) -> list[TopicStatus]:

@@ -103,6 +103,29 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument(
         "--metrics-addr", default="0.0.0.0", help="address for --metrics-port (default 0.0.0.0)"
     )
+    watch.add_argument(
+        "--group-depth",
+        type=_positive(int),
+        default=1,
+        help="metrics: group topics by their first N name segments (default 1)",
+    )
+    watch.add_argument(
+        "--max-groups",
+        type=int,
+        default=100,
+        help="metrics: groups with a label of their own; the rest are 'other' (default 100)",
+    )
+    watch.add_argument(
+        "--per-topic-metrics",
+        action="store_true",
+        help="metrics: also heartwire_topic_*{topic} gauges (bounded topic sets only)",
+    )
+    watch.add_argument(
+        "--max-topic-series",
+        type=int,
+        default=1000,
+        help="with --per-topic-metrics: topics given series at most (FAILED first; default 1000)",
+    )
 
     status = commands.add_parser(
         "status",
@@ -270,6 +293,8 @@ def _watch(args: argparse.Namespace) -> int:
         listeners=[listener],
         key=args.key,
         max_beat_age=args.max_beat_age,
+        group_depth=args.group_depth,
+        max_groups=args.max_groups,
     )
     server = None
     try:
@@ -277,7 +302,13 @@ def _watch(args: argparse.Namespace) -> int:
             mon.expect(topic)
         mon.start()
         if serve is not None:
-            server = serve(mon, args.metrics_port, args.metrics_addr)
+            server = serve(
+                mon,
+                args.metrics_port,
+                args.metrics_addr,
+                per_topic=args.per_topic_metrics,
+                max_topic_series=args.max_topic_series,
+            )
             where = f"http://{args.metrics_addr}:{server.port}/metrics"
             print(f"heartwire watch: metrics at {where}", file=sys.stderr, flush=True)
         _until_stopped(args.duration, threading.Event())

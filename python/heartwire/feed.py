@@ -94,6 +94,8 @@ class EventFeed:
     - ``after_batch``: called on the dispatch thread after each batch handed to the listeners,
       and about every 0.1 s while no events come
       (the monitor reports beats refused meanwhile there).
+    - ``tally``: given each batch of fresh core events on the dispatch thread after the
+      listeners got it (the monitor's metrics by group, :class:`~heartwire.tally.EventTally`).
 
     Locking: :meth:`open`, :meth:`sync` and :meth:`detach` change which subscription is
     current and must be called with the monitor's lock held (the monitor's lifecycle and its
@@ -113,8 +115,10 @@ class EventFeed:
         overflow: Overflow,
         wall_offset: float,
         after_batch: Callable[[], None],
+        tally: Callable[[CoreBatch], None] | None = None,
     ) -> None:
         self._det = detector
+        self._tally = tally
         self._listeners = listeners
         self._pattern = pattern
         self._capacity = capacity
@@ -354,6 +358,10 @@ class EventFeed:
             fresh = batch.fresh(self._newest, feed.number)
             if len(fresh):
                 self._listeners.emit_batch(EventBatch(fresh, self._wall_offset))
+                # After the hand-over: listeners' threads get the batch first. Counted before
+                # this batch is marked delivered, so drain() then a scrape see it.
+                if self._tally is not None:
+                    self._tally(fresh)
             self._after_batch()
         finally:
             local.dispatching = False

@@ -9,20 +9,49 @@ Optional: needs ``prometheus_client`` (``pip install 'heartwire[metrics]'``), im
     server.close()
 
 ``heartwire watch --metrics-port PORT`` does the same from the command line. Every series has
-the label ``pattern`` (the monitor's); see :data:`SERIES` for the names.
+the label ``pattern`` (the monitor's); see :data:`SERIES` for the names and
+``docs/prometheus.md`` for what each is for.
+
+Cardinality stays bounded whatever the number of topics: the series that are always exported
+are per monitor, or per ``group`` (the first ``group_depth`` segments of the topic names, at
+most ``max_groups`` of them plus ``"other"``: the monitor's settings). Per-topic gauges
+(``heartwire_topic_*{topic}``) come only with ``per_topic=True``, for at most
+``max_topic_series`` topics (FAILED ones first, then by name); the topics left out are counted
+in ``heartwire_topic_series_omitted`` and logged (throttled).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from typing import TYPE_CHECKING, Any
 
 from heartwire import _validate
+from heartwire._throttle import Throttle
+from heartwire.tally import DOWNTIME_BOUNDS
 
 if TYPE_CHECKING:
     from heartwire.monitor import HeartbeatMonitor
 
-__all__ = ["SERIES", "MetricsServer", "MetricsUnavailable", "collector", "require", "serve"]
+__all__ = [
+    "DEFAULT_MAX_TOPIC_SERIES",
+    "PER_TOPIC",
+    "SERIES",
+    "MetricsServer",
+    "MetricsUnavailable",
+    "collector",
+    "require",
+    "serve",
+]
+
+log = logging.getLogger("heartwire.metrics")
+
+#: The default bound on topics given per-topic series (``per_topic=True``).
+DEFAULT_MAX_TOPIC_SERIES = 1000
+
+#: States exported by group (a removed topic is gone: never counted).
+_STATES = ("PENDING", "ALIVE", "FAILED", "PAUSED", "STOPPED")
 
 #: Every exported series: name, type, help.
 SERIES: dict[str, tuple[str, str]] = {
@@ -44,6 +73,35 @@ SERIES: dict[str, tuple[str, str]] = {
     "heartwire_listener_queue_depth": ("gauge", "Events waiting in the listener queues"),
     "heartwire_disconnects_total": ("counter", "Broker connections lost"),
     "heartwire_reconnects_total": ("counter", "Broker reconnections"),
+    # by group (bounded: at most max_groups + 1 values of `group`)
+    "heartwire_group_topics": ("gauge", "Topics watched, by group and state"),
+    "heartwire_group_failed_total": ("counter", "Failed events delivered, by group"),
+    "heartwire_group_resumed_total": ("counter", "Resumed events delivered, by group"),
+    "heartwire_downtime_seconds": ("histogram", "Downtime of the outages that ended, by group"),
+    "heartwire_groups_overflowed": ("gauge", 'Topic prefixes counted under group="other"'),
+    "heartwire_beat_interval_seconds": (
+        "histogram",
+        "Time between a topic's beat and its previous one",
+    ),
+    # the monitor's own health
+    "heartwire_running": ("gauge", "1 while the monitor runs"),
+    "heartwire_connected": ("gauge", "1 while the monitor's broker connection is up"),
+    "heartwire_lagging": ("gauge", "1 while the monitor's intake lags its feed"),
+    "heartwire_local_pause_seconds_total": ("counter", "Total length of the monitor's pauses"),
+}
+
+#: Per-topic series, exported only with ``per_topic=True``.
+PER_TOPIC: dict[str, tuple[str, str]] = {
+    "heartwire_topic_up": ("gauge", "0 while the topic is FAILED, else 1"),
+    "heartwire_topic_last_beat_timestamp_seconds": (
+        "gauge",
+        "Unix time of the topic's last beat (absent if never heard)",
+    ),
+    "heartwire_topic_missed": ("gauge", "Consecutive periods the topic missed"),
+    "heartwire_topic_series_omitted": (
+        "gauge",
+        "Topics left out of the per-topic series at this scrape (max_topic_series)",
+    ),
 }
 
 
@@ -64,17 +122,109 @@ def require() -> Any:
     return prometheus_client
 
 
-def collector(monitor: HeartbeatMonitor) -> Any:
-    """A ``prometheus_client`` collector reading ``monitor.metrics()`` at every scrape."""
+def collector(
+    monitor: HeartbeatMonitor,
+    *,
+    per_topic: bool = False,
+    max_topic_series: int = DEFAULT_MAX_TOPIC_SERIES,
+) -> Any:
+    """A ``prometheus_client`` collector reading ``monitor`` at every scrape. ``per_topic``:
+    add the ``heartwire_topic_*{topic}`` gauges for at most ``max_topic_series`` topics."""
+    if not isinstance(per_topic, bool):
+        raise TypeError(f"per_topic must be a bool, got {type(per_topic).__name__}")
+    max_topic_series = _validate.count(max_topic_series, "max_topic_series", 0)
     require()
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
     from prometheus_client.registry import Collector
+    from prometheus_client.utils import floatToGoString
+
+    truncated = Throttle(log)
 
     def family(name: str, labels: list[str]) -> Any:
-        kind, doc = SERIES[name]
+        kind, doc = SERIES[name] if name in SERIES else PER_TOPIC[name]
         if kind == "counter":
             return CounterMetricFamily(name.removesuffix("_total"), doc, labels=labels)
+        if kind == "histogram":
+            return HistogramMetricFamily(name, doc, labels=labels)
         return GaugeMetricFamily(name, doc, labels=labels)
+
+    def buckets(bounds: Any, counts: list[int]) -> list[tuple[str, float]]:
+        """Cumulative ``(le, count)`` pairs from per-bucket counts (``+Inf`` last)."""
+        out: list[tuple[str, float]] = []
+        total = 0
+        for bound, n in zip([*bounds, math.inf], counts, strict=True):
+            total += n
+            out.append((floatToGoString(bound), total))
+        return out
+
+    def grouped(p: str) -> Any:
+        groups = monitor.groups
+        by_label: dict[str, list[int]] = {}
+        for prefix, counts in monitor.detector.counts_by_prefix(groups.depth).items():
+            acc = by_label.setdefault(groups.label(prefix), [0] * len(_STATES))
+            for i in range(len(_STATES)):
+                acc[i] += counts[i]
+        topics = family("heartwire_group_topics", ["pattern", "group", "state"])
+        for label in sorted(by_label):
+            for state, n in zip(_STATES, by_label[label], strict=True):
+                topics.add_metric([p, label, state], n)
+        yield topics
+        failed, resumed, downtime = monitor.tally.snapshot()
+        for name, by_group in (
+            ("heartwire_group_failed_total", failed),
+            ("heartwire_group_resumed_total", resumed),
+        ):
+            f = family(name, ["pattern", "group"])
+            for label in sorted(by_group):
+                f.add_metric([p, label], by_group[label])
+            yield f
+        hist = family("heartwire_downtime_seconds", ["pattern", "group"])
+        for label in sorted(downtime):
+            per_bucket, total = downtime[label]
+            hist.add_metric([p, label], buckets(DOWNTIME_BOUNDS, per_bucket), total)
+        yield hist
+        overflowed = family("heartwire_groups_overflowed", ["pattern"])
+        overflowed.add_metric([p], groups.overflowed)
+        yield overflowed
+
+    def topics_series(p: str) -> Any:
+        statuses = monitor.statuses()
+        omitted = max(0, len(statuses) - max_topic_series)
+        if omitted:
+            # FAILED topics first: an alert must not lose its series to the bound.
+            statuses.sort(key=lambda s: (s.state.name != "FAILED", s.topic))
+            del statuses[max_topic_series:]
+            truncated(
+                "metrics of %r: %d topics, per-topic series for max_topic_series=%d of them "
+                "(FAILED first); %d left out",
+                p,
+                max_topic_series + omitted,
+                max_topic_series,
+                omitted,
+            )
+        # `group` too (no more series): inhibition rules can match a topic to its group.
+        labels = ["pattern", "group", "topic"]
+        up = family("heartwire_topic_up", labels)
+        last = family("heartwire_topic_last_beat_timestamp_seconds", labels)
+        missed = family("heartwire_topic_missed", labels)
+        group_of = monitor.groups.of
+        for s in sorted(statuses, key=lambda s: s.topic):
+            values = [p, group_of(s.topic), s.topic]
+            up.add_metric(values, 0 if s.state.name == "FAILED" else 1)
+            seen = s.wall_last_seen
+            if seen is not None:
+                last.add_metric(values, seen)
+            missed.add_metric(values, s.missed)
+        yield up
+        yield last
+        yield missed
+        left = family("heartwire_topic_series_omitted", ["pattern"])
+        left.add_metric([p], omitted)
+        yield left
 
     class MonitorCollector(Collector):
         def collect(self) -> Any:
@@ -119,6 +269,24 @@ def collector(monitor: HeartbeatMonitor) -> Any:
             lag = family("heartwire_ingest_lag_seconds", ["pattern"])
             lag.add_metric([p], m["ingest_lag"])
             yield lag
+            for name, value in (
+                ("heartwire_running", m["running"]),
+                ("heartwire_connected", m["connected"]),
+                ("heartwire_lagging", m["lagging_now"]),
+            ):
+                g = family(name, ["pattern"])
+                g.add_metric([p], int(value))
+                yield g
+            paused = family("heartwire_local_pause_seconds_total", ["pattern"])
+            paused.add_metric([p], m["local_pause_seconds"])
+            yield paused
+            bounds, counts, total = monitor.detector.interval_histogram()
+            interval = family("heartwire_beat_interval_seconds", ["pattern"])
+            interval.add_metric([p], buckets(bounds, counts), total)
+            yield interval
+            yield from grouped(p)
+            if per_topic:
+                yield from topics_series(p)
 
     return MonitorCollector()
 
@@ -145,13 +313,21 @@ class MetricsServer:
         self.close()
 
 
-def serve(monitor: HeartbeatMonitor, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+def serve(
+    monitor: HeartbeatMonitor,
+    port: int,
+    addr: str = "0.0.0.0",
+    *,
+    per_topic: bool = False,
+    max_topic_series: int = DEFAULT_MAX_TOPIC_SERIES,
+) -> MetricsServer:
     """Serve ``monitor``'s metrics at ``http://addr:port/metrics`` on a daemon thread (``port``
-    0: any free port, see :attr:`MetricsServer.port`). Raises :class:`MetricsUnavailable`
-    without ``prometheus_client``, ``OSError`` if the port is taken."""
+    0: any free port, see :attr:`MetricsServer.port`); ``per_topic``, ``max_topic_series`` as
+    for :func:`collector`. Raises :class:`MetricsUnavailable` without ``prometheus_client``,
+    ``OSError`` if the port is taken."""
     port = _validate.count(port, "port", 0, maximum=65535)
     prom = require()
     registry = prom.CollectorRegistry(auto_describe=False)
-    registry.register(collector(monitor))
+    registry.register(collector(monitor, per_topic=per_topic, max_topic_series=max_topic_series))
     server, thread = prom.start_http_server(port, addr=addr, registry=registry)
     return MetricsServer(server, thread)

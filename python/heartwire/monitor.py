@@ -68,6 +68,7 @@ from heartwire.listeners import (
     ListenerSet,
     SubscriberListener,
 )
+from heartwire.tally import EventTally, Groups
 from heartwire.transport import Message, Subscription, Transport
 from heartwire.transport.patterns import validate_pattern, validate_topic
 
@@ -198,6 +199,12 @@ class HeartbeatMonitor:
       once, now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
       current reading stands for the current wall time).
 
+    - ``group_depth``, ``max_groups``: how :mod:`heartwire.metrics` groups topics in the
+      series that are always exported (topics by state, ``failed``/``resumed`` events,
+      downtime): by the first ``group_depth`` ``.``-separated segments of the name, the first
+      ``max_groups`` such groups seen keeping their own ``group`` label and the rest sharing
+      ``"other"`` (see ``docs/prometheus.md``).
+
     ``broker`` may be ``None``: beats then come only from :meth:`beat` and its batch forms.
     """
 
@@ -222,8 +229,13 @@ class HeartbeatMonitor:
         listener_overflow: ListenerOverflow = "drop-oldest",
         max_beat_age: float | None = None,
         wall_offset: float | None = None,
+        group_depth: int = 1,
+        max_groups: int = 100,
     ) -> None:
         self._pattern = validate_pattern(pattern, "pattern")
+        # Metrics by group (heartwire.metrics): bounded labels, counted from the event feed.
+        self._groups = Groups(group_depth, max_groups)
+        self._tally = EventTally(self._groups)
         self._period = _validate.seconds(period, "period")
         self._allowed_misses = _validate.count(allowed_misses, "allowed_misses", 1)
         self._grace = _validate.seconds(grace, "grace", allow_none=True, allow_zero=True)
@@ -273,6 +285,8 @@ class HeartbeatMonitor:
             lag_threshold=lag_threshold,
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
+        # The beat inter-arrival histogram (metrics): counted in the core on the beat path.
+        self._det.count_intervals = True
         # Every rule a beat passes before it is recorded, and the topic table (periods, pins,
         # graces, learning, replays, pauses by name), in the core: see _core.Intake.
         self._intake = Intake(
@@ -315,6 +329,7 @@ class HeartbeatMonitor:
             overflow=self._overflow,
             wall_offset=self._wall_offset,
             after_batch=self._after_batch,
+            tally=self._tally.add,
         )
 
     # -- properties ------------------------------------------------------------------------
@@ -889,7 +904,10 @@ class HeartbeatMonitor:
         - ``listener_errors``, ``dispatch_errors``: calls that raised;
         - ``dispatch_queue_depth``, ``listener_queue_depth``: events waiting now;
         - ``disconnects``, ``reconnects``: of the broker connection;
-        - ``max_topics``: the cap on topics (``None``: none).
+        - ``max_topics``: the cap on topics (``None``: none);
+        - health: ``running``; ``connected`` (the broker connection is up; with no broker or
+          one without connections, the same as ``running``); ``lagging_now`` (an ingest-lag
+          episode is on); ``local_pause_seconds`` (the pauses' total length).
         """
         stats = self.stats()
         rejected: dict[str, int] = stats["rejected"]
@@ -914,7 +932,27 @@ class HeartbeatMonitor:
             "disconnects": stats["disconnects"],
             "reconnects": stats["reconnects"],
             "max_topics": self._max_topics,
+            "running": self.running,
+            "connected": self._connected(),
+            "lagging_now": self._det.lagging,
+            "local_pause_seconds": stats["local_pause_seconds"],
         }
+
+    def _connected(self) -> bool:
+        """Whether the broker connection is up (no broker, or one without connections such
+        as the embedded broker: whether the monitor runs)."""
+        up = getattr(self._broker, "connected", None)
+        return self.running and (up if isinstance(up, bool) else True)
+
+    @property
+    def groups(self) -> Groups:
+        """How topics are grouped in the metrics (``group_depth``, ``max_groups``)."""
+        return self._groups
+
+    @property
+    def tally(self) -> EventTally:
+        """``failed``/``resumed`` events and downtimes by group, as delivered (metrics)."""
+        return self._tally
 
     # -- events ----------------------------------------------------------------------------
 

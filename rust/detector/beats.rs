@@ -1,5 +1,6 @@
 //! The beat path: one CAS per beat, lock-free; batches by id or name.
 
+use super::intervals::{LocalIntervals, NO_INTERVAL};
 use super::*;
 
 /// The lock-free half of a batch of beats, to be passed to [`Detector::finish`].
@@ -17,10 +18,12 @@ pub struct Batch {
     follow: Vec<(Handle, bool)>,
     /// Unknown names to add (auto-add on).
     missing: Vec<String>,
+    /// The batch's inter-arrival tally, when the detector counts them.
+    intervals: Option<Box<LocalIntervals>>,
 }
 
 impl Batch {
-    fn new(now: u64) -> Self {
+    fn new(now: u64, intervals: bool) -> Self {
         Self {
             now,
             recorded: 0,
@@ -28,16 +31,27 @@ impl Batch {
             refused: 0,
             follow: Vec::new(),
             missing: Vec::new(),
+            intervals: intervals.then(Default::default),
         }
     }
 
     /// Count a beat's outcome; `handle` (read only if the beat owes an event) is the topic's
     /// handle when it was recorded.
     #[inline]
-    fn take(&mut self, handle: impl FnOnce() -> Handle, result: Beat, want_received: bool) {
+    fn take(
+        &mut self,
+        handle: impl FnOnce() -> Handle,
+        (result, interval): (Beat, u64),
+        want_received: bool,
+    ) {
         match result {
             Beat::Recorded { resume } => {
                 self.recorded += 1;
+                if interval != NO_INTERVAL {
+                    if let Some(tally) = &mut self.intervals {
+                        tally.add(interval);
+                    }
+                }
                 if resume || want_received {
                     self.follow.push((handle(), resume));
                 }
@@ -57,7 +71,8 @@ impl Detector {
     /// Record a beat lock-free: one CAS. Never blocks and never emits; see [`Beat::Recorded`].
     #[inline]
     pub fn record(&self, id: TopicId, now_abs: u64) -> Beat {
-        let result = self.record_uncounted(id, now_abs);
+        let (result, interval) = self.record_uncounted(id, now_abs);
+        self.count_interval(interval);
         let counter = match result {
             Beat::Recorded { .. } => &self.counters.beats,
             Beat::Unknown => &self.counters.unknown,
@@ -67,12 +82,21 @@ impl Detector {
         result
     }
 
-    /// [`record`](Detector::record) without touching the shared counters: batches count locally
-    /// and add once, so a beat costs one locked instruction (the CAS), not two.
+    /// Add a single beat's inter-arrival time to the histogram, if it is counted.
     #[inline]
-    fn record_uncounted(&self, id: TopicId, now_abs: u64) -> Beat {
+    fn count_interval(&self, interval: u64) {
+        if interval != NO_INTERVAL && self.counting_intervals() {
+            self.intervals.add(interval);
+        }
+    }
+
+    /// [`record`](Detector::record) without touching the shared counters: batches count locally
+    /// and add once, so a beat costs one locked instruction (the CAS), not two. With the beat's
+    /// inter-arrival time, ns ([`NO_INTERVAL`] for a topic's first beat or one not recorded).
+    #[inline]
+    fn record_uncounted(&self, id: TopicId, now_abs: u64) -> (Beat, u64) {
         let Some(word) = self.registry.word(id) else {
-            return Beat::Unknown;
+            return (Beat::Unknown, NO_INTERVAL);
         };
         self.record_word(id, word, None, now_abs)
     }
@@ -81,7 +105,8 @@ impl Detector {
     /// reused by another topic since.
     #[inline]
     pub fn record_handle(&self, handle: Handle, now_abs: u64) -> Beat {
-        let (result, _) = self.record_handle_uncounted(handle, now_abs);
+        let (result, interval) = self.record_handle_uncounted(handle, now_abs);
+        self.count_interval(interval);
         let counter = match result {
             Beat::Recorded { .. } => &self.counters.beats,
             Beat::Unknown => &self.counters.unknown,
@@ -92,12 +117,12 @@ impl Detector {
     }
 
     #[inline]
-    fn record_handle_uncounted(&self, handle: Handle, now_abs: u64) -> (Beat, TopicId) {
+    fn record_handle_uncounted(&self, handle: Handle, now_abs: u64) -> (Beat, u64) {
         let (id, want) = crate::registry::split_handle(handle);
         let Some(word) = self.registry.word(id) else {
-            return (Beat::Unknown, id);
+            return (Beat::Unknown, NO_INTERVAL);
         };
-        (self.record_word(id, word, Some(want), now_abs), id)
+        self.record_word(id, word, Some(want), now_abs)
     }
 
     /// The CAS of a beat. With `gen`, the id's generation is checked after each load of the
@@ -106,17 +131,26 @@ impl Detector {
     /// there to be swapped, since a reused id's first word holds its new generation in place of
     /// a time, unlike any word of the previous topic (only a word heard at the very same
     /// nanosecond, with the same flags, could match).
+    ///
+    /// Also returns the beat's inter-arrival time (ns since the topic's previous beat, 0 for
+    /// one stamped no later), [`NO_INTERVAL`] for its first beat or one not recorded.
     #[inline(always)]
-    fn record_word(&self, id: TopicId, word: &AtomicU64, gen: Option<u32>, now_abs: u64) -> Beat {
+    fn record_word(
+        &self,
+        id: TopicId,
+        word: &AtomicU64,
+        gen: Option<u32>,
+        now_abs: u64,
+    ) -> (Beat, u64) {
         let t = self.rel(now_abs);
         let mut w = word.load(Ordering::Acquire);
         loop {
             if gen.is_some_and(|want| self.registry.gen(id) != want) {
-                return Beat::Unknown;
+                return (Beat::Unknown, NO_INTERVAL);
             }
             let st = word::state(w);
             if matches!(st, State::Stopped | State::Removed) {
-                return Beat::Refused;
+                return (Beat::Refused, NO_INTERVAL);
             }
             let new = word::after_beat(w, t);
             match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
@@ -128,9 +162,13 @@ impl Detector {
                             p.record_interval(t - word::ts(w));
                         }
                     }
-                    return Beat::Recorded {
-                        resume: matches!(st, State::Failed | State::PausedFailed),
+                    let interval = if w & HEARD != 0 {
+                        t.saturating_sub(word::ts(w))
+                    } else {
+                        NO_INTERVAL
                     };
+                    let resume = matches!(st, State::Failed | State::PausedFailed);
+                    return (Beat::Recorded { resume }, interval);
                 }
                 Err(actual) => w = actual,
             }
@@ -290,7 +328,10 @@ impl Detector {
     /// The lock-free part of a batch of beats by id: never blocks, never emits.
     pub fn record_ids(&self, ids: impl IntoIterator<Item = TopicId>, now: Option<u64>) -> Batch {
         const CHUNK: usize = crate::registry::LOOKUP_CHUNK;
-        let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
+        let mut batch = Batch::new(
+            now.unwrap_or_else(|| self.clock.now_ns()),
+            self.counting_intervals(),
+        );
         let want_received = self.wants_received();
         let mut ids = ids.into_iter();
         let mut chunk = [None; CHUNK];
@@ -322,7 +363,10 @@ impl Detector {
         now: Option<u64>,
     ) -> Batch {
         const CHUNK: usize = crate::registry::LOOKUP_CHUNK;
-        let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
+        let mut batch = Batch::new(
+            now.unwrap_or_else(|| self.clock.now_ns()),
+            self.counting_intervals(),
+        );
         let want_received = self.wants_received();
         let mut handles = handles.into_iter();
         let mut chunk = [0; CHUNK];
@@ -336,8 +380,8 @@ impl Detector {
             }
             self.read_ahead(&ids[..n]); // see `record_names`
             for &handle in &chunk[..n] {
-                let (result, _) = self.record_handle_uncounted(handle, batch.now);
-                batch.take(|| handle, result, want_received);
+                let recorded = self.record_handle_uncounted(handle, batch.now);
+                batch.take(|| handle, recorded, want_received);
             }
             if n < CHUNK {
                 break;
@@ -394,7 +438,10 @@ impl Detector {
         now: Option<u64>,
     ) -> Batch {
         const CHUNK: usize = crate::registry::LOOKUP_CHUNK;
-        let mut batch = Batch::new(now.unwrap_or_else(|| self.clock.now_ns()));
+        let mut batch = Batch::new(
+            now.unwrap_or_else(|| self.clock.now_ns()),
+            self.counting_intervals(),
+        );
         let want_received = self.wants_received();
         let auto_add = self.auto_add();
         let mut names = names.into_iter();
@@ -450,6 +497,9 @@ impl Detector {
     /// Add a batch's lock-free outcome to the shared counters, once. Unknown names kept for
     /// auto-add are counted by [`finish`](Detector::finish) if adding them fails.
     fn count_batch(&self, batch: &Batch) {
+        if let Some(tally) = &batch.intervals {
+            self.intervals.add_local(tally);
+        }
         let c = &self.counters;
         for (counter, n) in [
             (&c.beats, batch.recorded),

@@ -119,6 +119,11 @@ impl Detector {
         self.rel_now(None).saturating_sub(w)
     }
 
+    /// Whether an episode has reported `lagging` and not yet `caught_up`.
+    pub fn is_lagging(&self) -> bool {
+        self.lag.lagging.load(Ordering::Acquire)
+    }
+
     /// The lag above which `lagging` is reported (ns); None when the guard is off.
     pub fn lag_threshold(&self) -> Option<u64> {
         let ns = self.lag.threshold_ns.load(Ordering::Relaxed);

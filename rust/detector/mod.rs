@@ -38,6 +38,7 @@ use std::sync::{Arc, Weak};
 mod advance;
 mod beats;
 mod emit;
+mod intervals;
 mod lag;
 mod pause;
 mod status;
@@ -46,9 +47,12 @@ mod tests;
 mod topics;
 
 pub use beats::Batch;
+pub use intervals::{
+    bucket as interval_bucket, IntervalHistogram, INTERVAL_BOUNDS_NS, INTERVAL_BUCKETS,
+};
 pub use lag::{DEFAULT_LAG_THRESHOLD_NS, DEFAULT_MAX_INGEST_LAG_NS};
 pub use pause::DEFAULT_MAX_LOCAL_PAUSE_NS;
-pub use status::{DetectorStats, TopicStatus};
+pub use status::{name_prefix, DetectorStats, TopicStatus};
 
 /// How a topic is watched.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -271,6 +275,8 @@ pub struct Detector {
     /// The ingest-lag guard (see `lag.rs`).
     lag: lag::LagGuard,
     counters: Counters,
+    /// The beat inter-arrival histogram (see `intervals.rs`).
+    intervals: intervals::Intervals,
 }
 
 impl Detector {
@@ -327,6 +333,7 @@ impl Detector {
             max_local_pause_ns: AtomicU64::new(DEFAULT_MAX_LOCAL_PAUSE_NS),
             lag: lag::LagGuard::new(),
             counters: Counters::default(),
+            intervals: Default::default(),
         });
         if let Some(manual) = manual {
             let driven: Arc<dyn Driven> = detector.clone();

@@ -122,6 +122,29 @@ impl Detector {
         counts
     }
 
+    /// How many topics are in each state (indexed by `State as usize`), by the first `depth`
+    /// '.'-separated segments of their names (the whole name if it has fewer), removed topics
+    /// left out, sorted by prefix. One pass over the words under the name index's read lock:
+    /// for metrics grouped by prefix without a Python object per topic.
+    pub fn counts_by_prefix(&self, depth: usize) -> Vec<(String, [u64; 6])> {
+        self.with_names(|names| {
+            let mut groups: hashbrown::HashMap<&str, [u64; 6], foldhash::fast::RandomState> =
+                hashbrown::HashMap::default();
+            for id in 0..self.registry.len() as TopicId {
+                let st = word::state(self.word(id).load(Ordering::Acquire)).public();
+                if st == State::Removed {
+                    continue;
+                }
+                let prefix = name_prefix(names.get(id), depth);
+                groups.entry(prefix).or_default()[st as usize] += 1;
+            }
+            let mut out: Vec<(String, [u64; 6])> =
+                groups.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            out
+        })
+    }
+
     pub(super) fn status_of(&self, inner: &Inner, id: TopicId) -> TopicStatus {
         let w = self.word(id).load(Ordering::Acquire);
         let slot = &inner.slots[id as usize];
@@ -184,5 +207,29 @@ impl Detector {
             + inner.wheel.heap_bytes()
             + inner.free.capacity() * std::mem::size_of::<TopicId>()
             + inner.limbo.capacity() * std::mem::size_of::<Limbo>()
+    }
+}
+
+/// The first `depth` '.'-separated segments of `name` (all of it if it has fewer).
+pub fn name_prefix(name: &str, depth: usize) -> &str {
+    match name.match_indices('.').nth(depth.saturating_sub(1)) {
+        Some((i, _)) if depth > 0 => &name[..i],
+        _ if depth == 0 => "",
+        _ => name,
+    }
+}
+
+#[cfg(test)]
+mod prefix {
+    use super::name_prefix;
+
+    #[test]
+    fn prefixes_by_depth() {
+        assert_eq!(name_prefix("svc.db.main", 1), "svc");
+        assert_eq!(name_prefix("svc.db.main", 2), "svc.db");
+        assert_eq!(name_prefix("svc.db.main", 3), "svc.db.main");
+        assert_eq!(name_prefix("svc.db.main", 9), "svc.db.main");
+        assert_eq!(name_prefix("svc", 1), "svc");
+        assert_eq!(name_prefix("svc.db", 0), "");
     }
 }

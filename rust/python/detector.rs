@@ -777,6 +777,54 @@ impl PyDetector {
         })
     }
 
+    /// Whether an ingest-lag episode has reported ``lagging`` and not yet ``caught_up``.
+    #[getter]
+    fn lagging(&self) -> bool {
+        self.det.is_lagging()
+    }
+
+    /// Whether beat inter-arrival times are counted (:meth:`interval_histogram`). Off by
+    /// default; a monitor turns it on. Counting costs a beat two relaxed atomic adds (a batch:
+    /// one local tally, added once).
+    #[getter]
+    fn get_count_intervals(&self) -> bool {
+        self.det.counting_intervals()
+    }
+
+    #[setter]
+    fn set_count_intervals(&self, on: bool) {
+        self.det.count_intervals(on);
+    }
+
+    /// The beat inter-arrival histogram: ``(bounds, counts, sum)``: the buckets' upper bounds
+    /// (seconds, inclusive), the count of each bucket (not cumulative; one more than
+    /// ``bounds``, the last for ``+Inf``) and the sum of the intervals, seconds. Only a topic's
+    /// beats after its first count.
+    fn interval_histogram(&self) -> (Vec<f64>, Vec<u64>, f64) {
+        let h = self.det.interval_histogram();
+        let bounds = crate::detector::INTERVAL_BOUNDS_NS
+            .iter()
+            .map(|b| to_seconds(*b))
+            .collect();
+        (bounds, h.counts.to_vec(), to_seconds(h.sum_ns))
+    }
+
+    /// How many topics are in each state by the first ``depth`` ``.``-separated segments of
+    /// their names (the whole name if shorter): ``{prefix: (PENDING, ALIVE, FAILED, PAUSED,
+    /// STOPPED, REMOVED)}``, removed topics left out. One native pass over the topics.
+    fn counts_by_prefix<'py>(&self, py: Python<'py>, depth: usize) -> PyResult<Bound<'py, PyDict>> {
+        if depth == 0 {
+            return Err(PyValueError::new_err("depth must be an int >= 1, got 0"));
+        }
+        let det = self.det.clone();
+        let groups = py.detach(move || det.counts_by_prefix(depth));
+        let d = PyDict::new(py);
+        for (prefix, c) in groups {
+            d.set_item(prefix, (c[0], c[1], c[2], c[3], c[4], c[5]))?;
+        }
+        Ok(d)
+    }
+
     /// How many topics are in each state: ``{"PENDING": n, "ALIVE": n, ...}``.
     fn counts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let counts = self.det.state_counts();
