@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     # plain data and timing: events, the publishers' executor
-    ("helpers", ("heartwire.events", "heartwire.executor")),
+    ("helpers", ("heartwire.events", "heartwire.executor", "heartwire.tally")),
     # brokers: the embedded one and STOMP (with its queues and link events)
     ("transport", ("heartwire.transport",)),
     # reliable delivery, on a backend per transport
