@@ -37,6 +37,7 @@ use std::sync::{Arc, Weak};
 
 mod advance;
 mod beats;
+mod down;
 mod emit;
 mod lag;
 mod pause;
@@ -46,6 +47,7 @@ mod tests;
 mod topics;
 
 pub use beats::Batch;
+pub use down::{Down, LOST_REASON, REASONS_PER_TOPIC};
 pub use lag::{DEFAULT_LAG_THRESHOLD_NS, DEFAULT_MAX_INGEST_LAG_NS};
 pub use pause::DEFAULT_MAX_LOCAL_PAUSE_NS;
 pub use status::{DetectorStats, TopicStatus};
@@ -203,6 +205,8 @@ struct Inner {
     pending: Vec<Event>,
     /// Events put aside for pushing so far (see [`Detector::delivered`]).
     appended: u64,
+    /// Topics FAILED by a `down` beat: the serial of their newest reason (see `down.rs`).
+    down: HashMap<TopicId, u64>,
 }
 
 /// A removed topic's id on its way to reuse: once the events put aside before the removal are
@@ -271,6 +275,9 @@ pub struct Detector {
     /// The ingest-lag guard (see `lag.rs`).
     lag: lag::LagGuard,
     counters: Counters,
+    /// Reason texts of explicit failures (see `down.rs`); taken under the detector lock or
+    /// alone (when Python builds events), never the other way round.
+    reasons: Mutex<down::Reasons>,
 }
 
 impl Detector {
@@ -313,7 +320,9 @@ impl Detector {
                 retired: Vec::new(),
                 pending: Vec::new(),
                 appended: 0,
+                down: HashMap::new(),
             }),
+            reasons: Mutex::new(down::Reasons::default()),
             phi: Mutex::new(HashMap::new()),
             subscribers: RwLock::new(Vec::new()),
             received_wanted: AtomicUsize::new(0),
