@@ -66,8 +66,12 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
     wall clock: ``at`` and ``since`` as Unix seconds, each with ``<name>_iso`` (ISO 8601, UTC)
     and, for the monitor's events, ``<name>_monotonic`` (the monitor's clock reading, exact for
     intervals). An event with no time of its own (``Started``, ``ExceptionEvent``...) gets
-    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out."""
+    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out, and
+    so is a :class:`Failed` event's ``reason`` when it has none (a failure by missed periods):
+    ``reason`` shows only for an explicit failure."""
     fields = {k: v for k, v in vars(event).items() if k not in ("error", "wall_offset")}
+    if "reason" in fields and fields["reason"] is None:
+        del fields["reason"]
     offset = getattr(event, "wall_offset", None)
     if "at" not in fields:
         fields["at"] = time.time() if now is None else now

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from heartwire.beat import BeatCodec
+import heartwire as hw
+from heartwire.beat import Beat, BeatCodec
 from heartwire.events import EventBatch, Failed, wall_fields
 from heartwire.listeners import SubscriberListener
 from tests.monitor.test_monitor_semantics import Recorder, Rig, make_rig, ms, summary
@@ -152,3 +154,28 @@ def test_the_reason_flows_through_event_batches_and_wall_fields() -> None:
         assert sliced.reason_list() == rec.batches[-1].reason_list()
     finally:
         gen.close()
+
+
+def test_an_alert_listener_carries_the_reason_of_an_explicit_failure_only() -> None:
+    from heartwire.transport.memory import MemoryBroker
+
+    broker = MemoryBroker()
+    got: list[Any] = []
+    hw.Consumer(broker, "/queue/alerts", on_message=got.append).start()
+    alerts = hw.AlertListener(hw.ReliableSender(broker, "/queue/alerts"))
+    clock = hw.ManualClock()
+    mon = hw.HeartbeatMonitor(broker, "svc.>", period=1.0, grace=0.0, clock=clock)
+    mon.add_listener(alerts)
+    mon.start()
+    broker.publish("svc.a", BeatCodec().encode(Beat("svc.a", state="down", reason="db")))
+    mon.expect("svc.b")
+    clock.advance(1.5)
+    assert mon.drain(5.0)
+    mon.stop()
+    bodies = [json.loads(m.body) for m in got]
+    assert [(b["alert"], b["topic"], b["missed"], b.get("reason")) for b in bodies] == [
+        ("failed", "svc.a", 0, "db"),
+        ("failed", "svc.a", 1, "db"),
+        ("failed", "svc.b", 1, None),
+    ]
+    assert "reason" not in bodies[2]  # a missed-period failure: no reason field at all
