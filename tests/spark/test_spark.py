@@ -799,3 +799,34 @@ def test_a_summary_log_gives_the_rows_of_a_full_log(spark: Any, tmp_path: Path) 
         assert any(r[0] == "svc.never" for r in want) and len(want) > 8
         assert both(hs.outages, b, **kw) == want, allowed
         assert both(hs.availability, b, **kw) == both(hs.availability, a, **kw), allowed
+
+
+def test_read_events_merges_logs_written_before_the_reason_column(
+    spark: Any, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    from heartwire.eventlog import SCHEMA
+
+    old_schema = pa.schema([f for f in SCHEMA if f.name != "reason"])
+    ts = dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)
+    old = {name: [None] for name in old_schema.names} | {
+        "kind": ["failed"],
+        "topic": ["svc.old"],
+        "ts": [ts],
+        "missed": [1],
+    }
+    new = {name: [None] for name in SCHEMA.names} | {
+        "kind": ["failed"],
+        "topic": ["svc.new"],
+        "ts": [ts],
+        "missed": [0],
+        "reason": ["db"],
+    }
+    for day, rows, schema in (("2024-03-01", old, old_schema), ("2024-03-02", new, SCHEMA)):
+        (tmp_path / f"date={day}").mkdir()
+        pq.write_table(
+            pa.Table.from_pydict(rows, schema=schema), tmp_path / f"date={day}/a.parquet"
+        )
+    got = {r.topic: r.reason for r in hs.read_events(spark, str(tmp_path)).collect()}
+    assert got == {"svc.old": None, "svc.new": "db"}
