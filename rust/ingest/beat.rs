@@ -1366,6 +1366,50 @@ mod tests {
     }
 
     #[test]
+    fn state_and_reason_decode_borrowed_and_bad_values_are_bad_field() {
+        let d = Decoder::new(None, 65536);
+        let body = br#"{"reason":"db gone","state":"down","topic":"a","v":1}"#;
+        let Decoded::Beat(b) = d.decode(body, None) else {
+            panic!("not a beat")
+        };
+        assert!(b.down);
+        assert!(
+            matches!(b.reason, Some(Cow::Borrowed("db gone"))),
+            "no copy"
+        );
+        let Decoded::Beat(up) = d.decode(MINIMAL, None) else {
+            panic!("not a beat")
+        };
+        assert!(!up.down && up.reason.is_none());
+        for bad in [
+            &br#"{"state":"DOWN","topic":"a","v":1}"#[..],
+            br#"{"state":1,"topic":"a","v":1}"#,
+            br#"{"reason":"","topic":"a","v":1}"#,
+            br#"{"reason":false,"topic":"a","v":1}"#,
+        ] {
+            assert!(
+                matches!(
+                    d.decode(bad, None),
+                    Decoded::Reject {
+                        reason: "bad_field",
+                        ..
+                    }
+                ),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let long = format!(r#"{{"reason":"{}","topic":"a","v":1}}"#, "é".repeat(257));
+        assert!(matches!(
+            d.decode(long.as_bytes(), None),
+            Decoded::Reject {
+                reason: "bad_field",
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn publisher_beats_decode() {
         let d = Decoder::new(None, 65536);
         let Decoded::Beat(b) = d.decode(UNSIGNED, Some("svc.prices.feed-7")) else {
