@@ -4,8 +4,8 @@ On the embedded broker: two publishers beating at 0.2 s, ``svc.live`` and ``svc.
 monitor of ``svc.>``. Once the monitor has heard both it prints ``{"event": "ready"}``. After
 the process was stopped (SIGSTOP), ``svc.dead`` beats no more: its payload callable sees the
 gap since its last call and fails from then on (silently), so it died during the stop. The
-monitor's events are printed as JSON lines (times on the monotonic clock, the same in every process); closing
-stdin stops everything and ends the process.
+monitor's events are printed as JSON lines (times on the monotonic clock, the same in every
+process); closing stdin stops everything and ends the process.
 """
 
 from __future__ import annotations
