@@ -14,8 +14,10 @@
 use super::*;
 
 /// Reason texts kept per topic (the newest ones): a `failed` event still queued when more
-/// than this many newer reasons came for its topic is delivered with [`LOST_REASON`].
-pub const REASONS_PER_TOPIC: usize = 8;
+/// than this many newer reasons came for its topic is delivered with [`LOST_REASON`]. The
+/// newest is always kept (later `failed` events of the outage carry it). Memory: at most this
+/// many reasons (each up to 256 characters) per topic that ever said `down`.
+pub const REASONS_PER_TOPIC: usize = 4;
 /// The reason of a `failed` event whose text is no longer kept (see [`REASONS_PER_TOPIC`]).
 pub const LOST_REASON: &str = "down (reason no longer held)";
 
