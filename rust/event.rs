@@ -91,7 +91,8 @@ pub struct Event {
     /// the episode lasted.
     pub detail: u64,
     /// Received: transit time of the beat in ns, or [`NO_LATENCY`]. Caught up: the largest lag
-    /// seen in the episode (ns, saturated at `i64::MAX`).
+    /// seen in the episode (ns, saturated at `i64::MAX`). Failed: the reason serial of an
+    /// explicit failure (see [`Event::reason_serial`]), or [`NO_LATENCY`].
     pub latency_ns: i64,
 }
 
@@ -106,6 +107,21 @@ impl Event {
             detail: since_ns,
             latency_ns: NO_LATENCY,
         }
+    }
+
+    /// This `failed` event with the reason serial `serial` (an explicit failure, see
+    /// `detector/down.rs`), kept in `latency_ns` (which `failed` does not use otherwise).
+    pub fn with_reason(self, serial: u64) -> Self {
+        debug_assert_eq!(self.kind, EventKind::Failed);
+        Self {
+            latency_ns: i64::try_from(serial).unwrap_or(i64::MAX),
+            ..self
+        }
+    }
+
+    /// Failed: the serial of its reason, for an explicit failure (None: periods missed).
+    pub fn reason_serial(&self) -> Option<u64> {
+        (self.kind == EventKind::Failed && self.latency_ns >= 0).then_some(self.latency_ns as u64)
     }
 
     /// A `resumed` event: heard at `at_ns` after `missed` periods and `downtime_ns` of outage.

@@ -118,6 +118,10 @@ class Event:
     def lag(self) -> float | None: ...
     @property
     def max_lag(self) -> float | None: ...
+    @property
+    def reason(self) -> str | None:
+        """failed: the sender's reason, for an explicit failure (a ``down`` beat); None when
+        periods were missed."""
 
 @final
 class EventBatch:
@@ -192,6 +196,10 @@ class EventBatch:
 
     def topic_list(self) -> list[str]:
         """The topics' names as a list (``""`` for a local pause)."""
+
+    def reason_list(self) -> list[str | None]:
+        """Each event's reason (``failed`` by a ``down`` beat: the sender's reason; None
+        otherwise) as a list."""
 
     def of_kinds(self, kinds: list[str]) -> EventBatch:
         """The events of the given kinds (names), in order; the same batch when it holds no
@@ -481,6 +489,8 @@ class Intake:
         boot: str | None = None,
         sent: float | None = None,
         period: float | None = None,
+        down: bool = False,
+        reason: str | None = None,
     ) -> bool: ...
     def refuse(self, reason: str, detail: str) -> None: ...
     @property
@@ -546,12 +556,22 @@ def decode_beat(
     max_size: int = 65536,
     destination: str | None = None,
 ) -> (
-    tuple[Literal["beat"], str, int | None, str | None, float | None, float | None, bool]
+    tuple[
+        Literal["beat"],
+        str,
+        int | None,
+        str | None,
+        float | None,
+        float | None,
+        bool,
+        Literal["up", "down"],
+        str | None,
+    ]
     | tuple[Literal["reject"], str, str]
     | tuple[Literal["defer"]]
 ):
     """Decode one message body natively, as ``BeatCodec(key, max_size).decode(body,
-    destination)`` would: ``("beat", topic, seq, boot, sent, period, legacy)``,
+    destination)`` would: ``("beat", topic, seq, boot, sent, period, legacy, state, reason)``,
     ``("reject", reason, detail)``, or ``("defer",)`` when only the Python codec can tell."""
 
 def split_frames(

@@ -5,7 +5,10 @@ A JSON beat is one compact object::
     {"v":1,"topic":"svc.a","seq":7,"boot":"3f2c...","sent":1718000000.25,"period":1.0,
      "payload":{"load":0.3},"sig":"<hex>"}
 
-Only ``v`` and ``topic`` are required; the other fields are left out when unknown. With a shared
+Only ``v`` and ``topic`` are required; the other fields are left out when unknown. A beat that
+says its sender is failing carries ``"state":"down"`` and, optionally, ``"reason"`` (1 to
+:data:`MAX_REASON_LEN` characters); ``state`` is ``"up"`` when absent (and left out when up,
+so up beats read as they always did). With a shared
 key, ``sig`` is the hex HMAC-SHA256 of the *canonical* JSON of every other field (keys sorted, no
 spaces, ASCII only), so a receiver recomputes it from what it parsed. Fields a receiver does not
 know are kept in the signed text and otherwise ignored, so newer publishers stay readable.
@@ -30,7 +33,16 @@ from typing import Any
 from heartwire import _validate
 from heartwire.transport.patterns import validate_topic
 
-__all__ = ["DECODE_REASONS", "MAX_SEQ", "VERSION", "Beat", "BeatCodec", "DecodeError"]
+__all__ = [
+    "DECODE_REASONS",
+    "MAX_REASON_LEN",
+    "MAX_SEQ",
+    "STATES",
+    "VERSION",
+    "Beat",
+    "BeatCodec",
+    "DecodeError",
+]
 
 #: The beat format version written in ``v``.
 VERSION = 1
@@ -38,6 +50,10 @@ VERSION = 1
 MAX_SEQ = 2**64 - 1
 #: The longest boot id accepted, in characters.
 MAX_BOOT_ID_LEN = 256
+#: The longest ``reason`` accepted, in characters.
+MAX_REASON_LEN = 256
+#: The values of ``state``: ``"up"`` (the default) and ``"down"`` (the sender says it fails).
+STATES = ("up", "down")
 
 #: Every ``DecodeError.reason``.
 DECODE_REASONS = frozenset(
@@ -63,7 +79,9 @@ class Beat:
     ``sent_at`` is the publisher's wall clock (epoch seconds) when it sent the beat; ``period``
     the publisher's period in seconds, so monitors learn it; ``boot_id`` changes each time a
     publisher is created, so restarts show; ``legacy`` is True for beats that came in the
-    ``"<topic> HEARTBEAT"`` text form.
+    ``"<topic> HEARTBEAT"`` text form. ``state`` is ``"down"`` when the sender says it is
+    failing (an explicit failure, see ``docs/explicit-failure.md``), with ``reason`` saying why
+    (``None`` if not given); ``"up"`` otherwise.
     """
 
     topic: str
@@ -73,6 +91,8 @@ class Beat:
     period: float | None = None
     payload: Any = None
     legacy: bool = False
+    state: str = "up"
+    reason: str | None = None
 
 
 _new = object.__new__
@@ -85,6 +105,8 @@ def _beat(
     sent_at: float | None,
     period: float | None,
     payload: Any,
+    state: str,
+    reason: str | None,
 ) -> Beat:
     """``Beat(...)`` for checked fields, without the frozen dataclass's ``__init__`` (one
     ``object.__setattr__`` call per field): the decoder builds one per message."""
@@ -97,6 +119,8 @@ def _beat(
         period=period,
         payload=payload,
         legacy=False,
+        state=state,
+        reason=reason,
     )
     return beat
 
@@ -187,9 +211,12 @@ class BeatCodec:
         field would not decode, e.g. a negative ``seq`` or a payload that is not JSON-able.
         """
         validate_topic(beat.topic, "beat.topic")
+        state = _check_state(beat.state, "beat.state", ValueError)
         if beat.legacy:
             if self._key is not None:
                 raise ValueError("a legacy beat cannot be signed; this codec has a key")
+            if state != "up" or beat.reason is not None:
+                raise ValueError("a legacy beat cannot say down or carry a reason")
             return f"{beat.topic} HEARTBEAT".encode("ascii")
         obj: dict[str, Any] = {"v": VERSION, "topic": beat.topic}
         if beat.seq is not None:
@@ -202,6 +229,10 @@ class BeatCodec:
             obj["period"] = _check_period(beat.period, "beat.period", ValueError)
         if beat.payload is not None:
             obj["payload"] = beat.payload
+        if state != "up":
+            obj["state"] = state
+        if beat.reason is not None:
+            obj["reason"] = _check_reason(beat.reason, "beat.reason", ValueError)
         try:
             canonical = _canonical(obj)
         except (TypeError, ValueError) as exc:
@@ -292,6 +323,8 @@ class BeatCodec:
             boot = obj.get("boot")
             sent = obj.get("sent")
             period = obj.get("period")
+            state = obj.get("state")
+            reason = obj.get("reason")
             return _beat(
                 topic,  # type: ignore[arg-type]
                 None if seq is None else _check_seq(seq, "seq", DecodeError),
@@ -299,6 +332,8 @@ class BeatCodec:
                 None if sent is None else _check_sent(sent, "sent", DecodeError),
                 None if period is None else _check_period(period, "period", DecodeError),
                 obj.get("payload"),
+                "up" if state is None else _check_state(state, "state", DecodeError),
+                None if reason is None else _check_reason(reason, "reason", DecodeError),
             )
         except DecodeError:
             raise
@@ -353,3 +388,19 @@ def _check_period(value: object, field: str, error: type[Exception]) -> float:
     if not (period > 0 and math.isfinite(period)):
         raise _fail(error, f"{field} must be a positive finite number of seconds, got {value!r}")
     return period
+
+
+def _check_state(value: object, field: str, error: type[Exception]) -> str:
+    if not isinstance(value, str):
+        raise _fail(error, f"{field} must be a str, got {type(value).__name__} {value!r}", True)
+    if value not in STATES:
+        raise _fail(error, f"{field} must be 'up' or 'down', got {value!r:.100}")
+    return value
+
+
+def _check_reason(value: object, field: str, error: type[Exception]) -> str:
+    if not isinstance(value, str):
+        raise _fail(error, f"{field} must be a str, got {type(value).__name__} {value!r}", True)
+    if not value or len(value) > MAX_REASON_LEN:
+        raise _fail(error, f"{field} must be 1 to {MAX_REASON_LEN} characters, got {len(value)}")
+    return value

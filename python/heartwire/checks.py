@@ -1,7 +1,8 @@
 """Stock dependency checks for dependent publishers.
 
-A dependent publisher calls its check before each beat and sends nothing when the check fails,
-so monitors see the service as down while what it depends on is down::
+A dependent publisher calls its check before each beat and, when the check fails, sends a
+*down* beat with the check's reason instead (see ``docs/explicit-failure.md``), so monitors
+report the service failed at once while what it depends on is down::
 
     pub = HeartbeatPublisher(broker, "prices.feed", dependency=checks.tcp("db", 5432))
 

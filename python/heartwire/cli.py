@@ -1,4 +1,7 @@
-"""The ``heartwire`` command: ``demo``, ``publish``, ``watch``, ``status`` and ``report``.
+"""The ``heartwire`` command: ``demo``, ``publish``, ``fail``, ``watch``, ``status`` and ``report``.
+
+``fail`` sends one *down* beat (an explicit failure, ``docs/explicit-failure.md``): monitors
+fail the topic at once with the reason; the publisher's next regular beat resumes it.
 
 ``publish`` and ``watch`` print one JSON object per event, times on the wall clock: ``at`` (and
 a failure's ``since``) in Unix seconds, the same as ISO 8601 in UTC in ``at_iso``
@@ -76,6 +79,20 @@ def _parser() -> argparse.ArgumentParser:
     publish.add_argument("--count", type=_positive(int), default=None, help="stop after N beats")
     publish.add_argument("--duration", type=_finite_positive, default=None, help="run time, s")
     publish.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
+
+    fail = commands.add_parser(
+        "fail", help="send one down beat: monitors fail the topic at once, with the reason"
+    )
+    fail.add_argument("topic", help="topic to fail, e.g. svc.a")
+    fail.add_argument("--reason", required=True, help="why (1 to 256 characters)")
+    fail.add_argument("--broker", default=None, help=BROKER_HELP)
+    fail.add_argument(
+        "--period",
+        type=_finite_positive,
+        default=None,
+        help="the topic's period, s, carried by the beat (default: none, the monitor's own)",
+    )
+    fail.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
 
     watch = commands.add_parser("watch", help="watch topics and print events as JSON lines")
     watch.add_argument("pattern", help="topic or wildcard pattern, e.g. svc.> or svc.*")
@@ -181,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "publish":
             return _publish(args)
+        if args.command == "fail":
+            return _fail(args)
         if args.command == "report":
             from heartwire.report_cmd import run_report
 
@@ -234,6 +253,42 @@ def _publish(args: argparse.Namespace) -> int:
     finally:
         pub.stop()
         broker.close()
+    return 0
+
+
+def _fail(args: argparse.Namespace) -> int:
+    """One signed (with a key) down beat, then exit: 0 if the broker took it, 1 if not."""
+    import time
+    import uuid
+
+    from heartwire.beat import MAX_REASON_LEN, Beat, BeatCodec
+    from heartwire.transport import connect
+
+    if not 1 <= len(args.reason) <= MAX_REASON_LEN:
+        raise ValueError(
+            f"--reason must be 1 to {MAX_REASON_LEN} characters, got {len(args.reason)}"
+        )
+    codec = BeatCodec(args.key)
+    # A boot id of its own (and seq 1): with a key, monitors check replays per boot.
+    beat = Beat(
+        args.topic,
+        seq=1,
+        boot_id=uuid.uuid4().hex,
+        sent_at=time.time(),
+        period=args.period,
+        state="down",
+        reason=args.reason,
+    )
+    body = codec.encode(beat)  # ValueError naming the field (e.g. a bad topic)
+    broker = connect(args.broker)
+    try:
+        broker.publish(args.topic, body, {}, timeout=10.0)
+    except Exception as exc:
+        print(f"heartwire fail: send failed: {exc!r}", file=sys.stderr)
+        return 1
+    finally:
+        broker.close()
+    print(json.dumps({"event": "down", "topic": args.topic, "reason": args.reason}), flush=True)
     return 0
 
 

@@ -75,11 +75,14 @@ class Tally(SubscriberListener):
         seen = self.clock()
         with self.lock:
             self.failed += 1
-            if event.missed == self.allowed_misses:  # the first failed event of an outage
+            # The first failed event of an outage: after allowed_misses periods, or at once
+            # when a dependent publisher's check failed (a down beat, with its reason).
+            if event.topic not in self.failed_now:
                 self.outages += 1
                 self.lateness_ms.append((seen - event.at) * 1000)
             self.failed_now.add(event.topic)
-            self.recent.appendleft(f"FAILED  {event.topic} missed={event.missed}")
+            why = f" ({event.reason})" if event.reason is not None else ""
+            self.recent.appendleft(f"FAILED  {event.topic} missed={event.missed}{why}")
 
     def on_resumed(self, event: Resumed) -> None:
         with self.lock:
@@ -126,7 +129,7 @@ class Chaos:
 
     def _silence(self, i: int) -> None:
         if i % DEPENDENT_EVERY == 0:
-            self.healthy[i] = False  # the dependent publisher's check fails: it stops beating
+            self.healthy[i] = False  # its check fails: it sends down beats (failed at once)
         else:
             self.publishers[i].pause()
 

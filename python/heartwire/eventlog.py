@@ -17,7 +17,10 @@ Attach an :class:`EventLog` to a monitor like any listener; it records every ``r
 Rows: ``kind`` (``"received"``, ``"failed"``, ``"resumed"``), ``topic``, ``ts`` (the event's
 time, timestamp µs UTC), ``seq`` and ``latency`` (received), ``missed`` (failed, resumed),
 ``since`` (failed: the deadline at which the topic was declared failed), ``downtime`` (resumed,
-seconds).
+seconds), ``reason`` (failed: the sender's reason for an explicit failure, see
+``docs/explicit-failure.md``; null otherwise). ``reason`` is the last column and newer than the
+others: files written before it lack it, and readers merging files read it as null there
+(:func:`heartwire.spark.read_events` merges the schemas).
 
 The monitor's own life is logged too, so that analysis can tell "down" from "not watched":
 ``"started"`` and ``"stopped"`` rows (``topic`` the monitor's pattern, ``ts`` the event's
@@ -107,6 +110,8 @@ SCHEMA = pa.schema(
         pa.field("since", _TS),
         pa.field("downtime", pa.float64()),
         pa.field("latency", pa.float64()),
+        # Added with explicit failures, last: files written before lack it (read as null).
+        pa.field("reason", pa.string()),
     ]
 )
 """The columns of every event-log file (the ``date`` partition comes from the directory)."""
@@ -333,7 +338,15 @@ class EventLog(SubscriberListener):
                 seen[2] += 1
 
     def on_failed(self, event: Failed) -> None:
-        self._add("failed", event, event.topic, event.at, missed=event.missed, since=event.since)
+        self._add(
+            "failed",
+            event,
+            event.topic,
+            event.at,
+            missed=event.missed,
+            since=event.since,
+            reason=event.reason,
+        )
 
     def on_resumed(self, event: Resumed) -> None:
         self._add(
@@ -411,6 +424,7 @@ class EventLog(SubscriberListener):
         since: float | None = None,
         downtime: float | None = None,
         latency: float | None = None,
+        reason: str | None = None,
     ) -> None:
         """Buffers one row, its values checked against the schema first: a row the table could
         not hold is refused alone (counted, logged) and never enters the buffer, where it would
@@ -420,7 +434,9 @@ class EventLog(SubscriberListener):
         if isinstance(seq, int) and not isinstance(seq, bool) and seq not in _INT64:
             dropped_seq, seq = seq, None  # valid on the wire (up to 2**64-1): keep the beat
         try:
-            values = self._values(kind, topic, at, offset, seq, missed, since, downtime, latency)
+            values = self._values(
+                kind, topic, at, offset, seq, missed, since, downtime, latency, reason
+            )
         except _Refused as exc:
             with self._lock:
                 self._refuse_locked(kind, topic, exc)
@@ -451,6 +467,7 @@ class EventLog(SubscriberListener):
         since: object = None,
         downtime: object = None,
         latency: object = None,
+        reason: object = None,
     ) -> tuple[Any, ...]:
         """A row's values in the schema's order, or :class:`_Refused` naming the one no row can
         hold."""
@@ -463,6 +480,7 @@ class EventLog(SubscriberListener):
             None if since is None else _micros("since", since, offset),
             _float("downtime", downtime),
             _float("latency", latency),
+            None if reason is None else _text("reason", reason),
         )
 
     def _append_locked(self, values: tuple[Any, ...]) -> None:
@@ -518,6 +536,7 @@ class EventLog(SubscriberListener):
             rows["since"].append(first)
             rows["downtime"].append(None)
             rows["latency"].append(None)
+            rows["reason"].append(None)
         self._beats = {}
 
     def _try_write_locked(self) -> None:

@@ -66,8 +66,12 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
     wall clock: ``at`` and ``since`` as Unix seconds, each with ``<name>_iso`` (ISO 8601, UTC)
     and, for the monitor's events, ``<name>_monotonic`` (the monitor's clock reading, exact for
     intervals). An event with no time of its own (``Started``, ``ExceptionEvent``...) gets
-    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out."""
+    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out, and
+    so is a :class:`Failed` event's ``reason`` when it has none (a failure by missed periods):
+    ``reason`` shows only for an explicit failure."""
     fields = {k: v for k, v in vars(event).items() if k not in ("error", "wall_offset")}
+    if "reason" in fields and fields["reason"] is None:
+        del fields["reason"]
     offset = getattr(event, "wall_offset", None)
     if "at" not in fields:
         fields["at"] = time.time() if now is None else now
@@ -141,12 +145,20 @@ class Failed:
     one run of the detector finds more than 64 of a topic's periods gone at once (a long
     ``advance``, a stall with ``max_local_pause=None``), the first 63 fire one by one, then
     one for the latest deadline passed, with the exact count.
+
+    ``reason`` is set for an *explicit* failure: the topic's sender said ``down`` (a dependent
+    publisher whose check fails, ``publisher.fail(reason)``, ``heartwire fail``). Then the
+    topic failed at once, at ``at`` = ``since`` = the down beat's time, with ``missed`` the
+    periods missed so far (often 0), whatever ``allowed_misses``; each later missed period
+    of that outage fires again carrying the newest reason, until a good beat resumes it.
+    ``None`` for a failure by missed periods. See ``docs/explicit-failure.md``.
     """
 
     topic: str
     missed: int
     since: float
     at: float
+    reason: str | None = None
     wall_offset: float = _offset()
 
     @property
@@ -303,7 +315,7 @@ EVENT_METHODS: dict[str, str] = {
 #: Per detector event kind, how its listener event is made from the core's (and a wall offset).
 _BUILDERS: dict[str, Callable[[_core.Event, float], Any]] = {
     "failed": lambda e, off: Failed(
-        e.topic, e.missed, e.at if e.since is None else e.since, e.at, wall_offset=off
+        e.topic, e.missed, e.at if e.since is None else e.since, e.at, e.reason, wall_offset=off
     ),
     "resumed": lambda e, off: Resumed(e.topic, e.missed, e.downtime or 0.0, e.at, wall_offset=off),
     "received": lambda e, off: Received(e.topic, e.seq, e.latency, e.at, wall_offset=off),
@@ -334,7 +346,8 @@ class EventBatch:
       :meth:`topic_list`: the same as a ``list[str]``.
     - ``handles`` (``q``), ``missed`` (``I``), ``at``, ``since`` (failed), ``downtime``
       (resumed), ``duration`` (local_pause), ``latency`` (received) (``d``, seconds on the
-      monitor's clock: add :attr:`wall_offset` for Unix time), ``seq`` (``Q``, received).
+      monitor's clock: add :attr:`wall_offset` for Unix time), ``seq`` (``Q``, received);
+      :meth:`reason_list`: each ``failed`` event's reason (explicit failures), else ``None``.
 
     A batch is built in the core from the events the dispatch thread popped: a listener is
     given only the kinds it takes (see :meth:`~heartwire.listeners.SubscriberListener.on_events`).
@@ -395,6 +408,11 @@ class EventBatch:
     def topic_list(self) -> list[str]:
         """The topics' names (``""`` for a local pause)."""
         return self.core.topic_list()
+
+    def reason_list(self) -> list[str | None]:
+        """Each event's reason: the sender's, for a ``failed`` by a ``down`` beat (see
+        :attr:`Failed.reason`); ``None`` otherwise."""
+        return self.core.reason_list()
 
     @property
     def kinds(self) -> memoryview:

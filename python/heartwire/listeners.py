@@ -135,7 +135,8 @@ class SubscriberListener:
 
     def on_failed(self, event: Failed) -> Any:
         """A topic missed ``event.missed`` periods in a row; repeats every further period (at
-        most 64 times per run of the detector: see :class:`~heartwire.events.Failed`)."""
+        most 64 times per run of the detector: see :class:`~heartwire.events.Failed`). Or its
+        sender said ``down``: then ``event.reason`` says why (``None`` otherwise)."""
 
     def on_resumed(self, event: Resumed) -> Any:
         """A failed topic was heard again."""

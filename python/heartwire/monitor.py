@@ -106,6 +106,18 @@ def _short(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+def _text(value: str | None) -> str | None:
+    """``value`` as text the core takes: a lone surrogate (JSON can carry one, UTF-8 cannot)
+    written as its escape, e.g. ``"\\udc80"``, instead of failing the message."""
+    if value is None:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 # Running monitors, stopped at interpreter exit.
 _running: Running[HeartbeatMonitor] = Running(lambda monitor: monitor.stop(timeout=1.0))
 
@@ -556,7 +568,15 @@ class HeartbeatMonitor:
                 where = _short(message.destination)
                 self._intake.refuse(exc.reason, f"message to {where}: {_short(str(exc), 300)}")
             else:
-                self._intake.record(beat.topic, beat.seq, beat.boot_id, beat.sent_at, beat.period)
+                self._intake.record(
+                    beat.topic,
+                    beat.seq,
+                    _text(beat.boot_id),
+                    beat.sent_at,
+                    beat.period,
+                    beat.state == "down",
+                    _text(beat.reason),
+                )
         if self._intake.pending:
             self._report_refusals()
 

@@ -53,7 +53,7 @@ from typing import Any
 
 from heartwire import _core, _validate
 from heartwire._exit import Running
-from heartwire.beat import Beat, BeatCodec
+from heartwire.beat import MAX_REASON_LEN, Beat, BeatCodec
 from heartwire.checks import CheckFailed, _callable_name
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.executor import Job, PublisherExecutor, shared_executor
@@ -112,6 +112,13 @@ def _name(obj: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _reason(text: str) -> str:
+    """``text`` fit for a beat's ``reason``: cut to :data:`~heartwire.beat.MAX_REASON_LEN`
+    characters (``"..."`` at the end when cut), ``"down"`` if empty, lone surrogates escaped."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8") or "down"
+    return text if len(text) <= MAX_REASON_LEN else text[: MAX_REASON_LEN - 3] + "..."
+
+
 def _own_timeout(dependency: object) -> float | None:
     """A dependency's own ``timeout`` attribute (the stock checks'), if it is a usable one."""
     own = getattr(dependency, "timeout", None)
@@ -124,8 +131,13 @@ class HeartbeatPublisher:
     """Publishes a heartbeat for ``topic`` to ``broker`` every ``period`` seconds once started.
 
     - ``dependency``: a callable run before each beat. ``False`` or an exception (any, even
-      ``SystemExit``) means unhealthy: the beat is not sent and listeners get
-      ``on_exception`` with reason ``"check_failed"``.
+      ``SystemExit``) means unhealthy: listeners get ``on_exception`` with reason
+      ``"check_failed"``, and instead of the beat a *down* beat goes out
+      (``"state":"down"``, see ``docs/explicit-failure.md``), whose ``reason`` is a
+      :class:`~heartwire.checks.CheckFailed`'s reason (the stock checks'), ``"<check>
+      returned False"``, or ``"<check>: <exception type>"`` for any other exception (its text
+      stays local: it may hold a secret), cut to 256 characters. Monitors fail the topic at
+      once. A check past its ``timeout`` is reported but sends no beat.
       Any other result (``True``, ``None``, ...) means healthy. See :mod:`heartwire.checks`.
     - ``payload``: a JSON-able value sent with each beat, or a zero-argument callable evaluated
       for each beat (if it raises, the beat is not sent: reason ``"payload_failed"``).
@@ -217,6 +229,7 @@ class HeartbeatPublisher:
         self._send_failures = 0
         self._check_failures = 0
         self._other_failures = 0
+        self._down_sent = 0
 
     # -- properties -------------------------------------------------------------------------
 
@@ -252,7 +265,7 @@ class HeartbeatPublisher:
 
     @property
     def sent(self) -> int:
-        """Beats the broker accepted."""
+        """Up beats the broker accepted (down beats: ``stats()["down_sent"]``)."""
         return self._sent
 
     @property
@@ -278,17 +291,42 @@ class HeartbeatPublisher:
         return self._executor
 
     def stats(self) -> dict[str, int]:
-        """Counters: ``sent``, ``send_failures``, ``check_failures``, ``other_failures``
-        (payload or encoding errors), ``listener_errors``, ``events_dropped`` (listener events
-        dropped from a full queue)."""
+        """Counters: ``sent`` (up beats on the wire, each with ``on_sent``), ``down_sent``
+        (down beats on the wire: failed checks, :meth:`fail`; no ``on_sent``),
+        ``send_failures``, ``check_failures``, ``other_failures`` (payload or encoding errors),
+        ``listener_errors``, ``events_dropped`` (listener events dropped from a full queue)."""
         return {
             "sent": self._sent,
+            "down_sent": self._down_sent,
             "send_failures": self._send_failures,
             "check_failures": self._check_failures,
             "other_failures": self._other_failures,
             "listener_errors": self._listeners.errors,
             "events_dropped": self._events_dropped,
         }
+
+    def fail(self, reason: str) -> bool:
+        """Say now that this publisher's service is failing: send one *down* beat with
+        ``reason`` (1 to :data:`~heartwire.beat.MAX_REASON_LEN` characters), on this thread.
+        Monitors fail the topic at once (``Failed.reason``), whatever their ``allowed_misses``.
+
+        It is one beat, not a mode: the publisher's schedule goes on, and its next regular beat
+        (if it is running and healthy) says up again, which resumes the topic. To stay down,
+        stop the publisher after ``fail`` (the periods then count as missed, each reported with
+        the reason) or call ``fail`` at each beat. Works whether or not the publisher is started.
+
+        True if the beat went on the wire; a send that raises is reported (``on_exception``,
+        ``"send_failed"``) and gives False. A bad ``reason`` raises :class:`ValueError` (or
+        :class:`TypeError`).
+        """
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__} {reason!r:.100}")
+        if not 1 <= len(reason) <= MAX_REASON_LEN:
+            raise ValueError(
+                f"reason must be 1 to {MAX_REASON_LEN} characters, got {len(reason)}: "
+                f"{reason!r:.60}"
+            )
+        return self._send(None, deliver=_JOB, state="down", reason=_reason(reason))
 
     # -- listeners --------------------------------------------------------------------------
 
@@ -528,10 +566,23 @@ class HeartbeatPublisher:
                     self._check_failures += 1
                 else:
                     self._other_failures += 1
-        if failure is not None:
-            self._report(*failure, deliver=_LATER)
-        else:
+        if failure is None:
             self._send(payload, deliver=_LATER)
+        elif failure[0] == "check_failed":
+            error = failure[1]
+            if isinstance(error, CheckFailed):
+                why = error.reason
+            elif error is None:
+                why = failure[2]  # "<check> returned False"
+            else:
+                why = f"{self._dependency_name}: {type(error).__name__}"
+            # Say so instead of staying silent: a down beat with the check's reason (monitors
+            # fail the topic at once, see docs/explicit-failure.md). No payload: it was not
+            # made (the check comes first).
+            self._report(*failure, deliver=_LATER)
+            self._send(None, deliver=_LATER, state="down", reason=_reason(why))
+        else:
+            self._report(*failure, deliver=_LATER)
 
     def _next_slot(self, deadline: float, now: float) -> float:
         """The slot after ``deadline``; if that has passed too, the first slot after ``now``."""
@@ -629,24 +680,44 @@ class HeartbeatPublisher:
                 self._delivering = False
             raise
 
-    def _send(self, payload: Any, *, deliver: str) -> None:
-        """Encode and send one beat (never two at once for one publisher)."""
+    def _send(
+        self, payload: Any, *, deliver: str, state: str = "up", reason: str | None = None
+    ) -> bool:
+        """Encode and send one beat (``state="down"``: an explicit failure, with ``reason``);
+        True if it went on the wire. The scheduled beats of one publisher are never sent two
+        at once; :meth:`fail` may send from another thread meanwhile, so a beat's ``seq`` is
+        taken under the lock (re-encoded in the rare case another send took it first)."""
         sent_at = time.time()
-        seq = self._seq + 1
-        beat = Beat(self._topic, seq, self._boot_id, sent_at, self._period, payload)
-        try:
-            body = self._codec.encode(beat)
-        except (TypeError, ValueError) as exc:
+        while True:
             with self._lock:
-                self._other_failures += 1
-            self._report("encode_failed", exc, str(exc), deliver=deliver)
-            return
+                seq = self._seq + 1
+            beat = Beat(
+                self._topic,
+                seq,
+                self._boot_id,
+                sent_at,
+                self._period,
+                payload,
+                False,
+                state,
+                reason,
+            )
+            try:
+                body = self._codec.encode(beat)
+            except (TypeError, ValueError) as exc:
+                with self._lock:
+                    self._other_failures += 1
+                self._report("encode_failed", exc, str(exc), deliver=deliver)
+                return False
+            with self._lock:
+                if self._seq + 1 == seq:
+                    self._seq = seq
+                    break
         headers: dict[str, str] = {}
         if self._ttl is not None:
             headers["expires"] = str(int((sent_at + self._ttl) * 1000))
         if self._persistent:
             headers["persistent"] = "true"
-        self._seq = seq
         try:
             # A beat that cannot go now is stale by the next one: never wait for a reconnect
             # (that would hold the scheduler thread every publisher in the process shares).
@@ -655,10 +726,15 @@ class HeartbeatPublisher:
             with self._lock:
                 self._send_failures += 1
             self._report("send_failed", exc, repr(exc), deliver=deliver)
-            return
+            return False
         with self._lock:
+            if state == "down":
+                # Counted apart, no on_sent: its cause was reported (on_exception) or asked for.
+                self._down_sent += 1
+                return True
             self._sent += 1
         self._emit("on_sent", Sent(self._topic, seq, sent_at), deliver)
+        return True
 
 
 # Running publishers, stopped at interpreter exit (the executor holds them while they run).

@@ -317,9 +317,11 @@ def read_events(spark: SparkSession, path: str) -> DataFrame:
 
     Columns: ``kind`` (``received``, ``failed``, ``resumed``; ``started``, ``stopped``,
     ``paused`` for the monitor itself), ``topic``, ``ts`` (timestamp), ``seq``, ``missed``,
-    ``since``, ``downtime``, ``latency`` and the ``date`` partition.
+    ``since``, ``downtime``, ``latency``, ``reason`` (an explicit failure's; null in files
+    written before the column existed: the files' schemas are merged) and the ``date``
+    partition.
     """
-    return spark.read.parquet(path)
+    return spark.read.option("mergeSchema", "true").parquet(path)
 
 
 _LIFE = ("started", "stopped", "paused")

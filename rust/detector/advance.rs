@@ -134,9 +134,11 @@ impl Detector {
             if self.skip_misses(inner, id, now, emitted) {
                 continue;
             }
-            // A period ended at `d` with no beat.
+            // A period ended at `d` with no beat. A topic FAILED by a `down` beat fires at every
+            // missed period, whatever `allowed_misses` (see `down.rs`).
             let missed = slot.missed.saturating_add(1);
-            let failing = missed >= slot.allowed;
+            let down = Self::down_serial(inner, id);
+            let failing = missed >= slot.allowed || down.is_some();
             if failing {
                 // Validate the word is still the one we read (a no-op CAS when already
                 // FAILED): a beat that slipped in is taken in first, on the next turn.
@@ -163,7 +165,10 @@ impl Detector {
                 emitted += 1;
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 // Only `advance` runs `judge_due`, and it wakes the consumers when done.
-                let ev = Event::failed(id, missed, self.abs(d), self.abs(since));
+                let mut ev = Event::failed(id, missed, self.abs(d), self.abs(since));
+                if let Some(serial) = down {
+                    ev = ev.with_reason(serial);
+                }
                 self.emit_deferred(inner, subs, ev);
             }
         }
@@ -180,7 +185,11 @@ impl Detector {
         let d = slot.next_deadline;
         // Deadlines after `d` that are due too (`d < now`).
         let more = (now - 1 - d) / step;
-        let quiet = slot.allowed.saturating_sub(slot.missed).saturating_sub(1);
+        let quiet = if Self::down_serial(inner, id).is_some() {
+            0 // each missed period of a topic that said `down` fires
+        } else {
+            slot.allowed.saturating_sub(slot.missed).saturating_sub(1)
+        };
         let mut skip = if quiet > 0 {
             more.min(u64::from(quiet))
         } else if emitted + 1 >= MAX_FAILED_PER_RUN {
@@ -247,6 +256,7 @@ impl Detector {
             let ev = Event::resumed(id, slot.missed, self.abs(beat_at), downtime);
             self.counters.resumed.fetch_add(1, Ordering::Relaxed);
             self.emit(inner, subs, ev);
+            Self::clear_down(inner, id);
         }
         let slot = &mut inner.slots[id as usize];
         slot.missed = 0;

@@ -37,6 +37,7 @@ use std::sync::{Arc, Weak};
 
 mod advance;
 mod beats;
+mod down;
 mod emit;
 mod intervals;
 mod lag;
@@ -47,6 +48,7 @@ mod tests;
 mod topics;
 
 pub use beats::Batch;
+pub use down::{Down, LOST_REASON, REASONS_PER_TOPIC};
 pub use intervals::{
     bucket as interval_bucket, IntervalHistogram, INTERVAL_BOUNDS_NS, INTERVAL_BUCKETS,
 };
@@ -207,6 +209,8 @@ struct Inner {
     pending: Vec<Event>,
     /// Events put aside for pushing so far (see [`Detector::delivered`]).
     appended: u64,
+    /// Topics FAILED by a `down` beat: the serial of their newest reason (see `down.rs`).
+    down: HashMap<TopicId, u64>,
 }
 
 /// A removed topic's id on its way to reuse: once the events put aside before the removal are
@@ -277,6 +281,9 @@ pub struct Detector {
     counters: Counters,
     /// The beat inter-arrival histogram (see `intervals.rs`).
     intervals: intervals::Intervals,
+    /// Reason texts of explicit failures (see `down.rs`); taken under the detector lock or
+    /// alone (when Python builds events), never the other way round.
+    reasons: Mutex<down::Reasons>,
 }
 
 impl Detector {
@@ -319,7 +326,9 @@ impl Detector {
                 retired: Vec::new(),
                 pending: Vec::new(),
                 appended: 0,
+                down: HashMap::new(),
             }),
+            reasons: Mutex::new(down::Reasons::default()),
             phi: Mutex::new(HashMap::new()),
             subscribers: RwLock::new(Vec::new()),
             received_wanted: AtomicUsize::new(0),

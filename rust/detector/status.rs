@@ -207,6 +207,8 @@ impl Detector {
             + inner.wheel.heap_bytes()
             + inner.free.capacity() * std::mem::size_of::<TopicId>()
             + inner.limbo.capacity() * std::mem::size_of::<Limbo>()
+            + inner.down.capacity() * 16
+            + self.reasons.lock().heap_bytes()
     }
 }
 

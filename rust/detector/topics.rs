@@ -55,6 +55,9 @@ impl Detector {
                 return Err(e.into());
             }
         };
+        if reuse.is_some() {
+            self.forget_reasons(id); // events naming the old topic are all handed back
+        }
         let config = config.unwrap_or(self.defaults);
         let slot = Slot {
             period_ns: config.period_ns,
@@ -472,6 +475,7 @@ impl Detector {
             );
             self.counters.resumed.fetch_add(1, Ordering::Relaxed);
             self.emit(inner, subs, ev);
+            Self::clear_down(inner, id);
         }
         let resumed = self.rearm_from(inner, id, State::is_paused, now);
         if resumed {
@@ -535,6 +539,7 @@ impl Detector {
             return false;
         }
         let first = self.first_offset(inner, id);
+        Self::clear_down(inner, id);
         let slot = &mut inner.slots[id as usize];
         slot.missed = 0;
         slot.next_deadline = now.saturating_add(first);
@@ -556,6 +561,7 @@ impl Detector {
         self.transition(id, State::Removed, |s| s != State::Removed);
         inner.wheel.cancel(id);
         inner.held.remove(&id);
+        Self::clear_down(&mut inner, id);
         self.phi.lock().remove(&id);
         self.registry.unindex(id);
         // Every event for the topic was emitted under this lock; those put aside (up to

@@ -33,6 +33,8 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// The longest boot id accepted, in characters (Python's `MAX_BOOT_ID_LEN`).
 const MAX_BOOT_LEN: usize = 256;
+/// The longest `reason` accepted, in characters (Python's `MAX_REASON_LEN`).
+pub const MAX_REASON_LEN: usize = 256;
 /// Nesting deeper than this defers: Python may raise RecursionError (bad_json) or not.
 const MAX_DEPTH: u32 = 100;
 /// An integer literal with more digits than this defers: Python's int parsing refuses more
@@ -51,6 +53,11 @@ pub struct Beat<'a> {
     pub sent: Option<f64>,
     pub period: Option<f64>,
     pub legacy: bool,
+    /// `"state":"down"`: the sender says it is failing (absent, null or `"up"`: false).
+    pub down: bool,
+    /// Why, as the sender says (1 to [`MAX_REASON_LEN`] characters). Borrowed from the body
+    /// unless it held JSON escapes.
+    pub reason: Option<Cow<'a, str>>,
 }
 
 /// What [`Decoder::decode`] decided.
@@ -220,6 +227,8 @@ impl Decoder {
             sent: None,
             period: None,
             legacy: true,
+            down: false,
+            reason: None,
         })
     }
 
@@ -410,6 +419,64 @@ impl Decoder {
             }
             x => x,
         };
+        let down = match f.state {
+            None => false,
+            Some(v) if v.kind == Kind::Null => false,
+            Some(v) if v.kind == Kind::Str => {
+                let r = raw(&v);
+                // Escapes allocate (rare); a lone surrogate (None) is no state either.
+                let escaped = if v.escaped { unescape(r) } else { None };
+                match if v.escaped {
+                    escaped.as_deref()
+                } else {
+                    Some(r)
+                } {
+                    Some("up") => false,
+                    Some("down") => true,
+                    _ => {
+                        return reject(
+                            "bad_field",
+                            format!(
+                                "state must be 'up' or 'down', got {:?}",
+                                clip(r, DETAIL_MAX)
+                            ),
+                        )
+                    }
+                }
+            }
+            other => return reject("bad_field", type_error("state", "a str", t, other)),
+        };
+        let reason = match f.reason {
+            None => None,
+            Some(v) if v.kind == Kind::Null => None,
+            Some(v) if v.kind == Kind::Str => {
+                let r = raw(&v);
+                // Counted in code points, as Python does (see `boot`).
+                let n = if v.escaped {
+                    CodePoints::new(r).count()
+                } else {
+                    r.chars().count()
+                };
+                if n == 0 || n > MAX_REASON_LEN {
+                    return reject(
+                        "bad_field",
+                        format!("reason must be 1 to {MAX_REASON_LEN} characters, got {n}"),
+                    );
+                }
+                if v.escaped {
+                    match unescape(r) {
+                        Some(owned) => Some(Cow::Owned(owned)),
+                        None => {
+                            defer = true; // a lone surrogate: only Python holds it
+                            None
+                        }
+                    }
+                } else {
+                    Some(Cow::Borrowed(r))
+                }
+            }
+            other => return reject("bad_field", type_error("reason", "a str", t, other)),
+        };
         if defer {
             return Err(Stop::Defer);
         }
@@ -420,6 +487,8 @@ impl Decoder {
             sent,
             period,
             legacy: false,
+            down,
+            reason,
         })
     }
 }
@@ -536,6 +605,8 @@ struct Fields {
     boot: Option<Val>,
     sent: Option<Val>,
     period: Option<Val>,
+    state: Option<Val>,
+    reason: Option<Val>,
     /// The values of `v`, `sent`, `period` when they are float literals (parsed once).
     v_num: f64,
     sent_num: f64,
@@ -623,6 +694,8 @@ impl Parser<'_> {
                         b"boot" => f.boot = Some(val),
                         b"sent" => (f.sent, f.sent_num) = (Some(val), self.float),
                         b"period" => (f.period, f.period_num) = (Some(val), self.float),
+                        b"state" => f.state = Some(val),
+                        b"reason" => f.reason = Some(val),
                         b"sig" => {
                             f.sig = Some(val);
                             f.sig_count += 1;
@@ -1290,6 +1363,50 @@ mod tests {
             format!(r#","sig":"{hex}"}}"#).as_bytes(),
         ]
         .concat()
+    }
+
+    #[test]
+    fn state_and_reason_decode_borrowed_and_bad_values_are_bad_field() {
+        let d = Decoder::new(None, 65536);
+        let body = br#"{"reason":"db gone","state":"down","topic":"a","v":1}"#;
+        let Decoded::Beat(b) = d.decode(body, None) else {
+            panic!("not a beat")
+        };
+        assert!(b.down);
+        assert!(
+            matches!(b.reason, Some(Cow::Borrowed("db gone"))),
+            "no copy"
+        );
+        let Decoded::Beat(up) = d.decode(MINIMAL, None) else {
+            panic!("not a beat")
+        };
+        assert!(!up.down && up.reason.is_none());
+        for bad in [
+            &br#"{"state":"DOWN","topic":"a","v":1}"#[..],
+            br#"{"state":1,"topic":"a","v":1}"#,
+            br#"{"reason":"","topic":"a","v":1}"#,
+            br#"{"reason":false,"topic":"a","v":1}"#,
+        ] {
+            assert!(
+                matches!(
+                    d.decode(bad, None),
+                    Decoded::Reject {
+                        reason: "bad_field",
+                        ..
+                    }
+                ),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let long = format!(r#"{{"reason":"{}","topic":"a","v":1}}"#, "é".repeat(257));
+        assert!(matches!(
+            d.decode(long.as_bytes(), None),
+            Decoded::Reject {
+                reason: "bad_field",
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //!    name is paused;
 //! 5. with a key, a signed beat with `seq` and `boot` must not be a replay (`replayed`);
 //! 6. a period that differs from the topic's re-tunes it, unless it was pinned by `expect`;
-//! 7. the detector records it, with its transit time (`latency`) when it carries a send time.
+//! 7. the detector records it, with its transit time (`latency`) when it carries a send time;
+//!    a beat that says `down` fails its topic at once instead (`Detector::down`): with a key,
+//!    only a signed beat gets this far, so only signed beats can fail a topic.
 //!
 //! Refusals are counted by reason, and the first [`PENDING_LIMIT`] not yet taken are kept with
 //! their details for the monitor to report (`on_exception`); beyond that only counted.
@@ -40,6 +42,8 @@ pub const MAX_BEAT_PERIOD: f64 = 1e9;
 /// BEAT_AGE_SKEW` seconds.
 pub const BEAT_AGE_PERIODS: f64 = 3.0;
 pub const BEAT_AGE_SKEW: f64 = 60.0;
+/// The reason of a `down` beat that gives none.
+pub const DEFAULT_DOWN_REASON: &str = "down";
 /// Refusals kept with their details until the monitor takes them.
 pub const PENDING_LIMIT: usize = 1024;
 
@@ -611,6 +615,12 @@ impl Intake {
         if let Some(p) = beat.period {
             self.retune(handle, p, now);
         }
+        if beat.down {
+            // Rare: takes the detector lock (an up beat never comes here).
+            let reason = beat.reason.as_deref().unwrap_or(DEFAULT_DOWN_REASON);
+            self.det.down(handle, Some(now), reason);
+            return Outcome::Recorded { sent: beat.sent };
+        }
         let latency = match beat.sent {
             Some(sent) => ((wall_now() - sent) * 1e9).round() as i64,
             None => NO_LATENCY,
@@ -821,6 +831,8 @@ mod tests {
             sent: None,
             period: None,
             legacy: false,
+            down: false,
+            reason: None,
         }
     }
 
@@ -937,6 +949,76 @@ mod tests {
             intake.rejected(),
             vec![("pattern_mismatch", (PENDING_LIMIT + 5) as u64)]
         );
+    }
+
+    /// Failed events popped from `q`, with their reasons.
+    fn failures(
+        det: &Detector,
+        q: &crate::queue::EventQueue<crate::event::Event>,
+    ) -> Vec<(u32, Option<String>)> {
+        let mut out = Vec::new();
+        q.try_pop_batch(&mut out, usize::MAX);
+        out.iter()
+            .filter(|e| e.kind == crate::event::EventKind::Failed)
+            .map(|e| (e.missed, det.reason_of(e).map(|r| r.to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn a_down_beat_fails_its_topic_at_once_from_any_beat_without_a_key() {
+        let (det, intake, _) = intake(None);
+        let q = det
+            .subscribe(64, crate::queue::Overflow::DropOldest, false)
+            .unwrap();
+        let up = br#"{"v":1,"topic":"svc.d"}"#;
+        assert!(matches!(
+            intake.ingest(up, None, None),
+            Outcome::Recorded { .. }
+        ));
+        let down = br#"{"v":1,"topic":"svc.d","state":"down","reason":"db gone"}"#;
+        assert!(matches!(
+            intake.ingest(down, None, None),
+            Outcome::Recorded { .. }
+        ));
+        assert_eq!(failures(&det, &q), vec![(0, Some("db gone".into()))]);
+        // No reason given: the default one.
+        let bare = br#"{"v":1,"topic":"svc.e","state":"down"}"#;
+        intake.ingest(bare, None, None);
+        assert_eq!(
+            failures(&det, &q),
+            vec![(0, Some(DEFAULT_DOWN_REASON.into()))]
+        );
+    }
+
+    #[test]
+    fn a_keyed_monitor_honours_down_only_from_signed_beats() {
+        use hmac::{Hmac, Mac};
+        let (det, intake, _) = intake(Some(b"k"));
+        let q = det
+            .subscribe(64, crate::queue::Overflow::DropOldest, false)
+            .unwrap();
+        let unsigned = br#"{"reason":"x","state":"down","topic":"svc.d","v":1}"#;
+        assert_eq!(intake.ingest(unsigned, None, None), Outcome::Refused);
+        assert_eq!(intake.rejected(), vec![("unsigned", 1)]);
+        let forged = br#"{"reason":"x","state":"down","topic":"svc.d","v":1,"sig":"00000000000000000000000000000000000000000000000000000000000000ab"}"#;
+        assert_eq!(intake.ingest(forged, None, None), Outcome::Refused);
+        assert!(det.lookup_handle("svc.d").is_none(), "nothing learned");
+        assert!(failures(&det, &q).is_empty());
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"k").unwrap();
+        mac.update(unsigned);
+        let sig: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let signed =
+            format!(r#"{{"reason":"x","state":"down","topic":"svc.d","v":1,"sig":"{sig}"}}"#);
+        assert!(matches!(
+            intake.ingest(signed.as_bytes(), None, None),
+            Outcome::Recorded { .. }
+        ));
+        assert_eq!(failures(&det, &q), vec![(0, Some("x".into()))]);
     }
 
     #[test]

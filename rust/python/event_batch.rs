@@ -39,12 +39,21 @@ pub struct PyEventBatch {
     handles: Vec<i64>,
     /// The topics' names ("" for no topic).
     topics: Arc<StringArray>,
+    /// The reasons of explicit failures, by event (empty when the batch holds none: the
+    /// common case costs nothing).
+    reasons: Vec<Option<Arc<str>>>,
 }
 
 impl PyEventBatch {
     /// Resolve `events`' topics with `names` and `handle_of` (call it before the queue is told
     /// the events are handed back: their ids may be reused after that).
-    pub fn build(events: Vec<Event>, names: &NameView<'_>, handle_of: impl Fn(u32) -> u64) -> Self {
+    /// `reason_of` gives a `failed` event's reason text (see `Detector::reason_of`).
+    pub fn build(
+        events: Vec<Event>,
+        names: &NameView<'_>,
+        handle_of: impl Fn(u32) -> u64,
+        reason_of: impl Fn(&Event) -> Option<Arc<str>>,
+    ) -> Self {
         let bytes: usize = events
             .iter()
             .filter(|ev| ev.topic != NO_TOPIC)
@@ -62,15 +71,39 @@ impl PyEventBatch {
                 handles.push(handle_of(ev.topic) as i64);
             }
         }
+        let reasons = if events.iter().any(|e| e.reason_serial().is_some()) {
+            events.iter().map(reason_of).collect()
+        } else {
+            Vec::new()
+        };
         Self {
             events,
             handles,
             topics: Arc::new(topics.finish()),
+            reasons,
+        }
+    }
+
+    fn reason(&self, i: usize) -> Option<&str> {
+        self.reasons.get(i).and_then(|r| r.as_deref())
+    }
+
+    /// `reasons[range]`, or none when the batch holds none.
+    fn reasons_of(&self, range: std::ops::Range<usize>) -> Vec<Option<Arc<str>>> {
+        if self.reasons.is_empty() {
+            Vec::new()
+        } else {
+            self.reasons[range].to_vec()
         }
     }
 
     fn event(&self, i: usize) -> PyEvent {
-        PyEvent::new(&self.events[i], self.topics.value(i), self.handles[i])
+        PyEvent::new(
+            &self.events[i],
+            self.topics.value(i),
+            self.handles[i],
+            self.reason(i),
+        )
     }
 
     fn floats<'py>(
@@ -220,6 +253,12 @@ impl PyEventBatch {
         PyArray::from_array_ref(self.topics.clone())
     }
 
+    /// Each event's reason (``failed`` by a ``down`` beat: the sender's reason; None
+    /// otherwise) as a list.
+    fn reason_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, (0..self.events.len()).map(|i| self.reason(i)))
+    }
+
     /// The topics' names as a list (``""`` for a local pause).
     fn topic_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let topics = &*self.topics;
@@ -323,6 +362,7 @@ impl PyEventBatch {
                 events: this.events[start..stop].to_vec(),
                 handles: this.handles[start..stop].to_vec(),
                 topics: Arc::new(this.topics.slice(start, stop - start)),
+                reasons: this.reasons_of(start..stop),
             },
         )
     }
@@ -355,10 +395,14 @@ impl PyEventBatch {
         let mut events = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
         let mut topics = StringBuilder::with_capacity(n, this.topics.value_data().len());
+        let mut reasons = Vec::new();
         for (i, _) in keep.iter().enumerate().filter(|(_, &k)| k) {
             events.push(this.events[i]);
             handles.push(this.handles[i]);
             topics.append_value(this.topics.value(i));
+            if !this.reasons.is_empty() {
+                reasons.push(this.reasons[i].clone());
+            }
         }
         Py::new(
             slf.py(),
@@ -366,6 +410,7 @@ impl PyEventBatch {
                 events,
                 handles,
                 topics: Arc::new(topics.finish()),
+                reasons,
             },
         )
     }

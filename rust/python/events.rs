@@ -55,10 +55,14 @@ pub struct PyEvent {
     /// caught_up: the largest lag seen in the episode, seconds.
     #[pyo3(get)]
     max_lag: Option<f64>,
+    /// failed: the sender's reason, for an explicit failure (a ``down`` beat); None when
+    /// periods were missed.
+    #[pyo3(get)]
+    reason: Option<String>,
 }
 
 impl PyEvent {
-    pub(crate) fn new(ev: &Event, topic: &str, handle: i64) -> Self {
+    pub(crate) fn new(ev: &Event, topic: &str, handle: i64, reason: Option<&str>) -> Self {
         Self {
             kind: ev.kind.as_str(),
             topic: topic.to_owned(),
@@ -72,6 +76,7 @@ impl PyEvent {
             duration: ev.pause_ns().or(ev.lag_duration_ns()).map(to_seconds),
             lag: ev.lag_ns().map(to_seconds),
             max_lag: ev.max_lag_ns().map(to_seconds),
+            reason: reason.map(str::to_owned),
         }
     }
 }
@@ -80,7 +85,10 @@ impl PyEvent {
 impl PyEvent {
     fn __repr__(&self) -> String {
         let detail = match self.kind {
-            "failed" => format!("since={}", self.since.unwrap_or(f64::NAN)),
+            "failed" => match &self.reason {
+                Some(r) => format!("since={}, reason={r:?}", self.since.unwrap_or(f64::NAN)),
+                None => format!("since={}", self.since.unwrap_or(f64::NAN)),
+            },
             "resumed" => format!("downtime={}", self.downtime.unwrap_or(f64::NAN)),
             "local_pause" => {
                 return format!(
@@ -204,7 +212,8 @@ impl PyEventQueue {
                         let handle = self.detector.handle_of(ev.topic) as i64;
                         (names.get(ev.topic), handle)
                     };
-                    Py::new(py, PyEvent::new(ev, topic, handle))
+                    let reason = self.detector.reason_of(ev);
+                    Py::new(py, PyEvent::new(ev, topic, handle, reason.as_deref()))
                 })
                 .collect()
         });
@@ -215,7 +224,12 @@ impl PyEventQueue {
     /// The same as one [`PyEventBatch`].
     fn convert_batch(&self, events: Vec<Event>) -> PyEventBatch {
         let batch = self.detector.with_names(|names| {
-            PyEventBatch::build(events, names, |id| self.detector.handle_of(id))
+            PyEventBatch::build(
+                events,
+                names,
+                |id| self.detector.handle_of(id),
+                |ev| self.detector.reason_of(ev),
+            )
         });
         self.queue.release_popped();
         batch

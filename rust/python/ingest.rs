@@ -10,7 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
 /// Decode one message body natively, as ``BeatCodec(key, max_size).decode(body, destination)``
-/// would. Returns ``("beat", topic, seq, boot, sent, period, legacy)``, ``("reject", reason,
+/// would. Returns ``("beat", topic, seq, boot, sent, period, legacy, state, reason)``,
+/// ``("reject", reason,
 /// detail)`` or ``("defer",)`` when only the Python codec can tell.
 #[pyfunction]
 #[pyo3(signature = (body, key = None, max_size = 65536, destination = None))]
@@ -45,6 +46,8 @@ pub fn decode_beat<'py>(
             b.sent,
             b.period,
             b.legacy,
+            if b.down { "down" } else { "up" },
+            b.reason.as_deref(),
         )
             .into_pyobject(py),
         Decoded::Reject { reason, detail } => ("reject", reason, detail).into_pyobject(py),

@@ -248,8 +248,10 @@ impl PyIntake {
         }
     }
 
-    /// Record a beat decoded elsewhere (its fields as :class:`heartwire.beat.Beat`'s).
-    #[pyo3(signature = (topic, seq = None, boot = None, sent = None, period = None))]
+    /// Record a beat decoded elsewhere (its fields as :class:`heartwire.beat.Beat`'s);
+    /// ``down``: it says ``"state":"down"`` (with ``reason``).
+    #[pyo3(signature = (topic, seq = None, boot = None, sent = None, period = None, down = false, reason = None))]
+    #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
         py: Python<'_>,
@@ -258,6 +260,8 @@ impl PyIntake {
         boot: Option<&str>,
         sent: Option<f64>,
         period: Option<f64>,
+        down: bool,
+        reason: Option<&str>,
     ) -> bool {
         let beat = Beat {
             topic,
@@ -266,6 +270,8 @@ impl PyIntake {
             sent,
             period,
             legacy: false,
+            down,
+            reason: reason.map(std::borrow::Cow::Borrowed),
         };
         matches!(
             py.detach(|| self.intake.record(&beat, None)),

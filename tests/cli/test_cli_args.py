@@ -43,3 +43,26 @@ def test_max_beat_age_inf_still_means_no_bound() -> None:
     assert proc.returncode == 0, proc.stderr[-500:]
     proc = run_cli("watch", "svc.>", "--max-beat-age", "nan", "--duration", "0.2")
     assert proc.returncode == 2 and "argument --max-beat-age:" in proc.stderr, proc.stderr[-500:]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["fail", "svc.a", "--reason", ""], "--reason must be 1 to 256 characters, got 0"),
+        (["fail", "svc.a", "--reason", "x" * 257], "--reason must be 1 to 256 characters, got 257"),
+        (["fail", "svc.>", "--reason", "x"], "beat.topic"),
+        (["fail", "svc.a", "--reason", "x", "--period", "0"], "argument --period:"),
+        (["fail", "svc.a"], "the following arguments are required: --reason"),
+    ],
+)
+def test_fail_refuses_bad_input_with_exit_2_naming_it(args: list[str], message: str) -> None:
+    proc = run_cli(*args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-500:])
+    assert message in proc.stderr, proc.stderr[-500:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_fail_sends_one_down_beat() -> None:
+    proc = run_cli("fail", "svc.a", "--reason", "disk full")  # memory://: nobody listens
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert proc.stdout.strip() == '{"event": "down", "topic": "svc.a", "reason": "disk full"}'

@@ -47,8 +47,9 @@ def check(
     if native[0] == "beat":
         assert python[0] == "beat", f"native beat, Python {python}: {shown}"
         b = python[1]
-        _, topic, seq, boot, sent, period, legacy = native
+        _, topic, seq, boot, sent, period, legacy, state, reason = native
         assert (topic, seq, boot, legacy) == (b.topic, b.seq, b.boot_id, b.legacy), shown
+        assert (state, reason) == (b.state, b.reason), shown
         assert _bits(sent) == _bits(b.sent_at), (sent, b.sent_at, shown)
         assert _bits(period) == _bits(b.period), (period, b.period, shown)
         assert type(seq) is type(b.seq), shown
@@ -317,7 +318,86 @@ VECTORS: list[tuple[str, bytes, bytes | None, str | None, str | None]] = [
         None,
         "beat",
     ),
+    # -- explicit failure: state and reason ---------------------------------------------------
+    ("down-reason", b'{"v":1,"topic":"a","state":"down","reason":"db gone"}', None, None, "beat"),
+    ("down-no-reason", b'{"v":1,"topic":"a","state":"down"}', None, None, "beat"),
+    ("state-up", b'{"v":1,"topic":"a","state":"up"}', None, None, "beat"),
+    ("state-null", b'{"v":1,"topic":"a","state":null,"reason":null}', None, None, "beat"),
+    ("reason-with-up", b'{"v":1,"topic":"a","reason":"fine"}', None, None, "beat"),
+    ("state-escaped", b'{"v":1,"topic":"a","state":"\\u0064own"}', None, None, "beat"),
+    (
+        "reason-escaped",
+        b'{"v":1,"topic":"a","state":"down","reason":"a\\n\\"b\\u00e9"}',
+        None,
+        None,
+        "beat",
+    ),
+    ("reason-256", b'{"v":1,"topic":"a","reason":"' + b"r" * 256 + b'"}', None, None, "beat"),
+    (
+        "reason-256-wide",
+        ('{"v":1,"topic":"a","reason":"' + "😀" * 256 + '"}').encode(),
+        None,
+        None,
+        "beat",
+    ),
+    (
+        "reason-256-pairs",
+        b'{"v":1,"topic":"a","reason":"' + b"\\ud83d\\ude00" * 256 + b'"}',
+        None,
+        None,
+        "beat",
+    ),
+    ("reason-257", b'{"v":1,"topic":"a","reason":"' + b"r" * 257 + b'"}', None, None, "reject"),
+    (
+        "reason-257-wide",
+        ('{"v":1,"topic":"a","reason":"' + "é" * 257 + '"}').encode(),
+        None,
+        None,
+        "reject",
+    ),
+    ("reason-empty", b'{"v":1,"topic":"a","state":"down","reason":""}', None, None, "reject"),
+    ("reason-int", b'{"v":1,"topic":"a","state":"down","reason":7}', None, None, "reject"),
+    ("reason-list", b'{"v":1,"topic":"a","reason":["x"]}', None, None, "reject"),
+    ("state-sideways", b'{"v":1,"topic":"a","state":"sideways"}', None, None, "reject"),
+    ("state-upper", b'{"v":1,"topic":"a","state":"DOWN"}', None, None, "reject"),
+    ("state-padded", b'{"v":1,"topic":"a","state":"down "}', None, None, "reject"),
+    ("state-empty", b'{"v":1,"topic":"a","state":""}', None, None, "reject"),
+    ("state-true", b'{"v":1,"topic":"a","state":true}', None, None, "reject"),
+    ("state-int", b'{"v":1,"topic":"a","state":0}', None, None, "reject"),
+    ("state-lone-surrogate", b'{"v":1,"topic":"a","state":"\\ud800"}', None, None, "reject"),
+    ("state-bad-before-reason", b'{"v":1,"topic":"a","state":1,"reason":""}', None, None, "reject"),
+    ("seq-bad-before-state", b'{"v":1,"topic":"a","seq":-1,"state":"x"}', None, None, "reject"),
+    ("signed-down", resign(b'{"reason":"db","state":"down","topic":"a","v":1}'), KEY, None, "beat"),
+    (
+        "signed-down-tampered",
+        resign(b'{"reason":"db","state":"down","topic":"a","v":1}').replace(b'"db"', b'"dc"'),
+        KEY,
+        None,
+        "reject",
+    ),
+    (
+        "signed-up-made-down",
+        resign(b'{"topic":"a","v":1}').replace(b'{"topic"', b'{"state":"down","topic"'),
+        KEY,
+        None,
+        "reject",
+    ),
+    (
+        "unsigned-down-keyed",
+        b'{"reason":"x","state":"down","topic":"a","v":1}',
+        KEY,
+        None,
+        "reject",
+    ),
+    (
+        "signed-down-unsorted",
+        resign(b'{"v":1,"topic":"a","state":"down","reason":"x"}'),
+        KEY,
+        None,
+        "beat",
+    ),
     # -- deferred: only Python can tell ------------------------------------------------------
+    ("lone-surrogate-reason", b'{"v":1,"topic":"a","reason":"\\udc00x"}', None, None, "defer"),
     ("huge-int-seq", b'{"v":1,"topic":"a","seq":' + b"9" * 5000 + b"}", None, None, "defer"),
     ("huge-int-payload", b'{"v":1,"topic":"a","p":' + b"1" * 700 + b"}", None, None, "defer"),
     (
@@ -411,6 +491,19 @@ def test_every_field_combination_signed_and_unsigned_decodes_natively() -> None:
     assert n == 2 * 4 * 5 * 10 * 6 * 2
 
 
+def test_states_and_reasons_signed_and_unsigned_decode_natively() -> None:
+    reasons = [None, "x", "r" * 256, 'é😀\n"\\', "tcp 127.0.0.1:1: connection refused"]
+    for state, reason in itertools.product(("up", "down"), reasons):
+        beat = Beat(
+            "svc.a", seq=3, boot_id="b", sent_at=1.5, period=2.0, state=state, reason=reason
+        )
+        for codec, key in ((_PLAIN, None), (_SIGNED, KEY)):
+            body = codec.encode(beat)
+            assert (b'"state":"down"' in body) == (state == "down"), body  # up is left out
+            assert check(body, key, "svc.a") == "beat"
+            assert codec.decode(body) == beat
+
+
 # -- generated beats ----------------------------------------------------------------------
 
 _topics = st.from_regex(r"[A-Za-z0-9_:\-]{1,12}(\.[A-Za-z0-9_:\-]{1,12}){0,3}", fullmatch=True)
@@ -437,6 +530,8 @@ _beats = st.builds(
     sent_at=st.none() | st.floats(allow_nan=False, allow_infinity=False),
     period=st.none() | _positive,
     payload=st.none() | _payloads,
+    state=st.sampled_from(("up", "down")),
+    reason=st.none() | st.text(min_size=1, max_size=256),
 )
 
 

@@ -300,7 +300,9 @@ def test_a_buffered_row_that_does_not_convert_is_refused_at_the_write(tmp_path: 
     log.on_received(hw.Received("svc.a", 1, None, 1.0, wall_offset=T0))
     with log._lock:  # what no event can do: a value of the wrong type in the buffer
         for name, value in zip(
-            SCHEMA.names, ["received", "svc.a", 0, "x", None, None, None, None], strict=False
+            SCHEMA.names,
+            ["received", "svc.a", 0, "x", None, None, None, None, None],
+            strict=True,
         ):
             log._rows[name].append(value)
     log.on_received(hw.Received("svc.a", 2, None, 2.0, wall_offset=T0))
@@ -396,3 +398,26 @@ def test_a_started_event_handled_late_is_no_later_than_the_runs_first_event(
     log.close()
     rows = [(r["kind"], r["ts"]) for r in read(tmp_path).to_pylist()]
     assert rows == [("received", us(6)), ("started", us(6))]
+
+
+def test_an_explicit_failure_keeps_its_reason_a_missed_period_none(tmp_path: Path) -> None:
+    from heartwire.beat import Beat, BeatCodec
+    from heartwire.transport import Message
+
+    clock = hw.ManualClock()
+    log = EventLog(tmp_path, roll_seconds=3600, wall_offset=T0, clock=clock)
+    mon = monitor(clock, log).start()
+    body = BeatCodec().encode(Beat("svc.a", state="down", reason="db gone"))
+    mon.handle_message(Message("svc.a", body))
+    mon.expect("svc.b")
+    clock.advance(1.5)
+    mon.drain()
+    mon.stop()
+    rows = [r for r in read(tmp_path).to_pylist() if r["kind"] == "failed"]
+    assert [(r["topic"], r["ts"], r["missed"], r["reason"]) for r in rows] == [
+        ("svc.a", us(0), 0, "db gone"),
+        ("svc.a", us(1), 1, "db gone"),
+        ("svc.b", us(1), 1, None),
+    ]
+    assert read(tmp_path).schema.names[-2:] == ["reason", "date"]
+    log.close()

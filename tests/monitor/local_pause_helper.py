@@ -2,10 +2,10 @@
 
 On the embedded broker: two publishers beating at 0.2 s, ``svc.live`` and ``svc.dead``, and a
 monitor of ``svc.>``. Once the monitor has heard both it prints ``{"event": "ready"}``. After
-the process was stopped (SIGSTOP), ``svc.dead`` beats no more: its dependency check sees the gap
-since its last call and fails from then on, so it died during the stop. The monitor's events
-are printed as JSON lines (times on the monotonic clock, the same in every process); closing
-stdin stops everything and ends the process.
+the process was stopped (SIGSTOP), ``svc.dead`` beats no more: its payload callable sees the
+gap since its last call and fails from then on (silently), so it died during the stop. The
+monitor's events are printed as JSON lines (times on the monotonic clock, the same in every
+process); closing stdin stops everything and ends the process.
 """
 
 from __future__ import annotations
@@ -69,8 +69,15 @@ def main() -> int:
         listeners=[Reporter()],
     )
     live = hw.HeartbeatPublisher(broker, "svc.live", period=args.period)
-    # A failing check sends nothing: from the wake-up on, svc.dead is silent.
-    doomed = hw.HeartbeatPublisher(broker, "svc.dead", period=args.period, dependency=alive)
+
+    def payload() -> None:
+        if not alive():
+            raise RuntimeError("died with the stop")
+
+    # A failing payload sends nothing: from the wake-up on, svc.dead is silent. (Not a failing
+    # dependency check: that would send a down beat, failing it at once; this test is about
+    # the silence after a local pause.)
+    doomed = hw.HeartbeatPublisher(broker, "svc.dead", period=args.period, payload=payload)
     with mon, live, doomed:
         deadline = time.monotonic() + 10.0
         while not all(t in mon and mon.status(t).state is hw.State.ALIVE for t in live_topics):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -287,7 +288,7 @@ def test_signed_beats(rig: Rig) -> None:
 # -- dependent publishers -------------------------------------------------------------------
 
 
-def test_dependent_publisher_failing_check_sends_nothing_then_recovers(rig: Rig) -> None:
+def test_dependent_publisher_failing_check_sends_down_then_recovers(rig: Rig) -> None:
     state: dict[str, Any] = {"result": True}
 
     def dependency() -> Any:
@@ -306,7 +307,7 @@ def test_dependent_publisher_failing_check_sends_nothing_then_recovers(rig: Rig)
     rig.step(1.0)
     state["result"] = RuntimeError("driver bug")
     rig.step(1.0)
-    assert pub.sent == 1
+    assert (pub.sent, pub.stats()["down_sent"]) == (1, 3)  # a down beat for each failed check
     reports = rec.exceptions()
     assert [e.reason for e in reports] == ["check_failed"] * 3
     assert all(e.source == "svc.dep" for e in reports)
@@ -319,8 +320,20 @@ def test_dependent_publisher_failing_check_sends_nothing_then_recovers(rig: Rig)
     state["result"] = "ok"
     rig.step(1.0)
     assert pub.sent == 3
-    assert [b.seq for b in rig.beats()] == [1, 2, 3]  # no beat went out while unhealthy
+    beats = rig.beats()
+    name = dependency.__qualname__
+    assert [(b.seq, b.state, b.reason) for b in beats] == [
+        (1, "up", None),
+        (2, "down", "tcp db:5432: Connection refused"),  # a CheckFailed's own reason
+        (3, "down", f"{name} returned False"),
+        # Another exception's text stays local (it may hold a secret): its type only.
+        (4, "down", f"{name}: RuntimeError"),
+        (5, "up", None),
+        (6, "up", None),
+    ]
+    assert all(b.payload is None for b in beats)
     assert pub.stats()["check_failures"] == 3
+    assert pub.stats()["down_sent"] == 3
     assert rec.kinds() == ["Started", "Sent", *["ExceptionEvent"] * 3, "Sent", "Sent"]
 
 
@@ -1173,3 +1186,56 @@ def test_an_event_queued_once_the_executor_is_closed_is_delivered_not_stuck(rig:
     pub._connection_event("on_disconnected", hw.Disconnected("stomp://h:1", "lost"))
     pub.stop()
     assert rec.kinds() == ["Started", "Sent", "Disconnected", "Stopped"]
+
+
+# -- explicit failure: fail(reason) ---------------------------------------------------------
+
+
+def test_fail_sends_one_down_beat_now_and_the_next_regular_beat_says_up(rig: Rig) -> None:
+    rec = Recorder()
+    pub = rig.make("svc.f", listeners=[rec]).start()
+    rig.step(0.0)
+    assert pub.fail("maintenance gone wrong") is True
+    rig.step(1.0)
+    beats = rig.beats()
+    assert [(b.seq, b.state, b.reason) for b in beats] == [
+        (1, "up", None),
+        (2, "down", "maintenance gone wrong"),
+        (3, "up", None),
+    ]
+    assert len({b.boot_id for b in beats}) == 1
+    assert (pub.sent, pub.stats()["down_sent"]) == (2, 1)
+    assert rec.kinds() == ["Started", "Sent", "Sent"]  # no on_sent for the down beat
+
+
+def test_fail_works_unstarted_and_signs_with_the_key(rig: Rig) -> None:
+    pub = rig.make("svc.k", key=b"k")
+    assert pub.fail("x" * 256) is True
+    [beat] = rig.beats(key=b"k")
+    assert (beat.state, beat.reason, beat.seq) == ("down", "x" * 256, 1)
+
+
+@pytest.mark.parametrize(
+    ("reason", "error", "text"),
+    [
+        ("", ValueError, "reason must be 1 to 256 characters, got 0"),
+        ("x" * 257, ValueError, "reason must be 1 to 256 characters, got 257"),
+        (None, TypeError, "reason must be a str, got NoneType"),
+        (b"db", TypeError, "reason must be a str, got bytes"),
+    ],
+)
+def test_fail_refuses_a_bad_reason(rig: Rig, reason: Any, error: type, text: str) -> None:
+    pub = rig.make("svc.b")
+    with pytest.raises(error, match=re.escape(text)):
+        pub.fail(reason)
+    assert rig.messages == []
+
+
+def test_a_check_reason_is_cut_to_the_bound(rig: Rig) -> None:
+    def dependency() -> bool:
+        raise CheckFailed("é" * 300)
+
+    rig.make("svc.long", dependency=dependency).start()
+    rig.step(0.0)
+    [beat] = rig.beats()
+    assert beat.state == "down" and beat.reason == "é" * 253 + "..."

@@ -872,3 +872,34 @@ def test_tests_session_has_the_builders_settings(spark: Any) -> None:
     assert conf.get("spark.ui.showConsoleProgress") == "false"
     assert conf.get("spark.sql.shuffle.partitions") == "2"
     assert spark.sparkContext.defaultParallelism == 2
+
+
+def test_read_events_merges_logs_written_before_the_reason_column(
+    spark: Any, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    from heartwire.eventlog import SCHEMA
+
+    old_schema = pa.schema([f for f in SCHEMA if f.name != "reason"])
+    ts = dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)
+    old = {name: [None] for name in old_schema.names} | {
+        "kind": ["failed"],
+        "topic": ["svc.old"],
+        "ts": [ts],
+        "missed": [1],
+    }
+    new = {name: [None] for name in SCHEMA.names} | {
+        "kind": ["failed"],
+        "topic": ["svc.new"],
+        "ts": [ts],
+        "missed": [0],
+        "reason": ["db"],
+    }
+    for day, rows, schema in (("2024-03-01", old, old_schema), ("2024-03-02", new, SCHEMA)):
+        (tmp_path / f"date={day}").mkdir()
+        pq.write_table(
+            pa.Table.from_pydict(rows, schema=schema), tmp_path / f"date={day}/a.parquet"
+        )
+    got = {r.topic: r.reason for r in hs.read_events(spark, str(tmp_path)).collect()}
+    assert got == {"svc.old": None, "svc.new": "db"}
