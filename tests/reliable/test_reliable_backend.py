@@ -3,11 +3,20 @@ without a network (the STOMP backend is exercised by tests/test_reliable_brokers
 
 from __future__ import annotations
 
+import gc
+import threading
+import time
+import weakref
+from typing import Any
+from unittest import mock
+
 import pytest
 
 import heartwire as hw
 from heartwire.reliable.backend import backend_for
 from heartwire.reliable.memory_backend import MemoryBackend
+from heartwire.transport import ConnectionObserver
+from tests.brokers import brokers  # noqa: F401  (the session fixture)
 
 
 def test_one_backend_per_broker() -> None:
@@ -40,3 +49,116 @@ def test_broker_transaction_is_the_reliable_transaction() -> None:
         mid = tx.send("/queue/t", b"x")
     assert tx.state == "committed" and tx.sent == [mid]
     assert broker.store.pending("/queue/t") == 1
+
+
+# -- review findings (issue 16 layering) ------------------------------------------------------
+
+FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=2&keepalive_interval=0"
+
+
+def _collected(ref: Any, deadline: float = 5.0) -> bool:
+    """Whether ``ref``'s object is garbage collected within ``deadline`` seconds (threads of a
+    closed transport may hold it briefly while they end)."""
+    end = time.monotonic() + deadline
+    while True:
+        gc.collect()
+        if ref() is None:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda b: hw.ReliableSender(b, "/queue/revl-leak"),
+        lambda b: hw.Consumer(b, "/queue/revl-leak"),
+        lambda b: hw.Transaction(b),
+    ],
+    ids=["sender", "consumer", "transaction"],
+)
+def test_a_closed_embedded_broker_is_garbage_collected(make: Any) -> None:
+    # Before: the weak cache's value (the backend) held its key (the broker) strongly.
+    broker = hw.connect()
+    obj = make(broker)
+    broker.close()
+    ref = weakref.ref(broker)
+    del obj, broker
+    assert _collected(ref), [type(r).__name__ for r in gc.get_referrers(ref())]
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_closed_stomp_transport_is_garbage_collected() -> None:
+    from tests import brokers as B
+
+    B.ensure("activemq")
+    t = hw.connect(B.url("activemq") + "?" + FAST)
+    s = hw.ReliableSender(t, "/queue/revl-leak")
+    s.send(b"x")
+    assert s.flush(5)
+    s.close()
+    t.close()
+    ref = weakref.ref(t)
+    del s, t
+    assert _collected(ref), [type(r).__name__ for r in gc.get_referrers(ref())]
+
+
+class _HoldAttach(ConnectionObserver):
+    """Holds the attach step (the transport's connector lock) until released."""
+
+    def __init__(self) -> None:
+        self.inside = threading.Event()
+        self.go = threading.Event()
+
+    def on_attached(self, link: Any) -> None:
+        self.inside.set()
+        self.go.wait(20)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_an_embedded_broker_need_not_wait_for_a_stomp_transports_attach() -> None:
+    # Before: one global lock across making any backend, held while a STOMP backend waited
+    # for its transport's connector lock.
+    from tests import brokers as B
+
+    B.ensure("activemq")
+    t = hw.connect(B.url("activemq") + "?" + FAST)
+    hold = _HoldAttach()
+    try:
+        t.add_observer(hold)
+        t.current_link.abort("test: connection lost")
+        assert hold.inside.wait(10), "no reconnection"
+        # A first sender on the STOMP transport waits for the attach (registering its tracker).
+        started = threading.Event()
+
+        def stomp_sender() -> None:
+            started.set()
+            hw.ReliableSender(t, "/queue/revl-hold")
+
+        threading.Thread(target=stomp_sender, daemon=True).start()
+        assert started.wait(5)
+        time.sleep(0.3)  # (let it reach the transport's lock; the assertion holds either way)
+        done = threading.Event()
+
+        def embedded() -> None:
+            b = hw.connect()
+            hw.Transaction(b)
+            hw.ReliableSender(b, "/queue/revl-mem").send(b"x")
+            done.set()
+
+        threading.Thread(target=embedded, daemon=True).start()
+        assert done.wait(2), "an embedded broker's sender waited for a STOMP transport's attach"
+    finally:
+        hold.go.set()
+        t.close()
+
+
+def test_backend_for_looks_up_before_classifying() -> None:
+    broker = hw.connect()
+    backend = backend_for(broker)
+    # A cached backend is found without the (slow) protocol classification.
+    with mock.patch(
+        "heartwire.reliable.backend.isinstance", side_effect=AssertionError, create=True
+    ):
+        assert backend_for(broker) is backend
