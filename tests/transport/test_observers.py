@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import heartwire as hw
-from heartwire.listeners import ConnectionEvents
+from heartwire.listeners import ConnectionEvents, ListenerSet, SubscriberListener
 from heartwire.transport import ConnectionListener, ConnectionObserver
 from heartwire.transport.observers import OBSERVER_METHODS, Observers
 from tests.brokers import brokers  # noqa: F401  (the session fixture)
@@ -192,3 +192,55 @@ def test_a_stomp_transport_reports_every_event_to_its_observers_in_order() -> No
         assert t.remove_observer(reject) and not t.remove_observer(reject)
     finally:
         t.close()
+
+
+def test_connection_events_attach_through_add_connection_listener() -> None:
+    # Before: only add_observer was looked for; a transport (or a wrapper around one) offering
+    # the earlier documented hook silently got no connection events.
+    class Proxy:
+        url = "stomp://proxy:1"
+
+        def __init__(self) -> None:
+            self.listeners: list[Any] = []
+
+        def add_connection_listener(self, listener: Any) -> None:
+            self.listeners.append(listener)
+
+        def remove_connection_listener(self, listener: Any) -> bool:
+            self.listeners.remove(listener)
+            return True
+
+    seen: list[str] = []
+    events = ConnectionEvents(
+        ListenerSet(SubscriberListener, "svc.>"), lambda method, event: seen.append(method)
+    )
+    proxy = Proxy()
+    events.attach(proxy)
+    assert proxy.listeners == [events]
+    proxy.listeners[0].on_disconnected("stomp://proxy:1", "gone")
+    assert seen == ["on_disconnected"]
+    events.detach(proxy)
+    assert proxy.listeners == []
+
+
+def test_each_observer_gets_its_first_errors_logged(caplog: pytest.LogCaptureFixture) -> None:
+    # Before: one error count for every observer of a transport, so one noisy observer used
+    # up the throttle and another's first error went unlogged.
+    class NoisyReceipts(ConnectionObserver):
+        def on_receipt(self, link: Any, receipt: str) -> None:
+            raise RuntimeError("noisy")
+
+    class Other(ConnectionObserver):
+        def on_disconnected(self, broker: str, reason: str) -> None:
+            raise RuntimeError("first failure of another observer")
+
+    obs = Observers(logging.getLogger("test.observers"), "connection observer")
+    noisy, other = NoisyReceipts(), Other()
+    obs.add(noisy)
+    obs.add(other)
+    for i in range(50):
+        obs.notify("on_receipt", None, f"r{i}")
+    with caplog.at_level(logging.ERROR, "test.observers"):
+        obs.notify("on_disconnected", "stomp://h:1", "gone")
+    assert "on_disconnected raised" in caplog.text
+    assert obs.errors == 51  # the total count goes on
