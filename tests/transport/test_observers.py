@@ -244,3 +244,48 @@ def test_each_observer_gets_its_first_errors_logged(caplog: pytest.LogCaptureFix
         obs.notify("on_disconnected", "stomp://h:1", "gone")
     assert "on_disconnected raised" in caplog.text
     assert obs.errors == 51  # the total count goes on
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_rejected_link_is_logged_once_with_the_observers_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: logged twice, by the observer registry and then by the connector as
+    # "restoring the subscriptions failed" (not what happened).
+    from tests import brokers as B
+
+    B.ensure("activemq")
+    t = hw.connect(B.url("activemq") + "?" + FAST)
+    try:
+        reconnected = threading.Event()
+
+        class RejectOnce(ConnectionObserver):
+            rejected = 0
+
+            def on_attached(self, link: Any) -> None:
+                if not self.rejected:
+                    self.rejected += 1
+                    raise RuntimeError("test: reject this link")
+
+            def on_reconnected(self, broker: str) -> None:
+                reconnected.set()
+
+        t.add_observer(RejectOnce())
+        with caplog.at_level(logging.DEBUG, "heartwire"):
+            t.current_link.abort("test: connection lost")
+            assert reconnected.wait(15), "no reconnection"
+        about = [
+            r
+            for r in caplog.records
+            if "reject this link" in r.getMessage()
+            or (r.exc_info and "reject this link" in repr(r.exc_info[1]))
+        ]
+        assert len(about) == 1, [r.getMessage() for r in about]
+        assert "rejected" in about[0].getMessage()
+        assert "on_attached raised RuntimeError('test: reject this link')" in (
+            about[0].getMessage()
+        )
+        assert "restoring the subscriptions failed" not in caplog.text
+        assert t.stats()["listener_errors"] == 1  # still counted
+    finally:
+        t.close()

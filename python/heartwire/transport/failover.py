@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from heartwire.transport.errors import ConnectFailed
+from heartwire.transport.errors import ConnectFailed, LinkRejected
 from heartwire.transport.link import LinkError, StompLink
 from heartwire.transport.observers import ConnectionObserver, Observers
 from heartwire.transport.urls import BrokerAddress, StompOptions
@@ -148,6 +148,10 @@ class Connector:
                 return False
             try:
                 self._attach(link)
+            except LinkRejected as exc:  # the layer above's doing, not the subscriptions'
+                log.warning("%s: connection rejected: %s", link.broker, exc, exc_info=exc.errors[0])
+                link.abort(f"connection rejected: {exc}")
+                published = False
             except Exception as exc:
                 log.warning("%s: restoring the subscriptions failed: %r", link.broker, exc)
                 link.abort(f"restoring the subscriptions failed: {exc!r}")

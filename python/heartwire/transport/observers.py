@@ -135,9 +135,10 @@ class Observers:
     def __len__(self) -> int:
         return len(self._items)
 
-    def notify(self, method: str, *args: Any) -> list[Exception]:
+    def notify(self, method: str, *args: Any, logged: bool = True) -> list[Exception]:
         """Call ``method(*args)`` of every observer that has it, in order; returns the errors
-        they raised (each counted and logged; the others are called all the same)."""
+        they raised (each counted and logged; the others are called all the same). With
+        ``logged=False`` they are counted, not logged: the caller reports them (once)."""
         errors: list[Exception] = []
         for observer in self._items:
             fn = getattr(observer, method, None)
@@ -152,7 +153,7 @@ class Observers:
                     n = self._errors_of.get(id(observer), 0) + 1
                     if any(x is observer for x in self._items):  # (not if removed meanwhile)
                         self._errors_of[id(observer)] = n
-                if worth_logging(n):
+                if logged and worth_logging(n):
                     self._log.error(
                         "%s %r.%s raised (error %d of this observer)",
                         self._what,
