@@ -289,3 +289,42 @@ def test_a_rejected_link_is_logged_once_with_the_observers_error(
         assert t.stats()["listener_errors"] == 1  # still counted
     finally:
         t.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_an_on_published_error_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    # Before: logged by the observer registry and again by the connector ("after attaching
+    # the connection"), as a rejected link was.
+    from tests import brokers as B
+
+    B.ensure("activemq")
+    t = hw.connect(B.url("activemq") + "?" + FAST)
+    try:
+        reconnected = threading.Event()
+
+        class FailOnce(ConnectionObserver):
+            failed = 0
+
+            def on_published(self, link: Any) -> None:
+                if not self.failed:
+                    self.failed += 1
+                    raise RuntimeError("test: end this link")
+
+            def on_reconnected(self, broker: str) -> None:
+                reconnected.set()
+
+        t.add_observer(FailOnce())
+        with caplog.at_level(logging.DEBUG, "heartwire"):
+            t.current_link.abort("test: connection lost")
+            assert reconnected.wait(15), "no reconnection"
+        about = [
+            r
+            for r in caplog.records
+            if "end this link" in r.getMessage()
+            or (r.exc_info and "end this link" in repr(r.exc_info[1]))
+        ]
+        assert len(about) == 1, [r.getMessage() for r in about]
+        assert "on_published raised RuntimeError('test: end this link')" in about[0].getMessage()
+        assert t.stats()["listener_errors"] == 1
+    finally:
+        t.close()

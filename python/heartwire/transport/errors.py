@@ -59,11 +59,13 @@ class ConnectFailed(ConnectionError):
 
 
 class LinkRejected(Exception):
-    """A new connection was rejected by the layer above: an observer's ``on_attached`` raised
-    (``errors``: what each one raised, the first named in the message). The transport ends
-    the connection and connects again; the connector logs it once."""
+    """A connection was rejected by the layer above: an observer's ``method`` (``on_attached``
+    before the link is published, ``on_published`` after) raised (``errors``: what each one
+    raised, the first named in the message). The transport ends the connection and connects
+    again; the connector logs it once."""
 
-    def __init__(self, errors: list[Exception]) -> None:
+    def __init__(self, errors: list[Exception], method: str = "on_attached") -> None:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        super().__init__(f"a connection observer's on_attached raised {errors[0]!r}{more}")
+        super().__init__(f"a connection observer's {method} raised {errors[0]!r}{more}")
         self.errors = errors
+        self.method = method

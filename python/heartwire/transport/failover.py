@@ -52,7 +52,9 @@ class Connector:
     ``make_link(broker)`` returns an unopened link; ``attach(link)`` runs (under
     :attr:`cond`) before a link becomes current and may raise to reject it; ``attached(link)``
     (if given) runs after every ``attach`` call, outside the lock, once the link was published
-    or rejected (then it is no longer open); ``detach(link, reason)`` runs (on the supervisor
+    or rejected (then it is no longer open), and may raise to end it. Either raises
+    :class:`~.errors.LinkRejected` for the layer above's refusal (logged here once, as such);
+    anything else is logged as their own failure. ``detach(link, reason)`` runs (on the supervisor
     thread, outside the lock) after a current link was lost. ``observers`` get the connection
     events (on the supervisor thread).
     """
@@ -166,6 +168,9 @@ class Connector:
         if self._attached is not None:
             try:
                 self._attached(link)
+            except LinkRejected as exc:  # (logged once, here)
+                log.warning("%s: connection ended: %s", link.broker, exc, exc_info=exc.errors[0])
+                link.abort(f"connection ended: {exc}")
             except Exception as exc:
                 log.exception("%s: after attaching the connection", link.broker)
                 link.abort(f"after attaching the connection: {exc!r}")

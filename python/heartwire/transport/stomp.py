@@ -696,10 +696,11 @@ class StompTransport:
     def _attached(self, link: StompLink) -> None:
         """After :meth:`_attach`, outside the connector's lock, once ``link`` was published (or
         rejected): each observer's ``on_published(link)``. If one raises, the others still
-        run, then the error goes to the connector, which ends the link."""
-        errors = self._observers.notify("on_published", link)
+        run, then the errors go to the connector as :class:`LinkRejected`: it ends the link and
+        logs them, once."""
+        errors = self._observers.notify("on_published", link, logged=False)
         if errors:
-            raise errors[0]
+            raise LinkRejected(errors, "on_published")
 
     def _detach(self, link: StompLink, reason: str) -> None:
         with self._connector.cond:
