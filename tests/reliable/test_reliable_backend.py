@@ -162,3 +162,79 @@ def test_backend_for_looks_up_before_classifying() -> None:
         "heartwire.reliable.backend.isinstance", side_effect=AssertionError, create=True
     ):
         assert backend_for(broker) is backend
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_first_sender_made_inside_on_attached_does_not_deadlock() -> None:
+    # Before (a lock per broker held across the backend's add_observer): another thread making
+    # the transport's first sender held that lock waiting for the connector's, held by the
+    # attach whose observer made a sender too: both waited for ever.
+    from tests import brokers as B
+
+    B.ensure("activemq")
+    t = hw.connect(B.url("activemq") + "?" + FAST)
+    made = threading.Event()
+    hold = _HoldAttach()
+
+    class MakeSender(ConnectionObserver):
+        def on_attached(self, link: Any) -> None:
+            hw.ReliableSender(t, "/queue/revl-inside").close()
+            made.set()
+
+    try:
+        t.add_observer(hold)
+        t.add_observer(MakeSender())
+        t.current_link.abort("test: connection lost")
+        assert hold.inside.wait(10), "no reconnection"
+        other = threading.Thread(
+            target=lambda: hw.ReliableSender(t, "/queue/revl-other"), daemon=True
+        )
+        other.start()
+        time.sleep(0.3)  # (it waits for the connector's lock now; the assertions hold anyway)
+        hold.go.set()
+        assert made.wait(5), "a sender made inside on_attached deadlocked"
+        other.join(5)
+        assert not other.is_alive(), "the other thread's first sender deadlocked"
+        assert backend_for(t) is backend_for(t)
+    finally:
+        hold.go.set()
+        t.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_two_first_senders_at_once_share_one_backend_and_one_tracker() -> None:
+    # Backends are made outside any lock: of two made at once, one is kept and the other's
+    # tracker unregistered again.
+    from heartwire.reliable.tracker import ReceiptTracker
+    from tests import brokers as B
+
+    B.ensure("activemq")
+    t = hw.connect(B.url("activemq") + "?" + FAST)
+    hold = _HoldAttach()
+    senders: list[Any] = []
+    try:
+        t.add_observer(hold)
+        t.current_link.abort("test: connection lost")
+        assert hold.inside.wait(10), "no reconnection"
+        threads = [
+            threading.Thread(
+                target=lambda: senders.append(hw.ReliableSender(t, "/queue/revl-two")),
+                daemon=True,
+            )
+            for _ in range(2)
+        ]
+        for th in threads:
+            th.start()
+        time.sleep(0.3)  # (both wait for the connector's lock in add_observer now)
+        hold.go.set()
+        for th in threads:
+            th.join(10)
+        assert len(senders) == 2
+        trackers = [o for o in t._observers if isinstance(o, ReceiptTracker)]
+        assert trackers == [backend_for(t).tracker]  # type: ignore[attr-defined]
+        for s in senders:
+            s.send(b"x")
+            assert s.flush(5)
+    finally:
+        hold.go.set()
+        t.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any
 
 from heartwire.reliable.base import Backend
@@ -17,10 +16,10 @@ __all__ = ["backend_for"]
 # The backend is kept on the broker itself (this attribute): its lifetime is the broker's.
 # A weak cache keyed by the broker would keep every broker alive, each backend holding it.
 _ATTR = "_heartwire_reliable_backend"
-_lock = threading.Lock()  # guards _making (held briefly)
-# One creation lock per broker: making a STOMP backend waits for that transport's connector
-# lock (held across a whole attach), which must hold up no other broker's first backend.
-_making: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+# Guards setting it (held briefly). Making a backend holds no lock: a STOMP backend's
+# add_observer waits for that transport's connector lock (held across a whole attach), and
+# neither another broker's first backend nor an on_attached making one may wait behind that.
+_lock = threading.Lock()
 
 
 def _cached(broker: Any) -> Backend | None:
@@ -54,13 +53,11 @@ def backend_for(broker: Any) -> Backend:
             "broker must be a transport from heartwire.connect() (one that can hold its "
             f"reliable-delivery backend), got {type(broker).__name__}"
         )
+    made = kind(broker)
     with _lock:
-        making = _making.get(broker)
-        if making is None:
-            making = _making[broker] = threading.Lock()
-    with making:
         backend = _cached(broker)
         if backend is None:
-            backend = kind(broker)
-            setattr(broker, _ATTR, backend)
-        return backend
+            setattr(broker, _ATTR, made)
+            return made
+    made.close()  # another thread's was kept first (a rare race): undo ours, outside the lock
+    return backend
