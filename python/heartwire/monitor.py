@@ -194,7 +194,7 @@ class HeartbeatMonitor:
 
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
-      CLI's output, :class:`~heartwire.reliable.AlertListener`'s alerts). Default: measured
+      CLI's output, :class:`~heartwire.alerts.AlertListener`'s alerts). Default: measured
       once, now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
       current reading stands for the current wall time).
 
