@@ -359,6 +359,7 @@ class EventLog(SubscriberListener):
         if own is not None:  # a time of its own: exact
             self._add("started", event, event.source, own)
             return
+        # (A monitor's carries its start time; this is for events without one.)
         # Read from clock on arrival, which may be after the monitor's first events (they are
         # delivered on another thread), and without the monitor's offset: the row waits for the
         # first event, which brings both (a run starts no later than its first event).
@@ -383,8 +384,8 @@ class EventLog(SubscriberListener):
         )
 
     def _at(self, event: object) -> float:
-        """The event's own time on the monitor's clock, or (``Started``, ``Stopped``, which
-        carry none) ``clock``'s reading now."""
+        """The event's own time on the monitor's clock, or (a publisher's ``Started`` or
+        ``Stopped``, which carry none) ``clock``'s reading now."""
         at = getattr(event, "at", None)
         return self._now() if at is None else at
 

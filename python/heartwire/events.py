@@ -72,6 +72,8 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
     fields = {k: v for k, v in vars(event).items() if k not in ("error", "wall_offset")}
     if "reason" in fields and fields["reason"] is None:
         del fields["reason"]
+    if "at" in fields and fields["at"] is None:  # a publisher's Started/Stopped: no time
+        del fields["at"]
     offset = getattr(event, "wall_offset", None)
     if "at" not in fields:
         fields["at"] = time.time() if now is None else now
@@ -95,16 +97,25 @@ def _offset() -> Any:
 
 @dataclass(frozen=True)
 class Started:
-    """A publisher or monitor started; ``source``: its topic (publisher) or pattern (monitor)."""
+    """A publisher or monitor started; ``source``: its topic (publisher) or pattern (monitor).
+
+    A monitor's carries ``at``, its clock's reading when it started (and ``wall_offset``): the
+    event reaches listeners on another thread, later; a publisher's has ``at=None``. Neither
+    takes part in ``==``."""
 
     source: str
+    at: float | None = field(default=None, compare=False)
+    wall_offset: float | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class Stopped:
-    """A publisher or monitor stopped (``source`` as for :class:`Started`)."""
+    """A publisher or monitor stopped (``source``, ``at`` and ``wall_offset`` as for
+    :class:`Started`)."""
 
     source: str
+    at: float | None = field(default=None, compare=False)
+    wall_offset: float | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -932,7 +932,8 @@ class ConnectionEvents(ConnectionObserver):
 
     A :class:`~heartwire.transport.observers.ConnectionObserver`: :meth:`attach` registers it
     with a transport that has connections (one offering ``add_observer``, as the STOMP
-    transport does); the embedded broker has none, and then nothing happens.
+    transport does, or else ``add_connection_listener``, the earlier name); the embedded
+    broker has neither, and then nothing happens.
     ``on_reconnect_failed`` (the transport gave up and closed) becomes ``on_exception`` with
     reason ``"reconnect_failed"``.
 
@@ -969,11 +970,17 @@ class ConnectionEvents(ConnectionObserver):
         self._deliver("on_exception", event)
 
     def attach(self, transport: object) -> None:
-        add = getattr(transport, "add_observer", None)
+        # ``add_connection_listener`` was the documented hook before ``add_observer``: a
+        # transport (or a wrapper around one) offering only it still gets the events.
+        add = getattr(transport, "add_observer", None) or getattr(
+            transport, "add_connection_listener", None
+        )
         if add is not None:
             add(self)
 
     def detach(self, transport: object) -> None:
-        remove = getattr(transport, "remove_observer", None)
+        remove = getattr(transport, "remove_observer", None) or getattr(
+            transport, "remove_connection_listener", None
+        )
         if remove is not None:
             remove(self)

@@ -207,7 +207,7 @@ class HeartbeatMonitor:
 
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
-      CLI's output, :class:`~heartwire.reliable.AlertListener`'s alerts). Default: measured
+      CLI's output, :class:`~heartwire.alerts.AlertListener`'s alerts). Default: measured
       once, now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
       current reading stands for the current wall time).
 
@@ -610,7 +610,10 @@ class HeartbeatMonitor:
             if self._running:
                 return self
             self._listeners.unseal()  # closed by the last stop()'s on_stopped
-            self._listeners.emit("on_started", Started(self._pattern))
+            self._listeners.emit(
+                "on_started",
+                Started(self._pattern, self._det.now(), self._wall_offset),
+            )
             self._feed.open()
             self._det.start()
             self._running = True
@@ -715,7 +718,11 @@ class HeartbeatMonitor:
         if self._intake.pending:  # beats refused before the stop are reported before on_stopped
             self._report_refusals()
         remaining = max(0.0, deadline - time.monotonic())
-        self._listeners.emit_last("on_stopped", Stopped(self._pattern), timeout=remaining)
+        self._listeners.emit_last(
+            "on_stopped",
+            Stopped(self._pattern, self._det.now(), self._wall_offset),
+            timeout=remaining,
+        )
         # Queued listeners get what was produced, then their threads end (a blocked one ends
         # by itself once it has caught up).
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):

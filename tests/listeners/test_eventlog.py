@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -237,6 +238,29 @@ def test_failure_after_the_first_date_writes_it_once(tmp_path: Path) -> None:
     (tmp_path / "date=2024-03-02").unlink()
     log.close()
     assert read(tmp_path).column("seq").to_pylist() == [0, 1, 2, 3]  # no row twice
+
+
+def test_a_started_row_has_the_start_time_however_late_it_is_delivered(tmp_path: Path) -> None:
+    # The monitor's events reach the log on another thread: a Started delivered after the clock
+    # moved on was logged at its arrival (flaky on a loaded machine); it carries its time now.
+    gate = threading.Event()
+    waited: list[bool] = []
+
+    class LateLog(EventLog):
+        def on_started(self, event: hw.Started) -> None:
+            waited.append(gate.wait(10))
+            super().on_started(event)
+
+    clock = hw.ManualClock(5.0)
+    log = LateLog(tmp_path, roll_seconds=3600, wall_offset=T0, clock=clock)
+    mon = monitor(clock, log).start()
+    clock.set(6.0)
+    gate.set()
+    mon.stop()
+    log.close()
+    assert waited == [True], "on_started was delivered inside start(), not later"
+    rows = [r for r in read(tmp_path).to_pylist() if r["kind"] in ("started", "stopped")]
+    assert [(r["kind"], r["ts"]) for r in rows] == [("started", us(5)), ("stopped", us(6))]
 
 
 def test_monitor_start_stop_and_local_pause_are_logged(tmp_path: Path) -> None:

@@ -170,3 +170,23 @@ def test_a_name_that_left_the_top_level_renamed_says_what_it_is_now(
     assert not hasattr(imported, old)  # no alias: the old name is gone
     with pytest.raises(ImportError):
         exec(f"from heartwire import {old}", {})
+
+
+def test_names_the_layering_moved_or_removed_say_so() -> None:
+    # Before: a bare "has no attribute" for heartwire.reliable.AlertListener (in reliable's
+    # __all__ before issue 16) and heartwire.transport.is_stomp.
+    import heartwire.reliable
+    import heartwire.transport
+
+    with pytest.raises(
+        AttributeError,
+        match=r"^heartwire\.reliable\.AlertListener moved: import it from heartwire "
+        r"\(heartwire\.AlertListener, defined in heartwire\.alerts\)$",
+    ):
+        _ = heartwire.reliable.AlertListener
+    assert not hasattr(heartwire.reliable, "AlertListener")  # no alias
+    with pytest.raises(AttributeError, match=r"^heartwire\.transport\.is_stomp was removed: "):
+        _ = heartwire.transport.is_stomp
+    assert not hasattr(heartwire.transport, "is_stomp")
+    with pytest.raises(AttributeError, match=r"^module 'heartwire\.reliable' has no attribute"):
+        _ = heartwire.reliable.Nope

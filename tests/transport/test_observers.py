@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import heartwire as hw
-from heartwire.listeners import ConnectionEvents
+from heartwire.listeners import ConnectionEvents, ListenerSet, SubscriberListener
 from heartwire.transport import ConnectionListener, ConnectionObserver
 from heartwire.transport.observers import OBSERVER_METHODS, Observers
 from tests.brokers import brokers  # noqa: F401  (the session fixture)
@@ -190,5 +190,141 @@ def test_a_stomp_transport_reports_every_event_to_its_observers_in_order() -> No
         assert links[1] is t.current_link and links[0] is not links[1]
         assert t.stats()["listener_errors"] == 1 and reject.rejected == 1
         assert t.remove_observer(reject) and not t.remove_observer(reject)
+    finally:
+        t.close()
+
+
+def test_connection_events_attach_through_add_connection_listener() -> None:
+    # Before: only add_observer was looked for; a transport (or a wrapper around one) offering
+    # the earlier documented hook silently got no connection events.
+    class Proxy:
+        url = "stomp://proxy:1"
+
+        def __init__(self) -> None:
+            self.listeners: list[Any] = []
+
+        def add_connection_listener(self, listener: Any) -> None:
+            self.listeners.append(listener)
+
+        def remove_connection_listener(self, listener: Any) -> bool:
+            self.listeners.remove(listener)
+            return True
+
+    seen: list[str] = []
+    events = ConnectionEvents(
+        ListenerSet(SubscriberListener, "svc.>"), lambda method, event: seen.append(method)
+    )
+    proxy = Proxy()
+    events.attach(proxy)
+    assert proxy.listeners == [events]
+    proxy.listeners[0].on_disconnected("stomp://proxy:1", "gone")
+    assert seen == ["on_disconnected"]
+    events.detach(proxy)
+    assert proxy.listeners == []
+
+
+def test_each_observer_gets_its_first_errors_logged(caplog: pytest.LogCaptureFixture) -> None:
+    # Before: one error count for every observer of a transport, so one noisy observer used
+    # up the throttle and another's first error went unlogged.
+    class NoisyReceipts(ConnectionObserver):
+        def on_receipt(self, link: Any, receipt: str) -> None:
+            raise RuntimeError("noisy")
+
+    class Other(ConnectionObserver):
+        def on_disconnected(self, broker: str, reason: str) -> None:
+            raise RuntimeError("first failure of another observer")
+
+    obs = Observers(logging.getLogger("test.observers"), "connection observer")
+    noisy, other = NoisyReceipts(), Other()
+    obs.add(noisy)
+    obs.add(other)
+    for i in range(50):
+        obs.notify("on_receipt", None, f"r{i}")
+    with caplog.at_level(logging.ERROR, "test.observers"):
+        obs.notify("on_disconnected", "stomp://h:1", "gone")
+    assert "on_disconnected raised" in caplog.text
+    assert obs.errors == 51  # the total count goes on
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_rejected_link_is_logged_once_with_the_observers_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: logged twice, by the observer registry and then by the connector as
+    # "restoring the subscriptions failed" (not what happened).
+    from tests import brokers as B
+
+    B.ensure("activemq")
+    t = hw.connect(B.url("activemq") + "?" + FAST)
+    try:
+        reconnected = threading.Event()
+
+        class RejectOnce(ConnectionObserver):
+            rejected = 0
+
+            def on_attached(self, link: Any) -> None:
+                if not self.rejected:
+                    self.rejected += 1
+                    raise RuntimeError("test: reject this link")
+
+            def on_reconnected(self, broker: str) -> None:
+                reconnected.set()
+
+        t.add_observer(RejectOnce())
+        with caplog.at_level(logging.DEBUG, "heartwire"):
+            t.current_link.abort("test: connection lost")
+            assert reconnected.wait(15), "no reconnection"
+        about = [
+            r
+            for r in caplog.records
+            if "reject this link" in r.getMessage()
+            or (r.exc_info and "reject this link" in repr(r.exc_info[1]))
+        ]
+        assert len(about) == 1, [r.getMessage() for r in about]
+        assert "rejected" in about[0].getMessage()
+        assert "on_attached raised RuntimeError('test: reject this link')" in (
+            about[0].getMessage()
+        )
+        assert "restoring the subscriptions failed" not in caplog.text
+        assert t.stats()["listener_errors"] == 1  # still counted
+    finally:
+        t.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_an_on_published_error_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    # Before: logged by the observer registry and again by the connector ("after attaching
+    # the connection"), as a rejected link was.
+    from tests import brokers as B
+
+    B.ensure("activemq")
+    t = hw.connect(B.url("activemq") + "?" + FAST)
+    try:
+        reconnected = threading.Event()
+
+        class FailOnce(ConnectionObserver):
+            failed = 0
+
+            def on_published(self, link: Any) -> None:
+                if not self.failed:
+                    self.failed += 1
+                    raise RuntimeError("test: end this link")
+
+            def on_reconnected(self, broker: str) -> None:
+                reconnected.set()
+
+        t.add_observer(FailOnce())
+        with caplog.at_level(logging.DEBUG, "heartwire"):
+            t.current_link.abort("test: connection lost")
+            assert reconnected.wait(15), "no reconnection"
+        about = [
+            r
+            for r in caplog.records
+            if "end this link" in r.getMessage()
+            or (r.exc_info and "end this link" in repr(r.exc_info[1]))
+        ]
+        assert len(about) == 1, [r.getMessage() for r in about]
+        assert "on_published raised RuntimeError('test: end this link')" in about[0].getMessage()
+        assert t.stats()["listener_errors"] == 1
     finally:
         t.close()

@@ -16,6 +16,8 @@ picked once per broker (:func:`heartwire.reliable.backend.backend_for`:
 alerts go out through a sender with :class:`heartwire.alerts.AlertListener` (a layer above).
 """
 
+from typing import Any
+
 from heartwire.reliable.consumer import Consumer
 from heartwire.reliable.events import DeliveryRefused, FlushAck
 from heartwire.reliable.message import ReceivedMessage
@@ -32,3 +34,14 @@ __all__ = [
     "Transaction",
     "TransactionFailed",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Names that left this package, with where they went (the convention of heartwire._MOVED);
+    # no aliases.
+    if name == "AlertListener":  # a layer above reliable delivery (issue 16)
+        raise AttributeError(
+            "heartwire.reliable.AlertListener moved: import it from heartwire "
+            "(heartwire.AlertListener, defined in heartwire.alerts)"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,6 +33,9 @@ class MemoryBackend:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
 
+    def close(self) -> None:
+        pass
+
     def outbox(self, sender: ReliableSender) -> MemoryOutbox:
         return MemoryOutbox(self.broker, sender)
 

@@ -49,6 +49,9 @@ class StompBackend:
         # its connector's lock): the link returned is current, every later one is attached.
         self.tracker.start(transport.add_observer(self.tracker))
 
+    def close(self) -> None:
+        self.transport.remove_observer(self.tracker)
+
     def outbox(self, sender: ReliableSender) -> StompOutbox:
         return StompOutbox(self, sender)
 

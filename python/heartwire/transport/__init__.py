@@ -147,6 +147,12 @@ def __getattr__(name: str) -> Any:
         from heartwire.transport.observers import ConnectionObserver
 
         return ConnectionObserver
+    if name == "is_stomp":  # removed by issue 16's layering; no alias
+        raise AttributeError(
+            "heartwire.transport.is_stomp was removed: a STOMP transport is an instance of "
+            "heartwire.transport.StompTransport, and reliable delivery picks its backend with "
+            "heartwire.reliable.backend.backend_for"
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

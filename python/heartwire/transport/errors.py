@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConnectFailed", "SendTimeout", "names"]
+__all__ = ["ConnectFailed", "LinkRejected", "SendTimeout", "names"]
 
 
 def names(detail: str, name: str) -> bool:
@@ -56,3 +56,16 @@ class ConnectFailed(ConnectionError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.url, self.reasons))
+
+
+class LinkRejected(Exception):
+    """A connection was rejected by the layer above: an observer's ``method`` (``on_attached``
+    before the link is published, ``on_published`` after) raised (``errors``: what each one
+    raised, the first named in the message). The transport ends the connection and connects
+    again; the connector logs it once."""
+
+    def __init__(self, errors: list[Exception], method: str = "on_attached") -> None:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"a connection observer's {method} raised {errors[0]!r}{more}")
+        self.errors = errors
+        self.method = method

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from heartwire.transport.errors import ConnectFailed
+from heartwire.transport.errors import ConnectFailed, LinkRejected
 from heartwire.transport.link import LinkError, StompLink
 from heartwire.transport.observers import ConnectionObserver, Observers
 from heartwire.transport.urls import BrokerAddress, StompOptions
@@ -52,7 +52,9 @@ class Connector:
     ``make_link(broker)`` returns an unopened link; ``attach(link)`` runs (under
     :attr:`cond`) before a link becomes current and may raise to reject it; ``attached(link)``
     (if given) runs after every ``attach`` call, outside the lock, once the link was published
-    or rejected (then it is no longer open); ``detach(link, reason)`` runs (on the supervisor
+    or rejected (then it is no longer open), and may raise to end it. Either raises
+    :class:`~.errors.LinkRejected` for the layer above's refusal (logged here once, as such);
+    anything else is logged as their own failure. ``detach(link, reason)`` runs (on the supervisor
     thread, outside the lock) after a current link was lost. ``observers`` get the connection
     events (on the supervisor thread).
     """
@@ -148,6 +150,10 @@ class Connector:
                 return False
             try:
                 self._attach(link)
+            except LinkRejected as exc:  # the layer above's doing, not the subscriptions'
+                log.warning("%s: connection rejected: %s", link.broker, exc, exc_info=exc.errors[0])
+                link.abort(f"connection rejected: {exc}")
+                published = False
             except Exception as exc:
                 log.warning("%s: restoring the subscriptions failed: %r", link.broker, exc)
                 link.abort(f"restoring the subscriptions failed: {exc!r}")
@@ -162,6 +168,9 @@ class Connector:
         if self._attached is not None:
             try:
                 self._attached(link)
+            except LinkRejected as exc:  # (logged once, here)
+                log.warning("%s: connection ended: %s", link.broker, exc, exc_info=exc.errors[0])
+                link.abort(f"connection ended: {exc}")
             except Exception as exc:
                 log.exception("%s: after attaching the connection", link.broker)
                 link.abort(f"after attaching the connection: {exc!r}")

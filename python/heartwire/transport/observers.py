@@ -95,9 +95,13 @@ class Observers:
         self._what = what
         self._methods = methods
         self._items: tuple[Any, ...] = ()
-        self._lock = threading.Lock()  # guards replacing _items and the error count
-        #: Observer calls that raised.
+        self._lock = threading.Lock()  # guards replacing _items and the error counts
+        #: Observer calls that raised (all observers).
         self.errors = 0
+        # Each observer's own count, for the log throttle: one noisy observer must not use up
+        # another's first logged errors. Keyed by id (observers need not be hashable); an
+        # entry goes with its observer (:meth:`remove`).
+        self._errors_of: dict[int, int] = {}
 
     def add(self, observer: Any) -> bool:
         """Register ``observer`` (after those registered before); False if it already was."""
@@ -117,6 +121,7 @@ class Observers:
             if observer not in self._items:
                 return False
             self._items = tuple(x for x in self._items if x is not observer)
+            self._errors_of.pop(id(observer), None)
             return True
 
     @property
@@ -130,9 +135,10 @@ class Observers:
     def __len__(self) -> int:
         return len(self._items)
 
-    def notify(self, method: str, *args: Any) -> list[Exception]:
+    def notify(self, method: str, *args: Any, logged: bool = True) -> list[Exception]:
         """Call ``method(*args)`` of every observer that has it, in order; returns the errors
-        they raised (each counted and logged; the others are called all the same)."""
+        they raised (each counted and logged; the others are called all the same). With
+        ``logged=False`` they are counted, not logged: the caller reports them (once)."""
         errors: list[Exception] = []
         for observer in self._items:
             fn = getattr(observer, method, None)
@@ -144,10 +150,12 @@ class Observers:
                 errors.append(exc)
                 with self._lock:
                     self.errors += 1
-                    n = self.errors
-                if worth_logging(n):
+                    n = self._errors_of.get(id(observer), 0) + 1
+                    if any(x is observer for x in self._items):  # (not if removed meanwhile)
+                        self._errors_of[id(observer)] = n
+                if logged and worth_logging(n):
                     self._log.error(
-                        "%s %r.%s raised (error %d of these observers)",
+                        "%s %r.%s raised (error %d of this observer)",
                         self._what,
                         observer,
                         method,

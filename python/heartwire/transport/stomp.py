@@ -68,7 +68,7 @@ from typing import Any
 from heartwire import _validate
 from heartwire._core import Intake, Routes
 from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
-from heartwire.transport.errors import SendTimeout, names
+from heartwire.transport.errors import LinkRejected, SendTimeout, names
 from heartwire.transport.failover import Connector
 from heartwire.transport.headers import MESSAGE_ID_HEADER
 from heartwire.transport.keepalive import KeepAliveMonitor
@@ -686,19 +686,21 @@ class StompTransport:
                 link.subscribe(dialect.subscription(sub.pattern), sub.id)
         if self._subs:
             self._start_keepalive(link)
-        # Each observer's on_attached; if one raises, the others still run, then the error
-        # goes to the connector, which rejects the link (and connects again).
-        errors = self._observers.notify("on_attached", link)
+        # Each observer's on_attached; if one raises, the others still run, then the errors
+        # go to the connector as LinkRejected: it rejects the link (and connects again) and
+        # logs it, once (so they are counted here, not logged).
+        errors = self._observers.notify("on_attached", link, logged=False)
         if errors:
-            raise errors[0]
+            raise LinkRejected(errors)
 
     def _attached(self, link: StompLink) -> None:
         """After :meth:`_attach`, outside the connector's lock, once ``link`` was published (or
         rejected): each observer's ``on_published(link)``. If one raises, the others still
-        run, then the error goes to the connector, which ends the link."""
-        errors = self._observers.notify("on_published", link)
+        run, then the errors go to the connector as :class:`LinkRejected`: it ends the link and
+        logs them, once."""
+        errors = self._observers.notify("on_published", link, logged=False)
         if errors:
-            raise errors[0]
+            raise LinkRejected(errors, "on_published")
 
     def _detach(self, link: StompLink, reason: str) -> None:
         with self._connector.cond:
