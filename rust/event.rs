@@ -93,6 +93,11 @@ pub struct Event {
     /// Received: transit time of the beat in ns, or [`NO_LATENCY`]. Caught up: the largest lag
     /// seen in the episode (ns, saturated at `i64::MAX`).
     pub latency_ns: i64,
+    /// Failed, resumed: the topic is silenced (see `detector/policy.rs`). False otherwise.
+    pub silenced: bool,
+    /// Failed, resumed: the parent topic whose failure holds this one back, or [`NO_TOPIC`]
+    /// (see `detector/policy.rs`).
+    pub suppressed_by: TopicId,
 }
 
 impl Event {
@@ -105,6 +110,8 @@ impl Event {
             at_ns,
             detail: since_ns,
             latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -117,6 +124,8 @@ impl Event {
             at_ns,
             detail: downtime_ns,
             latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -129,6 +138,8 @@ impl Event {
             at_ns,
             detail: seq,
             latency_ns,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -141,6 +152,8 @@ impl Event {
             at_ns,
             detail: duration_ns,
             latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -153,6 +166,8 @@ impl Event {
             at_ns,
             detail: lag_ns,
             latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -166,6 +181,8 @@ impl Event {
             at_ns,
             detail: duration_ns,
             latency_ns: i64::try_from(max_lag_ns).unwrap_or(i64::MAX),
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -208,6 +225,11 @@ impl Event {
     pub fn latency(&self) -> Option<i64> {
         (self.kind == EventKind::Received && self.latency_ns != NO_LATENCY)
             .then_some(self.latency_ns)
+    }
+
+    /// Whether the alerting policy marked it (silenced, or suppressed by a failed parent).
+    pub fn is_marked(&self) -> bool {
+        self.silenced || self.suppressed_by != NO_TOPIC
     }
 }
 

@@ -39,10 +39,22 @@ impl Detector {
     }
 
     #[inline]
-    fn hand_out(&self, inner: &mut Inner, subs: &[Subscriber], ev: Event, wake: bool) {
+    fn hand_out(&self, inner: &mut Inner, subs: &[Subscriber], mut ev: Event, wake: bool) {
         if ev.kind == EventKind::Received {
             self.counters.received.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Failed and resumed are marked by the alerting policy (`policy.rs`).
+            self.police(inner, &mut ev);
         }
+        self.push_or_set_aside(inner, subs, ev, wake);
+        if ev.kind == EventKind::Resumed && !inner.policy.is_idle() {
+            // Its children held back meanwhile are alerted after it.
+            self.release_children(inner, subs, ev.topic, ev.at_ns);
+        }
+    }
+
+    #[inline]
+    fn push_or_set_aside(&self, inner: &mut Inner, subs: &[Subscriber], ev: Event, wake: bool) {
         if !self.pushes_now(inner) {
             inner.pending.push(ev);
             return;

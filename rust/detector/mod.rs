@@ -40,6 +40,7 @@ mod beats;
 mod emit;
 mod lag;
 mod pause;
+mod policy;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -48,6 +49,7 @@ mod topics;
 pub use beats::Batch;
 pub use lag::{DEFAULT_LAG_THRESHOLD_NS, DEFAULT_MAX_INGEST_LAG_NS};
 pub use pause::DEFAULT_MAX_LOCAL_PAUSE_NS;
+pub use policy::{SilenceId, SilenceInfo};
 pub use status::{DetectorStats, TopicStatus};
 
 /// How a topic is watched.
@@ -203,6 +205,8 @@ struct Inner {
     pending: Vec<Event>,
     /// Events put aside for pushing so far (see [`Detector::delivered`]).
     appended: u64,
+    /// Silences and dependencies (see `policy.rs`).
+    policy: policy::Policy,
 }
 
 /// A removed topic's id on its way to reuse: once the events put aside before the removal are
@@ -234,6 +238,10 @@ struct Counters {
     local_pauses: AtomicU64,
     local_pause_ns: AtomicU64,
     laggings: AtomicU64,
+    /// Events the policy marked silenced, marked suppressed, and `failed` it released.
+    silenced: AtomicU64,
+    suppressed: AtomicU64,
+    released: AtomicU64,
 }
 
 /// Watches any number of topics for missed periods. Share it through `Arc`.
@@ -313,6 +321,7 @@ impl Detector {
                 retired: Vec::new(),
                 pending: Vec::new(),
                 appended: 0,
+                policy: policy::Policy::default(),
             }),
             phi: Mutex::new(HashMap::new()),
             subscribers: RwLock::new(Vec::new()),

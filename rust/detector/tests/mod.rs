@@ -5,6 +5,7 @@ mod emit;
 mod grace;
 mod lag;
 mod pause;
+mod policy;
 mod resume;
 
 use super::*;

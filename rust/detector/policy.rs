@@ -1,0 +1,514 @@
+//! The alerting policy: silences and dependencies, applied to the `failed` and `resumed` events
+//! where the detector hands them out (`emit.rs`), under the detector lock.
+//!
+//! # Design
+//!
+//! The detector decides *whether* a topic failed; this stage decides *how the event is marked*.
+//! It never drops, delays or reorders an event: a silenced or suppressed topic is still
+//! tracked, and its events are delivered marked (`Event::silenced`, `Event::suppressed_by`),
+//! so a listener chooses to ignore them (Python: `include_silenced`, `include_suppressed`).
+//! Beats never reach it: only `failed` and `resumed`, which are already emitted under the lock.
+//!
+//! - **Silences.** A silence is a pattern (`svc.db.>`), a start and an end on the detector's
+//!   clock (a manual clock drives them), and a reason. Matching a pattern per event would cost
+//!   a match per silence per event: instead each topic holds `until` (the latest end of the
+//!   active silences that match it), set when a silence starts (one pass over the topics),
+//!   when a topic is learned (one match per silence), and recomputed for the silence's topics
+//!   when it ends or is removed. The check per event is one load: `at < until[topic]`.
+//!   A silence's start and end are *transitions*: the driver (`advance.rs`) judges deadlines up
+//!   to each transition before applying it, so the events of one topic stay in time order.
+//!   Silences starting later are kept inactive until their start: the way for scheduled
+//!   maintenance windows or control messages to add them.
+//! - **Dependencies.** `depends(child_pattern, parent)` links every topic matching the pattern to
+//!   the parent topic (handles, so a removed topic's reused id is not mistaken for it). A
+//!   child's event is marked `suppressed_by` the first of its parents that is FAILED now.
+//! - **Owed alerts.** Each topic remembers how its current outage was delivered: `Alerted` (some
+//!   `failed` went out unmarked) or `Quiet` (only marked ones, and with which marks). When a
+//!   silence ends (or is removed) or a parent resumes, a topic that is still FAILED, `Quiet`,
+//!   and would now be unmarked gets one `failed` again, unmarked, at that moment, with its
+//!   current count and `since` (counted in `released`): healthchecks and Alertmanager users
+//!   expect a still-failed topic to alert once the silence ends. A `resumed` is marked as its
+//!   outage was (`Quiet`: its marks; else unmarked), so a listener that ignores marked events
+//!   sees every alert it got resolved, and no resolution of an alert it never got.
+//!
+//! With no silence and no dependency declared (`Policy::active` false) events pass untouched:
+//! one branch per `failed`/`resumed`.
+
+use super::*;
+use crate::event::NO_TOPIC;
+use crate::ingest::topic::Pattern;
+use std::collections::HashMap;
+
+/// A silence's id (from 1).
+pub type SilenceId = u64;
+
+/// A silence as declared (times absolute ns on the detector's clock).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SilenceInfo {
+    pub id: SilenceId,
+    pub pattern: String,
+    pub starts_ns: u64,
+    pub ends_ns: u64,
+    pub reason: String,
+}
+
+struct Silence {
+    id: SilenceId,
+    text: String,
+    pattern: Pattern,
+    /// Relative ns; `start < end`.
+    start: u64,
+    end: u64,
+    reason: String,
+    /// Started: its topics' `until` count it.
+    active: bool,
+    /// The topics it matched (handles: a removed topic's id may be reused).
+    topics: Vec<Handle>,
+}
+
+struct Rule {
+    pattern: Pattern,
+    text: String,
+    parent: String,
+}
+
+/// How the current outage of a topic was delivered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Outage {
+    /// Not failed, or failed before the policy watched it.
+    #[default]
+    None,
+    /// An unmarked `failed` went out.
+    Alerted,
+    /// Only marked ones, the latest with these marks.
+    Quiet { silenced: bool, by: TopicId },
+}
+
+#[derive(Default)]
+pub(super) struct Policy {
+    /// Any silence or rule declared: otherwise events pass untouched.
+    active: bool,
+    silences: Vec<Silence>,
+    next_id: SilenceId,
+    rules: Vec<Rule>,
+    /// Per topic id: silenced before this time (relative ns); 0: not silenced. Shorter than
+    /// the topics: the missing ones are 0.
+    until: Vec<u64>,
+    /// Per topic id (shorter: `None`).
+    outage: Vec<Outage>,
+    /// Child id -> its parents.
+    parents: HashMap<TopicId, Vec<Handle>>,
+    /// Parent id -> its children.
+    children: HashMap<TopicId, Vec<Handle>>,
+}
+
+impl Policy {
+    fn until(&self, id: TopicId) -> u64 {
+        self.until.get(id as usize).copied().unwrap_or(0)
+    }
+
+    fn outage(&self, id: TopicId) -> Outage {
+        self.outage.get(id as usize).copied().unwrap_or_default()
+    }
+
+    fn grow(&mut self, id: TopicId) {
+        let want = id as usize + 1;
+        if self.until.len() < want {
+            self.until.resize(want, 0);
+            self.outage.resize(want, Outage::None);
+        }
+    }
+
+    fn set_outage(&mut self, id: TopicId, o: Outage) {
+        self.grow(id);
+        self.outage[id as usize] = o;
+    }
+
+    /// No silence or rule declared.
+    #[inline]
+    pub(super) fn is_idle(&self) -> bool {
+        !self.active
+    }
+
+    /// The earliest start or end not applied yet (relative ns).
+    pub(super) fn next_transition(&self) -> Option<u64> {
+        self.silences
+            .iter()
+            .map(|s| if s.active { s.end } else { s.start })
+            .min()
+    }
+}
+
+fn link(list: &mut Vec<Handle>, h: Handle) {
+    if !list.contains(&h) {
+        list.push(h);
+    }
+}
+
+impl Detector {
+    // ----- the API ---------------------------------------------------------------------
+
+    /// Silence the topics matching `pattern` (now and learned later) from `starts_ns` (None:
+    /// now) to `ends_ns` (absolute ns on the detector's clock). Returns its id.
+    pub fn silence(
+        &self,
+        pattern: &str,
+        starts_ns: Option<u64>,
+        ends_ns: u64,
+        reason: &str,
+    ) -> Result<SilenceId, DetectorError> {
+        let compiled = Pattern::new(pattern).ok_or_else(|| {
+            DetectorError::Invalid(format!("pattern is not a valid topic pattern: {pattern:?}"))
+        })?;
+        let now = self.rel_now(None);
+        let start = starts_ns.map_or(now, |s| self.rel(s));
+        let end = self.rel(ends_ns);
+        if end <= start.max(now) {
+            return Err(DetectorError::Invalid(format!(
+                "a silence must end after it starts and after now: ends at {ends_ns} ns, \
+                 starts at {} ns, now {} ns",
+                self.abs(start),
+                self.abs(now)
+            )));
+        }
+        Ok(self.emitting(|inner, subs| {
+            let p = &mut inner.policy;
+            p.active = true;
+            p.next_id += 1;
+            let id = p.next_id;
+            p.silences.push(Silence {
+                id,
+                text: pattern.to_owned(),
+                pattern: compiled,
+                start,
+                end,
+                reason: reason.to_owned(),
+                active: false,
+                topics: Vec::new(),
+            });
+            // Due at once when it starts now (or before): the driver's clock is `inner.now`.
+            let at = inner.now.max(now);
+            self.apply_transitions(inner, subs, at);
+            id
+        }))
+    }
+
+    /// End silence `id` now; false if there is none (ended, removed, never made). Topics it
+    /// silenced that are still FAILED and were never alerted get their `failed` now.
+    pub fn unsilence(&self, id: SilenceId) -> bool {
+        let now = self.rel_now(None);
+        self.emitting(|inner, subs| {
+            let Some(i) = inner.policy.silences.iter().position(|s| s.id == id) else {
+                return false;
+            };
+            let s = inner.policy.silences.remove(i);
+            if s.active {
+                let at = inner.now.max(now);
+                self.lift(inner, subs, s, at);
+            }
+            true
+        })
+    }
+
+    /// The silences not ended yet, by id.
+    pub fn silences(&self) -> Vec<SilenceInfo> {
+        let inner = self.inner.lock();
+        inner
+            .policy
+            .silences
+            .iter()
+            .map(|s| SilenceInfo {
+                id: s.id,
+                pattern: s.text.clone(),
+                starts_ns: self.abs(s.start),
+                ends_ns: self.abs(s.end),
+                reason: s.reason.clone(),
+            })
+            .collect()
+    }
+
+    /// Topics matching `child_pattern` depend on `parent` (a topic name, known yet or not):
+    /// while it is FAILED, their events are marked `suppressed_by` it.
+    pub fn depends(&self, child_pattern: &str, parent: &str) -> Result<(), DetectorError> {
+        let pattern = Pattern::new(child_pattern).ok_or_else(|| {
+            DetectorError::Invalid(format!(
+                "child_pattern is not a valid topic pattern: {child_pattern:?}"
+            ))
+        })?;
+        if !crate::ingest::topic::valid_topic(parent) {
+            return Err(DetectorError::Invalid(format!(
+                "on must be a topic name (no wildcard), got {parent:?}"
+            )));
+        }
+        let mut inner = self.inner.lock();
+        let p = &mut inner.policy;
+        if p.rules
+            .iter()
+            .any(|r| r.text == child_pattern && r.parent == parent)
+        {
+            return Ok(());
+        }
+        p.active = true;
+        p.rules.push(Rule {
+            pattern,
+            text: child_pattern.to_owned(),
+            parent: parent.to_owned(),
+        });
+        if let Some(pid) = self.registry.lookup(parent) {
+            let rule = inner.policy.rules.len() - 1;
+            self.link_rule(&mut inner, rule, pid);
+        }
+        Ok(())
+    }
+
+    /// The dependencies declared: (child pattern, parent).
+    pub fn dependencies(&self) -> Vec<(String, String)> {
+        let inner = self.inner.lock();
+        inner
+            .policy
+            .rules
+            .iter()
+            .map(|r| (r.text.clone(), r.parent.clone()))
+            .collect()
+    }
+
+    // ----- topics ----------------------------------------------------------------------
+
+    /// Ids of the topics not removed, with their names, for a pass over all of them.
+    fn live_matching(&self, inner: &Inner, pattern: &Pattern) -> Vec<TopicId> {
+        self.registry.with_names(|names| {
+            (0..inner.slots.len() as TopicId)
+                .filter(|&id| {
+                    word::state(self.word(id).load(Ordering::Acquire)) != State::Removed
+                        && pattern.matches(names.get(id))
+                })
+                .collect()
+        })
+    }
+
+    /// Link every topic matching rule `rule` to its parent `pid`.
+    fn link_rule(&self, inner: &mut Inner, rule: usize, pid: TopicId) {
+        let kids = self.live_matching(inner, &inner.policy.rules[rule].pattern);
+        for kid in kids {
+            if kid != pid {
+                self.link(inner, kid, pid);
+            }
+        }
+    }
+
+    fn link(&self, inner: &mut Inner, kid: TopicId, pid: TopicId) {
+        let (hk, hp) = (self.handle_of(kid), self.handle_of(pid));
+        link(inner.policy.parents.entry(kid).or_default(), hp);
+        link(inner.policy.children.entry(pid).or_default(), hk);
+    }
+
+    /// A new topic (`id` may be a removed one's): forget what its id carried, then apply the
+    /// silences and rules to it.
+    pub(super) fn policy_learn(&self, inner: &mut Inner, id: TopicId, name: &str) {
+        let p = &mut inner.policy;
+        if !p.active {
+            return;
+        }
+        p.grow(id);
+        p.until[id as usize] = 0;
+        p.outage[id as usize] = Outage::None;
+        p.parents.remove(&id);
+        p.children.remove(&id);
+        let handle = self.handle_of(id);
+        for s in p.silences.iter_mut().filter(|s| s.active) {
+            if s.pattern.matches(name) {
+                s.topics.push(handle);
+                p.until[id as usize] = p.until[id as usize].max(s.end);
+            }
+        }
+        for rule in 0..inner.policy.rules.len() {
+            let r = &inner.policy.rules[rule];
+            if r.parent == name {
+                self.link_rule(inner, rule, id);
+            } else if r.pattern.matches(name) {
+                if let Some(pid) = self.registry.lookup(&r.parent) {
+                    self.link(inner, id, pid);
+                }
+            }
+        }
+    }
+
+    // ----- time ------------------------------------------------------------------------
+
+    /// The earliest silence start or end not applied yet, if at or before `now` (relative).
+    pub(super) fn policy_due(&self, inner: &Inner, now: u64) -> Option<u64> {
+        inner.policy.next_transition().filter(|&t| t <= now)
+    }
+
+    /// Apply the silence starts and ends at or before `at` (relative ns).
+    pub(super) fn apply_transitions(&self, inner: &mut Inner, subs: &[Subscriber], at: u64) {
+        while let Some(t) = self.policy_due(inner, at) {
+            let starting: Vec<usize> = (0..inner.policy.silences.len())
+                .filter(|&i| {
+                    let s = &inner.policy.silences[i];
+                    !s.active && s.start <= t
+                })
+                .collect();
+            for i in starting {
+                let ids = self.live_matching(inner, &inner.policy.silences[i].pattern);
+                let end = inner.policy.silences[i].end;
+                let handles: Vec<Handle> = ids.iter().map(|&id| self.handle_of(id)).collect();
+                let p = &mut inner.policy;
+                for &id in &ids {
+                    p.grow(id);
+                    p.until[id as usize] = p.until[id as usize].max(end);
+                }
+                p.silences[i].topics = handles;
+                p.silences[i].active = true;
+            }
+            while let Some(i) = inner
+                .policy
+                .silences
+                .iter()
+                .position(|s| s.active && s.end <= t)
+            {
+                let s = inner.policy.silences.remove(i);
+                let end = s.end;
+                self.lift(inner, subs, s, end);
+            }
+        }
+    }
+
+    /// Silence `s` (removed from the list) no longer counts from `at`: recompute its topics'
+    /// `until` from the other active silences, and alert those no longer silenced that are
+    /// still FAILED and were never alerted.
+    fn lift(&self, inner: &mut Inner, subs: &[Subscriber], s: Silence, at: u64) {
+        for h in s.topics {
+            let Some(id) = self.registry.resolve(h) else {
+                continue;
+            };
+            let until = self.registry.with_names(|names| {
+                let name = names.get(id);
+                inner
+                    .policy
+                    .silences
+                    .iter()
+                    .filter(|o| o.active && o.pattern.matches(name))
+                    .map(|o| o.end)
+                    .max()
+                    .unwrap_or(0)
+            });
+            inner.policy.grow(id);
+            inner.policy.until[id as usize] = until;
+            if until <= at {
+                self.release(inner, subs, id, at);
+            }
+        }
+    }
+
+    // ----- events ----------------------------------------------------------------------
+
+    /// The first parent of `id` that is FAILED at `at` (relative): FAILED now, or about to be
+    /// at a deadline at or before `at` that the driver has not reached yet in this run (the
+    /// wheel's order within a tick is arbitrary, and a parent and its children failing at the
+    /// same deadline is the common case: the database went down).
+    fn failed_parent(&self, inner: &Inner, id: TopicId, at: u64) -> Option<TopicId> {
+        let parents = inner.policy.parents.get(&id)?;
+        parents.iter().find_map(|&h| {
+            let pid = self.registry.resolve(h)?;
+            let w = self.word(pid).load(Ordering::Acquire);
+            let failed = match word::state(w) {
+                State::Failed => true,
+                // No beat since its last deadline judged (FRESH would be taken in first), and
+                // the next deadline, passed, is one miss from failing.
+                State::Alive | State::Pending if w & FRESH == 0 => {
+                    let slot = &inner.slots[pid as usize];
+                    slot.next_deadline <= at && slot.missed.saturating_add(1) >= slot.allowed
+                }
+                _ => false,
+            };
+            failed.then_some(pid)
+        })
+    }
+
+    /// Mark `ev` (a `failed` or `resumed`) as the policy says, and note the outage's delivery.
+    #[inline]
+    pub(super) fn police(&self, inner: &mut Inner, ev: &mut Event) {
+        if !inner.policy.active {
+            return;
+        }
+        let id = ev.topic;
+        match ev.kind {
+            EventKind::Failed => {
+                let at = self.rel(ev.at_ns);
+                ev.silenced = at < inner.policy.until(id);
+                ev.suppressed_by = self.failed_parent(inner, id, at).unwrap_or(NO_TOPIC);
+                // The first `failed` of an outage is at its own `since`.
+                let before = if ev.at_ns == ev.detail {
+                    Outage::None
+                } else {
+                    inner.policy.outage(id)
+                };
+                let now = if !ev.is_marked() || before == Outage::Alerted {
+                    Outage::Alerted
+                } else {
+                    Outage::Quiet {
+                        silenced: ev.silenced,
+                        by: ev.suppressed_by,
+                    }
+                };
+                inner.policy.set_outage(id, now);
+            }
+            EventKind::Resumed => {
+                if let Outage::Quiet { silenced, by } = inner.policy.outage(id) {
+                    ev.silenced = silenced;
+                    ev.suppressed_by = by;
+                }
+                if inner.policy.outage(id) != Outage::None {
+                    inner.policy.set_outage(id, Outage::None);
+                }
+            }
+            _ => return,
+        }
+        if ev.silenced {
+            self.counters.silenced.fetch_add(1, Ordering::Relaxed);
+        }
+        if ev.suppressed_by != NO_TOPIC {
+            self.counters.suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// After a parent's `resumed` (handed out): its children still FAILED and never alerted,
+    /// and no longer held back, get their `failed` now.
+    pub(super) fn release_children(
+        &self,
+        inner: &mut Inner,
+        subs: &[Subscriber],
+        parent: TopicId,
+        at_abs: u64,
+    ) {
+        let Some(kids) = inner.policy.children.get(&parent).cloned() else {
+            return;
+        };
+        let at = self.rel(at_abs);
+        for h in kids {
+            if let Some(kid) = self.registry.resolve(h) {
+                self.release(inner, subs, kid, at);
+            }
+        }
+    }
+
+    /// Emit a `failed` for `id` at `at` (relative) if it is FAILED, its outage was never
+    /// alerted, and the event would go out unmarked now.
+    fn release(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId, at: u64) {
+        if !matches!(inner.policy.outage(id), Outage::Quiet { .. })
+            || word::state(self.word(id).load(Ordering::Acquire)) != State::Failed
+            || at < inner.policy.until(id)
+            || self.failed_parent(inner, id, at).is_some()
+        {
+            return;
+        }
+        let slot = inner.slots[id as usize];
+        // After the topic's latest `failed` (its `at` is `known_until`): a topic's events
+        // have strictly increasing `at` (see `newest.rs`).
+        let at = at.max(slot.known_until.saturating_add(1));
+        let ev = Event::failed(id, slot.missed, self.abs(at), self.abs(slot.since));
+        self.counters.released.fetch_add(1, Ordering::Relaxed);
+        self.emit(inner, subs, ev);
+    }
+}
