@@ -37,6 +37,7 @@ from heartwire.events import (
 )
 from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
+from heartwire.policy import Silence
 from heartwire.publisher import HeartbeatPublisher
 from heartwire.reliable import (
     AlertListener,
@@ -84,6 +85,7 @@ __all__ = [
     "SendTimeout",
     "SenderListener",
     "Sent",
+    "Silence",
     "Started",
     "State",
     "Stopped",

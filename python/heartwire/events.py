@@ -141,6 +141,12 @@ class Failed:
     one run of the detector finds more than 64 of a topic's periods gone at once (a long
     ``advance``, a stall with ``max_local_pause=None``), the first 63 fire one by one, then
     one for the latest deadline passed, with the exact count.
+
+    ``silenced``: the topic is silenced (:meth:`~heartwire.monitor.HeartbeatMonitor.silence`);
+    ``suppressed_by``: the parent topic, down, that holds it back
+    (:meth:`~heartwire.monitor.HeartbeatMonitor.depends`), else None. A topic still FAILED
+    when its silence ends or its parent resumes, that never had an unmarked ``Failed`` in this
+    outage, gets one then (``at``: that moment), so an alert held back is not lost.
     """
 
     topic: str
@@ -148,6 +154,8 @@ class Failed:
     since: float
     at: float
     wall_offset: float = _offset()
+    silenced: bool = field(default=False, kw_only=True)
+    suppressed_by: str | None = field(default=None, kw_only=True)
 
     @property
     def wall_at(self) -> float:
@@ -163,13 +171,20 @@ class Failed:
 @dataclass(frozen=True)
 class Resumed:
     """``topic`` was heard again at ``at`` after ``missed`` missed periods and ``downtime`` seconds
-    (the beat's time minus the failure's ``since``)."""
+    (the beat's time minus the failure's ``since``).
+
+    ``silenced`` and ``suppressed_by`` are as the outage's ``Failed`` events were: marked only
+    if none of them went out unmarked, so a listener that leaves marked events out sees every
+    alert it got resolved, and no resolution of one it never got.
+    """
 
     topic: str
     missed: int
     downtime: float
     at: float
     wall_offset: float = _offset()
+    silenced: bool = field(default=False, kw_only=True)
+    suppressed_by: str | None = field(default=None, kw_only=True)
 
     @property
     def wall_at(self) -> float:
@@ -303,9 +318,23 @@ EVENT_METHODS: dict[str, str] = {
 #: Per detector event kind, how its listener event is made from the core's (and a wall offset).
 _BUILDERS: dict[str, Callable[[_core.Event, float], Any]] = {
     "failed": lambda e, off: Failed(
-        e.topic, e.missed, e.at if e.since is None else e.since, e.at, wall_offset=off
+        e.topic,
+        e.missed,
+        e.at if e.since is None else e.since,
+        e.at,
+        wall_offset=off,
+        silenced=e.silenced,
+        suppressed_by=e.suppressed_by,
     ),
-    "resumed": lambda e, off: Resumed(e.topic, e.missed, e.downtime or 0.0, e.at, wall_offset=off),
+    "resumed": lambda e, off: Resumed(
+        e.topic,
+        e.missed,
+        e.downtime or 0.0,
+        e.at,
+        wall_offset=off,
+        silenced=e.silenced,
+        suppressed_by=e.suppressed_by,
+    ),
     "received": lambda e, off: Received(e.topic, e.seq, e.latency, e.at, wall_offset=off),
     "local_pause": lambda e, off: LocalPause(e.duration or 0.0, e.at, wall_offset=off),
     "lagging": lambda e, off: Lagging(e.lag or 0.0, e.at, wall_offset=off),
@@ -334,7 +363,9 @@ class EventBatch:
       :meth:`topic_list`: the same as a ``list[str]``.
     - ``handles`` (``q``), ``missed`` (``I``), ``at``, ``since`` (failed), ``downtime``
       (resumed), ``duration`` (local_pause), ``latency`` (received) (``d``, seconds on the
-      monitor's clock: add :attr:`wall_offset` for Unix time), ``seq`` (``Q``, received).
+      monitor's clock: add :attr:`wall_offset` for Unix time), ``seq`` (``Q``, received),
+      ``silenced`` (``B``, 1 for a failed/resumed of a silenced topic);
+      :meth:`suppressed_by_list`: the parent holding each event back (``""`` for none).
 
     A batch is built in the core from the events the dispatch thread popped: a listener is
     given only the kinds it takes (see :meth:`~heartwire.listeners.SubscriberListener.on_events`).
@@ -395,6 +426,20 @@ class EventBatch:
     def topic_list(self) -> list[str]:
         """The topics' names (``""`` for a local pause)."""
         return self.core.topic_list()
+
+    def without_marked(self, *, silenced: bool = True, suppressed: bool = True) -> EventBatch:
+        """The events without those marked ``silenced`` (when ``silenced``) or suppressed by a
+        parent (when ``suppressed``), in order (this batch if none is left out)."""
+        core = self.core.without_marked(silenced=silenced, suppressed=suppressed)
+        return self if core is self.core else EventBatch(core, self.wall_offset)
+
+    def suppressed_by_list(self) -> list[str]:
+        """The parent each event is suppressed by (``""`` for none)."""
+        return self.core.suppressed_by_list()
+
+    @property
+    def silenced(self) -> memoryview:
+        return self.core.silenced
 
     @property
     def kinds(self) -> memoryview:

@@ -75,7 +75,8 @@ struct Rule {
 /// How the current outage of a topic was delivered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Outage {
-    /// Not failed, or failed before the policy watched it.
+    /// Not failed (or failed with every `failed` handed out before the policy was active:
+    /// unmarked, so alerted).
     #[default]
     None,
     /// An unmarked `failed` went out.
@@ -414,11 +415,17 @@ impl Detector {
             let w = self.word(pid).load(Ordering::Acquire);
             let failed = match word::state(w) {
                 State::Failed => true,
-                // No beat since its last deadline judged (FRESH would be taken in first), and
-                // the next deadline, passed, is one miss from failing.
-                State::Alive | State::Pending if w & FRESH == 0 => {
+                // Its next deadline (from a beat not taken in yet, if any: as `take_fresh`
+                // will) passed by `at`, one miss from failing.
+                State::Alive | State::Pending => {
                     let slot = &inner.slots[pid as usize];
-                    slot.next_deadline <= at && slot.missed.saturating_add(1) >= slot.allowed
+                    let (next, missed) = if w & FRESH != 0 && word::ts(w) > slot.known_until {
+                        let first = self.first_offset(inner, pid);
+                        (word::ts(w).saturating_add(first), 0)
+                    } else {
+                        (slot.next_deadline, slot.missed)
+                    };
+                    next <= at && missed.saturating_add(1) >= slot.allowed
                 }
                 _ => false,
             };
@@ -438,13 +445,12 @@ impl Detector {
                 let at = self.rel(ev.at_ns);
                 ev.silenced = at < inner.policy.until(id);
                 ev.suppressed_by = self.failed_parent(inner, id, at).unwrap_or(NO_TOPIC);
-                // The first `failed` of an outage is at its own `since`.
-                let before = if ev.at_ns == ev.detail {
-                    Outage::None
-                } else {
-                    inner.policy.outage(id)
-                };
-                let now = if !ev.is_marked() || before == Outage::Alerted {
+                // The first `failed` of an outage is at its own `since`. A later one finding
+                // `None` follows ones handed out before the policy was active: unmarked.
+                let first = ev.at_ns == ev.detail;
+                let before = inner.policy.outage(id);
+                let alerted = !first && matches!(before, Outage::Alerted | Outage::None);
+                let now = if !ev.is_marked() || alerted {
                     Outage::Alerted
                 } else {
                     Outage::Quiet {

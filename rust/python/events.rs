@@ -55,10 +55,17 @@ pub struct PyEvent {
     /// caught_up: the largest lag seen in the episode, seconds.
     #[pyo3(get)]
     max_lag: Option<f64>,
+    /// failed, resumed: the topic is silenced (see the monitor's ``silence``).
+    #[pyo3(get)]
+    silenced: bool,
+    /// failed, resumed: the parent topic whose failure holds this one back (see the monitor's
+    /// ``depends``), or None.
+    #[pyo3(get)]
+    suppressed_by: Option<String>,
 }
 
 impl PyEvent {
-    pub(crate) fn new(ev: &Event, topic: &str, handle: i64) -> Self {
+    pub(crate) fn new(ev: &Event, topic: &str, handle: i64, parent: Option<&str>) -> Self {
         Self {
             kind: ev.kind.as_str(),
             topic: topic.to_owned(),
@@ -72,6 +79,8 @@ impl PyEvent {
             duration: ev.pause_ns().or(ev.lag_duration_ns()).map(to_seconds),
             lag: ev.lag_ns().map(to_seconds),
             max_lag: ev.max_lag_ns().map(to_seconds),
+            silenced: ev.silenced,
+            suppressed_by: parent.map(str::to_owned),
         }
     }
 }
@@ -204,7 +213,9 @@ impl PyEventQueue {
                         let handle = self.detector.handle_of(ev.topic) as i64;
                         (names.get(ev.topic), handle)
                     };
-                    Py::new(py, PyEvent::new(ev, topic, handle))
+                    let parent =
+                        (ev.suppressed_by != NO_TOPIC).then(|| names.get(ev.suppressed_by));
+                    Py::new(py, PyEvent::new(ev, topic, handle, parent))
                 })
                 .collect()
         });

@@ -37,6 +37,8 @@ USER_API = {
     "EventBatch",
     "State",
     "TopicStatus",
+    # alerting policy
+    "Silence",
     # transports and their errors
     "connect",
     "Transport",
