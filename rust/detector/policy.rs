@@ -39,6 +39,12 @@ use crate::event::NO_TOPIC;
 use crate::ingest::topic::Pattern;
 use std::collections::HashMap;
 
+/// Maps looked up per event: a fast hash (ids are not attacker-chosen).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// No parent (a handle no topic has).
+const NO_PARENT: Handle = Handle::MAX;
+
 /// A silence's id (from 1).
 pub type SilenceId = u64;
 
@@ -85,6 +91,14 @@ enum Outage {
     Quiet { silenced: bool, by: TopicId },
 }
 
+/// What the policy holds per topic.
+#[derive(Clone, Copy, Debug, Default)]
+struct PerTopic {
+    /// Silenced before this time (relative ns); 0: not silenced.
+    until: u64,
+    outage: Outage,
+}
+
 #[derive(Default)]
 pub(super) struct Policy {
     /// Any silence or rule declared: otherwise events pass untouched.
@@ -92,37 +106,37 @@ pub(super) struct Policy {
     silences: Vec<Silence>,
     next_id: SilenceId,
     rules: Vec<Rule>,
-    /// Per topic id: silenced before this time (relative ns); 0: not silenced. Shorter than
-    /// the topics: the missing ones are 0.
-    until: Vec<u64>,
-    /// Per topic id (shorter: `None`).
-    outage: Vec<Outage>,
-    /// Child id -> its parents.
-    parents: HashMap<TopicId, Vec<Handle>>,
+    /// Per topic id (shorter than the topics: the missing ones are default): what each
+    /// event reads, side by side (one cache line per event at a million topics).
+    per: Vec<PerTopic>,
+    /// Per topic id: its first parent, or [`NO_PARENT`] (shorter: none). A flat array: it is
+    /// read per `failed` event of every topic once any dependency is declared.
+    parent: Vec<Handle>,
+    /// Child id -> its further parents (a child matching several rules).
+    more_parents: FastMap<TopicId, Vec<Handle>>,
     /// Parent id -> its children.
-    children: HashMap<TopicId, Vec<Handle>>,
+    children: FastMap<TopicId, Vec<Handle>>,
 }
 
 impl Policy {
     fn until(&self, id: TopicId) -> u64 {
-        self.until.get(id as usize).copied().unwrap_or(0)
+        self.per.get(id as usize).map_or(0, |p| p.until)
     }
 
     fn outage(&self, id: TopicId) -> Outage {
-        self.outage.get(id as usize).copied().unwrap_or_default()
+        self.per.get(id as usize).map_or(Outage::None, |p| p.outage)
     }
 
     fn grow(&mut self, id: TopicId) {
         let want = id as usize + 1;
-        if self.until.len() < want {
-            self.until.resize(want, 0);
-            self.outage.resize(want, Outage::None);
+        if self.per.len() < want {
+            self.per.resize(want, PerTopic::default());
         }
     }
 
     fn set_outage(&mut self, id: TopicId, o: Outage) {
         self.grow(id);
-        self.outage[id as usize] = o;
+        self.per[id as usize].outage = o;
     }
 
     /// No silence or rule declared.
@@ -299,7 +313,16 @@ impl Detector {
 
     fn link(&self, inner: &mut Inner, kid: TopicId, pid: TopicId) {
         let (hk, hp) = (self.handle_of(kid), self.handle_of(pid));
-        link(inner.policy.parents.entry(kid).or_default(), hp);
+        let p = &mut inner.policy;
+        if p.parent.len() <= kid as usize {
+            p.parent.resize(kid as usize + 1, NO_PARENT);
+        }
+        let first = &mut p.parent[kid as usize];
+        if *first == NO_PARENT {
+            *first = hp;
+        } else if *first != hp {
+            link(p.more_parents.entry(kid).or_default(), hp);
+        }
         link(inner.policy.children.entry(pid).or_default(), hk);
     }
 
@@ -311,15 +334,18 @@ impl Detector {
             return;
         }
         p.grow(id);
-        p.until[id as usize] = 0;
-        p.outage[id as usize] = Outage::None;
-        p.parents.remove(&id);
+        p.per[id as usize] = PerTopic::default();
+        if let Some(first) = p.parent.get_mut(id as usize) {
+            *first = NO_PARENT;
+        }
+        p.more_parents.remove(&id);
         p.children.remove(&id);
         let handle = self.handle_of(id);
         for s in p.silences.iter_mut().filter(|s| s.active) {
             if s.pattern.matches(name) {
                 s.topics.push(handle);
-                p.until[id as usize] = p.until[id as usize].max(s.end);
+                let until = &mut p.per[id as usize].until;
+                *until = (*until).max(s.end);
             }
         }
         for rule in 0..inner.policy.rules.len() {
@@ -357,7 +383,8 @@ impl Detector {
                 let p = &mut inner.policy;
                 for &id in &ids {
                     p.grow(id);
-                    p.until[id as usize] = p.until[id as usize].max(end);
+                    let until = &mut p.per[id as usize].until;
+                    *until = (*until).max(end);
                 }
                 p.silences[i].topics = handles;
                 p.silences[i].active = true;
@@ -395,7 +422,7 @@ impl Detector {
                     .unwrap_or(0)
             });
             inner.policy.grow(id);
-            inner.policy.until[id as usize] = until;
+            inner.policy.per[id as usize].until = until;
             if until <= at {
                 self.release(inner, subs, id, at);
             }
@@ -409,8 +436,13 @@ impl Detector {
     /// wheel's order within a tick is arbitrary, and a parent and its children failing at the
     /// same deadline is the common case: the database went down).
     fn failed_parent(&self, inner: &Inner, id: TopicId, at: u64) -> Option<TopicId> {
-        let parents = inner.policy.parents.get(&id)?;
-        parents.iter().find_map(|&h| {
+        let p = &inner.policy;
+        let first = *p.parent.get(id as usize)?;
+        if first == NO_PARENT {
+            return None;
+        }
+        let more = p.more_parents.get(&id).map_or(&[][..], Vec::as_slice);
+        std::iter::once(&first).chain(more).find_map(|&h| {
             let pid = self.registry.resolve(h)?;
             let w = self.word(pid).load(Ordering::Acquire);
             let failed = match word::state(w) {
