@@ -66,8 +66,14 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
     wall clock: ``at`` and ``since`` as Unix seconds, each with ``<name>_iso`` (ISO 8601, UTC)
     and, for the monitor's events, ``<name>_monotonic`` (the monitor's clock reading, exact for
     intervals). An event with no time of its own (``Started``, ``ExceptionEvent``...) gets
-    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out."""
-    fields = {k: v for k, v in vars(event).items() if k not in ("error", "wall_offset")}
+    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out,
+    and so are the alerting policy's marks when unset (``silenced`` False, ``suppressed_by``
+    None): an unmarked event's fields are as they were before silences existed."""
+    fields = {
+        k: v
+        for k, v in vars(event).items()
+        if k not in ("error", "wall_offset") and not (k in _MARKS and v in (False, None))
+    }
     offset = getattr(event, "wall_offset", None)
     if "at" not in fields:
         fields["at"] = time.time() if now is None else now
@@ -82,6 +88,10 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
         if offset is not None:
             fields[f"{name}_monotonic"] = reading
     return fields
+
+
+#: The alerting policy's marks on failed and resumed events.
+_MARKS = ("silenced", "suppressed_by")
 
 
 def _offset() -> Any:

@@ -544,7 +544,9 @@ class HeartbeatMonitor:
 
     def unsilence(self, silence: int | Silence) -> bool:
         """End a silence now (its id, or the :class:`Silence`); False if it is over already.
-        Topics it held that are still FAILED, never alerted meanwhile, get their ``Failed``."""
+        Topics it held that are still FAILED, never alerted meanwhile, get their ``Failed``
+        (at once under a ``ManualClock``; otherwise at the detector's next tick, in time order
+        with the deadlines before it)."""
         sid = silence.id if isinstance(silence, Silence) else silence
         if isinstance(sid, bool) or not isinstance(sid, int):
             raise TypeError(f"silence must be an int id or a Silence, got {silence!r}")

@@ -201,26 +201,33 @@ impl Detector {
                 active: false,
                 topics: Vec::new(),
             });
-            // Due at once when it starts now (or before): the driver's clock is `inner.now`.
-            let at = inner.now.max(now);
-            self.apply_transitions(inner, subs, at);
+            // Applied here only if it started before what the driver has judged; otherwise by
+            // the driver, in time order with the deadlines (a silence from now: at its next run).
+            let judged = inner.judged;
+            self.apply_transitions(inner, subs, judged);
             id
         }))
     }
 
     /// End silence `id` now; false if there is none (ended, removed, never made). Topics it
-    /// silenced that are still FAILED and were never alerted get their `failed` now.
+    /// silenced that are still FAILED and were never alerted get their `failed` then: at once
+    /// if the driver has judged up to now (a manual clock), else at the driver's next run, in
+    /// time order with the deadlines before now.
     pub fn unsilence(&self, id: SilenceId) -> bool {
         let now = self.rel_now(None);
         self.emitting(|inner, subs| {
             let Some(i) = inner.policy.silences.iter().position(|s| s.id == id) else {
                 return false;
             };
-            let s = inner.policy.silences.remove(i);
-            if s.active {
-                let at = inner.now.max(now);
-                self.lift(inner, subs, s, at);
+            if !inner.policy.silences[i].active {
+                inner.policy.silences.remove(i); // never started: nothing to lift
+                return true;
             }
+            let end = now.max(inner.judged);
+            let s = &mut inner.policy.silences[i];
+            s.end = s.end.min(end);
+            let judged = inner.judged;
+            self.apply_transitions(inner, subs, judged);
             true
         })
     }

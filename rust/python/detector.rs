@@ -583,7 +583,8 @@ impl PyDetector {
     }
 
     /// End silence ``id`` now (topics it held that are still FAILED and never alerted get
-    /// their ``failed``); False if there is no such silence (ended, removed).
+    /// their ``failed``: at once if deadlines are judged up to now, as under a manual clock,
+    /// else at the driver's next run); False if there is no such silence (ended, removed).
     fn unsilence(&self, py: Python<'_>, id: u64) -> bool {
         let det = self.det.clone();
         py.detach(move || det.unsilence(id))
