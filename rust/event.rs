@@ -23,17 +23,21 @@ pub enum EventKind {
     /// The intake that was [`Lagging`](EventKind::Lagging) has read its backlog (or the
     /// episode ended: the guard was turned off, the detector stopped). Not about one topic.
     CaughtUp,
+    /// A topic started flapping (failed and resumed more than `flap_threshold` times within
+    /// `flap_window`), or settled (see `detector/policy.rs`).
+    Flapping,
 }
 
 impl EventKind {
     /// Every kind, at the index of its [`code`](EventKind::code).
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 7] = [
         EventKind::Failed,
         EventKind::Resumed,
         EventKind::Received,
         EventKind::LocalPause,
         EventKind::Lagging,
         EventKind::CaughtUp,
+        EventKind::Flapping,
     ];
 
     /// A small number for the kind (its index in [`EventKind::ALL`]): the `kinds` column of
@@ -46,6 +50,7 @@ impl EventKind {
             EventKind::LocalPause => 3,
             EventKind::Lagging => 4,
             EventKind::CaughtUp => 5,
+            EventKind::Flapping => 6,
         }
     }
 
@@ -59,6 +64,7 @@ impl EventKind {
             EventKind::LocalPause => "local_pause",
             EventKind::Lagging => "lagging",
             EventKind::CaughtUp => "caught_up",
+            EventKind::Flapping => "flapping",
         }
     }
 }
@@ -184,6 +190,26 @@ impl Event {
             silenced: false,
             suppressed_by: NO_TOPIC,
         }
+    }
+
+    /// A `flapping` event: at `at_ns` the topic started flapping (`on`) after `count` outages
+    /// within the window, or settled (`!on`).
+    pub fn flapping(topic: TopicId, on: bool, count: u32, at_ns: u64) -> Self {
+        Self {
+            kind: EventKind::Flapping,
+            topic,
+            missed: count,
+            at_ns,
+            detail: u64::from(on),
+            latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
+        }
+    }
+
+    /// Flapping: true when it started, false when it settled.
+    pub fn is_flapping(&self) -> Option<bool> {
+        (self.kind == EventKind::Flapping).then_some(self.detail != 0)
     }
 
     /// Lagging: how far behind the clock the intake was.

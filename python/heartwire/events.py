@@ -31,6 +31,7 @@ __all__ = [
     "EventBatch",
     "ExceptionEvent",
     "Failed",
+    "Flapping",
     "Lagging",
     "ListenerEvent",
     "LocalPause",
@@ -203,6 +204,28 @@ class Resumed:
 
 
 @dataclass(frozen=True)
+class Flapping:
+    """``topic`` started flapping at ``at`` (``flapping=True``: more than the monitor's
+    ``flap_threshold`` outages, ``count``, within ``flap_window``), or settled
+    (``flapping=False``: no outage began or ended for ``flap_window``; ``count`` 0).
+
+    While it flaps its ``Failed`` and ``Resumed`` are held back (unless ``flap_hold=False``);
+    when it settles while down, a ``Failed`` follows this event.
+    """
+
+    topic: str
+    flapping: bool
+    count: int
+    at: float
+    wall_offset: float = _offset()
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
+
+
+@dataclass(frozen=True)
 class LocalPause:
     """The monitor itself was not running for ``duration`` seconds, up to ``at`` (its clock).
 
@@ -304,6 +327,7 @@ ListenerEvent = (
     | Received
     | Failed
     | Resumed
+    | Flapping
     | LocalPause
     | Lagging
     | CaughtUp
@@ -313,7 +337,7 @@ ListenerEvent = (
 )
 
 #: A monitor's detector events, the ones an :class:`EventBatch` holds.
-MonitorEvent = Failed | Resumed | Received | LocalPause
+MonitorEvent = Failed | Resumed | Received | LocalPause | Flapping
 
 #: Per detector event kind (``_core.Event.kind``), the listener method that takes it.
 EVENT_METHODS: dict[str, str] = {
@@ -323,6 +347,7 @@ EVENT_METHODS: dict[str, str] = {
     "local_pause": "on_local_pause",
     "lagging": "on_lagging",
     "caught_up": "on_caught_up",
+    "flapping": "on_flapping",
 }
 
 #: Per detector event kind, how its listener event is made from the core's (and a wall offset).
@@ -351,6 +376,7 @@ _BUILDERS: dict[str, Callable[[_core.Event, float], Any]] = {
     "caught_up": lambda e, off: CaughtUp(
         e.duration or 0.0, e.max_lag or 0.0, e.at, wall_offset=off
     ),
+    "flapping": lambda e, off: Flapping(e.topic, bool(e.flapping), e.missed, e.at, wall_offset=off),
 }
 
 

@@ -60,6 +60,7 @@ from heartwire.events import (
     EventBatch,
     ExceptionEvent,
     Failed,
+    Flapping,
     Lagging,
     LocalPause,
     Received,
@@ -153,6 +154,9 @@ class SubscriberListener:
     def on_lagging(self, event: Lagging) -> Any:
         """The monitor's own intake fell ``event.lag`` seconds behind its feed (more than its
         ``lag_threshold``); no live topic is failed for it. Once per episode."""
+
+    def on_flapping(self, event: Flapping) -> Any:
+        """A topic started flapping, or settled (see the monitor's ``flap_threshold``)."""
 
     def on_caught_up(self, event: CaughtUp) -> Any:
         """The intake that was lagging read its backlog, after ``event.duration`` seconds

@@ -194,6 +194,13 @@ class HeartbeatMonitor:
       its own thread would make, and detection stops with it. (:meth:`stop` is safe there: it
       closes the queue first.)
 
+    - ``flap_threshold``, ``flap_window``, ``flap_hold``: a topic with more than
+      ``flap_threshold`` outages (failed, then resumed) within ``flap_window`` seconds is
+      flapping: listeners get ``on_flapping(Flapping(topic, flapping=True, ...))``, and its
+      failed and resumed events are held back meanwhile (``flap_hold=False``: delivered as
+      usual); it settles ``flap_window`` after its last transition
+      (``Flapping(..., flapping=False)``, then a ``Failed`` if it is down). ``allowed_misses``
+      still decides when an outage begins. Default: off. See ``docs/flapping.md``.
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
       CLI's output, :class:`~heartwire.reliable.AlertListener`'s alerts). Default: measured
@@ -224,7 +231,20 @@ class HeartbeatMonitor:
         listener_overflow: ListenerOverflow = "drop-oldest",
         max_beat_age: float | None = None,
         wall_offset: float | None = None,
+        flap_threshold: int | None = None,
+        flap_window: float | None = None,
+        flap_hold: bool = True,
     ) -> None:
+        if (flap_threshold is None) != (flap_window is None):
+            raise ValueError(
+                f"give flap_threshold and flap_window together, got flap_threshold="
+                f"{flap_threshold!r}, flap_window={flap_window!r}"
+            )
+        if flap_threshold is not None:
+            flap_threshold = _validate.count(flap_threshold, "flap_threshold", 1)
+            flap_window = _validate.seconds(flap_window, "flap_window")
+        if not isinstance(flap_hold, bool):
+            raise TypeError(f"flap_hold must be a bool, got {flap_hold!r}")
         self._pattern = validate_pattern(pattern, "pattern")
         self._period = _validate.seconds(period, "period")
         self._allowed_misses = _validate.count(allowed_misses, "allowed_misses", 1)
@@ -275,6 +295,8 @@ class HeartbeatMonitor:
             lag_threshold=lag_threshold,
         )
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
+        if flap_threshold is not None and flap_window is not None:
+            self._det.set_flapping(flap_threshold, flap_window, hold=flap_hold)
         # Every rule a beat passes before it is recorded, and the topic table (periods, pins,
         # graces, learning, replays, pauses by name), in the core: see _core.Intake.
         self._intake = Intake(
@@ -915,7 +937,8 @@ class HeartbeatMonitor:
         ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``,
         ``lagging`` episodes of the intake and its lag now ``ingest_lag_ns``, ``silenced`` and
         ``suppressed`` failed/resumed events so marked, ``released`` failed events sent again
-        when a silence ended or a parent resumed),
+        when a silence ended, a parent resumed or a flapping topic settled, ``held`` failed/
+        resumed events held back while their topic flapped),
         ``local_pause_seconds`` (the same length in seconds), ``ingest_lag`` (the intake's lag
         now, seconds: 0.0 unless it is backlogged), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow

@@ -38,6 +38,7 @@ use std::sync::{Arc, Weak};
 mod advance;
 mod beats;
 mod emit;
+mod flap;
 mod lag;
 mod pause;
 mod policy;
@@ -47,6 +48,7 @@ mod tests;
 mod topics;
 
 pub use beats::Batch;
+pub use flap::FlapConfig;
 pub use lag::{DEFAULT_LAG_THRESHOLD_NS, DEFAULT_MAX_INGEST_LAG_NS};
 pub use pause::DEFAULT_MAX_LOCAL_PAUSE_NS;
 pub use policy::{SilenceId, SilenceInfo};
@@ -242,6 +244,8 @@ struct Counters {
     silenced: AtomicU64,
     suppressed: AtomicU64,
     released: AtomicU64,
+    /// `failed`/`resumed` held back while their topic flapped.
+    held: AtomicU64,
 }
 
 /// Watches any number of topics for missed periods. Share it through `Arc`.

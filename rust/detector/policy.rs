@@ -31,9 +31,12 @@
 //!   outage was (`Quiet`: its marks; else unmarked), so a listener that ignores marked events
 //!   sees every alert it got resolved, and no resolution of an alert it never got.
 //!
-//! With no silence and no dependency declared (`Policy::active` false) events pass untouched:
-//! one branch per `failed`/`resumed`.
+//! - **Flapping** (`flap.rs`): outages grouped; a flapping topic's events held back.
+//!
+//! With no silence, dependency or flapping declared (`Policy::active` false) events pass
+//! untouched: one branch per `failed`/`resumed`.
 
+use super::flap::{FlapConfig, Flaps, Verdict};
 use super::*;
 use crate::event::NO_TOPIC;
 use crate::ingest::topic::Pattern;
@@ -116,6 +119,8 @@ pub(super) struct Policy {
     more_parents: FastMap<TopicId, Vec<Handle>>,
     /// Parent id -> its children.
     children: FastMap<TopicId, Vec<Handle>>,
+    /// Flapping detection (`flap.rs`).
+    flaps: Flaps,
 }
 
 impl Policy {
@@ -139,6 +144,11 @@ impl Policy {
         self.per[id as usize].outage = o;
     }
 
+    /// Whether a flapping topic's events are held back.
+    pub(super) fn holds_flapping(&self) -> bool {
+        self.flaps.config.hold
+    }
+
     /// No silence or rule declared.
     #[inline]
     pub(super) fn is_idle(&self) -> bool {
@@ -147,10 +157,15 @@ impl Policy {
 
     /// The earliest start or end not applied yet (relative ns).
     pub(super) fn next_transition(&self) -> Option<u64> {
-        self.silences
+        let silences = self
+            .silences
             .iter()
             .map(|s| if s.active { s.end } else { s.start })
-            .min()
+            .min();
+        match (silences, self.flaps.next_settle()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -346,6 +361,7 @@ impl Detector {
             *first = NO_PARENT;
         }
         p.more_parents.remove(&id);
+        p.flaps.forget(id);
         p.children.remove(&id);
         let handle = self.handle_of(id);
         for s in p.silences.iter_mut().filter(|s| s.active) {
@@ -406,7 +422,62 @@ impl Detector {
                 let end = s.end;
                 self.lift(inner, subs, s, end);
             }
+            for (id, when) in inner.policy.flaps.settle(t) {
+                self.settled(inner, subs, id, when);
+            }
         }
+    }
+
+    /// `id` stopped flapping at `when` (relative): say so, then where it stands if down.
+    fn settled(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId, when: u64) {
+        self.emit(inner, subs, Event::flapping(id, false, 0, self.abs(when)));
+        let slot = inner.slots[id as usize];
+        // A deadline at `when` not judged yet brings its own `failed` next (see `release`).
+        let due = slot.next_deadline <= when;
+        if !due && word::state(self.word(id).load(Ordering::Acquire)) == State::Failed {
+            let at = when.max(slot.known_until.saturating_add(1));
+            let ev = Event::failed(id, slot.missed, self.abs(at), self.abs(slot.since));
+            self.counters.released.fetch_add(1, Ordering::Relaxed);
+            self.emit(inner, subs, ev);
+        }
+    }
+
+    /// Detect flapping (see `flap.rs`): more than `threshold` outages within `window_ns`;
+    /// `threshold` 0 turns it off (topics flapping then settle now). `hold`: hold back a
+    /// flapping topic's `failed` and `resumed`.
+    pub fn set_flapping(
+        &self,
+        threshold: u32,
+        window_ns: u64,
+        hold: bool,
+    ) -> Result<(), DetectorError> {
+        if threshold > 0 && window_ns == 0 {
+            return Err(DetectorError::Invalid(
+                "flap_window must be > 0 with a flap_threshold, got 0".to_owned(),
+            ));
+        }
+        self.emitting(|inner, subs| {
+            let flaps = &mut inner.policy.flaps;
+            flaps.config = FlapConfig {
+                threshold,
+                window_ns,
+                hold,
+            };
+            if threshold > 0 {
+                inner.policy.active = true;
+            } else {
+                let at = inner.judged;
+                for id in inner.policy.flaps.settle_all() {
+                    self.settled(inner, subs, id, at);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// The flapping settings.
+    pub fn flapping(&self) -> FlapConfig {
+        self.inner.lock().policy.flaps.config
     }
 
     /// Silence `s` (removed from the list) no longer counts from `at`: recompute its topics'
@@ -474,11 +545,21 @@ impl Detector {
 
     /// Mark `ev` (a `failed` or `resumed`) as the policy says, and note the outage's delivery.
     #[inline]
-    pub(super) fn police(&self, inner: &mut Inner, ev: &mut Event) {
+    pub(super) fn police(&self, inner: &mut Inner, ev: &mut Event) -> Verdict {
         if !inner.policy.active {
-            return;
+            return Verdict::Deliver;
         }
         let id = ev.topic;
+        let mut verdict = Verdict::Deliver;
+        if inner.policy.flaps.on() && matches!(ev.kind, EventKind::Failed | EventKind::Resumed) {
+            let first = ev.kind == EventKind::Failed && ev.at_ns == ev.detail;
+            let at = self.rel(ev.at_ns);
+            verdict = inner.policy.flaps.judge(id, ev.kind, at, first);
+            if verdict == Verdict::Hold {
+                self.counters.held.fetch_add(1, Ordering::Relaxed);
+                return verdict;
+            }
+        }
         match ev.kind {
             EventKind::Failed => {
                 let at = self.rel(ev.at_ns);
@@ -508,7 +589,7 @@ impl Detector {
                     inner.policy.set_outage(id, Outage::None);
                 }
             }
-            _ => return,
+            _ => return verdict,
         }
         if ev.silenced {
             self.counters.silenced.fetch_add(1, Ordering::Relaxed);
@@ -516,6 +597,7 @@ impl Detector {
         if ev.suppressed_by != NO_TOPIC {
             self.counters.suppressed.fetch_add(1, Ordering::Relaxed);
         }
+        verdict
     }
 
     /// After a parent's `resumed` (handed out): its children still FAILED and never alerted,
@@ -549,6 +631,11 @@ impl Detector {
             return;
         }
         let slot = inner.slots[id as usize];
+        if slot.next_deadline <= at {
+            // A deadline at or before `at` is not judged yet (due in this run, or the next):
+            // its `failed` comes next, unmarked, and is the alert.
+            return;
+        }
         // After the topic's latest `failed` (its `at` is `known_until`): a topic's events
         // have strictly increasing `at` (see `newest.rs`).
         let at = at.max(slot.known_until.saturating_add(1));

@@ -58,6 +58,8 @@ pub struct DetectorStats {
     pub suppressed: u64,
     /// `failed` events sent again, unmarked, when a silence ended or a parent resumed.
     pub released: u64,
+    /// `failed`/`resumed` events held back while their topic flapped.
+    pub held: u64,
 }
 
 impl Detector {
@@ -143,6 +145,7 @@ impl Detector {
             silenced: c.silenced.load(Ordering::Relaxed),
             suppressed: c.suppressed.load(Ordering::Relaxed),
             released: c.released.load(Ordering::Relaxed),
+            held: c.held.load(Ordering::Relaxed),
         }
     }
 

@@ -615,6 +615,31 @@ impl PyDetector {
         self.det.depends(child_pattern, on).map_err(to_py)
     }
 
+    /// Detect flapping: a topic with more than ``threshold`` outages (failed, then resumed)
+    /// within ``window`` seconds is flapping: a ``flapping`` event (``flapping=True``), its
+    /// failed and resumed held back meanwhile if ``hold``; it settles ``window`` after its
+    /// last transition (``flapping=False``, then a ``failed`` if it is down). ``threshold``
+    /// 0 turns it off (flapping topics settle now).
+    #[pyo3(signature = (threshold, window, *, hold = true))]
+    fn set_flapping(
+        &self,
+        py: Python<'_>,
+        threshold: u32,
+        window: f64,
+        hold: bool,
+    ) -> PyResult<()> {
+        let window = to_ns("flap_window", window, threshold == 0)?;
+        let det = self.det.clone();
+        py.detach(move || det.set_flapping(threshold, window, hold))
+            .map_err(to_py)
+    }
+
+    /// The flapping settings: ``(threshold, window, hold)`` (threshold 0: off).
+    fn flapping(&self) -> (u32, f64, bool) {
+        let c = self.det.flapping();
+        (c.threshold, to_seconds(c.window_ns), c.hold)
+    }
+
     /// The dependencies declared: ``(child_pattern, on)``.
     fn dependencies(&self) -> Vec<(String, String)> {
         self.det.dependencies()
@@ -835,8 +860,9 @@ impl PyDetector {
     /// Counters: beats, unknown, refused, failed, resumed, received, topics, local_pauses and
     /// local_pause_ns (their total length in nanoseconds), lagging (``lagging`` events),
     /// ingest_lag_ns (the intake's lag now, nanoseconds), silenced and suppressed (failed and
-    /// resumed events so marked) and released (failed events sent again, unmarked, when a
-    /// silence ended or a parent resumed).
+    /// resumed events so marked), released (failed events sent again, unmarked, when a
+    /// silence ended, a parent resumed or a flapping topic settled) and held (failed and
+    /// resumed held back while their topic flapped).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.det.stats();
         let d = PyDict::new(py);
@@ -854,6 +880,7 @@ impl PyDetector {
         d.set_item("silenced", s.silenced)?;
         d.set_item("suppressed", s.suppressed)?;
         d.set_item("released", s.released)?;
+        d.set_item("held", s.held)?;
         Ok(d)
     }
 

@@ -55,6 +55,9 @@ pub struct PyEvent {
     /// caught_up: the largest lag seen in the episode, seconds.
     #[pyo3(get)]
     max_lag: Option<f64>,
+    /// flapping: True when the topic started flapping, False when it settled.
+    #[pyo3(get)]
+    flapping: Option<bool>,
     /// failed, resumed: the topic is silenced (see the monitor's ``silence``).
     #[pyo3(get)]
     silenced: bool,
@@ -79,6 +82,7 @@ impl PyEvent {
             duration: ev.pause_ns().or(ev.lag_duration_ns()).map(to_seconds),
             lag: ev.lag_ns().map(to_seconds),
             max_lag: ev.max_lag_ns().map(to_seconds),
+            flapping: ev.is_flapping(),
             silenced: ev.silenced,
             suppressed_by: parent.map(str::to_owned),
         }
@@ -105,6 +109,7 @@ impl PyEvent {
                     self.lag.unwrap_or(f64::NAN)
                 )
             }
+            "flapping" => format!("flapping={}", self.flapping.unwrap_or(false)),
             "caught_up" => {
                 return format!(
                     "Event(caught_up, at={}, duration={}, max_lag={})",

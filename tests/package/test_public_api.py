@@ -28,6 +28,7 @@ USER_API = {
     "Received",
     "Failed",
     "Resumed",
+    "Flapping",
     "ExceptionEvent",
     "Disconnected",
     "Reconnected",

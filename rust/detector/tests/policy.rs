@@ -203,3 +203,91 @@ fn a_child_that_resumes_while_the_parent_is_down_resumes_suppressed() {
     );
     assert_eq!(r.det.stats().released, 0);
 }
+
+/// (kind, missed or count, at in ms, flapping on) of the events.
+fn flaps(events: Vec<Event>) -> Vec<(EventKind, u32, u64, Option<bool>)> {
+    events
+        .into_iter()
+        .map(|e| (e.kind, e.missed, e.at_ns / MS, e.is_flapping()))
+        .collect()
+}
+
+#[test]
+fn flapping_starts_holds_back_and_settles_with_where_the_topic_stands() {
+    let r = Rig::new(S, 1);
+    r.det.set_flapping(2, 10 * S, true).unwrap();
+    let a = r.add("svc.a");
+    // Three outages of one period each: fail at n + 1, resume at n + 1.5.
+    for n in 0..3u64 {
+        r.at(n * 1500 * MS + 1100 * MS);
+        r.at(n * 1500 * MS + 1500 * MS);
+        r.beat(a);
+    }
+    assert_eq!(
+        flaps(r.take()),
+        vec![
+            (Failed, 1, 1000, None),
+            (Resumed, 1, 1500, None),
+            (Failed, 1, 2500, None),
+            (Resumed, 1, 3000, None),
+            (Failed, 1, 4000, None),
+            // The third outage ends: more than 2 within 10 s. Its resumed is held back.
+            (Flapping, 3, 4500, Some(true)),
+        ]
+    );
+    // Down again, for good: held back while it flaps; it settles 10 s after its last
+    // transition (the outage that began at 5.5), and its failure is delivered then: by the
+    // deadline at 15.5 itself, its `failed` coming right after the settle.
+    r.at(16 * S);
+    assert_eq!(
+        flaps(r.take()),
+        vec![
+            (Flapping, 0, 15_500, Some(false)),
+            (Failed, 11, 15_500, None),
+        ]
+    );
+    let st = r.det.stats();
+    assert_eq!(st.held, 10); // resumed at 4.5, failed at 5.5 .. 14.5
+    assert_eq!(st.released, 0);
+    // Settling between deadlines: the failure is released at the settle time.
+    r.det.set_flapping(2, 10_250 * MS, true).unwrap();
+    r.beat(a); // resumed at 16.0 (delivered: not flapping), then flapping again from below
+    for n in 0..3u64 {
+        r.at(16 * S + n * 1500 * MS + 1100 * MS);
+        r.at(16 * S + n * 1500 * MS + 1500 * MS);
+        r.beat(a);
+    }
+    r.take();
+    r.at(40 * S);
+    let got = flaps(r.take());
+    assert_eq!(got[0], (Flapping, 0, 31_750, Some(false)), "{got:?}");
+    assert_eq!(got[1], (Failed, 11, 31_750, None), "{got:?}");
+    assert_eq!(got[2], (Failed, 12, 32_500, None), "{got:?}");
+    assert_eq!(r.det.stats().released, 1);
+}
+
+#[test]
+fn flapping_without_hold_delivers_everything_and_can_be_turned_off() {
+    let r = Rig::new(S, 1);
+    r.det.set_flapping(1, 10 * S, false).unwrap();
+    let a = r.add("svc.a");
+    for n in 0..2u64 {
+        r.at(n * 1500 * MS + 1100 * MS);
+        r.at(n * 1500 * MS + 1500 * MS);
+        r.beat(a);
+    }
+    assert_eq!(
+        flaps(r.take()),
+        vec![
+            (Failed, 1, 1000, None),
+            (Resumed, 1, 1500, None),
+            (Failed, 1, 2500, None),
+            (Resumed, 1, 3000, None),
+            (Flapping, 2, 3000, Some(true)),
+        ]
+    );
+    r.at(3200 * MS);
+    r.det.set_flapping(0, 0, true).unwrap();
+    assert_eq!(flaps(r.take()), vec![(Flapping, 0, 3200, Some(false))]);
+    assert!(r.det.set_flapping(3, 0, true).is_err());
+}
