@@ -189,3 +189,19 @@ def test_silence_times_on_the_wall_clock() -> None:
     s = Silence(1, "svc.>", 10.0, 70.0, "x", wall_offset=1_700_000_000.0)
     assert s.wall_end == 1_700_000_070.0
     assert s.end_utc == dt.datetime.fromtimestamp(1_700_000_070.0, tz=dt.timezone.utc)
+
+
+def test_listeners_called_on_the_producing_thread_leave_marked_events_out_too() -> None:
+    pager = Pager()
+    r, gen = rig_with(pager, listener_queue=None)
+    try:
+        r.mon.expect("svc.a")
+        r.mon.expect("svc.b")
+        r.mon.start()
+        r.mon.silence("svc.a", duration=60)
+        r.clock.advance(1.5)
+        assert r.mon.drain(5.0)
+        assert pager.take() == [("failed", "svc.b", 1, 1000, False, None)]
+        assert ("failed", "svc.a", 1, 1000, True, None) in r.take()
+    finally:
+        gen.close()
