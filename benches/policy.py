@@ -6,7 +6,8 @@ detector's paths, at N topics, against the same detector with no policy, in one 
 Rows (best of ``--repeat``), each on a fresh core ``Detector`` on a ManualClock with N topics:
 - ``expiry``: N topics failing at once: ``advance`` (wheel, judge, mark, push into a queue),
   ns per ``failed`` event, with no policy / a silence covering none of them (the check runs,
-  marks nothing) / a silence covering all / every topic a child of one parent (down);
+  marks nothing) / a silence covering all / every topic a child of one parent (down) /
+  flapping detection on;
 - ``beats``: ``beat_handles`` of all N (the beat path never reaches the policy), ns per beat;
 - ``silence()``: adding a silence that matches every topic (one pass over the names).
 """
@@ -32,6 +33,8 @@ def fresh(n: int, policy: str) -> tuple[Detector, ManualClock, object]:
         det.silence("svc.>", 100.0)
     elif policy == "depends-all":
         det.depends("svc.>", "parent.db")
+    elif policy == "flapping":
+        det.set_flapping(3, 60.0)
     return det, clock, queue
 
 
@@ -79,7 +82,7 @@ def main() -> None:
     n, r = args.n, args.repeat
     print(f"N = {n:,} topics, best of {r}")
     base = None
-    for policy in ("none", "silence-none", "silence-all", "depends-all"):
+    for policy in ("none", "silence-none", "silence-all", "depends-all", "flapping"):
         ns = min(expiry(n, policy) for _ in range(r))
         base = base or ns
         print(f"expiry  {policy:13} {ns:7.1f} ns/event  x{ns / base:.2f}")
