@@ -430,6 +430,9 @@ impl Detector {
 
     /// `id` stopped flapping at `when` (relative): say so, then where it stands if down.
     fn settled(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId, when: u64) {
+        if word::state(self.word(id).load(Ordering::Acquire)) == State::Removed {
+            return; // its queues must not see it again (see `remove`)
+        }
         self.emit(inner, subs, Event::flapping(id, false, 0, self.abs(when)));
         let slot = inner.slots[id as usize];
         // A deadline at `when` not judged yet brings its own `failed` next (see `release`).

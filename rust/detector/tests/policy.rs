@@ -291,3 +291,19 @@ fn flapping_without_hold_delivers_everything_and_can_be_turned_off() {
     assert_eq!(flaps(r.take()), vec![(Flapping, 0, 3200, Some(false))]);
     assert!(r.det.set_flapping(3, 0, true).is_err());
 }
+
+#[test]
+fn a_removed_flapping_topic_settles_silently() {
+    let r = Rig::new(S, 1);
+    r.det.set_flapping(1, 10 * S, true).unwrap();
+    let a = r.add("svc.a");
+    for n in 0..2u64 {
+        r.at(n * 1500 * MS + 1100 * MS);
+        r.at(n * 1500 * MS + 1500 * MS);
+        r.beat(a);
+    }
+    assert_eq!(flaps(r.take()).last().unwrap().0, Flapping);
+    r.det.remove(a).unwrap();
+    r.at(30 * S);
+    assert_eq!(flaps(r.take()), vec![]);
+}
