@@ -27,7 +27,8 @@
 //!   silence ends (or is removed) or a parent resumes, a topic that is still FAILED, `Quiet`,
 //!   and would now be unmarked gets one `failed` again, unmarked, at that moment, with its
 //!   current count and `since` (counted in `released`): healthchecks and Alertmanager users
-//!   expect a still-failed topic to alert once the silence ends. A `resumed` is marked as its
+//!   expect a still-failed topic to alert once the silence ends. A deadline of the topic due
+//!   by then (not judged yet) brings its own `failed`, unmarked now: that one is the alert. A `resumed` is marked as its
 //!   outage was (`Quiet`: its marks; else unmarked), so a listener that ignores marked events
 //!   sees every alert it got resolved, and no resolution of an alert it never got.
 //!
