@@ -23,17 +23,21 @@ pub enum EventKind {
     /// The intake that was [`Lagging`](EventKind::Lagging) has read its backlog (or the
     /// episode ended: the guard was turned off, the detector stopped). Not about one topic.
     CaughtUp,
+    /// A topic started flapping (failed and resumed more than `flap_threshold` times within
+    /// `flap_window`), or settled (see `detector/policy.rs`).
+    Flapping,
 }
 
 impl EventKind {
     /// Every kind, at the index of its [`code`](EventKind::code).
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 7] = [
         EventKind::Failed,
         EventKind::Resumed,
         EventKind::Received,
         EventKind::LocalPause,
         EventKind::Lagging,
         EventKind::CaughtUp,
+        EventKind::Flapping,
     ];
 
     /// A small number for the kind (its index in [`EventKind::ALL`]): the `kinds` column of
@@ -46,6 +50,7 @@ impl EventKind {
             EventKind::LocalPause => 3,
             EventKind::Lagging => 4,
             EventKind::CaughtUp => 5,
+            EventKind::Flapping => 6,
         }
     }
 
@@ -59,6 +64,7 @@ impl EventKind {
             EventKind::LocalPause => "local_pause",
             EventKind::Lagging => "lagging",
             EventKind::CaughtUp => "caught_up",
+            EventKind::Flapping => "flapping",
         }
     }
 }
@@ -94,6 +100,11 @@ pub struct Event {
     /// seen in the episode (ns, saturated at `i64::MAX`). Failed: the reason serial of an
     /// explicit failure (see [`Event::reason_serial`]), or [`NO_LATENCY`].
     pub latency_ns: i64,
+    /// Failed, resumed: the topic is silenced (see `detector/policy.rs`). False otherwise.
+    pub silenced: bool,
+    /// Failed, resumed: the parent topic whose failure holds this one back, or [`NO_TOPIC`]
+    /// (see `detector/policy.rs`).
+    pub suppressed_by: TopicId,
 }
 
 impl Event {
@@ -106,6 +117,8 @@ impl Event {
             at_ns,
             detail: since_ns,
             latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -133,6 +146,8 @@ impl Event {
             at_ns,
             detail: downtime_ns,
             latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -145,6 +160,8 @@ impl Event {
             at_ns,
             detail: seq,
             latency_ns,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -157,6 +174,8 @@ impl Event {
             at_ns,
             detail: duration_ns,
             latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -169,6 +188,8 @@ impl Event {
             at_ns,
             detail: lag_ns,
             latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
     }
 
@@ -182,7 +203,29 @@ impl Event {
             at_ns,
             detail: duration_ns,
             latency_ns: i64::try_from(max_lag_ns).unwrap_or(i64::MAX),
+            silenced: false,
+            suppressed_by: NO_TOPIC,
         }
+    }
+
+    /// A `flapping` event: at `at_ns` the topic started flapping (`on`) after `count` outages
+    /// within the window, or settled (`!on`).
+    pub fn flapping(topic: TopicId, on: bool, count: u32, at_ns: u64) -> Self {
+        Self {
+            kind: EventKind::Flapping,
+            topic,
+            missed: count,
+            at_ns,
+            detail: u64::from(on),
+            latency_ns: NO_LATENCY,
+            silenced: false,
+            suppressed_by: NO_TOPIC,
+        }
+    }
+
+    /// Flapping: true when it started, false when it settled.
+    pub fn is_flapping(&self) -> Option<bool> {
+        (self.kind == EventKind::Flapping).then_some(self.detail != 0)
     }
 
     /// Lagging: how far behind the clock the intake was.
@@ -224,6 +267,11 @@ impl Event {
     pub fn latency(&self) -> Option<i64> {
         (self.kind == EventKind::Received && self.latency_ns != NO_LATENCY)
             .then_some(self.latency_ns)
+    }
+
+    /// Whether the alerting policy marked it (silenced, or suppressed by a failed parent).
+    pub fn is_marked(&self) -> bool {
+        self.silenced || self.suppressed_by != NO_TOPIC
     }
 }
 

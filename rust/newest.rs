@@ -83,6 +83,8 @@ impl Newest {
                 let code = u64::from(ev.missed) * 2 + u64::from(ev.kind == EventKind::Resumed);
                 self.fresh_ordered(handle, ev.at_ns, code)
             }
+            // In a topic's order too; codes apart from the others' (it may share their `at`).
+            EventKind::Flapping => self.fresh_ordered(handle, ev.at_ns, u64::MAX - ev.detail),
             EventKind::Lagging | EventKind::CaughtUp => {
                 // They alternate: one at the same time as the other kind is distinct.
                 if self

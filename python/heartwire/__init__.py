@@ -25,6 +25,7 @@ from heartwire.events import (
     EventBatch,
     ExceptionEvent,
     Failed,
+    Flapping,
     Lagging,
     LocalPause,
     Received,
@@ -38,6 +39,7 @@ from heartwire.events import (
 )
 from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
+from heartwire.policy import Silence
 from heartwire.publisher import HeartbeatPublisher
 from heartwire.reliable import (
     Consumer,
@@ -68,6 +70,7 @@ __all__ = [
     "EventBatch",
     "ExceptionEvent",
     "Failed",
+    "Flapping",
     "FlushAck",
     "HeartbeatMonitor",
     "HeartbeatPublisher",
@@ -84,6 +87,7 @@ __all__ = [
     "SendTimeout",
     "SenderListener",
     "Sent",
+    "Silence",
     "Started",
     "State",
     "Stopped",

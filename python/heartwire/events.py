@@ -31,6 +31,7 @@ __all__ = [
     "EventBatch",
     "ExceptionEvent",
     "Failed",
+    "Flapping",
     "Lagging",
     "ListenerEvent",
     "LocalPause",
@@ -66,10 +67,16 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
     wall clock: ``at`` and ``since`` as Unix seconds, each with ``<name>_iso`` (ISO 8601, UTC)
     and, for the monitor's events, ``<name>_monotonic`` (the monitor's clock reading, exact for
     intervals). An event with no time of its own (``Started``, ``ExceptionEvent``...) gets
-    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out, and
-    so is a :class:`Failed` event's ``reason`` when it has none (a failure by missed periods):
-    ``reason`` shows only for an explicit failure."""
-    fields = {k: v for k, v in vars(event).items() if k not in ("error", "wall_offset")}
+    ``at``: ``now`` (default :func:`time.time`). ``error`` and ``wall_offset`` are left out,
+    and so are fields that say nothing when unset: a :class:`Failed` event's ``reason`` when
+    it has none (a failure by missed periods: ``reason`` shows only for an explicit failure)
+    and the alerting policy's marks (``silenced`` False, ``suppressed_by`` None): an unmarked
+    event's fields are as they were before silences existed."""
+    fields = {
+        k: v
+        for k, v in vars(event).items()
+        if k not in ("error", "wall_offset") and not (k in _MARKS and v in (False, None))
+    }
     if "reason" in fields and fields["reason"] is None:
         del fields["reason"]
     if "at" in fields and fields["at"] is None:  # a publisher's Started/Stopped: no time
@@ -88,6 +95,10 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
         if offset is not None:
             fields[f"{name}_monotonic"] = reading
     return fields
+
+
+#: The alerting policy's marks on failed and resumed events.
+_MARKS = ("silenced", "suppressed_by")
 
 
 def _offset() -> Any:
@@ -163,6 +174,13 @@ class Failed:
     periods missed so far (often 0), whatever ``allowed_misses``; each later missed period
     of that outage fires again carrying the newest reason, until a good beat resumes it.
     ``None`` for a failure by missed periods. See ``docs/explicit-failure.md``.
+
+    ``silenced``: the topic is silenced (:meth:`~heartwire.monitor.HeartbeatMonitor.silence`);
+    ``suppressed_by``: the parent topic, down, that holds it back
+    (:meth:`~heartwire.monitor.HeartbeatMonitor.depends`), else None. A topic still FAILED
+    when its silence ends or its parent resumes, that never had an unmarked ``Failed`` in this
+    outage, gets one then (``at``: that moment), so an alert held back is not lost; it carries
+    the outage's ``reason`` like any other ``Failed`` of it.
     """
 
     topic: str
@@ -171,6 +189,8 @@ class Failed:
     at: float
     reason: str | None = None
     wall_offset: float = _offset()
+    silenced: bool = field(default=False, kw_only=True)
+    suppressed_by: str | None = field(default=None, kw_only=True)
 
     @property
     def wall_at(self) -> float:
@@ -186,11 +206,40 @@ class Failed:
 @dataclass(frozen=True)
 class Resumed:
     """``topic`` was heard again at ``at`` after ``missed`` missed periods and ``downtime`` seconds
-    (the beat's time minus the failure's ``since``)."""
+    (the beat's time minus the failure's ``since``).
+
+    ``silenced`` and ``suppressed_by`` are as the outage's ``Failed`` events were: marked only
+    if none of them went out unmarked, so a listener that leaves marked events out sees every
+    alert it got resolved, and no resolution of one it never got.
+    """
 
     topic: str
     missed: int
     downtime: float
+    at: float
+    wall_offset: float = _offset()
+    silenced: bool = field(default=False, kw_only=True)
+    suppressed_by: str | None = field(default=None, kw_only=True)
+
+    @property
+    def wall_at(self) -> float:
+        """``at`` as Unix seconds."""
+        return self.at + self.wall_offset
+
+
+@dataclass(frozen=True)
+class Flapping:
+    """``topic`` started flapping at ``at`` (``flapping=True``: more than the monitor's
+    ``flap_threshold`` outages, ``count``, within ``flap_window``), or settled
+    (``flapping=False``: no outage began or ended for ``flap_window``; ``count`` 0).
+
+    While it flaps its ``Failed`` and ``Resumed`` are held back (unless ``flap_hold=False``);
+    when it settles while down, a ``Failed`` follows this event.
+    """
+
+    topic: str
+    flapping: bool
+    count: int
     at: float
     wall_offset: float = _offset()
 
@@ -302,6 +351,7 @@ ListenerEvent = (
     | Received
     | Failed
     | Resumed
+    | Flapping
     | LocalPause
     | Lagging
     | CaughtUp
@@ -311,7 +361,7 @@ ListenerEvent = (
 )
 
 #: A monitor's detector events, the ones an :class:`EventBatch` holds.
-MonitorEvent = Failed | Resumed | Received | LocalPause
+MonitorEvent = Failed | Resumed | Received | LocalPause | Flapping
 
 #: Per detector event kind (``_core.Event.kind``), the listener method that takes it.
 EVENT_METHODS: dict[str, str] = {
@@ -321,20 +371,37 @@ EVENT_METHODS: dict[str, str] = {
     "local_pause": "on_local_pause",
     "lagging": "on_lagging",
     "caught_up": "on_caught_up",
+    "flapping": "on_flapping",
 }
 
 #: Per detector event kind, how its listener event is made from the core's (and a wall offset).
 _BUILDERS: dict[str, Callable[[_core.Event, float], Any]] = {
     "failed": lambda e, off: Failed(
-        e.topic, e.missed, e.at if e.since is None else e.since, e.at, e.reason, wall_offset=off
+        e.topic,
+        e.missed,
+        e.at if e.since is None else e.since,
+        e.at,
+        e.reason,
+        wall_offset=off,
+        silenced=e.silenced,
+        suppressed_by=e.suppressed_by,
     ),
-    "resumed": lambda e, off: Resumed(e.topic, e.missed, e.downtime or 0.0, e.at, wall_offset=off),
+    "resumed": lambda e, off: Resumed(
+        e.topic,
+        e.missed,
+        e.downtime or 0.0,
+        e.at,
+        wall_offset=off,
+        silenced=e.silenced,
+        suppressed_by=e.suppressed_by,
+    ),
     "received": lambda e, off: Received(e.topic, e.seq, e.latency, e.at, wall_offset=off),
     "local_pause": lambda e, off: LocalPause(e.duration or 0.0, e.at, wall_offset=off),
     "lagging": lambda e, off: Lagging(e.lag or 0.0, e.at, wall_offset=off),
     "caught_up": lambda e, off: CaughtUp(
         e.duration or 0.0, e.max_lag or 0.0, e.at, wall_offset=off
     ),
+    "flapping": lambda e, off: Flapping(e.topic, bool(e.flapping), e.missed, e.at, wall_offset=off),
 }
 
 
@@ -357,8 +424,10 @@ class EventBatch:
       :meth:`topic_list`: the same as a ``list[str]``.
     - ``handles`` (``q``), ``missed`` (``I``), ``at``, ``since`` (failed), ``downtime``
       (resumed), ``duration`` (local_pause), ``latency`` (received) (``d``, seconds on the
-      monitor's clock: add :attr:`wall_offset` for Unix time), ``seq`` (``Q``, received);
-      :meth:`reason_list`: each ``failed`` event's reason (explicit failures), else ``None``.
+      monitor's clock: add :attr:`wall_offset` for Unix time), ``seq`` (``Q``, received),
+      ``silenced`` (``B``, 1 for a failed/resumed of a silenced topic);
+      :meth:`reason_list`: each ``failed`` event's reason (explicit failures), else ``None``;
+      :meth:`suppressed_by_list`: the parent holding each event back (``""`` for none).
 
     A batch is built in the core from the events the dispatch thread popped: a listener is
     given only the kinds it takes (see :meth:`~heartwire.listeners.SubscriberListener.on_events`).
@@ -424,6 +493,20 @@ class EventBatch:
         """Each event's reason: the sender's, for a ``failed`` by a ``down`` beat (see
         :attr:`Failed.reason`); ``None`` otherwise."""
         return self.core.reason_list()
+
+    def without_marked(self, *, silenced: bool = True, suppressed: bool = True) -> EventBatch:
+        """The events without those marked ``silenced`` (when ``silenced``) or suppressed by a
+        parent (when ``suppressed``), in order (this batch if none is left out)."""
+        core = self.core.without_marked(silenced=silenced, suppressed=suppressed)
+        return self if core is self.core else EventBatch(core, self.wall_offset)
+
+    def suppressed_by_list(self) -> list[str]:
+        """The parent each event is suppressed by (``""`` for none)."""
+        return self.core.suppressed_by_list()
+
+    @property
+    def silenced(self) -> memoryview:
+        return self.core.silenced
 
     @property
     def kinds(self) -> memoryview:

@@ -60,6 +60,7 @@ from heartwire.events import (
     EventBatch,
     ExceptionEvent,
     Failed,
+    Flapping,
     Lagging,
     LocalPause,
     Received,
@@ -108,6 +109,13 @@ class SubscriberListener:
     #: beat recorded. Off by default: a monitor asks the core for them only when some listener
     #: wants them (sets this, or overrides :meth:`on_received`).
     wants_received: ClassVar[bool] = False
+    #: Whether this listener gets failed and resumed events marked ``silenced`` (its topic is
+    #: silenced: see :meth:`~heartwire.monitor.HeartbeatMonitor.silence`). Set it to False on
+    #: a subclass that pages people: the monitor leaves them out of its calls and batches.
+    include_silenced: ClassVar[bool] = True
+    #: Whether this listener gets failed and resumed events marked ``suppressed_by`` a parent
+    #: that is down (see :meth:`~heartwire.monitor.HeartbeatMonitor.depends`).
+    include_suppressed: ClassVar[bool] = True
 
     def on_events(self, batch: EventBatch) -> Any:
         """The detector events produced since the last call, oldest first (an
@@ -148,6 +156,9 @@ class SubscriberListener:
     def on_lagging(self, event: Lagging) -> Any:
         """The monitor's own intake fell ``event.lag`` seconds behind its feed (more than its
         ``lag_threshold``); no live topic is failed for it. Once per episode."""
+
+    def on_flapping(self, event: Flapping) -> Any:
+        """A topic started flapping, or settled (see the monitor's ``flap_threshold``)."""
 
     def on_caught_up(self, event: CaughtUp) -> Any:
         """The intake that was lagging read its backlog, after ``event.duration`` seconds
@@ -210,6 +221,8 @@ class _Entry:
         "loop",
         "lossless",
         "overrides",
+        "skip_silenced",
+        "skip_suppressed",
         "wants_received",
         "worker",
     )
@@ -231,8 +244,18 @@ class _Entry:
             )
         else:
             self.kinds = tuple(kind for kind, m in EVENT_METHODS.items() if m in overrides)
+        self.skip_silenced = getattr(listener, "include_silenced", True) is False
+        self.skip_suppressed = getattr(listener, "include_suppressed", True) is False
         self.errors = 0
         self.worker: _Worker | None = None
+
+    def mine(self, batch: EventBatch) -> EventBatch:
+        """The events of ``batch`` this listener takes: its kinds, without the marked events
+        it leaves out (``include_silenced``, ``include_suppressed``)."""
+        mine = batch.of_kinds(self.kinds)
+        if self.skip_silenced or self.skip_suppressed:
+            mine = mine.without_marked(silenced=self.skip_silenced, suppressed=self.skip_suppressed)
+        return mine
 
 
 class _Worker:
@@ -673,13 +696,13 @@ class ListenerSet(Generic[L]):
             for entry in self._entries:
                 worker = entry.worker
                 if worker is not None and entry.kinds:
-                    mine = batch.of_kinds(entry.kinds)
+                    mine = entry.mine(batch)
                     if len(mine):
                         worker.put("on_events" if entry.batched else _EACH, mine, True)
             return
         with self._calls:
             if self._sealed:
-                self._late += sum(len(batch.of_kinds(e.kinds)) for e in self._entries if e.kinds)
+                self._late += sum(len(e.mine(batch)) for e in self._entries if e.kinds)
                 return
             self._in_flight += 1
         self._mine.depth = getattr(self._mine, "depth", 0) + 1
@@ -687,7 +710,7 @@ class ListenerSet(Generic[L]):
             for entry in self._entries:
                 if not entry.kinds:
                     continue
-                mine = batch.of_kinds(entry.kinds)
+                mine = entry.mine(batch)
                 if not len(mine):
                     continue
                 if self._sealed:  # a listener called before emitted the last event

@@ -43,6 +43,7 @@ runs out first, the last of those calls makes it on its thread as it ends.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import logging
 import threading
 import time
@@ -68,6 +69,7 @@ from heartwire.listeners import (
     ListenerSet,
     SubscriberListener,
 )
+from heartwire.policy import Silence, parse_duration
 from heartwire.tally import EventTally, Groups
 from heartwire.transport import Message, Subscription, Transport
 from heartwire.transport.patterns import validate_pattern, validate_topic
@@ -205,6 +207,13 @@ class HeartbeatMonitor:
       its own thread would make, and detection stops with it. (:meth:`stop` is safe there: it
       closes the queue first.)
 
+    - ``flap_threshold``, ``flap_window``, ``flap_hold``: a topic with more than
+      ``flap_threshold`` outages (failed, then resumed) within ``flap_window`` seconds is
+      flapping: listeners get ``on_flapping(Flapping(topic, flapping=True, ...))``, and its
+      failed and resumed events are held back meanwhile (``flap_hold=False``: delivered as
+      usual); it settles ``flap_window`` after its last transition
+      (``Flapping(..., flapping=False)``, then a ``Failed`` if it is down). ``allowed_misses``
+      still decides when an outage begins. Default: off. See ``docs/flapping.md``.
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
       CLI's output, :class:`~heartwire.alerts.AlertListener`'s alerts). Default: measured
@@ -243,7 +252,20 @@ class HeartbeatMonitor:
         wall_offset: float | None = None,
         group_depth: int = 1,
         max_groups: int = 100,
+        flap_threshold: int | None = None,
+        flap_window: float | None = None,
+        flap_hold: bool = True,
     ) -> None:
+        if (flap_threshold is None) != (flap_window is None):
+            raise ValueError(
+                f"give flap_threshold and flap_window together, got flap_threshold="
+                f"{flap_threshold!r}, flap_window={flap_window!r}"
+            )
+        if flap_threshold is not None:
+            flap_threshold = _validate.count(flap_threshold, "flap_threshold", 1)
+            flap_window = _validate.seconds(flap_window, "flap_window")
+        if not isinstance(flap_hold, bool):
+            raise TypeError(f"flap_hold must be a bool, got {flap_hold!r}")
         self._pattern = validate_pattern(pattern, "pattern")
         # Metrics by group (heartwire.metrics): bounded labels, counted from the event feed.
         self._groups = Groups(group_depth, max_groups)
@@ -299,6 +321,8 @@ class HeartbeatMonitor:
         self._det.stop()  # nothing is watched (and no driver thread runs) until start()
         # The beat inter-arrival histogram (metrics): counted in the core on the beat path.
         self._det.count_intervals = True
+        if flap_threshold is not None and flap_window is not None:
+            self._det.set_flapping(flap_threshold, flap_window, hold=flap_hold)
         # Every rule a beat passes before it is recorded, and the topic table (periods, pins,
         # graces, learning, replays, pauses by name), in the core: see _core.Intake.
         self._intake = Intake(
@@ -515,6 +539,92 @@ class HeartbeatMonitor:
             raise TypeError(f"phi must be a Phi or None, got {type(phi).__name__} {phi!r}")
         with self._lock:
             return self._intake.expect(topic, period, allowed_misses, phi, grace)
+
+    # -- alerting policy: silences and dependencies (in the core: rust/detector/policy.rs) --
+
+    def silence(
+        self,
+        pattern: str,
+        *,
+        duration: float | _dt.timedelta | str | None = None,
+        until: _dt.datetime | None = None,
+        reason: str = "",
+    ) -> Silence:
+        """Silence the topics matching ``pattern`` (watched now or learned later) from now
+        for ``duration`` (seconds, a :class:`~datetime.timedelta`, or ``"30s"``/``"30m"``/
+        ``"2h"``) or ``until`` an aware :class:`~datetime.datetime`: exactly one of them.
+
+        Silenced topics are still tracked; their failed and resumed events are delivered with
+        ``silenced=True`` (listeners that set ``include_silenced = False`` do not get them). A
+        topic still FAILED when the silence ends, that got no unsilenced ``Failed`` in this
+        outage, gets one then. Silences follow the monitor's clock (a ``ManualClock`` too).
+        """
+        validate_pattern(pattern, "pattern")
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__} {reason!r}")
+        if (duration is None) == (until is None):
+            raise ValueError(
+                f"give exactly one of duration and until, got duration={duration!r}, "
+                f"until={until!r}"
+            )
+        now = self._det.now()
+        if until is not None:
+            if not isinstance(until, _dt.datetime):
+                raise TypeError(
+                    f"until must be an aware datetime, got {type(until).__name__} {until!r}"
+                )
+            if until.tzinfo is None or until.utcoffset() is None:
+                raise ValueError(f"until must be an aware datetime (with a tzinfo), got {until!r}")
+            end = until.timestamp() - self._wall_offset
+            if end <= now:
+                raise ValueError(f"until must be in the future, got {until.isoformat()}")
+        else:
+            if isinstance(duration, str):
+                seconds = parse_duration(duration)
+            elif isinstance(duration, _dt.timedelta):
+                seconds = _validate.seconds(
+                    duration.total_seconds(), "duration", shown=repr(duration)
+                )
+            else:
+                seconds = _validate.seconds(duration, "duration")
+            end = now + seconds
+        sid = self._det.silence(pattern, end, reason=reason)
+        return next(s for s in self.silences() if s.id == sid)
+
+    def unsilence(self, silence: int | Silence) -> bool:
+        """End a silence now (its id, or the :class:`Silence`); False if it is over already.
+        Topics it held that are still FAILED, never alerted meanwhile, get their ``Failed``
+        (at once under a ``ManualClock``; otherwise at the detector's next tick, in time order
+        with the deadlines before it)."""
+        sid = silence.id if isinstance(silence, Silence) else silence
+        if isinstance(sid, bool) or not isinstance(sid, int):
+            raise TypeError(f"silence must be an int id or a Silence, got {silence!r}")
+        return self._det.unsilence(sid) if sid >= 0 else False
+
+    def silences(self) -> list[Silence]:
+        """The silences not over yet, oldest first."""
+        offset = self._wall_offset
+        return [
+            Silence(sid, pattern, start, end, reason, wall_offset=offset)
+            for sid, pattern, start, end, reason in self._det.silences()
+        ]
+
+    def depends(self, child_pattern: str, *, on: str) -> None:
+        """Topics matching ``child_pattern`` depend on the topic ``on`` (watched yet or not).
+
+        While ``on`` is FAILED, its children's failed events are delivered with
+        ``suppressed_by=on`` and counted apart (``stats()["suppressed"]``): one outage of the
+        database is one alert, not forty (listeners that set ``include_suppressed = False``
+        do not get them). Once it resumes, children still down that got no unsuppressed
+        ``Failed`` get one then (``stats()["released"]``).
+        """
+        validate_pattern(child_pattern, "child_pattern")
+        validate_topic(on, "on")
+        self._det.depends(child_pattern, on)
+
+    def dependencies(self) -> list[tuple[str, str]]:
+        """The dependencies declared: ``(child_pattern, on)``."""
+        return self._det.dependencies()
 
     def remove(self, topic: str) -> bool:
         """Stop watching ``topic`` (a later beat learns it again); False if it was not watched."""
@@ -877,7 +987,10 @@ class HeartbeatMonitor:
     def stats(self) -> dict[str, Any]:
         """Counters: the detector's (``beats``, ``unknown``, ``refused``, ``failed``, ``resumed``,
         ``received``, ``topics``, ``local_pauses`` and their total length ``local_pause_ns``,
-        ``lagging`` episodes of the intake and its lag now ``ingest_lag_ns``),
+        ``lagging`` episodes of the intake and its lag now ``ingest_lag_ns``, ``silenced`` and
+        ``suppressed`` failed/resumed events so marked, ``released`` failed events sent again
+        when a silence ended, a parent resumed or a flapping topic settled, ``held`` failed/
+        resumed events held back while their topic flapped),
         ``local_pause_seconds`` (the same length in seconds), ``ingest_lag`` (the intake's lag
         now, seconds: 0.0 unless it is backlogged), ``learned`` topics, ``rejected``
         beats by reason (a dict), ``dispatched`` events, ``dropped`` events (lost to the overflow

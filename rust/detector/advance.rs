@@ -43,7 +43,10 @@ impl Detector {
         let now = self.judge_until(&mut inner, &subscribers, now);
         let before = self.counters.failed.load(Ordering::Relaxed)
             + self.counters.resumed.load(Ordering::Relaxed);
-        let now_tick = now / self.resolution_ns;
+        // Silence starts and ends are applied in time order with the deadlines (`policy.rs`):
+        // deadlines up to each are judged first, with the clock at it.
+        let mut limit = self.policy_due(&inner, now).unwrap_or(now);
+        let mut limit_tick = limit / self.resolution_ns;
         let emitted = || {
             self.counters.failed.load(Ordering::Relaxed)
                 + self.counters.resumed.load(Ordering::Relaxed)
@@ -73,11 +76,17 @@ impl Detector {
                     }
                 }
             }
-            let Some((id, _when)) = inner.wheel.pop_expired(now_tick) else {
+            let Some((id, _when)) = inner.wheel.pop_expired(limit_tick) else {
+                if limit < now || self.policy_due(&inner, limit).is_some() {
+                    self.apply_transitions(&mut inner, &subscribers, limit);
+                    limit = self.policy_due(&inner, now).unwrap_or(now);
+                    limit_tick = limit / self.resolution_ns;
+                    continue;
+                }
                 break;
             };
             until_prefetch -= 1;
-            self.judge_due(&mut inner, &subscribers, id, now);
+            self.judge_due(&mut inner, &subscribers, id, limit);
         }
         Self::flush(&subscribers);
         drop(subscribers);

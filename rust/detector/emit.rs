@@ -18,6 +18,7 @@
 //! events wait in the outbox, new ones join them even if no `block` queue is left, so that
 //! no queue sees a topic's events out of order.
 
+use super::flap::Verdict;
 use super::*;
 
 /// Events a run of the driver puts aside before it lets go of the lock to push them.
@@ -39,10 +40,33 @@ impl Detector {
     }
 
     #[inline]
-    fn hand_out(&self, inner: &mut Inner, subs: &[Subscriber], ev: Event, wake: bool) {
-        if ev.kind == EventKind::Received {
+    fn hand_out(&self, inner: &mut Inner, subs: &[Subscriber], mut ev: Event, wake: bool) {
+        let verdict = if ev.kind == EventKind::Received {
             self.counters.received.fetch_add(1, Ordering::Relaxed);
+            Verdict::Deliver
+        } else {
+            // Failed and resumed are marked, or held back, by the alerting policy (`policy.rs`).
+            self.police(inner, &mut ev)
+        };
+        match verdict {
+            Verdict::Deliver => self.push_or_set_aside(inner, subs, ev, wake),
+            Verdict::Hold => {}
+            Verdict::Starts { count } => {
+                if !inner.policy.holds_flapping() {
+                    self.push_or_set_aside(inner, subs, ev, wake);
+                }
+                let flapping = Event::flapping(ev.topic, true, count, ev.at_ns);
+                self.push_or_set_aside(inner, subs, flapping, wake);
+            }
         }
+        if ev.kind == EventKind::Resumed && !inner.policy.is_idle() {
+            // Its children held back meanwhile are alerted after it.
+            self.release_children(inner, subs, ev.topic, ev.at_ns);
+        }
+    }
+
+    #[inline]
+    fn push_or_set_aside(&self, inner: &mut Inner, subs: &[Subscriber], ev: Event, wake: bool) {
         if !self.pushes_now(inner) {
             inner.pending.push(ev);
             return;

@@ -39,9 +39,11 @@ mod advance;
 mod beats;
 mod down;
 mod emit;
+mod flap;
 mod intervals;
 mod lag;
 mod pause;
+mod policy;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -49,11 +51,13 @@ mod topics;
 
 pub use beats::Batch;
 pub use down::{Down, LOST_REASON, REASONS_PER_TOPIC};
+pub use flap::FlapConfig;
 pub use intervals::{
     bucket as interval_bucket, IntervalHistogram, INTERVAL_BOUNDS_NS, INTERVAL_BUCKETS,
 };
 pub use lag::{DEFAULT_LAG_THRESHOLD_NS, DEFAULT_MAX_INGEST_LAG_NS};
 pub use pause::DEFAULT_MAX_LOCAL_PAUSE_NS;
+pub use policy::{SilenceId, SilenceInfo};
 pub use status::{name_prefix, DetectorStats, TopicStatus};
 
 /// How a topic is watched.
@@ -211,6 +215,8 @@ struct Inner {
     appended: u64,
     /// Topics FAILED by a `down` beat: the serial of their newest reason (see `down.rs`).
     down: HashMap<TopicId, u64>,
+    /// Silences, dependencies and flapping (see `policy.rs`).
+    policy: policy::Policy,
 }
 
 /// A removed topic's id on its way to reuse: once the events put aside before the removal are
@@ -242,6 +248,12 @@ struct Counters {
     local_pauses: AtomicU64,
     local_pause_ns: AtomicU64,
     laggings: AtomicU64,
+    /// Events the policy marked silenced, marked suppressed, and `failed` it released.
+    silenced: AtomicU64,
+    suppressed: AtomicU64,
+    released: AtomicU64,
+    /// `failed`/`resumed` held back while their topic flapped.
+    held: AtomicU64,
 }
 
 /// Watches any number of topics for missed periods. Share it through `Arc`.
@@ -327,6 +339,7 @@ impl Detector {
                 pending: Vec::new(),
                 appended: 0,
                 down: HashMap::new(),
+                policy: policy::Policy::default(),
             }),
             reasons: Mutex::new(down::Reasons::default()),
             phi: Mutex::new(HashMap::new()),

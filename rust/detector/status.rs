@@ -52,6 +52,14 @@ pub struct DetectorStats {
     pub lagging: u64,
     /// How far the intake's watermark is behind the clock now, ns (0 when not backlogged).
     pub ingest_lag_ns: u64,
+    /// `failed`/`resumed` events marked silenced (see `policy.rs`).
+    pub silenced: u64,
+    /// `failed`/`resumed` events marked suppressed by a failed parent.
+    pub suppressed: u64,
+    /// `failed` events sent again, unmarked, when a silence ended or a parent resumed.
+    pub released: u64,
+    /// `failed`/`resumed` events held back while their topic flapped.
+    pub held: u64,
 }
 
 impl Detector {
@@ -196,6 +204,10 @@ impl Detector {
             local_pause_ns: c.local_pause_ns.load(Ordering::Relaxed),
             lagging: c.laggings.load(Ordering::Relaxed),
             ingest_lag_ns: self.lag_ns(),
+            silenced: c.silenced.load(Ordering::Relaxed),
+            suppressed: c.suppressed.load(Ordering::Relaxed),
+            released: c.released.load(Ordering::Relaxed),
+            held: c.held.load(Ordering::Relaxed),
         }
     }
 

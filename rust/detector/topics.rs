@@ -76,6 +76,7 @@ impl Detector {
             inner.wheel.reserve_keys(keys);
         }
         self.configure(inner, id, config, now);
+        self.policy_learn(inner, id, name);
         Ok(id)
     }
 

@@ -562,6 +562,89 @@ impl PyDetector {
         }))
     }
 
+    /// Silence the topics matching ``pattern`` (known now or learned later) from ``start``
+    /// (seconds on the detector's clock; None: now) until ``end``: their failed and resumed
+    /// events are marked ``silenced``. Returns the silence's id. A topic still FAILED when it
+    /// ends, never alerted meanwhile, gets one unmarked ``failed`` then.
+    #[pyo3(signature = (pattern, end, *, start = None, reason = ""))]
+    fn silence(
+        &self,
+        py: Python<'_>,
+        pattern: &str,
+        end: f64,
+        start: Option<f64>,
+        reason: &str,
+    ) -> PyResult<u64> {
+        let end = to_ns("end", end, true)?;
+        let start = opt_time("start", start)?;
+        let det = self.det.clone();
+        py.detach(move || det.silence(pattern, start, end, reason))
+            .map_err(to_py)
+    }
+
+    /// End silence ``id`` now (topics it held that are still FAILED and never alerted get
+    /// their ``failed``: at once if deadlines are judged up to now, as under a manual clock,
+    /// else at the driver's next run); False if there is no such silence (ended, removed).
+    fn unsilence(&self, py: Python<'_>, id: u64) -> bool {
+        let det = self.det.clone();
+        py.detach(move || det.unsilence(id))
+    }
+
+    /// The silences not ended yet: ``(id, pattern, start, end, reason)``, times on the
+    /// detector's clock.
+    fn silences(&self) -> Vec<(u64, String, f64, f64, String)> {
+        self.det
+            .silences()
+            .into_iter()
+            .map(|s| {
+                (
+                    s.id,
+                    s.pattern,
+                    to_seconds(s.starts_ns),
+                    to_seconds(s.ends_ns),
+                    s.reason,
+                )
+            })
+            .collect()
+    }
+
+    /// Topics matching ``child_pattern`` depend on the topic ``on`` (known yet or not): while
+    /// it is FAILED their failed events are marked ``suppressed_by`` it; once it resumes,
+    /// those still FAILED and never alerted get one unmarked ``failed``.
+    fn depends(&self, child_pattern: &str, on: &str) -> PyResult<()> {
+        self.det.depends(child_pattern, on).map_err(to_py)
+    }
+
+    /// Detect flapping: a topic with more than ``threshold`` outages (failed, then resumed)
+    /// within ``window`` seconds is flapping: a ``flapping`` event (``flapping=True``), its
+    /// failed and resumed held back meanwhile if ``hold``; it settles ``window`` after its
+    /// last transition (``flapping=False``, then a ``failed`` if it is down). ``threshold``
+    /// 0 turns it off (flapping topics settle now).
+    #[pyo3(signature = (threshold, window, *, hold = true))]
+    fn set_flapping(
+        &self,
+        py: Python<'_>,
+        threshold: u32,
+        window: f64,
+        hold: bool,
+    ) -> PyResult<()> {
+        let window = to_ns("flap_window", window, threshold == 0)?;
+        let det = self.det.clone();
+        py.detach(move || det.set_flapping(threshold, window, hold))
+            .map_err(to_py)
+    }
+
+    /// The flapping settings: ``(threshold, window, hold)`` (threshold 0: off).
+    fn flapping(&self) -> (u32, f64, bool) {
+        let c = self.det.flapping();
+        (c.threshold, to_seconds(c.window_ns), c.hold)
+    }
+
+    /// The dependencies declared: ``(child_pattern, on)``.
+    fn dependencies(&self) -> Vec<(String, String)> {
+        self.det.dependencies()
+    }
+
     /// Process every deadline up to ``now`` (default: the clock's now). Returns how many
     /// failed/resumed events that produced. The driver thread or the manual clock normally
     /// does this.
@@ -843,8 +926,11 @@ impl PyDetector {
     }
 
     /// Counters: beats, unknown, refused, failed, resumed, received, topics, local_pauses and
-    /// local_pause_ns (their total length in nanoseconds), lagging (``lagging`` events) and
-    /// ingest_lag_ns (the intake's lag now, nanoseconds).
+    /// local_pause_ns (their total length in nanoseconds), lagging (``lagging`` events),
+    /// ingest_lag_ns (the intake's lag now, nanoseconds), silenced and suppressed (failed and
+    /// resumed events so marked), released (failed events sent again, unmarked, when a
+    /// silence ended, a parent resumed or a flapping topic settled) and held (failed and
+    /// resumed held back while their topic flapped).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.det.stats();
         let d = PyDict::new(py);
@@ -859,6 +945,10 @@ impl PyDetector {
         d.set_item("local_pause_ns", s.local_pause_ns)?;
         d.set_item("lagging", s.lagging)?;
         d.set_item("ingest_lag_ns", s.ingest_lag_ns)?;
+        d.set_item("silenced", s.silenced)?;
+        d.set_item("suppressed", s.suppressed)?;
+        d.set_item("released", s.released)?;
+        d.set_item("held", s.held)?;
         Ok(d)
     }
 

@@ -42,6 +42,9 @@ pub struct PyEventBatch {
     /// The reasons of explicit failures, by event (empty when the batch holds none: the
     /// common case costs nothing).
     reasons: Vec<Option<Arc<str>>>,
+    /// The names of the parents events are suppressed by ("" for none); None when no event of
+    /// the batch is suppressed (the usual case: nothing built).
+    parents: Option<Arc<StringArray>>,
 }
 
 impl PyEventBatch {
@@ -76,11 +79,23 @@ impl PyEventBatch {
         } else {
             Vec::new()
         };
+        let parents = events.iter().any(|e| e.suppressed_by != NO_TOPIC).then(|| {
+            let mut parents = StringBuilder::with_capacity(events.len(), 0);
+            for ev in &events {
+                if ev.suppressed_by == NO_TOPIC {
+                    parents.append_value("");
+                } else {
+                    parents.append_value(names.get(ev.suppressed_by));
+                }
+            }
+            Arc::new(parents.finish())
+        });
         Self {
             events,
             handles,
             topics: Arc::new(topics.finish()),
             reasons,
+            parents,
         }
     }
 
@@ -97,12 +112,18 @@ impl PyEventBatch {
         }
     }
 
+    fn parent(&self, i: usize) -> Option<&str> {
+        let parents = self.parents.as_ref()?;
+        (self.events[i].suppressed_by != NO_TOPIC).then(|| parents.value(i))
+    }
+
     fn event(&self, i: usize) -> PyEvent {
         PyEvent::new(
             &self.events[i],
             self.topics.value(i),
             self.handles[i],
             self.reason(i),
+            self.parent(i),
         )
     }
 
@@ -348,6 +369,38 @@ impl PyEventBatch {
         Self::select(slf, &keep)
     }
 
+    /// failed/resumed: 1 if the topic is silenced, else 0 (``"B"``).
+    #[getter]
+    fn silenced<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let flags: Vec<u8> = self.events.iter().map(|e| u8::from(e.silenced)).collect();
+        view(py, &flags, "B")
+    }
+
+    /// The parent each event is suppressed by, ``""`` for none (a list of str).
+    fn suppressed_by_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(
+            py,
+            (0..self.events.len()).map(|i| self.parent(i).unwrap_or("")),
+        )
+    }
+
+    /// The events without those marked ``silenced`` (when ``silenced``) or suppressed (when
+    /// ``suppressed``), in order; the same batch when none is left out.
+    #[pyo3(signature = (*, silenced, suppressed))]
+    fn without_marked(
+        slf: &Bound<'_, Self>,
+        silenced: bool,
+        suppressed: bool,
+    ) -> PyResult<Py<Self>> {
+        let keep: Vec<bool> = slf
+            .get()
+            .events
+            .iter()
+            .map(|e| !(silenced && e.silenced || suppressed && e.suppressed_by != NO_TOPIC))
+            .collect();
+        Self::select(slf, &keep)
+    }
+
     /// The events ``start`` to ``stop`` (clamped to the batch, as a slice is).
     fn slice(slf: &Bound<'_, Self>, start: usize, stop: usize) -> PyResult<Py<Self>> {
         let this = slf.get();
@@ -363,6 +416,10 @@ impl PyEventBatch {
                 handles: this.handles[start..stop].to_vec(),
                 topics: Arc::new(this.topics.slice(start, stop - start)),
                 reasons: this.reasons_of(start..stop),
+                parents: this
+                    .parents
+                    .as_ref()
+                    .map(|p| Arc::new(p.slice(start, stop - start))),
             },
         )
     }
@@ -396,12 +453,19 @@ impl PyEventBatch {
         let mut handles = Vec::with_capacity(n);
         let mut topics = StringBuilder::with_capacity(n, this.topics.value_data().len());
         let mut reasons = Vec::new();
+        let mut parents = this
+            .parents
+            .as_ref()
+            .map(|_| StringBuilder::with_capacity(n, 0));
         for (i, _) in keep.iter().enumerate().filter(|(_, &k)| k) {
             events.push(this.events[i]);
             handles.push(this.handles[i]);
             topics.append_value(this.topics.value(i));
             if !this.reasons.is_empty() {
                 reasons.push(this.reasons[i].clone());
+            }
+            if let Some(p) = parents.as_mut() {
+                p.append_value(this.parent(i).unwrap_or(""));
             }
         }
         Py::new(
@@ -411,6 +475,7 @@ impl PyEventBatch {
                 handles,
                 topics: Arc::new(topics.finish()),
                 reasons,
+                parents: parents.map(|mut p| Arc::new(p.finish())),
             },
         )
     }

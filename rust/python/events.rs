@@ -59,10 +59,29 @@ pub struct PyEvent {
     /// periods were missed.
     #[pyo3(get)]
     reason: Option<String>,
+    /// flapping: True when the topic started flapping, False when it settled.
+    #[pyo3(get)]
+    flapping: Option<bool>,
+    /// failed, resumed: the topic is silenced (see the monitor's ``silence``).
+    #[pyo3(get)]
+    silenced: bool,
+    /// failed, resumed: the parent topic whose failure holds this one back (see the monitor's
+    /// ``depends``), or None.
+    #[pyo3(get)]
+    suppressed_by: Option<String>,
 }
 
 impl PyEvent {
-    pub(crate) fn new(ev: &Event, topic: &str, handle: i64, reason: Option<&str>) -> Self {
+    /// `reason`: the text of a failed event's reason serial; `parent`: the name of the topic
+    /// it is suppressed by. Both are looked up by the caller (names and reasons live in
+    /// side tables), read together with the event's own `silenced` mark.
+    pub(crate) fn new(
+        ev: &Event,
+        topic: &str,
+        handle: i64,
+        reason: Option<&str>,
+        parent: Option<&str>,
+    ) -> Self {
         Self {
             kind: ev.kind.as_str(),
             topic: topic.to_owned(),
@@ -77,6 +96,9 @@ impl PyEvent {
             lag: ev.lag_ns().map(to_seconds),
             max_lag: ev.max_lag_ns().map(to_seconds),
             reason: reason.map(str::to_owned),
+            flapping: ev.is_flapping(),
+            silenced: ev.silenced,
+            suppressed_by: parent.map(str::to_owned),
         }
     }
 }
@@ -104,6 +126,7 @@ impl PyEvent {
                     self.lag.unwrap_or(f64::NAN)
                 )
             }
+            "flapping" => format!("flapping={}", self.flapping.unwrap_or(false)),
             "caught_up" => {
                 return format!(
                     "Event(caught_up, at={}, duration={}, max_lag={})",
@@ -213,7 +236,12 @@ impl PyEventQueue {
                         (names.get(ev.topic), handle)
                     };
                     let reason = self.detector.reason_of(ev);
-                    Py::new(py, PyEvent::new(ev, topic, handle, reason.as_deref()))
+                    let parent =
+                        (ev.suppressed_by != NO_TOPIC).then(|| names.get(ev.suppressed_by));
+                    Py::new(
+                        py,
+                        PyEvent::new(ev, topic, handle, reason.as_deref(), parent),
+                    )
                 })
                 .collect()
         });

@@ -186,3 +186,12 @@ def test_cli_watch_takes_max_beat_age() -> None:
     assert _parser().parse_args(["watch", "svc.>", "--max-beat-age", "90"]).max_beat_age == 90.0
     with pytest.raises(SystemExit):
         _parser().parse_args(["watch", "svc.>", "--max-beat-age", "0"])
+
+
+def test_wall_fields_carry_the_policy_marks_only_when_set() -> None:
+    marked = hw.Failed("svc.a", 2, 10.0, 11.0, wall_offset=OFFSET, silenced=True)
+    assert wall_fields(marked)["silenced"] is True
+    assert "suppressed_by" not in wall_fields(marked)
+    held = hw.Resumed("svc.a", 2, 1.0, 11.0, wall_offset=OFFSET, suppressed_by="svc.db")
+    assert wall_fields(held)["suppressed_by"] == "svc.db"
+    assert "silenced" not in wall_fields(held)

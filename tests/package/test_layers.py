@@ -30,8 +30,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "heartwire._spark_session",
         ),
     ),
-    # plain data and timing: events, the publishers' executor
-    ("helpers", ("heartwire.events", "heartwire.executor", "heartwire.tally")),
+    # plain data and timing: events, the publishers' executor, the metrics' tally, silences
+    (
+        "helpers",
+        ("heartwire.events", "heartwire.executor", "heartwire.tally", "heartwire.policy"),
+    ),
     # brokers: the embedded one and STOMP (with its queues and link events)
     ("transport", ("heartwire.transport",)),
     # reliable delivery, on a backend per transport

@@ -28,6 +28,7 @@ USER_API = {
     "Received",
     "Failed",
     "Resumed",
+    "Flapping",
     "ExceptionEvent",
     "Disconnected",
     "Reconnected",
@@ -37,6 +38,8 @@ USER_API = {
     "EventBatch",
     "State",
     "TopicStatus",
+    # alerting policy
+    "Silence",
     # transports and their errors
     "connect",
     "Transport",

@@ -6,12 +6,13 @@ mod emit;
 mod grace;
 mod lag;
 mod pause;
+mod policy;
 mod resume;
 mod worst;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::event::EventKind::{CaughtUp, Failed, Lagging, LocalPause, Received, Resumed};
+use crate::event::EventKind::{CaughtUp, Failed, Flapping, Lagging, LocalPause, Received, Resumed};
 
 pub(super) const S: u64 = 1_000_000_000;
 pub(super) const MS: u64 = 1_000_000;
@@ -481,7 +482,7 @@ fn concurrent_beats_and_driver_give_well_formed_sequences() {
                     assert!(expect_next > 1, "resumed without failed for {id}");
                     expect_next = 1;
                 }
-                Received | LocalPause | Lagging | CaughtUp => unreachable!(),
+                Received | LocalPause | Lagging | CaughtUp | Flapping => unreachable!(),
             }
         }
         let failed_now = r.det.status(id).unwrap().state == State::Failed;

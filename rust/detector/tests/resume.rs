@@ -208,7 +208,7 @@ fn concurrent_beats_pauses_and_driver_give_well_formed_sequences() {
                     assert!(expect_next > 1, "resumed without failed for {id}");
                     expect_next = 1;
                 }
-                Received | LocalPause | Lagging | CaughtUp => unreachable!(),
+                Received | LocalPause | Lagging | CaughtUp | EventKind::Flapping => unreachable!(),
             }
         }
         let st = r.det.status(id).unwrap();

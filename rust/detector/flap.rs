@@ -1,0 +1,177 @@
+//! Flapping: a topic that fails and resumes more than `threshold` times within `window` is
+//! flapping; part of the alerting policy (`policy.rs`), applied where `failed` and `resumed`
+//! are handed out.
+//!
+//! Each `resumed` (one outage over) is noted per topic with its time; when more than
+//! `threshold` fall within the last `window`, a `flapping` event (on) goes out, and while the
+//! topic flaps its `failed` and `resumed` are held back (not delivered, counted in `held`) if
+//! `hold`, else delivered as usual. It settles once `window` has passed since its last
+//! transition (an outage began or ended): a `flapping` event (off) goes out, followed by a
+//! `failed` if it is down then, so a listener knows where it stands. The settle time is a
+//! transition the driver applies in time order, as a silence's end (`policy.rs`).
+//! `allowed_misses` is untouched: it decides when an outage begins; this only groups outages.
+
+use super::*;
+use std::collections::{HashMap, VecDeque};
+
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Flapping settings (`threshold` 0: off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FlapConfig {
+    /// More outages than this within the window is flapping.
+    pub threshold: u32,
+    /// ns.
+    pub window_ns: u64,
+    /// Hold back the topic's `failed` and `resumed` while it flaps.
+    pub hold: bool,
+}
+
+struct Flap {
+    /// When its recent outages ended (relative ns), oldest first, within the window.
+    resumes: VecDeque<u64>,
+    flapping: bool,
+    /// Its latest transition (an outage began or ended), relative ns.
+    last: u64,
+}
+
+/// What to do with a `failed` or `resumed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Deliver,
+    /// Held back: the topic flaps.
+    Hold,
+    /// This `resumed` starts the topic flapping, after `count` outages in the window.
+    Starts {
+        count: u32,
+    },
+}
+
+#[derive(Default)]
+pub(super) struct Flaps {
+    pub(super) config: FlapConfig,
+    topics: FastMap<TopicId, Flap>,
+    /// The topics flapping now (few).
+    flapping: Vec<TopicId>,
+    /// Sweep the topics no longer in a window when there are this many.
+    sweep_at: usize,
+}
+
+impl Flaps {
+    pub(super) fn on(&self) -> bool {
+        self.config.threshold > 0
+    }
+
+    /// Forget a topic (its id is reused).
+    pub(super) fn forget(&mut self, id: TopicId) {
+        self.topics.remove(&id);
+        self.flapping.retain(|&t| t != id);
+    }
+
+    /// The verdict on `kind` for topic `id` at `at` (relative); `first` for the `failed` that
+    /// begins an outage.
+    pub(super) fn judge(&mut self, id: TopicId, kind: EventKind, at: u64, first: bool) -> Verdict {
+        let c = self.config;
+        let hold = if c.hold {
+            Verdict::Hold
+        } else {
+            Verdict::Deliver
+        };
+        match kind {
+            EventKind::Failed => match self.topics.get_mut(&id) {
+                Some(f) if f.flapping => {
+                    if first {
+                        f.last = f.last.max(at);
+                    }
+                    hold
+                }
+                _ => Verdict::Deliver,
+            },
+            EventKind::Resumed => {
+                self.sweep(at);
+                let f = self.topics.entry(id).or_insert_with(|| Flap {
+                    resumes: VecDeque::new(),
+                    flapping: false,
+                    last: 0,
+                });
+                f.last = f.last.max(at);
+                if f.flapping {
+                    return hold;
+                }
+                f.resumes.push_back(at);
+                while f
+                    .resumes
+                    .front()
+                    .is_some_and(|&t| t.saturating_add(c.window_ns) < at)
+                {
+                    f.resumes.pop_front();
+                }
+                if f.resumes.len() > c.threshold as usize {
+                    f.flapping = true;
+                    self.flapping.push(id);
+                    Verdict::Starts {
+                        count: u32::try_from(f.resumes.len()).unwrap_or(u32::MAX),
+                    }
+                } else {
+                    Verdict::Deliver
+                }
+            }
+            _ => Verdict::Deliver,
+        }
+    }
+
+    /// Drop the topics with no outage in the window, once they pile up (amortized).
+    fn sweep(&mut self, now: u64) {
+        if self.topics.len() < self.sweep_at.max(1024) {
+            return;
+        }
+        let window = self.config.window_ns;
+        self.topics
+            .retain(|_, f| f.flapping || f.last.saturating_add(window) >= now);
+        self.sweep_at = self.topics.len() * 2;
+    }
+
+    /// When the next flapping topic settles (relative ns).
+    pub(super) fn next_settle(&self) -> Option<u64> {
+        let window = self.config.window_ns;
+        self.flapping
+            .iter()
+            .filter_map(|id| self.topics.get(id))
+            .map(|f| f.last.saturating_add(window))
+            .min()
+    }
+
+    /// The topics settled by `at`, each with its settle time, taken off the flapping list.
+    pub(super) fn settle(&mut self, at: u64) -> Vec<(TopicId, u64)> {
+        let window = self.config.window_ns;
+        let mut out = Vec::new();
+        let topics = &mut self.topics;
+        self.flapping.retain(|id| {
+            let Some(f) = topics.get_mut(id) else {
+                return false;
+            };
+            let when = f.last.saturating_add(window);
+            if when > at {
+                return true;
+            }
+            f.flapping = false;
+            f.resumes.clear();
+            out.push((*id, when));
+            false
+        });
+        out.sort_by_key(|&(id, when)| (when, id));
+        out
+    }
+
+    /// Every topic flapping now, settled at once (flapping turned off).
+    pub(super) fn settle_all(&mut self) -> Vec<TopicId> {
+        let ids = std::mem::take(&mut self.flapping);
+        for id in &ids {
+            if let Some(f) = self.topics.get_mut(id) {
+                f.flapping = false;
+                f.resumes.clear();
+            }
+        }
+        ids
+    }
+}
