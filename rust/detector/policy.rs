@@ -440,7 +440,7 @@ impl Detector {
         let due = slot.next_deadline <= when;
         if !due && word::state(self.word(id).load(Ordering::Acquire)) == State::Failed {
             let at = when.max(slot.known_until.saturating_add(1));
-            let ev = Event::failed(id, slot.missed, self.abs(at), self.abs(slot.since));
+            let ev = self.failed_again(inner, id, at);
             self.counters.released.fetch_add(1, Ordering::Relaxed);
             self.emit(inner, subs, ev);
         }
@@ -643,8 +643,20 @@ impl Detector {
         // After the topic's latest `failed` (its `at` is `known_until`): a topic's events
         // have strictly increasing `at` (see `newest.rs`).
         let at = at.max(slot.known_until.saturating_add(1));
-        let ev = Event::failed(id, slot.missed, self.abs(at), self.abs(slot.since));
+        let ev = self.failed_again(inner, id, at);
         self.counters.released.fetch_add(1, Ordering::Relaxed);
         self.emit(inner, subs, ev);
+    }
+
+    /// A `failed` for `id`, still FAILED, at `at` (relative) outside its deadlines (an owed
+    /// alert released, a settled flap): its current count and `since`, and, if a `down` beat
+    /// failed it, its reason serial, as the deadlines' `failed` events of the outage carry.
+    fn failed_again(&self, inner: &Inner, id: TopicId, at: u64) -> Event {
+        let slot = &inner.slots[id as usize];
+        let ev = Event::failed(id, slot.missed, self.abs(at), self.abs(slot.since));
+        match Self::down_serial(inner, id) {
+            Some(serial) => ev.with_reason(serial),
+            None => ev,
+        }
     }
 }

@@ -200,3 +200,159 @@ fn reasons_kept_per_topic_are_bounded() {
         "the newest reason is kept"
     );
 }
+
+// ----- with the alerting policy (`policy.rs`, `flap.rs`) ---------------------------------
+
+/// (kind, missed, at in ms, silenced, suppressed_by, reason) of the events.
+#[allow(clippy::type_complexity)]
+fn policed(r: &Rig, events: &[Event]) -> Vec<(EventKind, u32, u64, bool, TopicId, Option<String>)> {
+    events
+        .iter()
+        .map(|e| {
+            (
+                e.kind,
+                e.missed,
+                e.at_ns / MS,
+                e.silenced,
+                e.suppressed_by,
+                reason(r, e),
+            )
+        })
+        .collect()
+}
+
+const NONE: TopicId = crate::event::NO_TOPIC;
+
+#[test]
+fn a_down_inside_a_silence_is_marked_and_its_owed_alert_keeps_the_reason() {
+    let r = Rig::new(S, 1);
+    let a = r.add("svc.db");
+    r.det.silence("svc.>", None, 2500 * MS, "upgrade").unwrap();
+    r.at(300 * MS);
+    assert_eq!(r.det.down(a, None, "disk full"), Down::Fired);
+    r.at(2200 * MS);
+    let why = || Some("disk full".to_owned());
+    assert_eq!(
+        policed(&r, &r.take()),
+        vec![
+            (Failed, 0, 300, true, NONE, why()),
+            (Failed, 1, 1000, true, NONE, why()),
+            (Failed, 2, 2000, true, NONE, why()),
+        ]
+    );
+    // The silence ends at 2.5 between deadlines while the topic is FAILED by the down: its
+    // owed alert goes out then, unmarked, with the reason (the next deadline's too).
+    r.at(3200 * MS);
+    assert_eq!(
+        policed(&r, &r.take()),
+        vec![
+            (Failed, 2, 2500, false, NONE, why()),
+            (Failed, 3, 3000, false, NONE, why()),
+        ]
+    );
+    assert_eq!(r.det.stats().released, 1);
+}
+
+#[test]
+fn a_down_on_a_child_of_a_failed_parent_is_suppressed_and_released_with_its_reason() {
+    let r = Rig::new(S, 1);
+    let db = r.add("svc.db");
+    let api = r.add("svc.api");
+    r.det.depends("svc.api", "svc.db").unwrap();
+    r.at(100 * MS);
+    r.beat(db);
+    r.beat(api);
+    r.at(1050 * MS);
+    r.beat(api); // api's next deadline: 2.05
+    r.at(1200 * MS); // db fails at 1.1
+    r.at(1300 * MS);
+    assert_eq!(r.det.down(api, None, "db unreachable"), Down::Fired);
+    let why = || Some("db unreachable".to_owned());
+    assert_eq!(
+        policed(&r, &r.take()),
+        vec![
+            (Failed, 1, 1100, false, NONE, None),
+            (Failed, 0, 1300, false, db, why()),
+        ]
+    );
+    // db resumes at 1.6: api, still FAILED by its down and never alerted, is alerted then,
+    // unmarked, with its reason.
+    r.at(1600 * MS);
+    r.beat(db);
+    r.at(1700 * MS);
+    assert_eq!(
+        policed(&r, &r.take()),
+        vec![
+            (Resumed, 1, 1600, false, NONE, None),
+            (Failed, 0, 1600, false, NONE, why()),
+        ]
+    );
+    assert_eq!(r.det.stats().released, 1);
+}
+
+#[test]
+fn down_beats_flap_and_the_settled_failure_keeps_the_newest_reason() {
+    let r = Rig::new(S, 1);
+    r.det.set_flapping(2, 10 * S, true).unwrap();
+    let a = r.add("svc.a");
+    // Three outages by down beats: down at n + 0.2, a good beat at n + 0.3.
+    for n in 0..3u64 {
+        r.at(n * S + 200 * MS);
+        assert_eq!(r.det.down(a, None, &format!("down {n}")), Down::Fired);
+        r.at(n * S + 300 * MS);
+        r.beat(a);
+    }
+    r.at(3 * S + 200 * MS); // the third resumed (at 2.3) is taken in: flapping
+    assert_eq!(r.det.down(a, None, "for good"), Down::Fired); // held back
+    let got = r.take();
+    let seen: Vec<_> = got
+        .iter()
+        .map(|e| {
+            (
+                e.kind,
+                e.missed,
+                e.at_ns / MS,
+                e.is_flapping(),
+                reason(&r, e),
+            )
+        })
+        .collect();
+    let down = |n: u64| Some(format!("down {n}"));
+    assert_eq!(
+        seen,
+        vec![
+            (Failed, 0, 200, None, down(0)),
+            (Resumed, 0, 300, None, None),
+            (Failed, 0, 1200, None, down(1)),
+            (Resumed, 0, 1300, None, None),
+            (Failed, 0, 2200, None, down(2)),
+            (Flapping, 3, 2300, Some(true), None),
+        ]
+    );
+    // Down for good from 3.2: its failed events (3.2, then each deadline 3.3 .. 12.3) are
+    // held; it settles 10 s after its last transition (3.2), between deadlines: the failure
+    // is delivered then with the newest reason, and the deadlines after it carry it too.
+    r.at(13_400 * MS);
+    let got = r.take();
+    let seen: Vec<_> = got
+        .iter()
+        .map(|e| {
+            (
+                e.kind,
+                e.missed,
+                e.at_ns / MS,
+                e.is_flapping(),
+                reason(&r, e),
+            )
+        })
+        .collect();
+    let good = || Some("for good".to_owned());
+    assert_eq!(
+        seen,
+        vec![
+            (Flapping, 0, 13_200, Some(false), None),
+            (Failed, 10, 13_200, None, good()),
+            (Failed, 11, 13_300, None, good()),
+        ]
+    );
+}
