@@ -9,42 +9,18 @@ tests/reliable/test_reliable_kill.py.)
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import heartwire as hw
-from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
+from tests.reliable.conftest import BOTH, Inbox, open_broker, uid
 
 pytestmark = pytest.mark.usefixtures("brokers")
 
-FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=2&keepalive_interval=0"
-BOTH = ["activemq", "rabbitmq"]
 PERIOD = 0.2
-
-
-def uid() -> str:
-    return "t" + uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        with contextlib.suppress(Exception):
-            if isinstance(thing, hw.Consumer):
-                thing.stop(forget=thing.durable_name is not None)
-            elif isinstance(thing, (hw.HeartbeatMonitor, hw.HeartbeatPublisher)):
-                thing.stop()
-            else:
-                thing.close()
 
 
 def state(mon: hw.HeartbeatMonitor, topic: str) -> hw.State | None:
@@ -52,32 +28,6 @@ def state(mon: hw.HeartbeatMonitor, topic: str) -> hw.State | None:
         return mon.status(topic).state
     except KeyError:
         return None
-
-
-def open_broker(name: str, closing: list[Any], **options: Any) -> Any:
-    B.ensure(name)
-    broker = hw.connect(B.url(name) + "?" + FAST, **options)
-    closing.append(broker)
-    return broker
-
-
-class Inbox:
-    """Messages a consumer got, thread-safe."""
-
-    def __init__(self, ack: bool = True) -> None:
-        self.lock = threading.Lock()
-        self.messages: list[hw.ReceivedMessage] = []
-        self.ack = ack
-
-    def __call__(self, msg: hw.ReceivedMessage) -> None:
-        with self.lock:
-            self.messages.append(msg)
-        if self.ack:
-            msg.ack()
-
-    def bodies(self) -> list[bytes]:
-        with self.lock:
-            return [m.body for m in self.messages]
 
 
 @pytest.mark.parametrize("name", BOTH)

@@ -20,10 +20,8 @@ Every wait is bounded and names what it waited for.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,21 +31,17 @@ from heartwire.transport import Message
 from heartwire.transport.link import StompLink
 from heartwire.transport.memory import MemoryBroker
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
-from tests.reliable.test_reliable_races import BOTH, Inbox, open_broker, uid
+from tests.reliable.conftest import (
+    BOTH,
+    Inbox,
+    assert_nothing_left,
+    consume_again,
+    open_broker,
+    send_copy,
+    uid,
+)
 
 pytestmark = pytest.mark.usefixtures("brokers")
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        with contextlib.suppress(Exception):
-            if isinstance(thing, hw.Consumer):
-                thing.stop(forget=thing.durable_name is not None)
-            else:
-                thing.close()
 
 
 @pytest.mark.parametrize("name", BOTH)
@@ -85,16 +79,10 @@ def test_client_mode_nack_never_lets_a_duplicate_ack_an_unhandled_message(
     sender.send(b"m2")
     assert sender.flush(10), f"flush: {sender.stats()}"
     wait_for(lambda: len(seen) >= 3, 10, "m0, m1 and m2 at the handler")
-    link = consumer_t.current_link
-    assert link is not None
-    link.send(destination, b"m0", {"hw-message-id": m0, "persistent": "true"})  # m0's copy
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "m0's copy to be dropped")
+    send_copy(consumer_t, consumer, destination, b"m0", m0, dropped=1)  # m0's copy
     consumer.stop()
     consumer_t.close()  # whatever the connection still held unacked goes back to the queue
-    rest = Inbox()
-    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
+    rest = consume_again(name, closing, destination)
     wait_for(
         lambda: b"m1" in rest.bodies(),
         10,
@@ -312,19 +300,10 @@ def test_stop_then_start_hands_an_unacked_message_over_again(
     assert seen[-1] == (job, True)
     # Handled now: a copy is dropped and acknowledged at once, whatever the earlier
     # subscription left in the books.
-    link = t.current_link
-    assert link is not None
-    link.send(destination, b"job", {"hw-message-id": job, "persistent": "true"})
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "the copy to be dropped")
+    send_copy(t, consumer, destination, b"job", job, dropped=1)
     consumer.stop()
     t.close()
-    rest = Inbox()
-    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
-    sender.send(b"marker")
-    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
-    assert rest.bodies() == [b"marker"], "the dropped copy was not acknowledged"
+    assert_nothing_left(name, closing, destination, sender, "the dropped copy was not acknowledged")
 
 
 @pytest.mark.parametrize("name", BOTH)
@@ -395,19 +374,12 @@ def test_restart_books_afresh_so_a_duplicate_is_acked_at_once(closing: list[Any]
     consumer.stop()
     consumer.start()
     wait_for(lambda: seen.count(b"X") == 2, 10, "X again after the restart")
-    link = t.current_link
-    assert link is not None
-    link.send(destination, b"W", {"hw-message-id": w, "persistent": "true"})  # W's copy
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "W's copy to be dropped")
+    send_copy(t, consumer, destination, b"W", w, dropped=1)  # W's copy
     consumer.stop()
     t.close()
-    rest = Inbox()
-    again = hw.Consumer(open_broker("activemq", closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
-    sender.send(b"marker")
-    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
-    assert rest.bodies() == [b"marker"], "W's dropped copy was never acknowledged"
+    assert_nothing_left(
+        "activemq", closing, destination, sender, "W's dropped copy was never acknowledged"
+    )
 
 
 def test_waiting_for_a_flush_on_the_receiving_thread_fails_fast(closing: list[Any]) -> None:
