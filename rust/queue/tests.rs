@@ -45,6 +45,21 @@ fn assert_per_key_order(evs: &[Ev]) {
     }
 }
 
+/// A queue of capacity 8 under `policy` after 20 pushes, keys 0, 1, 2 in turn (seq 0..20), and
+/// what each push returned: the overflow tests' common start.
+fn push_20_into_8(policy: Overflow) -> (EventQueue<Ev>, Vec<bool>) {
+    let q = EventQueue::new(8, policy);
+    let accepted = (0..20).map(|i| q.push(ev(i as u32 % 3, i))).collect();
+    (q, accepted)
+}
+
+/// Drains `q` and checks each key's order: the seqs, in the order popped.
+fn drain_seqs_in_key_order(q: &EventQueue<Ev>) -> Vec<u64> {
+    let out = drain(q);
+    assert_per_key_order(&out);
+    seqs(&out)
+}
+
 /// Polls `cond` for up to 5 s.
 fn wait_until(mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + Duration::from_secs(5);
@@ -109,8 +124,7 @@ fn max_limits_the_batch() {
 
 #[test]
 fn drop_newest_keeps_the_first_capacity() {
-    let q = EventQueue::new(8, Overflow::DropNewest);
-    let accepted: Vec<bool> = (0..20).map(|i| q.push(ev(i as u32 % 3, i))).collect();
+    let (q, accepted) = push_20_into_8(Overflow::DropNewest);
     assert!(accepted[..8].iter().all(|&a| a));
     assert!(accepted[8..].iter().all(|&a| !a));
     assert_eq!(
@@ -123,19 +137,15 @@ fn drop_newest_keeps_the_first_capacity() {
             ..QueueStats::default()
         }
     );
-    let out = drain(&q);
-    assert_eq!(seqs(&out), (0..8).collect::<Vec<_>>());
-    assert_per_key_order(&out);
+    assert_eq!(drain_seqs_in_key_order(&q), (0..8).collect::<Vec<_>>());
     assert_eq!(q.stats().popped, 8);
     assert_eq!(q.len(), 0);
 }
 
 #[test]
 fn drop_oldest_keeps_the_newest_capacity() {
-    let q = EventQueue::new(8, Overflow::DropOldest);
-    for i in 0..20 {
-        assert!(q.push(ev(i as u32 % 3, i)));
-    }
+    let (q, accepted) = push_20_into_8(Overflow::DropOldest);
+    assert!(accepted.iter().all(|&a| a));
     assert_eq!(
         q.stats(),
         QueueStats {
@@ -146,9 +156,7 @@ fn drop_oldest_keeps_the_newest_capacity() {
             ..QueueStats::default()
         }
     );
-    let out = drain(&q);
-    assert_eq!(seqs(&out), (12..20).collect::<Vec<_>>());
-    assert_per_key_order(&out);
+    assert_eq!(drain_seqs_in_key_order(&q), (12..20).collect::<Vec<_>>());
     let s = q.stats();
     assert_eq!(s.pushed, s.popped + s.dropped_oldest);
 }
@@ -173,12 +181,10 @@ fn unkeyed_events_overflowing_a_coalescing_queue_are_each_kept_in_order() {
 
 #[test]
 fn coalesce_keeps_newest_overflow_per_key_in_order() {
-    let q = EventQueue::new(8, Overflow::Coalesce);
     // Keys interleaved 0,1,2,0,1,2,... The ring takes seq 0..8; then 8 (key 2), 9 (key 0)
     // and 10 (key 1) go to the side table, and each later event replaces its key's entry.
-    for i in 0..20 {
-        assert!(q.push(ev(i as u32 % 3, i)));
-    }
+    let (q, accepted) = push_20_into_8(Overflow::Coalesce);
+    assert!(accepted.iter().all(|&a| a));
     assert_eq!(
         q.stats(),
         QueueStats {
@@ -189,11 +195,12 @@ fn coalesce_keeps_newest_overflow_per_key_in_order() {
             ..QueueStats::default()
         }
     );
-    let out = drain(&q);
     // Ring first, then the side table in the order its keys first overflowed (2, 0, 1),
     // each with its newest event.
-    assert_eq!(seqs(&out), [0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19]);
-    assert_per_key_order(&out);
+    assert_eq!(
+        drain_seqs_in_key_order(&q),
+        [0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19]
+    );
     let s = q.stats();
     assert_eq!(s.popped, 11);
     assert_eq!(s.pushed, s.popped + s.coalesced);
