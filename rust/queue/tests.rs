@@ -661,23 +661,10 @@ fn stress(policy: Overflow, capacity: usize, producers: u32, per: u64) {
 }
 
 #[test]
-fn stress_block() {
-    stress(Overflow::Block, 16, 4, 50_000);
-}
-
-#[test]
-fn stress_drop_oldest() {
-    stress(Overflow::DropOldest, 16, 4, 50_000);
-}
-
-#[test]
-fn stress_drop_newest() {
-    stress(Overflow::DropNewest, 16, 4, 50_000);
-}
-
-#[test]
-fn stress_coalesce() {
-    stress(Overflow::Coalesce, 16, 4, 50_000);
+fn stress_each_policy() {
+    for o in Overflow::ALL {
+        stress(o, 16, 4, 50_000);
+    }
 }
 
 #[test]
