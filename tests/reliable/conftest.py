@@ -47,6 +47,16 @@ def open_broker(name: str, closing: list[Any], **options: Any) -> Any:
     return broker
 
 
+def start_consumer(
+    closing: list[Any], transport: Any, destination: str, **options: Any
+) -> hw.Consumer:
+    """A consumer of ``destination`` on ``transport``, started; stopped after the test."""
+    consumer = hw.Consumer(transport, destination, **options)
+    closing.append(consumer)
+    consumer.start()
+    return consumer
+
+
 class Inbox:
     """Messages a consumer got, thread-safe."""
 
@@ -85,9 +95,7 @@ def consume_again(name: str, closing: list[Any], destination: str) -> Inbox:
     """A new consumer without deduplication on a new connection: what the broker still holds
     for ``destination`` (and what comes later) lands in the returned inbox."""
     rest = Inbox()
-    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
+    start_consumer(closing, open_broker(name, closing), destination, on_message=rest, dedup=False)
     return rest
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import heartwire as hw
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
-from tests.reliable.conftest import BOTH, Inbox, open_broker, uid
+from tests.reliable.conftest import BOTH, Inbox, open_broker, start_consumer, uid
 
 pytestmark = pytest.mark.usefixtures("brokers")
 
@@ -37,11 +37,9 @@ def test_offline_durable_consumer_gets_the_alerts_on_return(name: str, closing: 
     client = f"risk-{root}"
     risk_t = open_broker(name, closing, client_id=client)
     inbox = Inbox()
-    risk = hw.Consumer(
-        risk_t, destination, ack="client-individual", durable_name="risk", on_message=inbox
+    risk = start_consumer(
+        closing, risk_t, destination, ack="client-individual", durable_name="risk", on_message=inbox
     )
-    closing.append(risk)
-    risk.start()
     risk.stop()  # the durable subscription exists; the risk system is now offline
 
     mon_t = open_broker(name, closing)
@@ -101,9 +99,7 @@ def test_unacked_message_is_redelivered_after_the_consumer_dies(
 
     second_t = open_broker(name, closing)
     second = Inbox()
-    c2 = hw.Consumer(second_t, destination, ack="client", on_message=second)
-    closing.append(c2)
-    c2.start()
+    c2 = start_consumer(closing, second_t, destination, ack="client", on_message=second)
     wait_for(lambda: second.bodies(), 10, f"the redelivery through {name}")
     msg = second.messages[0]
     assert (msg.id, msg.body, msg.redelivered) == (mid, b"work item", True)
@@ -115,9 +111,7 @@ def test_transaction_delivers_all_or_nothing(name: str, closing: list[Any]) -> N
     destination = f"/queue/{uid()}"
     broker = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(broker, destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, broker, destination, on_message=inbox)
     with pytest.raises(KeyError), broker.transaction() as tx:
         tx.send(destination, b"aborted 1")
         tx.send(destination, b"aborted 2")
@@ -156,11 +150,9 @@ def test_acks_in_an_aborted_transaction_are_undone(name: str, closing: list[Any]
     sender.close()
     broker.close()
     again = Inbox()
-    c2 = hw.Consumer(
-        open_broker(name, closing), destination, ack="client-individual", on_message=again
+    start_consumer(
+        closing, open_broker(name, closing), destination, ack="client-individual", on_message=again
     )
-    closing.append(c2)
-    c2.start()
     wait_for(lambda: again.bodies(), 10, "the job again after the aborted ack")
     assert (again.messages[0].id, again.messages[0].redelivered) == (mid, True)
 
@@ -171,9 +163,7 @@ def test_flushes_complete_across_a_lost_connection(name: str, closing: list[Any]
     sender_t = open_broker(name, closing)
     consumer_t = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(consumer_t, destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, consumer_t, destination, on_message=inbox)
     acks: list[hw.FlushAck] = []
     sender = hw.ReliableSender(sender_t, destination, on_flushed=acks.append)
     closing.append(sender)
@@ -249,9 +239,7 @@ def test_forgetting_a_stopped_durable_subscription_drops_what_it_kept(
     assert sender.flush(10)
     hw.Consumer(broker, destination, durable_name="d").stop(forget=True)  # another process
     again = Inbox()
-    c2 = hw.Consumer(broker, destination, durable_name="d", on_message=again)
-    closing.append(c2)
-    c2.start()
+    start_consumer(closing, broker, destination, durable_name="d", on_message=again)
     sender.send(b"after")
     wait_for(lambda: again.bodies(), 5, "the message sent after re-subscribing")
     assert again.bodies() == [b"after"], "the forgotten subscription kept nothing"

@@ -27,6 +27,7 @@ from tests.reliable.conftest import (
     consume_again,
     open_broker,
     send_copy,
+    start_consumer,
     uid,
 )
 
@@ -62,9 +63,7 @@ def test_send_during_reconnect_goes_out_in_order_and_flushes(name: str, closing:
     sender_t = open_broker(name, closing)
     consumer_t = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(consumer_t, destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, consumer_t, destination, on_message=inbox)
     sender = hw.ReliableSender(sender_t, destination)
     other = hw.ReliableSender(sender_t, f"/queue/{uid()}")  # a second sender on the transport
     closing.extend([sender, other])
@@ -115,9 +114,9 @@ def test_a_message_the_handler_raised_on_is_handed_over_again(
     destination = f"/queue/{uid()}"
     consumer_t = open_broker(name, closing)
     handler = FailFirst()
-    consumer = hw.Consumer(consumer_t, destination, ack="client-individual", on_message=handler)
-    closing.append(consumer)
-    consumer.start()
+    consumer = start_consumer(
+        closing, consumer_t, destination, ack="client-individual", on_message=handler
+    )
     sender = hw.ReliableSender(open_broker(name, closing), destination)
     closing.append(sender)
     mid = sender.send(b"job")
@@ -154,9 +153,7 @@ def test_client_mode_acks_a_duplicate_only_past_settled_messages(
         if msg.body == b"a":
             msg.ack()  # "b" is left unacked (its handler failed): it must come back
 
-    consumer = hw.Consumer(consumer_t, destination, ack="client", on_message=handler)
-    closing.append(consumer)
-    consumer.start()
+    consumer = start_consumer(closing, consumer_t, destination, ack="client", on_message=handler)
     sender = hw.ReliableSender(open_broker(name, closing), destination)
     closing.append(sender)
     a = sender.send(b"a")
@@ -189,9 +186,7 @@ def test_a_rabbitmq_error_about_another_name_refuses_nothing(closing: list[Any])
     sender = hw.ReliableSender(t, f"/queue/{u}", on_error=errors.append)
     closing.append(sender)
     inbox = Inbox()
-    consumer = hw.Consumer(open_broker("rabbitmq", closing), f"/queue/{u}", on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, open_broker("rabbitmq", closing), f"/queue/{u}", on_message=inbox)
     # Hold t's receiving thread in a handler, so that the ERROR is read only after the sends.
     entered, go = threading.Event(), threading.Event()
 
@@ -220,9 +215,7 @@ def test_a_commit_without_its_receipt_is_in_doubt_not_undone(name: str, closing:
     destination = f"/queue/{uid()}"
     broker = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(open_broker(name, closing), destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, open_broker(name, closing), destination, on_message=inbox)
     tx = broker.transaction(timeout=0)
     tx.begin()
     tx.send(destination, b"committed?")
@@ -321,9 +314,7 @@ def test_a_sender_made_while_a_connection_is_attached_sends_on_it(closing: list[
     t = open_broker("activemq", closing)
     closing.append(hw.ReliableSender(t, f"/queue/{uid()}"))  # the tracker exists already
     inbox = Inbox()
-    consumer = hw.Consumer(open_broker("activemq", closing), destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, open_broker("activemq", closing), destination, on_message=inbox)
     hold = HoldAttach()
     t.add_observer(hold)
     link = t.current_link

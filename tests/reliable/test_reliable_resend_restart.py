@@ -38,6 +38,7 @@ from tests.reliable.conftest import (
     consume_again,
     open_broker,
     send_copy,
+    start_consumer,
     uid,
 )
 
@@ -67,11 +68,14 @@ def test_client_mode_nack_never_lets_a_duplicate_ack_an_unhandled_message(
         elif msg.body == b"m2" and first:
             msg.nack()  # (later copies of m2 are left unacked)
 
-    consumer = hw.Consumer(
-        consumer_t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
+    consumer = start_consumer(
+        closing,
+        consumer_t,
+        destination,
+        ack="client",
+        on_message=handler,
+        on_error=lambda e, m: None,
     )
-    closing.append(consumer)
-    consumer.start()
     sender = hw.ReliableSender(open_broker(name, closing), destination)
     closing.append(sender)
     m0 = sender.send(b"m0")
@@ -148,9 +152,7 @@ def test_a_send_failing_in_the_resend_ends_the_link_and_strands_nothing(
     destination = f"/queue/{uid()}"
     t = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(open_broker(name, closing), destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, open_broker(name, closing), destination, on_message=inbox)
     sender = hw.ReliableSender(t, destination)
     closing.append(sender)
     ids = [sender.send(b"m0")]
@@ -285,9 +287,9 @@ def test_stop_then_start_hands_an_unacked_message_over_again(
             processed.append(msg.id)
         msg.ack()
 
-    consumer = hw.Consumer(t, destination, ack=ack, on_message=handler, on_error=lambda e, m: None)
-    closing.append(consumer)
-    consumer.start()
+    consumer = start_consumer(
+        closing, t, destination, ack=ack, on_message=handler, on_error=lambda e, m: None
+    )
     sender = hw.ReliableSender(open_broker(name, closing), destination)
     closing.append(sender)
     job = sender.send(b"job")
@@ -326,11 +328,9 @@ def test_client_mode_restart_never_acks_what_the_old_subscription_left(
             raise RuntimeError("processing failed")
         msg.ack()
 
-    consumer = hw.Consumer(
-        t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
+    consumer = start_consumer(
+        closing, t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
     )
-    closing.append(consumer)
-    consumer.start()
     sender = hw.ReliableSender(open_broker(name, closing), destination)
     closing.append(sender)
     sender.send(b"X")
@@ -360,11 +360,9 @@ def test_restart_books_afresh_so_a_duplicate_is_acked_at_once(closing: list[Any]
         else:
             msg.ack()
 
-    consumer = hw.Consumer(
-        t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
+    consumer = start_consumer(
+        closing, t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
     )
-    closing.append(consumer)
-    consumer.start()
     sender = hw.ReliableSender(open_broker("activemq", closing), destination)
     closing.append(sender)
     w = sender.send(b"W")
