@@ -77,6 +77,23 @@ fn detector(names: &[String]) -> Arc<Detector> {
     det
 }
 
+/// `det` with a subscriber queue (room for every event, `policy` at capacity) for `failed`.
+fn subscribed(det: Arc<Detector>, policy: Overflow) -> (Arc<Detector>, Arc<EventQueue<Event>>) {
+    let queue = det
+        .subscribe(QUEUE_CAPACITY, policy, false)
+        .expect("valid subscription");
+    (det, queue)
+}
+
+/// The measured step of the `advance/fail_all*` benches: every topic misses its first
+/// deadline. Returns what it was given, to be dropped untimed.
+fn fail_all(
+    (det, queue): (Arc<Detector>, Arc<EventQueue<Event>>),
+) -> (Arc<Detector>, Arc<EventQueue<Event>>) {
+    assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
+    (det, queue)
+}
+
 /// What the beat benchmarks share, built on first use (so a filter that skips them all also
 /// skips building 1M topics).
 struct BeatFixture {
@@ -209,15 +226,9 @@ fn expiries(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let det = detector(names);
-                let queue: Arc<EventQueue<Event>> = det
-                    .subscribe(QUEUE_CAPACITY, Overflow::DropNewest, false)
-                    .expect("valid subscription");
-                (det, queue)
+                subscribed(det, Overflow::DropNewest)
             },
-            |(det, queue)| {
-                assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
-                (det, queue)
-            },
+            fail_all,
             BatchSize::PerIteration,
         )
     });
@@ -229,13 +240,10 @@ fn expiries(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let det = detector(names);
-                let queue: Arc<EventQueue<Event>> = det
-                    .subscribe(QUEUE_CAPACITY, Overflow::Block, false)
-                    .expect("valid subscription");
-                (det, queue)
+                subscribed(det, Overflow::Block)
             },
             |(det, queue)| {
-                assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
+                let (det, queue) = fail_all((det, queue));
                 assert_eq!(queue.len(), N);
                 (det, queue)
             },
@@ -257,15 +265,9 @@ fn expiries(c: &mut Criterion) {
                     det.set_period(id, PERIOD, Some(START))
                         .expect("known topic, valid period");
                 }
-                let queue: Arc<EventQueue<Event>> = det
-                    .subscribe(QUEUE_CAPACITY, Overflow::DropNewest, false)
-                    .expect("valid subscription");
-                (det, queue)
+                subscribed(det, Overflow::DropNewest)
             },
-            |(det, queue)| {
-                assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
-                (det, queue)
-            },
+            fail_all,
             BatchSize::PerIteration,
         )
     });
