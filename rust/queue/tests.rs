@@ -60,6 +60,16 @@ fn drain_seqs_in_key_order(q: &EventQueue<Ev>) -> Vec<u64> {
     seqs(&out)
 }
 
+/// Whether one producer is parked on `q` (waiting for room) within 5 s.
+fn a_producer_parks(q: &EventQueue<Ev>) -> bool {
+    wait_until(|| q.flags.producer_waiters.load(Ordering::SeqCst) == 1)
+}
+
+/// Whether one consumer is parked on `q` (waiting for events) within 5 s.
+fn a_consumer_parks(q: &EventQueue<Ev>) -> bool {
+    wait_until(|| q.flags.consumer_waiters.load(Ordering::SeqCst) == 1)
+}
+
 /// Polls `cond` for up to 5 s.
 fn wait_until(mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + Duration::from_secs(5);
@@ -310,11 +320,7 @@ fn block_waits_for_room_and_loses_nothing() {
         thread::spawn(move || (0..20).all(|i| q.push(ev(i as u32 % 3, i))))
     };
     // The consumer is stalled: the producer fills the ring, then parks (not spins).
-    assert!(wait_until(|| q
-        .flags
-        .producer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_producer_parks(&q), "no producer parked");
     assert_eq!(
         q.stats(),
         QueueStats {
@@ -351,11 +357,7 @@ fn block_single_pop_releases_a_blocked_producer() {
         let q = Arc::clone(&q);
         thread::spawn(move || q.push(ev(0, 2)))
     };
-    assert!(wait_until(|| q
-        .flags
-        .producer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_producer_parks(&q), "no producer parked");
     let mut out = Vec::new();
     assert_eq!(q.try_pop_batch(&mut out, 1), 1);
     assert!(producer.join().unwrap());
@@ -393,11 +395,7 @@ fn try_push_hands_back_on_a_full_block_queue_and_wait_for_room_waits_for_a_pop_o
         let q = Arc::clone(&q);
         thread::spawn(move || q.wait_for_room())
     };
-    assert!(wait_until(|| q
-        .flags
-        .producer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_producer_parks(&q), "no producer parked");
     q.close();
     waiter.join().unwrap();
     assert_eq!(q.try_push_deferred(ev(0, 5)), Ok(false));
@@ -420,11 +418,7 @@ fn block_close_releases_a_blocked_producer() {
         let q = Arc::clone(&q);
         thread::spawn(move || q.push(ev(0, 8)))
     };
-    assert!(wait_until(|| q
-        .flags
-        .producer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_producer_parks(&q), "no producer parked");
     q.close();
     assert!(!producer.join().unwrap());
     let s = q.stats();
@@ -483,11 +477,7 @@ fn close_wakes_a_blocked_pop_batch() {
             (n, t.elapsed())
         })
     };
-    assert!(wait_until(|| q
-        .flags
-        .consumer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_consumer_parks(&q), "no consumer parked");
     q.close();
     let (n, _) = consumer.join().unwrap();
     assert_eq!(n, 0);
@@ -504,11 +494,7 @@ fn push_wakes_a_parked_pop_batch() {
             out
         })
     };
-    assert!(wait_until(|| q
-        .flags
-        .consumer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_consumer_parks(&q), "no consumer parked");
     assert!(q.push(ev(3, 42)));
     assert_eq!(consumer.join().unwrap(), [ev(3, 42)]);
 }
@@ -529,11 +515,7 @@ fn deferred_pushes_wake_a_parked_consumer_once_flushed() {
             out
         })
     };
-    assert!(wait_until(|| q
-        .flags
-        .consumer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_consumer_parks(&q), "no consumer parked");
     for seq in 0..3 {
         assert!(q.push_deferred(ev(1, seq)));
     }
