@@ -47,6 +47,15 @@ def open_broker(name: str, closing: list[Any], **options: Any) -> Any:
     return broker
 
 
+def open_sender(
+    closing: list[Any], transport: Any, destination: str, **options: Any
+) -> hw.ReliableSender:
+    """A reliable sender to ``destination`` on ``transport``; closed after the test."""
+    sender = hw.ReliableSender(transport, destination, **options)
+    closing.append(sender)
+    return sender
+
+
 def start_consumer(
     closing: list[Any], transport: Any, destination: str, **options: Any
 ) -> hw.Consumer:

@@ -16,7 +16,7 @@ import pytest
 
 import heartwire as hw
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
-from tests.reliable.conftest import BOTH, Inbox, open_broker, start_consumer, uid
+from tests.reliable.conftest import BOTH, Inbox, open_broker, open_sender, start_consumer, uid
 
 pytestmark = pytest.mark.usefixtures("brokers")
 
@@ -44,8 +44,7 @@ def test_offline_durable_consumer_gets_the_alerts_on_return(name: str, closing: 
 
     mon_t = open_broker(name, closing)
     pub_t = open_broker(name, closing)
-    sender = hw.ReliableSender(mon_t, destination)
-    closing.append(sender)
+    sender = open_sender(closing, mon_t, destination)
     alerts = hw.AlertListener(sender, source="test-monitor")
     mon = hw.HeartbeatMonitor(mon_t, f"{root}.svc.>", period=PERIOD, listeners=[alerts])
     closing.append(mon)
@@ -87,8 +86,7 @@ def test_unacked_message_is_redelivered_after_the_consumer_dies(
     c1 = hw.Consumer(first_t, destination, ack="client", on_message=first)
     c1.start()
     sender_t = open_broker(name, closing)
-    sender = hw.ReliableSender(sender_t, destination)
-    closing.append(sender)
+    sender = open_sender(closing, sender_t, destination)
     mid = sender.send(b"work item")
     assert sender.flush(10)
     wait_for(lambda: first.bodies(), 5, "the first delivery")
@@ -123,8 +121,7 @@ def test_transaction_delivers_all_or_nothing(name: str, closing: list[Any]) -> N
     assert tx.state == "committed"
     wait_for(lambda: len(inbox.bodies()) >= 3, 5, "the committed messages")
     # A marker sent after both: once it is in, anything of the aborted one would be too.
-    sender = hw.ReliableSender(broker, destination)
-    closing.append(sender)
+    sender = open_sender(closing, broker, destination)
     sender.send(b"marker")
     wait_for(lambda: b"marker" in inbox.bodies(), 5, "the marker")
     assert inbox.bodies() == [b"committed 0", b"committed 1", b"committed 2", b"marker"]
@@ -137,8 +134,7 @@ def test_acks_in_an_aborted_transaction_are_undone(name: str, closing: list[Any]
     held: list[hw.ReceivedMessage] = []
     c1 = hw.Consumer(broker, destination, ack="client-individual", on_message=held.append)
     c1.start()
-    sender = hw.ReliableSender(broker, destination)
-    closing.append(sender)
+    sender = open_sender(closing, broker, destination)
     mid = sender.send(b"job")
     wait_for(lambda: held, 5, "the job")
     with pytest.raises(RuntimeError), broker.transaction() as tx:
@@ -165,8 +161,7 @@ def test_flushes_complete_across_a_lost_connection(name: str, closing: list[Any]
     inbox = Inbox()
     start_consumer(closing, consumer_t, destination, on_message=inbox)
     acks: list[hw.FlushAck] = []
-    sender = hw.ReliableSender(sender_t, destination, on_flushed=acks.append)
-    closing.append(sender)
+    sender = open_sender(closing, sender_t, destination, on_flushed=acks.append)
     ids = [sender.send(b"a%d" % i) for i in range(200)]
     first = sender.request_flush()
     link = sender_t.current_link
@@ -233,8 +228,7 @@ def test_forgetting_a_stopped_durable_subscription_drops_what_it_kept(
     c = hw.Consumer(broker, destination, durable_name="d", on_message=first)
     c.start()
     c.stop()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     sender.send(b"kept while stopped")
     assert sender.flush(10)
     hw.Consumer(broker, destination, durable_name="d").stop(forget=True)  # another process

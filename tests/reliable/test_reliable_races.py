@@ -26,6 +26,7 @@ from tests.reliable.conftest import (
     assert_nothing_left,
     consume_again,
     open_broker,
+    open_sender,
     send_copy,
     start_consumer,
     uid,
@@ -117,8 +118,7 @@ def test_a_message_the_handler_raised_on_is_handed_over_again(
     consumer = start_consumer(
         closing, consumer_t, destination, ack="client-individual", on_message=handler
     )
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     mid = sender.send(b"job")
     assert sender.flush(10)
     wait_for(lambda: handler.seen, 10, "the first delivery")
@@ -154,8 +154,7 @@ def test_client_mode_acks_a_duplicate_only_past_settled_messages(
             msg.ack()  # "b" is left unacked (its handler failed): it must come back
 
     consumer = start_consumer(closing, consumer_t, destination, ack="client", on_message=handler)
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     a = sender.send(b"a")
     b = sender.send(b"b")
     assert sender.flush(10)
@@ -183,8 +182,7 @@ def test_a_rabbitmq_error_about_another_name_refuses_nothing(closing: list[Any])
     u = uid()
     t = open_broker("rabbitmq", closing)
     errors: list[hw.DeliveryRefused] = []
-    sender = hw.ReliableSender(t, f"/queue/{u}", on_error=errors.append)
-    closing.append(sender)
+    sender = open_sender(closing, t, f"/queue/{u}", on_error=errors.append)
     inbox = Inbox()
     start_consumer(closing, open_broker("rabbitmq", closing), f"/queue/{u}", on_message=inbox)
     # Hold t's receiving thread in a handler, so that the ERROR is read only after the sends.
@@ -288,8 +286,7 @@ def test_a_late_delivery_from_the_old_link_keeps_client_acks_safe(
 
     consumer = hw.Consumer(t, destination, ack="client", on_message=handler)
     consumer.start()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     b = sender.send(b"B")
     sender.send(b"A")
     assert sender.flush(10)

@@ -37,6 +37,7 @@ from tests.reliable.conftest import (
     assert_nothing_left,
     consume_again,
     open_broker,
+    open_sender,
     send_copy,
     start_consumer,
     uid,
@@ -76,8 +77,7 @@ def test_client_mode_nack_never_lets_a_duplicate_ack_an_unhandled_message(
         on_message=handler,
         on_error=lambda e, m: None,
     )
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     m0 = sender.send(b"m0")
     sender.send(b"m1")
     sender.send(b"m2")
@@ -153,8 +153,7 @@ def test_a_send_failing_in_the_resend_ends_the_link_and_strands_nothing(
     t = open_broker(name, closing)
     inbox = Inbox()
     start_consumer(closing, open_broker(name, closing), destination, on_message=inbox)
-    sender = hw.ReliableSender(t, destination)
-    closing.append(sender)
+    sender = open_sender(closing, t, destination)
     ids = [sender.send(b"m0")]
     assert sender.flush(10), f"first flush: {sender.stats()}"
     faulty = FaultySend(monkeypatch, destination)
@@ -187,8 +186,7 @@ def test_a_held_up_resend_delays_no_other_publisher(
     # must keep beating.
     destination = f"/queue/{uid()}"
     t = open_broker("activemq", closing)
-    sender = hw.ReliableSender(t, destination, persistent=False)
-    closing.append(sender)
+    sender = open_sender(closing, t, destination, persistent=False)
     here, elsewhere = Beats(), Beats()
     p_here = hw.HeartbeatPublisher(t, f"svc.{uid()}", 0.05, listeners=[here])
     p_elsewhere = hw.HeartbeatPublisher(
@@ -231,8 +229,7 @@ def test_a_handler_on_the_new_link_subscribes_and_publishes_during_the_resend(
     topic = f"t.{uid()}"
     t = open_broker("activemq", closing)
     other = open_broker("activemq", closing)
-    sender = hw.ReliableSender(t, destination)
-    closing.append(sender)
+    sender = open_sender(closing, t, destination)
     done: list[str] = []
     entered = threading.Event()
 
@@ -290,8 +287,7 @@ def test_stop_then_start_hands_an_unacked_message_over_again(
     consumer = start_consumer(
         closing, t, destination, ack=ack, on_message=handler, on_error=lambda e, m: None
     )
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     job = sender.send(b"job")
     assert sender.flush(10), f"flush: {sender.stats()}"
     wait_for(lambda: seen, 10, "the first delivery")
@@ -331,8 +327,7 @@ def test_client_mode_restart_never_acks_what_the_old_subscription_left(
     consumer = start_consumer(
         closing, t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
     )
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     sender.send(b"X")
     assert sender.flush(10)
     wait_for(lambda: b"X" in seen, 10, "X's first delivery")
@@ -363,8 +358,7 @@ def test_restart_books_afresh_so_a_duplicate_is_acked_at_once(closing: list[Any]
     consumer = start_consumer(
         closing, t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
     )
-    sender = hw.ReliableSender(open_broker("activemq", closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker("activemq", closing), destination)
     w = sender.send(b"W")
     sender.send(b"X")
     assert sender.flush(10)
@@ -385,8 +379,7 @@ def test_waiting_for_a_flush_on_the_receiving_thread_fails_fast(closing: list[An
     # flush waits for are read by the receiving thread, so a handler waiting there could never
     # see them. It must fail at once, naming why, instead of waiting out its timeout (or hanging).
     t = open_broker("activemq", closing)
-    sender = hw.ReliableSender(t, f"/queue/{uid()}")
-    closing.append(sender)
+    sender = open_sender(closing, t, f"/queue/{uid()}")
     outcome: list[tuple[str, float]] = []
 
     def handler(message: Message) -> None:
