@@ -9,7 +9,7 @@ import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -40,28 +40,32 @@ def closing() -> Iterator[list[Any]]:
                 thing.close()
 
 
+_T = TypeVar("_T")
+
+
+def _kept(closing: list[Any], thing: _T) -> _T:
+    """``thing``, added to ``closing`` (ended after the test)."""
+    closing.append(thing)
+    return thing
+
+
 def open_broker(name: str, closing: list[Any], **options: Any) -> Any:
     B.ensure(name)
-    broker = hw.connect(B.url(name) + "?" + FAST, **options)
-    closing.append(broker)
-    return broker
+    return _kept(closing, hw.connect(B.url(name) + "?" + FAST, **options))
 
 
 def open_sender(
     closing: list[Any], transport: Any, destination: str, **options: Any
 ) -> hw.ReliableSender:
     """A reliable sender to ``destination`` on ``transport``; closed after the test."""
-    sender = hw.ReliableSender(transport, destination, **options)
-    closing.append(sender)
-    return sender
+    return _kept(closing, hw.ReliableSender(transport, destination, **options))
 
 
 def start_consumer(
     closing: list[Any], transport: Any, destination: str, **options: Any
 ) -> hw.Consumer:
     """A consumer of ``destination`` on ``transport``, started; stopped after the test."""
-    consumer = hw.Consumer(transport, destination, **options)
-    closing.append(consumer)
+    consumer = _kept(closing, hw.Consumer(transport, destination, **options))
     consumer.start()
     return consumer
 
