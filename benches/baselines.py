@@ -40,7 +40,35 @@ def _ignore(*_args: object) -> None:
     return None
 
 
-class HeapMonitor:
+class _Outages:
+    """The settings and outage bookkeeping the heap and asyncio monitors share: ``missed``
+    holds only the topics that missed a period, for now, ``since`` the failed ones' failure
+    times; a beat ends an outage (:meth:`_resume`)."""
+
+    def __init__(
+        self,
+        period: float,
+        allowed_misses: int,
+        grace: float,
+        on_failed: FailedHandler,
+        on_resumed: ResumedHandler,
+    ) -> None:
+        self.period = period
+        self.allowed_misses = allowed_misses
+        self.grace = grace
+        self.on_failed = on_failed
+        self.on_resumed = on_resumed
+        self.missed: dict[Hashable, int] = {}
+        self.since: dict[Hashable, float] = {}
+
+    def _resume(self, key: Hashable, now: float) -> None:
+        n = self.missed.pop(key)
+        since = self.since.pop(key, None)
+        if since is not None:
+            self.on_resumed(key, n, now - since)
+
+
+class HeapMonitor(_Outages):
     """Baseline 1: last-seen times in a dict, deadlines in a heap, re-armed lazily.
 
     ``beat`` is a clock read, a membership test, a state check (a beat ends an outage) and a dict
@@ -57,14 +85,8 @@ class HeapMonitor:
         on_failed: FailedHandler = _ignore,
         on_resumed: ResumedHandler = _ignore,
     ) -> None:
-        self.period = period
-        self.allowed_misses = allowed_misses
-        self.grace = grace
-        self.on_failed = on_failed
-        self.on_resumed = on_resumed
+        super().__init__(period, allowed_misses, grace, on_failed, on_resumed)
         self.last: dict[Hashable, float] = {}
-        self.missed: dict[Hashable, int] = {}  # only topics that missed a period, for now
-        self.since: dict[Hashable, float] = {}  # failed topics: when they failed
         self.heap: list[tuple[float, Hashable]] = []
 
     def __len__(self) -> int:
@@ -100,12 +122,6 @@ class HeapMonitor:
                 last[key] = now
                 recorded += 1
         return recorded
-
-    def _resume(self, key: Hashable, now: float) -> None:
-        n = self.missed.pop(key)
-        since = self.since.pop(key, None)
-        if since is not None:
-            self.on_resumed(key, n, now - since)
 
     def tick(self, now: float | None = None) -> int:
         """Process every deadline before ``now``; returns how many periods were missed."""
@@ -145,7 +161,7 @@ class HeapMonitor:
                 next_tick = time.monotonic()
 
 
-class AsyncioMonitor:
+class AsyncioMonitor(_Outages):
     """Baseline 2: one ``loop.call_at`` timer per topic, cancelled and re-armed on each beat.
 
     Call every method on the loop's thread (from elsewhere: ``loop.call_soon_threadsafe``).
@@ -160,15 +176,9 @@ class AsyncioMonitor:
         on_failed: FailedHandler = _ignore,
         on_resumed: ResumedHandler = _ignore,
     ) -> None:
+        super().__init__(period, allowed_misses, grace, on_failed, on_resumed)
         self.loop = loop
-        self.period = period
-        self.allowed_misses = allowed_misses
-        self.grace = grace
-        self.on_failed = on_failed
-        self.on_resumed = on_resumed
         self.timers: dict[Hashable, asyncio.TimerHandle] = {}
-        self.missed: dict[Hashable, int] = {}
-        self.since: dict[Hashable, float] = {}
 
     def __len__(self) -> int:
         return len(self.timers)
@@ -185,11 +195,8 @@ class AsyncioMonitor:
             return False
         timer.cancel()
         now = self.loop.time()
-        if key in self.missed:
-            n = self.missed.pop(key)
-            since = self.since.pop(key, None)
-            if since is not None:
-                self.on_resumed(key, n, now - since)
+        if key in self.missed:  # a beat ends an outage
+            self._resume(key, now)
         due = now + self.period + self.grace
         self.timers[key] = self.loop.call_at(due, self._expire, key, due)
         return True

@@ -77,6 +77,23 @@ fn detector(names: &[String]) -> Arc<Detector> {
     det
 }
 
+/// `det` with a subscriber queue (room for every event, `policy` at capacity) for `failed`.
+fn subscribed(det: Arc<Detector>, policy: Overflow) -> (Arc<Detector>, Arc<EventQueue<Event>>) {
+    let queue = det
+        .subscribe(QUEUE_CAPACITY, policy, false)
+        .expect("valid subscription");
+    (det, queue)
+}
+
+/// The measured step of the `advance/fail_all*` benches: every topic misses its first
+/// deadline. Returns what it was given, to be dropped untimed.
+fn fail_all(
+    (det, queue): (Arc<Detector>, Arc<EventQueue<Event>>),
+) -> (Arc<Detector>, Arc<EventQueue<Event>>) {
+    assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
+    (det, queue)
+}
+
 /// What the beat benchmarks share, built on first use (so a filter that skips them all also
 /// skips building 1M topics).
 struct BeatFixture {
@@ -142,6 +159,9 @@ impl BeatFixture {
     }
 }
 
+/// A named way to beat every topic of the fixture once.
+type BeatCase = (&'static str, fn(&BeatFixture));
+
 /// Beats per second into 1M registered topics, by path.
 fn beats(c: &mut Criterion) {
     let fixture = OnceCell::new();
@@ -149,34 +169,26 @@ fn beats(c: &mut Criterion) {
     let mut g = c.benchmark_group("beats_1M");
     g.throughput(Throughput::Elements(N as u64));
     g.sample_size(10);
-    g.bench_function("record/sequential", |b| {
-        let f = f();
-        b.iter(|| f.record_all(&f.ids))
-    });
-    g.bench_function("record/shuffled", |b| {
-        let f = f();
-        b.iter(|| f.record_all(&f.shuffled_ids))
-    });
-    g.bench_function("record_handles/shuffled", |b| {
-        let f = f();
-        b.iter(|| f.record_handles(&f.shuffled_ids))
-    });
-    g.bench_function("record_names/in_order", |b| {
-        let f = f();
-        b.iter(|| f.record_names(&f.names))
-    });
-    g.bench_function("record_names/shuffled", |b| {
-        let f = f();
-        b.iter(|| f.record_names(&f.shuffled_names))
-    });
-    g.bench_function("beat_ids/sequential", |b| {
-        let f = f();
-        b.iter(|| f.beat_ids(&f.ids))
-    });
-    g.bench_function("beat_ids/shuffled", |b| {
-        let f = f();
-        b.iter(|| f.beat_ids(&f.shuffled_ids))
-    });
+    // One bench per (name, path, order); each iteration beats all N topics once.
+    let cases: [BeatCase; 7] = [
+        ("record/sequential", |f| f.record_all(&f.ids)),
+        ("record/shuffled", |f| f.record_all(&f.shuffled_ids)),
+        ("record_handles/shuffled", |f| {
+            f.record_handles(&f.shuffled_ids)
+        }),
+        ("record_names/in_order", |f| f.record_names(&f.names)),
+        ("record_names/shuffled", |f| {
+            f.record_names(&f.shuffled_names)
+        }),
+        ("beat_ids/sequential", |f| f.beat_ids(&f.ids)),
+        ("beat_ids/shuffled", |f| f.beat_ids(&f.shuffled_ids)),
+    ];
+    for (name, run) in cases {
+        g.bench_function(name, |b| {
+            let f = f();
+            b.iter(|| run(f))
+        });
+    }
     // With a subscriber that wants `received`: every beat takes the detector lock to emit
     // one (into a small drop-oldest queue nobody reads, so the queue never waits).
     g.bench_function("beat_ids_received/sequential", |b| {
@@ -214,15 +226,9 @@ fn expiries(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let det = detector(names);
-                let queue: Arc<EventQueue<Event>> = det
-                    .subscribe(QUEUE_CAPACITY, Overflow::DropNewest, false)
-                    .expect("valid subscription");
-                (det, queue)
+                subscribed(det, Overflow::DropNewest)
             },
-            |(det, queue)| {
-                assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
-                (det, queue)
-            },
+            fail_all,
             BatchSize::PerIteration,
         )
     });
@@ -234,13 +240,10 @@ fn expiries(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let det = detector(names);
-                let queue: Arc<EventQueue<Event>> = det
-                    .subscribe(QUEUE_CAPACITY, Overflow::Block, false)
-                    .expect("valid subscription");
-                (det, queue)
+                subscribed(det, Overflow::Block)
             },
             |(det, queue)| {
-                assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
+                let (det, queue) = fail_all((det, queue));
                 assert_eq!(queue.len(), N);
                 (det, queue)
             },
@@ -262,15 +265,9 @@ fn expiries(c: &mut Criterion) {
                     det.set_period(id, PERIOD, Some(START))
                         .expect("known topic, valid period");
                 }
-                let queue: Arc<EventQueue<Event>> = det
-                    .subscribe(QUEUE_CAPACITY, Overflow::DropNewest, false)
-                    .expect("valid subscription");
-                (det, queue)
+                subscribed(det, Overflow::DropNewest)
             },
-            |(det, queue)| {
-                assert_eq!(det.advance_to(Some(PAST_FIRST_DEADLINE)), N as u64);
-                (det, queue)
-            },
+            fail_all,
             BatchSize::PerIteration,
         )
     });

@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
-import platform
 import secrets
 import sys
 import time
@@ -138,8 +135,7 @@ def main() -> int:
         "",
         f"Command: `.venv/bin/python {command}`, {started:%Y-%m-%d %H:%M} UTC, {wall:.0f} s; "
         f"{rate:.0f} beats/s for {args.duration:g} s.  ",
-        f"Machine: {platform.node() or 'host'}, {os.cpu_count()} shared cores, load average "
-        f"{os.getloadavg()[0]:.2f} at the end; heartwire at {rs.git_rev()}.",
+        rs.machine_line(),
         "",
         "| reader | sent | counted | false failures | topics learned | peak RSS | CPU | "
         "p99 transit | p99 lag (est.) | publisher lag p99 | goals |",
@@ -154,21 +150,12 @@ def main() -> int:
         "reader process's `VmHWM`. p99 transit: receive time minus `sent` (raw and stomp.py); p99 "
         "lag: from counts, sampled (see `rabbit_steps.py`).",
     ]
-    text = "\n".join(md)
-    print()
-    print(text)
     res = {
         "meta": {"command": command, "date": f"{started:%Y-%m-%d %H:%M UTC}", "wall_s": wall},
         "args": vars(args),
         "runs": runs,
     }
-    json_path = args.json or (None if args.no_write else str(HERE / "million.json"))
-    if json_path:
-        Path(json_path).write_text(json.dumps(res, indent=1) + "\n")
-        print(f"wrote {json_path}")
-    if not args.no_write:
-        rs.write_section(Path(args.write), text, "million")
-        print(f"wrote {args.write}")
+    rs.save(args, "\n".join(md), res, "million", "million")
     return 0
 
 

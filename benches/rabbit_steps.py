@@ -314,6 +314,29 @@ def write_section(path: Path, body: str, name: str = "rabbit_steps") -> None:
     path.write_text(text)
 
 
+def machine_line() -> str:
+    """The results' machine line: host, cores, load now, and the heartwire measured."""
+    return (
+        f"Machine: {platform.node() or 'host'}, {os.cpu_count()} shared cores, load average "
+        f"{os.getloadavg()[0]:.2f} at the end; heartwire at {git_rev()}."
+    )
+
+
+def save(args: argparse.Namespace, text: str, res: dict[str, Any], name: str, section: str) -> None:
+    """Print the markdown ``text``; write ``res`` to ``--json`` (default benches/<name>.json)
+    and ``text`` to the ``section`` of ``--write``, neither with ``--no-write`` (but an explicit
+    ``--json``)."""
+    print()
+    print(text)
+    json_path = args.json or (None if args.no_write else str(HERE / f"{name}.json"))
+    if json_path:
+        Path(json_path).write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {json_path}")
+    if not args.no_write:
+        write_section(Path(args.write), text, section)
+        print(f"wrote {args.write}")
+
+
 def git_rev() -> str:
     """The commit of the heartwire the readers import (this interpreter, this environment's
     PYTHONPATH), which need not be this checkout's."""
@@ -408,8 +431,7 @@ def main() -> int:
         "",
         f"Command: `.venv/bin/python {command}`, {started:%Y-%m-%d %H:%M} UTC, {wall:.0f} s; "
         f"{args.warmup} s warm-up, {args.window} s window per run, grace {args.grace} s.  ",
-        f"Machine: {platform.node() or 'host'}, {os.cpu_count()} shared cores, load average "
-        f"{os.getloadavg()[0]:.2f} at the end; heartwire at {git_rev()}.",
+        machine_line(),
         "",
         table(runs, args.grace, args.publisher_bound),
         "",
@@ -424,22 +446,13 @@ def main() -> int:
         "it at that N; else RabbitMQ's flow control pushing back from that reader's queue). "
         "Columns explained in the script's docstring.",
     ]
-    text = "\n".join(md)
-    print()
-    print(text)
     res = {
         "meta": {"command": command, "date": f"{started:%Y-%m-%d %H:%M UTC}", "wall_s": wall},
         "args": vars(args),
         "runs": runs,
         "capacity": capacity(runs, readers),
     }
-    json_path = args.json or (None if args.no_write else str(HERE / "rabbit_steps.json"))
-    if json_path:
-        Path(json_path).write_text(json.dumps(res, indent=1) + "\n")
-        print(f"wrote {json_path}")
-    if not args.no_write:
-        write_section(Path(args.write), text, args.section)
-        print(f"wrote {args.write}")
+    save(args, "\n".join(md), res, "rabbit_steps", args.section)
     return 0
 
 

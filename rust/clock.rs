@@ -206,12 +206,17 @@ mod tests {
         }
     }
 
-    fn counter() -> Arc<Counter> {
-        Arc::new(Counter {
+    /// A counter attached to `clock`; the clock holds it weakly, so it is driven while the
+    /// returned `Arc` (the test's, also given as `dyn Driven`) lives.
+    fn attached_counter(clock: &ManualClock) -> (Arc<Counter>, Arc<dyn Driven>) {
+        let counter = Arc::new(Counter {
             runs: AtomicUsize::new(0),
             last: AtomicU64::new(0),
             woke: Mutex::new(Vec::new()),
-        })
+        });
+        let as_driven: Arc<dyn Driven> = counter.clone();
+        clock.attach(Arc::downgrade(&as_driven));
+        (counter, as_driven)
     }
 
     #[test]
@@ -226,9 +231,7 @@ mod tests {
     #[test]
     fn manual_advance_drives_attached_until_dropped() {
         let clock = ManualClock::new(100);
-        let counter = counter();
-        let as_driven: Arc<dyn Driven> = counter.clone();
-        clock.attach(Arc::downgrade(&as_driven));
+        let (counter, as_driven) = attached_counter(&clock);
         assert_eq!(clock.advance(50), 150);
         assert_eq!(counter.runs.load(Ordering::SeqCst), 1);
         assert_eq!(counter.last.load(Ordering::SeqCst), 150);
@@ -243,9 +246,7 @@ mod tests {
     #[test]
     fn a_stall_runs_nothing_and_the_next_advance_wakes_first() {
         let clock = ManualClock::new(0);
-        let counter = counter();
-        let as_driven: Arc<dyn Driven> = counter.clone();
-        clock.attach(Arc::downgrade(&as_driven));
+        let (counter, _kept) = attached_counter(&clock);
         assert_eq!(clock.stall(10), 10);
         assert_eq!(clock.stall(5), 15);
         assert_eq!(counter.runs.load(Ordering::SeqCst), 0);

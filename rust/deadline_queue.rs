@@ -294,6 +294,23 @@ mod tests {
         assert_eq!(s.deadline(5), None);
     }
 
+    /// Everything due now, popped in batches of at most `max` (checked), in order.
+    fn pop_all(s: &DeadlineQueue, max: usize) -> Vec<(u32, u64)> {
+        let mut got = Vec::new();
+        loop {
+            let batch = s.try_pop(max);
+            if batch.is_empty() {
+                return got;
+            }
+            assert!(
+                batch.len() <= max,
+                "{} keys in a batch of at most {max}",
+                batch.len()
+            );
+            got.extend(batch);
+        }
+    }
+
     #[test]
     fn max_splits_the_due_keys_into_batches() {
         let (clock, s) = manual();
@@ -301,15 +318,7 @@ mod tests {
             s.schedule(k, u64::from(10_000 - k) * MS).unwrap();
         }
         clock.advance(20 * S);
-        let mut got = Vec::new();
-        loop {
-            let batch = s.try_pop(1024);
-            if batch.is_empty() {
-                break;
-            }
-            assert!(batch.len() <= 1024);
-            got.extend(batch);
-        }
+        let got = pop_all(&s, 1024);
         assert_eq!(got.len(), 10_000);
         assert!(got.windows(2).all(|p| p[0].1 < p[1].1));
         assert_eq!(got[0], (9_999, MS));
@@ -323,14 +332,7 @@ mod tests {
             s.schedule(k, S + u64::from(k / 10) * 1_000).unwrap();
         }
         clock.advance(2 * S);
-        let mut got = Vec::new();
-        loop {
-            let batch = s.try_pop(7);
-            if batch.is_empty() {
-                break;
-            }
-            got.extend(batch);
-        }
+        let got = pop_all(&s, 7);
         let want: Vec<_> = (0..100u32)
             .map(|k| (k, S + u64::from(k / 10) * 1_000))
             .collect();

@@ -52,16 +52,22 @@ def url(name: str) -> str:
     return f"stomp://{HOST}:{PORTS[name]}"
 
 
+def _connects(sock: socket.socket, timeout: float, login: bytes = b"") -> bool:
+    """Whether a STOMP CONNECT on ``sock`` (with the ``login`` header lines) is answered with
+    CONNECTED within ``timeout``; then says DISCONNECT."""
+    sock.settimeout(timeout)
+    sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\n" + login + b"\n\0")
+    reply = sock.recv(64)
+    with contextlib.suppress(OSError):
+        sock.sendall(b"DISCONNECT\n\n\0")
+    return reply.startswith(b"CONNECTED")
+
+
 def stomp_ready(port: int, timeout: float = 2.0) -> bool:
     """Whether 127.0.0.1:``port`` answers a STOMP CONNECT with CONNECTED within ``timeout``."""
     try:
         with socket.create_connection((HOST, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
-            reply = sock.recv(64)
-            with contextlib.suppress(OSError):
-                sock.sendall(b"DISCONNECT\n\n\0")
-            return reply.startswith(b"CONNECTED")
+            return _connects(sock, timeout, b"login:guest\npasscode:guest\n")
     except OSError:
         return False
 
@@ -77,12 +83,7 @@ def tls_ready(timeout: float = 3.0) -> bool:
             socket.create_connection((HOST, TLS_PORT), timeout=timeout) as raw,
             ctx.wrap_socket(raw, server_hostname=HOST) as sock,
         ):
-            sock.settimeout(timeout)
-            sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
-            reply = sock.recv(64)
-            with contextlib.suppress(OSError):
-                sock.sendall(b"DISCONNECT\n\n\0")
-            return reply.startswith(b"CONNECTED")
+            return _connects(sock, timeout)
     except (OSError, ssl.SSLError):
         return False
 

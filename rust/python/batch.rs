@@ -11,7 +11,7 @@ use super::{arrow_in, type_name};
 use crate::detector::{Batch, Detector};
 use crate::registry::{Handle, LOOKUP_CHUNK};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::types::{ArrowPrimitiveType, Int32Type, Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -259,34 +259,10 @@ pub fn handles(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
         for chunk in &chunks {
             let before = out.len();
             match chunk.data_type() {
-                DataType::UInt32 => out.extend(
-                    chunk
-                        .as_primitive::<UInt32Type>()
-                        .iter()
-                        .flatten()
-                        .map(u64::from),
-                ),
-                DataType::Int32 => out.extend(
-                    chunk
-                        .as_primitive::<Int32Type>()
-                        .iter()
-                        .flatten()
-                        .map(id_of),
-                ),
-                DataType::UInt64 => out.extend(
-                    chunk
-                        .as_primitive::<UInt64Type>()
-                        .iter()
-                        .flatten()
-                        .map(id_of_u),
-                ),
-                DataType::Int64 => out.extend(
-                    chunk
-                        .as_primitive::<Int64Type>()
-                        .iter()
-                        .flatten()
-                        .map(id_of),
-                ),
+                DataType::UInt32 => out.extend(non_null::<UInt32Type>(chunk, u64::from)),
+                DataType::Int32 => out.extend(non_null::<Int32Type>(chunk, id_of)),
+                DataType::UInt64 => out.extend(non_null::<UInt64Type>(chunk, id_of_u)),
+                DataType::Int64 => out.extend(non_null::<Int64Type>(chunk, id_of)),
                 other => {
                     return Err(PyTypeError::new_err(format!(
                         "handles must be an Arrow integer array, got one of type {other}"
@@ -372,6 +348,14 @@ fn words8(bytes: &[u8]) -> impl Iterator<Item = [u8; 8]> + '_ {
     bytes
         .chunks_exact(8)
         .map(|b| <[u8; 8]>::try_from(b).expect("chunks of 8"))
+}
+
+/// The non-null values of `chunk`, an Arrow array of type `T`, each made a handle by `id`.
+fn non_null<'a, T: ArrowPrimitiveType>(
+    chunk: &'a ArrayRef,
+    id: impl Fn(T::Native) -> u64 + 'a,
+) -> impl Iterator<Item = u64> + 'a {
+    chunk.as_primitive::<T>().iter().flatten().map(id)
 }
 
 #[inline]

@@ -38,11 +38,7 @@ pub fn freshness_kernel<'py>(
     as_of: &Bound<'py, PyAny>,
     allowed_misses: i64,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if allowed_misses < 1 {
-        return Err(PyValueError::new_err(format!(
-            "allowed_misses must be an int >= 1, got {allowed_misses}"
-        )));
-    }
+    check_allowed_misses(allowed_misses)?;
     let last = match arrow_in::chunks(last_seen)?.as_deref() {
         Some([array]) => array.clone(),
         Some(parts) => {
@@ -182,14 +178,25 @@ impl Iterator for PerRowIter<'_> {
     }
 }
 
+fn check_allowed_misses(allowed_misses: i64) -> PyResult<()> {
+    if allowed_misses < 1 {
+        return Err(PyValueError::new_err(format!(
+            "allowed_misses must be an int >= 1, got {allowed_misses}"
+        )));
+    }
+    Ok(())
+}
+
+/// The `ts` chunks as epoch ms (the error names `ts`).
+fn times_ms(ts_chunks: &[ArrayRef]) -> PyResult<Vec<Int64Array>> {
+    ts_chunks.iter().map(|c| arrow_in::to_ms("ts", c)).collect()
+}
+
 /// The beats of one topic from its time chunks and periods; rows with a null time skipped.
 fn read_beats(ts: &Bound<'_, PyAny>, period_ms: &Bound<'_, PyAny>) -> PyResult<Vec<Beat>> {
     let ts_chunks = arrays("ts", ts)?;
     let periods = PerRow::extract("period_ms", period_ms, "ts", &ts_chunks)?;
-    let ts_ms = ts_chunks
-        .iter()
-        .map(|c| arrow_in::to_ms("ts", c))
-        .collect::<PyResult<Vec<_>>>()?;
+    let ts_ms = times_ms(&ts_chunks)?;
     let periods = periods.to_ms("period_ms")?;
     let mut beats = Vec::with_capacity(ts_chunks.iter().map(|c| c.len()).sum());
     for (k, ms) in ts_ms.iter().enumerate() {
@@ -209,11 +216,7 @@ fn gap_config(
     end_ms: i64,
     expect_from_start: bool,
 ) -> PyResult<GapConfig> {
-    if allowed_misses < 1 {
-        return Err(PyValueError::new_err(format!(
-            "allowed_misses must be an int >= 1, got {allowed_misses}"
-        )));
-    }
+    check_allowed_misses(allowed_misses)?;
     if let Some(start) = start_ms.filter(|&s| s >= end_ms) {
         return Err(PyValueError::new_err(format!(
             "start_ms must be before end_ms, got {start} >= {end_ms}"
@@ -321,10 +324,7 @@ pub fn partition_kernel<'py>(
     }
     let periods = PerRow::extract("period_ms", period_ms, "topics", &topic_chunks)?;
     let batch = py.detach(move || -> PyResult<RecordBatch> {
-        let ts_ms = ts_chunks
-            .iter()
-            .map(|c| arrow_in::to_ms("ts", c))
-            .collect::<PyResult<Vec<_>>>()?;
+        let ts_ms = times_ms(&ts_chunks)?;
         let periods = periods.to_ms("period_ms")?;
         arrow_in::check_strings("topics", &topic_chunks)?;
         let beats = topic_chunks

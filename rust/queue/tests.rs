@@ -45,6 +45,31 @@ fn assert_per_key_order(evs: &[Ev]) {
     }
 }
 
+/// A queue of capacity 8 under `policy` after 20 pushes, keys 0, 1, 2 in turn (seq 0..20), and
+/// what each push returned: the overflow tests' common start.
+fn push_20_into_8(policy: Overflow) -> (EventQueue<Ev>, Vec<bool>) {
+    let q = EventQueue::new(8, policy);
+    let accepted = (0..20).map(|i| q.push(ev(i as u32 % 3, i))).collect();
+    (q, accepted)
+}
+
+/// Drains `q` and checks each key's order: the seqs, in the order popped.
+fn drain_seqs_in_key_order(q: &EventQueue<Ev>) -> Vec<u64> {
+    let out = drain(q);
+    assert_per_key_order(&out);
+    seqs(&out)
+}
+
+/// Whether one producer is parked on `q` (waiting for room) within 5 s.
+fn a_producer_parks(q: &EventQueue<Ev>) -> bool {
+    wait_until(|| q.flags.producer_waiters.load(Ordering::SeqCst) == 1)
+}
+
+/// Whether one consumer is parked on `q` (waiting for events) within 5 s.
+fn a_consumer_parks(q: &EventQueue<Ev>) -> bool {
+    wait_until(|| q.flags.consumer_waiters.load(Ordering::SeqCst) == 1)
+}
+
 /// Polls `cond` for up to 5 s.
 fn wait_until(mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + Duration::from_secs(5);
@@ -109,8 +134,7 @@ fn max_limits_the_batch() {
 
 #[test]
 fn drop_newest_keeps_the_first_capacity() {
-    let q = EventQueue::new(8, Overflow::DropNewest);
-    let accepted: Vec<bool> = (0..20).map(|i| q.push(ev(i as u32 % 3, i))).collect();
+    let (q, accepted) = push_20_into_8(Overflow::DropNewest);
     assert!(accepted[..8].iter().all(|&a| a));
     assert!(accepted[8..].iter().all(|&a| !a));
     assert_eq!(
@@ -123,19 +147,15 @@ fn drop_newest_keeps_the_first_capacity() {
             ..QueueStats::default()
         }
     );
-    let out = drain(&q);
-    assert_eq!(seqs(&out), (0..8).collect::<Vec<_>>());
-    assert_per_key_order(&out);
+    assert_eq!(drain_seqs_in_key_order(&q), (0..8).collect::<Vec<_>>());
     assert_eq!(q.stats().popped, 8);
     assert_eq!(q.len(), 0);
 }
 
 #[test]
 fn drop_oldest_keeps_the_newest_capacity() {
-    let q = EventQueue::new(8, Overflow::DropOldest);
-    for i in 0..20 {
-        assert!(q.push(ev(i as u32 % 3, i)));
-    }
+    let (q, accepted) = push_20_into_8(Overflow::DropOldest);
+    assert!(accepted.iter().all(|&a| a));
     assert_eq!(
         q.stats(),
         QueueStats {
@@ -146,9 +166,7 @@ fn drop_oldest_keeps_the_newest_capacity() {
             ..QueueStats::default()
         }
     );
-    let out = drain(&q);
-    assert_eq!(seqs(&out), (12..20).collect::<Vec<_>>());
-    assert_per_key_order(&out);
+    assert_eq!(drain_seqs_in_key_order(&q), (12..20).collect::<Vec<_>>());
     let s = q.stats();
     assert_eq!(s.pushed, s.popped + s.dropped_oldest);
 }
@@ -173,12 +191,10 @@ fn unkeyed_events_overflowing_a_coalescing_queue_are_each_kept_in_order() {
 
 #[test]
 fn coalesce_keeps_newest_overflow_per_key_in_order() {
-    let q = EventQueue::new(8, Overflow::Coalesce);
     // Keys interleaved 0,1,2,0,1,2,... The ring takes seq 0..8; then 8 (key 2), 9 (key 0)
     // and 10 (key 1) go to the side table, and each later event replaces its key's entry.
-    for i in 0..20 {
-        assert!(q.push(ev(i as u32 % 3, i)));
-    }
+    let (q, accepted) = push_20_into_8(Overflow::Coalesce);
+    assert!(accepted.iter().all(|&a| a));
     assert_eq!(
         q.stats(),
         QueueStats {
@@ -189,11 +205,12 @@ fn coalesce_keeps_newest_overflow_per_key_in_order() {
             ..QueueStats::default()
         }
     );
-    let out = drain(&q);
     // Ring first, then the side table in the order its keys first overflowed (2, 0, 1),
     // each with its newest event.
-    assert_eq!(seqs(&out), [0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19]);
-    assert_per_key_order(&out);
+    assert_eq!(
+        drain_seqs_in_key_order(&q),
+        [0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19]
+    );
     let s = q.stats();
     assert_eq!(s.popped, 11);
     assert_eq!(s.pushed, s.popped + s.coalesced);
@@ -303,11 +320,7 @@ fn block_waits_for_room_and_loses_nothing() {
         thread::spawn(move || (0..20).all(|i| q.push(ev(i as u32 % 3, i))))
     };
     // The consumer is stalled: the producer fills the ring, then parks (not spins).
-    assert!(wait_until(|| q
-        .flags
-        .producer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_producer_parks(&q), "no producer parked");
     assert_eq!(
         q.stats(),
         QueueStats {
@@ -344,11 +357,7 @@ fn block_single_pop_releases_a_blocked_producer() {
         let q = Arc::clone(&q);
         thread::spawn(move || q.push(ev(0, 2)))
     };
-    assert!(wait_until(|| q
-        .flags
-        .producer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_producer_parks(&q), "no producer parked");
     let mut out = Vec::new();
     assert_eq!(q.try_pop_batch(&mut out, 1), 1);
     assert!(producer.join().unwrap());
@@ -386,11 +395,7 @@ fn try_push_hands_back_on_a_full_block_queue_and_wait_for_room_waits_for_a_pop_o
         let q = Arc::clone(&q);
         thread::spawn(move || q.wait_for_room())
     };
-    assert!(wait_until(|| q
-        .flags
-        .producer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_producer_parks(&q), "no producer parked");
     q.close();
     waiter.join().unwrap();
     assert_eq!(q.try_push_deferred(ev(0, 5)), Ok(false));
@@ -413,11 +418,7 @@ fn block_close_releases_a_blocked_producer() {
         let q = Arc::clone(&q);
         thread::spawn(move || q.push(ev(0, 8)))
     };
-    assert!(wait_until(|| q
-        .flags
-        .producer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_producer_parks(&q), "no producer parked");
     q.close();
     assert!(!producer.join().unwrap());
     let s = q.stats();
@@ -476,11 +477,7 @@ fn close_wakes_a_blocked_pop_batch() {
             (n, t.elapsed())
         })
     };
-    assert!(wait_until(|| q
-        .flags
-        .consumer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_consumer_parks(&q), "no consumer parked");
     q.close();
     let (n, _) = consumer.join().unwrap();
     assert_eq!(n, 0);
@@ -497,11 +494,7 @@ fn push_wakes_a_parked_pop_batch() {
             out
         })
     };
-    assert!(wait_until(|| q
-        .flags
-        .consumer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_consumer_parks(&q), "no consumer parked");
     assert!(q.push(ev(3, 42)));
     assert_eq!(consumer.join().unwrap(), [ev(3, 42)]);
 }
@@ -522,11 +515,7 @@ fn deferred_pushes_wake_a_parked_consumer_once_flushed() {
             out
         })
     };
-    assert!(wait_until(|| q
-        .flags
-        .consumer_waiters
-        .load(Ordering::SeqCst)
-        == 1));
+    assert!(a_consumer_parks(&q), "no consumer parked");
     for seq in 0..3 {
         assert!(q.push_deferred(ev(1, seq)));
     }
@@ -654,23 +643,10 @@ fn stress(policy: Overflow, capacity: usize, producers: u32, per: u64) {
 }
 
 #[test]
-fn stress_block() {
-    stress(Overflow::Block, 16, 4, 50_000);
-}
-
-#[test]
-fn stress_drop_oldest() {
-    stress(Overflow::DropOldest, 16, 4, 50_000);
-}
-
-#[test]
-fn stress_drop_newest() {
-    stress(Overflow::DropNewest, 16, 4, 50_000);
-}
-
-#[test]
-fn stress_coalesce() {
-    stress(Overflow::Coalesce, 16, 4, 50_000);
+fn stress_each_policy() {
+    for o in Overflow::ALL {
+        stress(o, 16, 4, 50_000);
+    }
 }
 
 #[test]

@@ -168,17 +168,20 @@ def test_note_intake_and_the_settings_refuse_bad_values() -> None:
     assert q.try_pop() == []
 
 
+class LagRecorder(Recorder):
+    """Records the lag episodes too."""
+
+    def on_lagging(self, event: Lagging) -> None:
+        self.events.append(event)
+
+    def on_caught_up(self, event: CaughtUp) -> None:
+        self.events.append(event)
+
+
 def test_the_monitor_reports_the_lag_not_failures() -> None:
     clock = hw.ManualClock()
 
-    class Rec(Recorder):
-        def on_lagging(self, event: Lagging) -> None:
-            self.events.append(event)
-
-        def on_caught_up(self, event: CaughtUp) -> None:
-            self.events.append(event)
-
-    rec = Rec()
+    rec = LagRecorder()
     mon = HeartbeatMonitor(None, "svc.>", period=1.0, clock=clock, listeners=[rec])
     assert mon.lag_threshold == 1.0
     names = [f"svc.{i:03d}" for i in range(200)]
@@ -215,14 +218,7 @@ def test_the_monitor_reports_the_lag_not_failures() -> None:
 def test_the_monitor_ends_an_episode_when_it_stops_and_validates_the_option() -> None:
     clock = hw.ManualClock()
 
-    class Rec(Recorder):
-        def on_lagging(self, event: Lagging) -> None:
-            self.events.append(event)
-
-        def on_caught_up(self, event: CaughtUp) -> None:
-            self.events.append(event)
-
-    rec = Rec()
+    rec = LagRecorder()
     mon = HeartbeatMonitor(None, "svc.>", clock=clock, listeners=[rec], lag_threshold=0.5)
     mon.start()
     clock.advance(3.0)

@@ -38,6 +38,19 @@ class Errors(hw.SubscriberListener):
         self.seen.append(event)
 
 
+def watching(
+    url: str, closing: list[Any], pattern: str, errors: Errors, **options: Any
+) -> tuple[Any, hw.HeartbeatMonitor]:
+    """A started monitor (period 5 s) of ``pattern`` on a new connection to ``url``; both are
+    closed after the test."""
+    transport = connect(url)
+    closing.append(transport)
+    mon = hw.HeartbeatMonitor(transport, pattern, period=5.0, listeners=[errors], **options)
+    closing.append(mon)
+    mon.start()
+    return transport, mon
+
+
 def raw_sender(name: str) -> Any:
     conn = stomp.Connection12([(B.HOST, B.PORTS[name])], vhost="/" if name == "rabbitmq" else None)
     login = ("guest", "guest") if name == "rabbitmq" else (None, None)
@@ -51,17 +64,9 @@ def test_json_legacy_and_signed_beats_are_recorded_off_the_socket(
 ) -> None:
     B.ensure(name)
     root = uid()
-    transport = connect(B.url(name) + "?" + FAST)
-    closing.append(transport)
     errors = Errors()
-    mon = hw.HeartbeatMonitor(transport, f"{root}.*.>", period=5.0, listeners=[errors])
-    closing.append(mon)
-    mon.start()
-    signed_t = connect(B.url(name) + "?" + FAST)
-    closing.append(signed_t)
-    signed = hw.HeartbeatMonitor(signed_t, f"{root}.s.>", period=5.0, key=KEY, listeners=[errors])
-    closing.append(signed)
-    signed.start()
+    transport, mon = watching(B.url(name) + "?" + FAST, closing, f"{root}.*.>", errors)
+    signed_t, signed = watching(B.url(name) + "?" + FAST, closing, f"{root}.s.>", errors, key=KEY)
     time.sleep(0.3)  # both subscriptions are in place at the broker
     sender = raw_sender(name)
     plain, keyed = BeatCodec(), BeatCodec(key=KEY)
@@ -95,12 +100,8 @@ def test_forged_and_replayed_beats_off_the_socket_are_refused_and_reported(
 ) -> None:
     B.ensure(name)
     root = uid()
-    transport = connect(B.url(name) + "?" + FAST)
-    closing.append(transport)
     errors = Errors()
-    mon = hw.HeartbeatMonitor(transport, f"{root}.>", period=5.0, key=KEY, listeners=[errors])
-    closing.append(mon)
-    mon.start()
+    transport, mon = watching(B.url(name) + "?" + FAST, closing, f"{root}.>", errors, key=KEY)
     time.sleep(0.3)
     topic = f"{root}.x"
     good = BeatCodec(key=KEY).encode(Beat(topic, seq=7, boot_id="b", sent_at=time.time()))
@@ -178,12 +179,8 @@ def test_a_connection_cut_in_the_middle_of_a_frame_leaves_nothing_behind(
     relay = CuttingRelay(B.PORTS["activemq"], f"{root}.cut".encode())
     closing.append(relay)
     host, port = relay.address
-    transport = connect(f"stomp://{host}:{port}?{FAST}")
-    closing.append(transport)
     errors = Errors()
-    mon = hw.HeartbeatMonitor(transport, f"{root}.>", period=5.0, listeners=[errors])
-    closing.append(mon)
-    mon.start()
+    transport, mon = watching(f"stomp://{host}:{port}?{FAST}", closing, f"{root}.>", errors)
     time.sleep(0.3)
     codec = BeatCodec()
     sender = raw_sender("activemq")

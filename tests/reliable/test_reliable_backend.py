@@ -17,6 +17,18 @@ from heartwire.reliable.backend import backend_for
 from heartwire.reliable.memory_backend import MemoryBackend
 from heartwire.transport import ConnectionObserver
 from tests.brokers import brokers  # noqa: F401  (the session fixture)
+from tests.reliable.conftest import FAST
+
+# Each thing made on a broker that uses its reliable backend.
+EACH_USER = pytest.mark.parametrize(
+    "make",
+    [
+        lambda broker: hw.ReliableSender(broker, "/queue/q"),
+        lambda broker: hw.Consumer(broker, "/queue/q"),
+        lambda broker: hw.Transaction(broker),
+    ],
+    ids=["sender", "consumer", "transaction"],
+)
 
 
 def test_one_backend_per_broker() -> None:
@@ -26,15 +38,7 @@ def test_one_backend_per_broker() -> None:
     assert backend_for(a) is not backend_for(b)
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda broker: hw.ReliableSender(broker, "/queue/q"),
-        lambda broker: hw.Consumer(broker, "/queue/q"),
-        lambda broker: hw.Transaction(broker),
-    ],
-    ids=["sender", "consumer", "transaction"],
-)
+@EACH_USER
 def test_something_not_a_transport_is_refused_at_once(make: object) -> None:
     # Before: taken for an embedded broker, failing later with an AttributeError on its store.
     with pytest.raises(TypeError, match=r"broker must be a transport .* got dict"):
@@ -53,8 +57,6 @@ def test_broker_transaction_is_the_reliable_transaction() -> None:
 
 # -- review findings (issue 16 layering) ------------------------------------------------------
 
-FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=2&keepalive_interval=0"
-
 
 def _collected(ref: Any, deadline: float = 5.0) -> bool:
     """Whether ``ref``'s object is garbage collected within ``deadline`` seconds (threads of a
@@ -69,15 +71,7 @@ def _collected(ref: Any, deadline: float = 5.0) -> bool:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda b: hw.ReliableSender(b, "/queue/revl-leak"),
-        lambda b: hw.Consumer(b, "/queue/revl-leak"),
-        lambda b: hw.Transaction(b),
-    ],
-    ids=["sender", "consumer", "transaction"],
-)
+@EACH_USER
 def test_a_closed_embedded_broker_is_garbage_collected(make: Any) -> None:
     # Before: the weak cache's value (the backend) held its key (the broker) strongly.
     broker = hw.connect()

@@ -9,42 +9,18 @@ tests/reliable/test_reliable_kill.py.)
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import heartwire as hw
-from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
+from tests.reliable.conftest import BOTH, Inbox, open_broker, open_sender, start_consumer, uid
 
 pytestmark = pytest.mark.usefixtures("brokers")
 
-FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=2&keepalive_interval=0"
-BOTH = ["activemq", "rabbitmq"]
 PERIOD = 0.2
-
-
-def uid() -> str:
-    return "t" + uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        with contextlib.suppress(Exception):
-            if isinstance(thing, hw.Consumer):
-                thing.stop(forget=thing.durable_name is not None)
-            elif isinstance(thing, (hw.HeartbeatMonitor, hw.HeartbeatPublisher)):
-                thing.stop()
-            else:
-                thing.close()
 
 
 def state(mon: hw.HeartbeatMonitor, topic: str) -> hw.State | None:
@@ -54,32 +30,6 @@ def state(mon: hw.HeartbeatMonitor, topic: str) -> hw.State | None:
         return None
 
 
-def open_broker(name: str, closing: list[Any], **options: Any) -> Any:
-    B.ensure(name)
-    broker = hw.connect(B.url(name) + "?" + FAST, **options)
-    closing.append(broker)
-    return broker
-
-
-class Inbox:
-    """Messages a consumer got, thread-safe."""
-
-    def __init__(self, ack: bool = True) -> None:
-        self.lock = threading.Lock()
-        self.messages: list[hw.ReceivedMessage] = []
-        self.ack = ack
-
-    def __call__(self, msg: hw.ReceivedMessage) -> None:
-        with self.lock:
-            self.messages.append(msg)
-        if self.ack:
-            msg.ack()
-
-    def bodies(self) -> list[bytes]:
-        with self.lock:
-            return [m.body for m in self.messages]
-
-
 @pytest.mark.parametrize("name", BOTH)
 def test_offline_durable_consumer_gets_the_alerts_on_return(name: str, closing: list[Any]) -> None:
     root = uid()
@@ -87,17 +37,14 @@ def test_offline_durable_consumer_gets_the_alerts_on_return(name: str, closing: 
     client = f"risk-{root}"
     risk_t = open_broker(name, closing, client_id=client)
     inbox = Inbox()
-    risk = hw.Consumer(
-        risk_t, destination, ack="client-individual", durable_name="risk", on_message=inbox
+    risk = start_consumer(
+        closing, risk_t, destination, ack="client-individual", durable_name="risk", on_message=inbox
     )
-    closing.append(risk)
-    risk.start()
     risk.stop()  # the durable subscription exists; the risk system is now offline
 
     mon_t = open_broker(name, closing)
     pub_t = open_broker(name, closing)
-    sender = hw.ReliableSender(mon_t, destination)
-    closing.append(sender)
+    sender = open_sender(closing, mon_t, destination)
     alerts = hw.AlertListener(sender, source="test-monitor")
     mon = hw.HeartbeatMonitor(mon_t, f"{root}.svc.>", period=PERIOD, listeners=[alerts])
     closing.append(mon)
@@ -139,8 +86,7 @@ def test_unacked_message_is_redelivered_after_the_consumer_dies(
     c1 = hw.Consumer(first_t, destination, ack="client", on_message=first)
     c1.start()
     sender_t = open_broker(name, closing)
-    sender = hw.ReliableSender(sender_t, destination)
-    closing.append(sender)
+    sender = open_sender(closing, sender_t, destination)
     mid = sender.send(b"work item")
     assert sender.flush(10)
     wait_for(lambda: first.bodies(), 5, "the first delivery")
@@ -151,9 +97,7 @@ def test_unacked_message_is_redelivered_after_the_consumer_dies(
 
     second_t = open_broker(name, closing)
     second = Inbox()
-    c2 = hw.Consumer(second_t, destination, ack="client", on_message=second)
-    closing.append(c2)
-    c2.start()
+    c2 = start_consumer(closing, second_t, destination, ack="client", on_message=second)
     wait_for(lambda: second.bodies(), 10, f"the redelivery through {name}")
     msg = second.messages[0]
     assert (msg.id, msg.body, msg.redelivered) == (mid, b"work item", True)
@@ -165,9 +109,7 @@ def test_transaction_delivers_all_or_nothing(name: str, closing: list[Any]) -> N
     destination = f"/queue/{uid()}"
     broker = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(broker, destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, broker, destination, on_message=inbox)
     with pytest.raises(KeyError), broker.transaction() as tx:
         tx.send(destination, b"aborted 1")
         tx.send(destination, b"aborted 2")
@@ -179,8 +121,7 @@ def test_transaction_delivers_all_or_nothing(name: str, closing: list[Any]) -> N
     assert tx.state == "committed"
     wait_for(lambda: len(inbox.bodies()) >= 3, 5, "the committed messages")
     # A marker sent after both: once it is in, anything of the aborted one would be too.
-    sender = hw.ReliableSender(broker, destination)
-    closing.append(sender)
+    sender = open_sender(closing, broker, destination)
     sender.send(b"marker")
     wait_for(lambda: b"marker" in inbox.bodies(), 5, "the marker")
     assert inbox.bodies() == [b"committed 0", b"committed 1", b"committed 2", b"marker"]
@@ -193,8 +134,7 @@ def test_acks_in_an_aborted_transaction_are_undone(name: str, closing: list[Any]
     held: list[hw.ReceivedMessage] = []
     c1 = hw.Consumer(broker, destination, ack="client-individual", on_message=held.append)
     c1.start()
-    sender = hw.ReliableSender(broker, destination)
-    closing.append(sender)
+    sender = open_sender(closing, broker, destination)
     mid = sender.send(b"job")
     wait_for(lambda: held, 5, "the job")
     with pytest.raises(RuntimeError), broker.transaction() as tx:
@@ -206,11 +146,9 @@ def test_acks_in_an_aborted_transaction_are_undone(name: str, closing: list[Any]
     sender.close()
     broker.close()
     again = Inbox()
-    c2 = hw.Consumer(
-        open_broker(name, closing), destination, ack="client-individual", on_message=again
+    start_consumer(
+        closing, open_broker(name, closing), destination, ack="client-individual", on_message=again
     )
-    closing.append(c2)
-    c2.start()
     wait_for(lambda: again.bodies(), 10, "the job again after the aborted ack")
     assert (again.messages[0].id, again.messages[0].redelivered) == (mid, True)
 
@@ -221,12 +159,9 @@ def test_flushes_complete_across_a_lost_connection(name: str, closing: list[Any]
     sender_t = open_broker(name, closing)
     consumer_t = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(consumer_t, destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, consumer_t, destination, on_message=inbox)
     acks: list[hw.FlushAck] = []
-    sender = hw.ReliableSender(sender_t, destination, on_flushed=acks.append)
-    closing.append(sender)
+    sender = open_sender(closing, sender_t, destination, on_flushed=acks.append)
     ids = [sender.send(b"a%d" % i) for i in range(200)]
     first = sender.request_flush()
     link = sender_t.current_link
@@ -293,15 +228,12 @@ def test_forgetting_a_stopped_durable_subscription_drops_what_it_kept(
     c = hw.Consumer(broker, destination, durable_name="d", on_message=first)
     c.start()
     c.stop()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     sender.send(b"kept while stopped")
     assert sender.flush(10)
     hw.Consumer(broker, destination, durable_name="d").stop(forget=True)  # another process
     again = Inbox()
-    c2 = hw.Consumer(broker, destination, durable_name="d", on_message=again)
-    closing.append(c2)
-    c2.start()
+    start_consumer(closing, broker, destination, durable_name="d", on_message=again)
     sender.send(b"after")
     wait_for(lambda: again.bodies(), 5, "the message sent after re-subscribing")
     assert again.bodies() == [b"after"], "the forgotten subscription kept nothing"

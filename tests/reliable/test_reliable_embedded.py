@@ -14,7 +14,7 @@ import pytest
 import heartwire as hw
 from heartwire.transport import Message
 from heartwire.transport.memory import MemoryBroker
-from heartwire.transport.memory_store import store_of
+from heartwire.transport.memory_store import MemoryStore, store_of
 
 
 @pytest.fixture
@@ -279,15 +279,24 @@ def test_a_message_the_handler_raised_on_comes_back_after_a_restart(
     assert store_of(broker).pending("/queue/r") == 0, "the dropped copy was not acknowledged"
 
 
+def client_consumer_past_a(
+    broker: MemoryBroker, queue: str
+) -> tuple[hw.Consumer, list[hw.ReceivedMessage], MemoryStore]:
+    """A started ``ack="client"`` consumer of ``queue`` that got message "a" and acked it;
+    what it got, and the broker's store."""
+    got: list[hw.ReceivedMessage] = []
+    c = hw.Consumer(broker, queue, ack="client", on_message=got.append)
+    c.start()
+    store = store_of(broker)
+    store.send(queue, b"a", {"hw-message-id": "a"})
+    got[0].ack()
+    return c, got, store
+
+
 def test_client_mode_holds_a_duplicate_ack_behind_an_unsettled_message(
     broker: MemoryBroker,
 ) -> None:
-    got: list[hw.ReceivedMessage] = []
-    c = hw.Consumer(broker, "/queue/h", ack="client", on_message=got.append)
-    c.start()
-    store = store_of(broker)
-    store.send("/queue/h", b"a", {"hw-message-id": "a"})
-    got[0].ack()
+    c, got, store = client_consumer_past_a(broker, "/queue/h")
     store.send("/queue/h", b"b", {"hw-message-id": "b"})  # left unacked for now
     store.send("/queue/h", b"a", {"hw-message-id": "a"})  # a copy of a: dropped
     assert [m.body for m in got] == [b"a", b"b"] and c.stats()["duplicates"] == 1
@@ -336,12 +345,7 @@ def test_a_flush_waits_for_a_send_still_being_stored(broker: MemoryBroker) -> No
 def test_client_mode_acks_a_duplicate_at_once_when_nothing_before_it_is_open(
     broker: MemoryBroker,
 ) -> None:
-    got: list[hw.ReceivedMessage] = []
-    c = hw.Consumer(broker, "/queue/i", ack="client", on_message=got.append)
-    c.start()
-    store = store_of(broker)
-    store.send("/queue/i", b"a", {"hw-message-id": "a"})
-    got[0].ack()
+    c, got, store = client_consumer_past_a(broker, "/queue/i")
     store.send("/queue/i", b"a", {"hw-message-id": "a"})  # a copy: dropped and acked now
     assert len(got) == 1 and c.stats()["duplicates"] == 1
     c.stop()  # nothing unacknowledged goes back

@@ -21,10 +21,10 @@ import pytest
 import heartwire as hw
 from tests import brokers as B
 from tests.brokers import brokers  # noqa: F401  (the session fixture)
+from tests.reliable.conftest import FAST
 
 pytestmark = pytest.mark.usefixtures("brokers")
 
-FAST = "heartbeat=1&reconnect_interval=0.2&connect_timeout=2&keepalive_interval=0"
 TOTAL = 100_000
 FLUSH_EVERY = 1_000
 KILLS_AT = (25_000, 50_000, 75_000)

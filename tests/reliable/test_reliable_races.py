@@ -12,10 +12,7 @@ Every wait is bounded and names what it waited for.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,27 +20,19 @@ import pytest
 import heartwire as hw
 from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
-from tests.reliable.test_reliable_brokers import Inbox, open_broker
+from tests.reliable.conftest import (
+    BOTH,
+    Inbox,
+    assert_nothing_left,
+    consume_again,
+    open_broker,
+    open_sender,
+    send_copy,
+    start_consumer,
+    uid,
+)
 
 pytestmark = pytest.mark.usefixtures("brokers")
-
-BOTH = ["activemq", "rabbitmq"]
-
-
-def uid() -> str:
-    return "t" + uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        with contextlib.suppress(Exception):
-            if isinstance(thing, hw.Consumer):
-                thing.stop(forget=thing.durable_name is not None)
-            else:
-                thing.close()
 
 
 class HoldAttach:
@@ -75,9 +64,7 @@ def test_send_during_reconnect_goes_out_in_order_and_flushes(name: str, closing:
     sender_t = open_broker(name, closing)
     consumer_t = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(consumer_t, destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, consumer_t, destination, on_message=inbox)
     sender = hw.ReliableSender(sender_t, destination)
     other = hw.ReliableSender(sender_t, f"/queue/{uid()}")  # a second sender on the transport
     closing.extend([sender, other])
@@ -128,11 +115,10 @@ def test_a_message_the_handler_raised_on_is_handed_over_again(
     destination = f"/queue/{uid()}"
     consumer_t = open_broker(name, closing)
     handler = FailFirst()
-    consumer = hw.Consumer(consumer_t, destination, ack="client-individual", on_message=handler)
-    closing.append(consumer)
-    consumer.start()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    consumer = start_consumer(
+        closing, consumer_t, destination, ack="client-individual", on_message=handler
+    )
+    sender = open_sender(closing, open_broker(name, closing), destination)
     mid = sender.send(b"job")
     assert sender.flush(10)
     wait_for(lambda: handler.seen, 10, "the first delivery")
@@ -144,19 +130,12 @@ def test_a_message_the_handler_raised_on_is_handed_over_again(
     assert handler.seen[-1] == (mid, True)
     assert consumer.stats()["duplicates"] == 0
     # Now it is handled: a re-sent copy (same id) is a duplicate, dropped and acknowledged.
-    current = consumer_t.current_link
-    assert current is not None
-    current.send(destination, b"job", {"hw-message-id": mid, "persistent": "true"})
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "the copy to be dropped")
+    send_copy(consumer_t, consumer, destination, b"job", mid, dropped=1)
     consumer.stop()
     consumer_t.close()
-    rest = Inbox()
-    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
-    sender.send(b"marker")
-    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
-    assert rest.bodies() == [b"marker"], "the dropped duplicate was not acknowledged"
+    assert_nothing_left(
+        name, closing, destination, sender, "the dropped duplicate was not acknowledged"
+    )
 
 
 @pytest.mark.parametrize("name", BOTH)
@@ -174,19 +153,15 @@ def test_client_mode_acks_a_duplicate_only_past_settled_messages(
         if msg.body == b"a":
             msg.ack()  # "b" is left unacked (its handler failed): it must come back
 
-    consumer = hw.Consumer(consumer_t, destination, ack="client", on_message=handler)
-    closing.append(consumer)
-    consumer.start()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    consumer = start_consumer(closing, consumer_t, destination, ack="client", on_message=handler)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     a = sender.send(b"a")
     b = sender.send(b"b")
     assert sender.flush(10)
     wait_for(lambda: len(got) == 2, 10, "a and b")
+    send_copy(consumer_t, consumer, destination, b"a", a, dropped=1)  # a's copy
     link = consumer_t.current_link
     assert link is not None
-    link.send(destination, b"a", {"hw-message-id": a, "persistent": "true"})  # a's copy
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "a's copy to be dropped")
     link.abort("test: connection lost")  # b was never acked: the broker delivers it again
     wait_for(lambda: any(m.id == b and m.redelivered for m in got), 10, "b redelivered")
     wait_for(lambda: consumer.stats()["duplicates"] == 2, 10, "a's copy dropped again")
@@ -196,13 +171,7 @@ def test_client_mode_acks_a_duplicate_only_past_settled_messages(
     again_b.ack()  # b handled at last: a's held copy can be acknowledged now
     consumer.stop()
     consumer_t.close()
-    rest = Inbox()
-    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
-    sender.send(b"marker")
-    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
-    assert rest.bodies() == [b"marker"], "a message was left unacknowledged"
+    assert_nothing_left(name, closing, destination, sender, "a message was left unacknowledged")
 
 
 def test_a_rabbitmq_error_about_another_name_refuses_nothing(closing: list[Any]) -> None:
@@ -213,12 +182,9 @@ def test_a_rabbitmq_error_about_another_name_refuses_nothing(closing: list[Any])
     u = uid()
     t = open_broker("rabbitmq", closing)
     errors: list[hw.DeliveryRefused] = []
-    sender = hw.ReliableSender(t, f"/queue/{u}", on_error=errors.append)
-    closing.append(sender)
+    sender = open_sender(closing, t, f"/queue/{u}", on_error=errors.append)
     inbox = Inbox()
-    consumer = hw.Consumer(open_broker("rabbitmq", closing), f"/queue/{u}", on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, open_broker("rabbitmq", closing), f"/queue/{u}", on_message=inbox)
     # Hold t's receiving thread in a handler, so that the ERROR is read only after the sends.
     entered, go = threading.Event(), threading.Event()
 
@@ -247,9 +213,7 @@ def test_a_commit_without_its_receipt_is_in_doubt_not_undone(name: str, closing:
     destination = f"/queue/{uid()}"
     broker = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(open_broker(name, closing), destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, open_broker(name, closing), destination, on_message=inbox)
     tx = broker.transaction(timeout=0)
     tx.begin()
     tx.send(destination, b"committed?")
@@ -322,8 +286,7 @@ def test_a_late_delivery_from_the_old_link_keeps_client_acks_safe(
 
     consumer = hw.Consumer(t, destination, ack="client", on_message=handler)
     consumer.start()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     b = sender.send(b"B")
     sender.send(b"A")
     assert sender.flush(10)
@@ -336,16 +299,10 @@ def test_a_late_delivery_from_the_old_link_keeps_client_acks_safe(
 
     late = {"subscription": consumer._sub.id, "destination": destination, "message-id": "x1"}
     t._on_frame(old, Frame("MESSAGE", dict(late, ack="x1"), b"late"))  # held by the old reader
-    link = t.current_link
-    assert link is not None
-    link.send(destination, b"B", {"hw-message-id": b, "persistent": "true"})  # B's copy
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "B's copy to be dropped")
+    send_copy(t, consumer, destination, b"B", b, dropped=1)  # B's copy
     consumer.stop()
     t.close()
-    rest = Inbox()
-    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
+    rest = consume_again(name, closing, destination)
     wait_for(lambda: b"A" in rest.bodies(), 10, "A, never acknowledged, delivered again")
 
 
@@ -354,9 +311,7 @@ def test_a_sender_made_while_a_connection_is_attached_sends_on_it(closing: list[
     t = open_broker("activemq", closing)
     closing.append(hw.ReliableSender(t, f"/queue/{uid()}"))  # the tracker exists already
     inbox = Inbox()
-    consumer = hw.Consumer(open_broker("activemq", closing), destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
+    start_consumer(closing, open_broker("activemq", closing), destination, on_message=inbox)
     hold = HoldAttach()
     t.add_observer(hold)
     link = t.current_link

@@ -20,10 +20,8 @@ Every wait is bounded and names what it waited for.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,21 +31,19 @@ from heartwire.transport import Message
 from heartwire.transport.link import StompLink
 from heartwire.transport.memory import MemoryBroker
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
-from tests.reliable.test_reliable_races import BOTH, Inbox, open_broker, uid
+from tests.reliable.conftest import (
+    BOTH,
+    Inbox,
+    assert_nothing_left,
+    consume_again,
+    open_broker,
+    open_sender,
+    send_copy,
+    start_consumer,
+    uid,
+)
 
 pytestmark = pytest.mark.usefixtures("brokers")
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        with contextlib.suppress(Exception):
-            if isinstance(thing, hw.Consumer):
-                thing.stop(forget=thing.durable_name is not None)
-            else:
-                thing.close()
 
 
 @pytest.mark.parametrize("name", BOTH)
@@ -73,28 +69,24 @@ def test_client_mode_nack_never_lets_a_duplicate_ack_an_unhandled_message(
         elif msg.body == b"m2" and first:
             msg.nack()  # (later copies of m2 are left unacked)
 
-    consumer = hw.Consumer(
-        consumer_t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
+    consumer = start_consumer(
+        closing,
+        consumer_t,
+        destination,
+        ack="client",
+        on_message=handler,
+        on_error=lambda e, m: None,
     )
-    closing.append(consumer)
-    consumer.start()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     m0 = sender.send(b"m0")
     sender.send(b"m1")
     sender.send(b"m2")
     assert sender.flush(10), f"flush: {sender.stats()}"
     wait_for(lambda: len(seen) >= 3, 10, "m0, m1 and m2 at the handler")
-    link = consumer_t.current_link
-    assert link is not None
-    link.send(destination, b"m0", {"hw-message-id": m0, "persistent": "true"})  # m0's copy
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "m0's copy to be dropped")
+    send_copy(consumer_t, consumer, destination, b"m0", m0, dropped=1)  # m0's copy
     consumer.stop()
     consumer_t.close()  # whatever the connection still held unacked goes back to the queue
-    rest = Inbox()
-    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
+    rest = consume_again(name, closing, destination)
     wait_for(
         lambda: b"m1" in rest.bodies(),
         10,
@@ -160,11 +152,8 @@ def test_a_send_failing_in_the_resend_ends_the_link_and_strands_nothing(
     destination = f"/queue/{uid()}"
     t = open_broker(name, closing)
     inbox = Inbox()
-    consumer = hw.Consumer(open_broker(name, closing), destination, on_message=inbox)
-    closing.append(consumer)
-    consumer.start()
-    sender = hw.ReliableSender(t, destination)
-    closing.append(sender)
+    start_consumer(closing, open_broker(name, closing), destination, on_message=inbox)
+    sender = open_sender(closing, t, destination)
     ids = [sender.send(b"m0")]
     assert sender.flush(10), f"first flush: {sender.stats()}"
     faulty = FaultySend(monkeypatch, destination)
@@ -197,8 +186,7 @@ def test_a_held_up_resend_delays_no_other_publisher(
     # must keep beating.
     destination = f"/queue/{uid()}"
     t = open_broker("activemq", closing)
-    sender = hw.ReliableSender(t, destination, persistent=False)
-    closing.append(sender)
+    sender = open_sender(closing, t, destination, persistent=False)
     here, elsewhere = Beats(), Beats()
     p_here = hw.HeartbeatPublisher(t, f"svc.{uid()}", 0.05, listeners=[here])
     p_elsewhere = hw.HeartbeatPublisher(
@@ -241,8 +229,7 @@ def test_a_handler_on_the_new_link_subscribes_and_publishes_during_the_resend(
     topic = f"t.{uid()}"
     t = open_broker("activemq", closing)
     other = open_broker("activemq", closing)
-    sender = hw.ReliableSender(t, destination)
-    closing.append(sender)
+    sender = open_sender(closing, t, destination)
     done: list[str] = []
     entered = threading.Event()
 
@@ -297,11 +284,10 @@ def test_stop_then_start_hands_an_unacked_message_over_again(
             processed.append(msg.id)
         msg.ack()
 
-    consumer = hw.Consumer(t, destination, ack=ack, on_message=handler, on_error=lambda e, m: None)
-    closing.append(consumer)
-    consumer.start()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    consumer = start_consumer(
+        closing, t, destination, ack=ack, on_message=handler, on_error=lambda e, m: None
+    )
+    sender = open_sender(closing, open_broker(name, closing), destination)
     job = sender.send(b"job")
     assert sender.flush(10), f"flush: {sender.stats()}"
     wait_for(lambda: seen, 10, "the first delivery")
@@ -312,19 +298,10 @@ def test_stop_then_start_hands_an_unacked_message_over_again(
     assert seen[-1] == (job, True)
     # Handled now: a copy is dropped and acknowledged at once, whatever the earlier
     # subscription left in the books.
-    link = t.current_link
-    assert link is not None
-    link.send(destination, b"job", {"hw-message-id": job, "persistent": "true"})
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "the copy to be dropped")
+    send_copy(t, consumer, destination, b"job", job, dropped=1)
     consumer.stop()
     t.close()
-    rest = Inbox()
-    again = hw.Consumer(open_broker(name, closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
-    sender.send(b"marker")
-    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
-    assert rest.bodies() == [b"marker"], "the dropped copy was not acknowledged"
+    assert_nothing_left(name, closing, destination, sender, "the dropped copy was not acknowledged")
 
 
 @pytest.mark.parametrize("name", BOTH)
@@ -347,13 +324,10 @@ def test_client_mode_restart_never_acks_what_the_old_subscription_left(
             raise RuntimeError("processing failed")
         msg.ack()
 
-    consumer = hw.Consumer(
-        t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
+    consumer = start_consumer(
+        closing, t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
     )
-    closing.append(consumer)
-    consumer.start()
-    sender = hw.ReliableSender(open_broker(name, closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker(name, closing), destination)
     sender.send(b"X")
     assert sender.flush(10)
     wait_for(lambda: b"X" in seen, 10, "X's first delivery")
@@ -381,13 +355,10 @@ def test_restart_books_afresh_so_a_duplicate_is_acked_at_once(closing: list[Any]
         else:
             msg.ack()
 
-    consumer = hw.Consumer(
-        t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
+    consumer = start_consumer(
+        closing, t, destination, ack="client", on_message=handler, on_error=lambda e, m: None
     )
-    closing.append(consumer)
-    consumer.start()
-    sender = hw.ReliableSender(open_broker("activemq", closing), destination)
-    closing.append(sender)
+    sender = open_sender(closing, open_broker("activemq", closing), destination)
     w = sender.send(b"W")
     sender.send(b"X")
     assert sender.flush(10)
@@ -395,19 +366,12 @@ def test_restart_books_afresh_so_a_duplicate_is_acked_at_once(closing: list[Any]
     consumer.stop()
     consumer.start()
     wait_for(lambda: seen.count(b"X") == 2, 10, "X again after the restart")
-    link = t.current_link
-    assert link is not None
-    link.send(destination, b"W", {"hw-message-id": w, "persistent": "true"})  # W's copy
-    wait_for(lambda: consumer.stats()["duplicates"] == 1, 10, "W's copy to be dropped")
+    send_copy(t, consumer, destination, b"W", w, dropped=1)  # W's copy
     consumer.stop()
     t.close()
-    rest = Inbox()
-    again = hw.Consumer(open_broker("activemq", closing), destination, on_message=rest, dedup=False)
-    closing.append(again)
-    again.start()
-    sender.send(b"marker")
-    wait_for(lambda: b"marker" in rest.bodies(), 10, "the marker")
-    assert rest.bodies() == [b"marker"], "W's dropped copy was never acknowledged"
+    assert_nothing_left(
+        "activemq", closing, destination, sender, "W's dropped copy was never acknowledged"
+    )
 
 
 def test_waiting_for_a_flush_on_the_receiving_thread_fails_fast(closing: list[Any]) -> None:
@@ -415,8 +379,7 @@ def test_waiting_for_a_flush_on_the_receiving_thread_fails_fast(closing: list[An
     # flush waits for are read by the receiving thread, so a handler waiting there could never
     # see them. It must fail at once, naming why, instead of waiting out its timeout (or hanging).
     t = open_broker("activemq", closing)
-    sender = hw.ReliableSender(t, f"/queue/{uid()}")
-    closing.append(sender)
+    sender = open_sender(closing, t, f"/queue/{uid()}")
     outcome: list[tuple[str, float]] = []
 
     def handler(message: Message) -> None:

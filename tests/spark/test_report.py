@@ -26,6 +26,7 @@ from heartwire import report as rp
 from heartwire import report_html as rh
 from heartwire.cli import main
 from heartwire.eventlog import EventLog
+from tests.spark.conftest import logged_monitor, run_monitor
 
 UTC = dt.timezone.utc
 T0 = 1_767_225_600  # Unix time of the manual clock's zero: 2026-01-01T00:00:00Z
@@ -57,16 +58,7 @@ def event_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("report") / "events"
     clock = hw.ManualClock()
     log = EventLog(path, roll_seconds=30, clock=clock)
-    mon = hw.HeartbeatMonitor(
-        None,
-        "svc.>",
-        period=1.0,
-        allowed_misses=1,
-        grace=0,
-        clock=clock,
-        wall_offset=T0,
-        listeners=[log],
-    )
+    mon = logged_monitor(clock, T0, [log])
     mon.start()
     for at, topic in sorted((t, topic) for topic, ts in BEATS.items() for t in ts):
         clock.set(float(at))
@@ -378,41 +370,6 @@ def test_html_escapes_topics_and_formats_times(tmp_path: Path) -> None:
 # -- window clipping, unmonitored spans, crashes (issue 14, items 14, 15, 13) -------------------
 
 
-def run_monitor(
-    path: Path,
-    beats: dict[str, list[float]],
-    *,
-    start_at: float,
-    until: float,
-    crash: bool = False,
-) -> None:
-    """A monitor (period 1 s, allowed 1, grace 0) on a ManualClock from ``start_at`` to
-    ``until`` logging to ``path``; ``crash``: its log is closed before the monitor stops (no
-    ``stopped`` row, as when the process dies)."""
-    clock = hw.ManualClock(start_at)
-    log = EventLog(path, roll_seconds=30, clock=clock)
-    mon = hw.HeartbeatMonitor(
-        None,
-        "svc.>",
-        period=1.0,
-        allowed_misses=1,
-        grace=0,
-        clock=clock,
-        wall_offset=T0,
-        listeners=[log],
-    )
-    mon.start()
-    for t, topic in sorted((t, topic) for topic, ts in beats.items() for t in ts):
-        clock.set(t)
-        assert mon.beat(topic)
-    clock.set(until)
-    assert mon.drain(timeout=5.0)
-    if crash:
-        log.close()
-    mon.stop()
-    log.close()
-
-
 @pytest.fixture(scope="module")
 def gappy_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run A from 20 s to 40 s (stopped); run B from 50 s, crashed after its row at 65 s.
@@ -423,9 +380,14 @@ def gappy_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "svc.a": [t for t in every if 20 <= t < 40],
         "svc.b": [t for t in every if 20 <= t <= 30],
     }
-    run_monitor(path, run_a, start_at=20, until=40)
+    run_monitor(path, run_a, start_at=20, until=40, wall_offset=T0)
     run_monitor(
-        path, {"svc.a": [t for t in every if 50 <= t <= 65]}, start_at=50, until=65, crash=True
+        path,
+        {"svc.a": [t for t in every if 50 <= t <= 65]},
+        start_at=50,
+        until=65,
+        crash=True,
+        wall_offset=T0,
     )
     return path
 

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 import heartwire as hw
 from heartwire import spark as hs
 from heartwire.eventlog import EventLog
+from tests.spark.conftest import logged_monitor, run_monitor
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 UTC = dt.timezone.utc
@@ -575,44 +576,6 @@ def at(seconds: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(T1 + seconds, UTC)
 
 
-def run_monitor(
-    path: Path,
-    beats: dict[str, list[float]],
-    *,
-    start_at: float = 0.0,
-    until: float,
-    expect: tuple[str, ...] = (),
-    crash: bool = False,
-) -> None:
-    """A monitor (period 1 s, allowed 1, grace 0) on a ManualClock from ``start_at`` to
-    ``until``, logging to ``path``; ``crash``: its log is closed before it stops (no stopped
-    row, as when the process dies)."""
-    clock = hw.ManualClock(start_at)
-    log = EventLog(path, roll_seconds=30, clock=clock)
-    mon = hw.HeartbeatMonitor(
-        None,
-        "svc.>",
-        period=1.0,
-        allowed_misses=1,
-        grace=0,
-        clock=clock,
-        wall_offset=T1,
-        listeners=[log],
-    )
-    for topic in expect:
-        mon.expect(topic)
-    mon.start()
-    for t, topic in sorted((t, topic) for topic, ts in beats.items() for t in ts):
-        clock.set(t)
-        assert mon.beat(topic)
-    clock.set(until)
-    assert mon.drain(timeout=5.0)
-    if crash:
-        log.close()
-    mon.stop()
-    log.close()
-
-
 def avail_rows(df: Any) -> dict[str, tuple[Any, ...]]:
     return {
         r.topic: (r.uptime_pct, r.outages, r.downtime, r.unmonitored)
@@ -622,7 +585,11 @@ def avail_rows(df: Any) -> dict[str, tuple[Any, ...]]:
 
 def test_expected_topic_that_never_beat_is_down_not_missing(spark: Any, tmp_path: Path) -> None:
     run_monitor(
-        tmp_path / "ev", {"svc.a": [x / 2 for x in range(120)]}, until=60, expect=("svc.x",)
+        tmp_path / "ev",
+        {"svc.a": [x / 2 for x in range(120)]},
+        until=60,
+        expect=("svc.x",),
+        wall_offset=T1,
     )
     events = hs.read_events(spark, str(tmp_path / "ev"))
     kw: dict[str, Any] = dict(period_ms=1000, start=at(10), end=at(60))
@@ -685,10 +652,14 @@ def test_time_the_monitor_did_not_run_is_not_downtime(spark: Any, tmp_path: Path
     every = [x / 2 for x in range(400)]
     # first run 20..40 s (stopped), a second 50..70 that crashes (no stopped row; its last row
     # is at 65), a third from 80 to 100
-    run_monitor(path, {"svc.a": [t for t in every if 20 <= t < 40]}, start_at=20, until=40)
+    run_monitor(
+        path, {"svc.a": [t for t in every if 20 <= t < 40]}, start_at=20, until=40, wall_offset=T1
+    )
     beats_2 = {"svc.a": [t for t in every if 50 <= t <= 65]}
-    run_monitor(path, beats_2, start_at=50, until=65, crash=True)
-    run_monitor(path, {"svc.a": [t for t in every if 80 <= t < 100]}, start_at=80, until=100)
+    run_monitor(path, beats_2, start_at=50, until=65, crash=True, wall_offset=T1)
+    run_monitor(
+        path, {"svc.a": [t for t in every if 80 <= t < 100]}, start_at=80, until=100, wall_offset=T1
+    )
     events = hs.read_events(spark, str(path))
     kw: dict[str, Any] = dict(period_ms=1000, start=at(0), end=at(100))
     for engine in ("rust", "rust-grouped", "native"):
@@ -760,16 +731,7 @@ def test_a_summary_log_gives_the_rows_of_a_full_log(spark: Any, tmp_path: Path) 
     clock = hw.ManualClock()
     full = EventLog(tmp_path / "full", roll_seconds=10, clock=clock)
     lean = EventLog(tmp_path / "lean", roll_seconds=10, clock=clock, beats="summary")
-    mon = hw.HeartbeatMonitor(
-        None,
-        "svc.>",
-        period=1.0,
-        allowed_misses=1,
-        grace=0,
-        clock=clock,
-        wall_offset=T1,
-        listeners=[full, lean],
-    )
+    mon = logged_monitor(clock, T1, [full, lean])
     mon.expect("svc.never")
     mon.start()
     schedule = []

@@ -247,54 +247,17 @@ def test_each_observer_gets_its_first_errors_logged(caplog: pytest.LogCaptureFix
 
 
 @pytest.mark.usefixtures("brokers")
-def test_a_rejected_link_is_logged_once_with_the_observers_error(
-    caplog: pytest.LogCaptureFixture,
+@pytest.mark.parametrize(
+    ("step", "also"),
+    [("on_attached", "rejected"), ("on_published", None)],
+    ids=["rejected-link", "on-published-error"],
+)
+def test_an_observers_error_on_a_new_link_is_logged_once(
+    caplog: pytest.LogCaptureFixture, step: str, also: str | None
 ) -> None:
-    # Before: logged twice, by the observer registry and then by the connector as
-    # "restoring the subscriptions failed" (not what happened).
-    from tests import brokers as B
-
-    B.ensure("activemq")
-    t = hw.connect(B.url("activemq") + "?" + FAST)
-    try:
-        reconnected = threading.Event()
-
-        class RejectOnce(ConnectionObserver):
-            rejected = 0
-
-            def on_attached(self, link: Any) -> None:
-                if not self.rejected:
-                    self.rejected += 1
-                    raise RuntimeError("test: reject this link")
-
-            def on_reconnected(self, broker: str) -> None:
-                reconnected.set()
-
-        t.add_observer(RejectOnce())
-        with caplog.at_level(logging.DEBUG, "heartwire"):
-            t.current_link.abort("test: connection lost")
-            assert reconnected.wait(15), "no reconnection"
-        about = [
-            r
-            for r in caplog.records
-            if "reject this link" in r.getMessage()
-            or (r.exc_info and "reject this link" in repr(r.exc_info[1]))
-        ]
-        assert len(about) == 1, [r.getMessage() for r in about]
-        assert "rejected" in about[0].getMessage()
-        assert "on_attached raised RuntimeError('test: reject this link')" in (
-            about[0].getMessage()
-        )
-        assert "restoring the subscriptions failed" not in caplog.text
-        assert t.stats()["listener_errors"] == 1  # still counted
-    finally:
-        t.close()
-
-
-@pytest.mark.usefixtures("brokers")
-def test_an_on_published_error_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    # Before: logged by the observer registry and again by the connector ("after attaching
-    # the connection"), as a rejected link was.
+    # Before: logged twice, by the observer registry and then by the connector: a rejected link
+    # (on_attached raised) as "restoring the subscriptions failed" (not what happened), an
+    # on_published error as "after attaching the connection".
     from tests import brokers as B
 
     B.ensure("activemq")
@@ -305,10 +268,16 @@ def test_an_on_published_error_is_logged_once(caplog: pytest.LogCaptureFixture) 
         class FailOnce(ConnectionObserver):
             failed = 0
 
-            def on_published(self, link: Any) -> None:
-                if not self.failed:
+            def _fail(self, where: str) -> None:
+                if where == step and not self.failed:
                     self.failed += 1
-                    raise RuntimeError("test: end this link")
+                    raise RuntimeError("test: fail this link")
+
+            def on_attached(self, link: Any) -> None:
+                self._fail("on_attached")
+
+            def on_published(self, link: Any) -> None:
+                self._fail("on_published")
 
             def on_reconnected(self, broker: str) -> None:
                 reconnected.set()
@@ -320,11 +289,14 @@ def test_an_on_published_error_is_logged_once(caplog: pytest.LogCaptureFixture) 
         about = [
             r
             for r in caplog.records
-            if "end this link" in r.getMessage()
-            or (r.exc_info and "end this link" in repr(r.exc_info[1]))
+            if "fail this link" in r.getMessage()
+            or (r.exc_info and "fail this link" in repr(r.exc_info[1]))
         ]
         assert len(about) == 1, [r.getMessage() for r in about]
-        assert "on_published raised RuntimeError('test: end this link')" in about[0].getMessage()
-        assert t.stats()["listener_errors"] == 1
+        if also is not None:
+            assert also in about[0].getMessage()
+        assert f"{step} raised RuntimeError('test: fail this link')" in about[0].getMessage()
+        assert "restoring the subscriptions failed" not in caplog.text
+        assert t.stats()["listener_errors"] == 1  # still counted
     finally:
         t.close()

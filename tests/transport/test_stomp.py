@@ -42,16 +42,24 @@ def uid() -> str:
     return "t" + uuid.uuid4().hex[:10]
 
 
-class Recorder(hw.SubscriberListener):
-    """A monitor's events, with the monotonic time each arrived."""
+class TimedLog:
+    """Callbacks by kind, each with the monotonic time it arrived; thread-safe."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.events: list[tuple[str, float, Any]] = []
 
-    def _add(self, kind: str, event: Any) -> None:
+    def _add(self, kind: str, what: Any) -> None:
         with self.lock:
-            self.events.append((kind, time.monotonic(), event))
+            self.events.append((kind, time.monotonic(), what))
+
+    def of(self, kind: str, after: float = 0.0) -> list[tuple[float, Any]]:
+        with self.lock:
+            return [(t, e) for k, t, e in self.events if k == kind and t > after]
+
+
+class Recorder(TimedLog, hw.SubscriberListener):
+    """A monitor's events, with the monotonic time each arrived."""
 
     def on_failed(self, event: hw.Failed) -> None:
         self._add("failed", event)
@@ -71,33 +79,19 @@ class Recorder(hw.SubscriberListener):
     def on_reconnected(self, event: hw.Reconnected) -> None:
         self._add("reconnected", event)
 
-    def of(self, kind: str, after: float = 0.0) -> list[tuple[float, Any]]:
-        with self.lock:
-            return [(t, e) for k, t, e in self.events if k == kind and t > after]
 
-
-class Connections:
-    """Connection listener: on_disconnected / on_reconnected with their times."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.events: list[tuple[str, float, tuple[str, ...]]] = []
+class Connections(TimedLog):
+    """Connection listener: on_disconnected / on_reconnected / on_reconnect_failed (as
+    "gave_up") with their times; each event's arguments as a tuple."""
 
     def on_disconnected(self, broker: str, reason: str) -> None:
-        with self.lock:
-            self.events.append(("disconnected", time.monotonic(), (broker, reason)))
+        self._add("disconnected", (broker, reason))
 
     def on_reconnected(self, broker: str) -> None:
-        with self.lock:
-            self.events.append(("reconnected", time.monotonic(), (broker,)))
+        self._add("reconnected", (broker,))
 
     def on_reconnect_failed(self, reason: str) -> None:
-        with self.lock:
-            self.events.append(("gave_up", time.monotonic(), (reason,)))
-
-    def of(self, kind: str, after: float = 0.0) -> list[tuple[float, tuple[str, ...]]]:
-        with self.lock:
-            return [(t, a) for k, t, a in self.events if k == kind and t > after]
+        self._add("gave_up", (reason,))
 
 
 def state(mon: hw.HeartbeatMonitor, topic: str) -> hw.State | None:

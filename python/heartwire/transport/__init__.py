@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "ConnectFailed",
@@ -69,6 +69,47 @@ class Subscription(Protocol):
     """A handler subscribed to a pattern; ``cancel()`` (idempotent) stops deliveries to it."""
 
     def cancel(self) -> None: ...
+
+
+_Sub = TypeVar("_Sub", bound="HandlerSubscription")
+
+
+class HandlerSubscription:
+    """What the memory and STOMP subscriptions share: the pattern, its handler and matcher,
+    whether it is active, its counters, ``with`` (cancels on exit) and the repr. A subclass
+    gives ``cancel()``, which clears ``_active`` and removes it from its transport."""
+
+    __slots__ = ("_active", "_matches", "delivered", "errors", "handler", "pattern")
+
+    def __init__(
+        self, pattern: str, handler: MessageHandler, matches: Callable[[str], bool]
+    ) -> None:
+        self.pattern = pattern
+        self.handler = handler
+        self._matches = matches
+        self._active = True
+        #: Messages handed to the handler (those it raised on included).
+        self.delivered = 0
+        #: Messages the handler raised on.
+        self.errors = 0
+
+    @property
+    def active(self) -> bool:
+        """False once cancelled or once its broker or transport is closed."""
+        return self._active
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Sub) -> _Sub:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def __repr__(self) -> str:
+        state = "active" if self._active else "cancelled"
+        return f"<{type(self).__name__} {self.pattern!r} {state}, {self.delivered} delivered>"
 
 
 @runtime_checkable

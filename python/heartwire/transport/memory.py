@@ -21,7 +21,13 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
+from heartwire.transport import (
+    HandlerSubscription,
+    Message,
+    MessageHandler,
+    TransportClosed,
+    log_handler_error,
+)
 from heartwire.transport.memory_store import MemoryStore
 from heartwire.transport.patterns import is_wildcard, matcher, validate_pattern, validate_topic
 from heartwire.transport.session import open_transaction
@@ -36,19 +42,10 @@ _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 _ROUTE_CACHE_MAX = 1 << 17
 
 
-class MemorySubscription:
+class MemorySubscription(HandlerSubscription):
     """One handler subscribed to one pattern on a :class:`MemoryBroker`."""
 
-    __slots__ = (
-        "_active",
-        "_broker",
-        "_matches",
-        "_order",
-        "delivered",
-        "errors",
-        "handler",
-        "pattern",
-    )
+    __slots__ = ("_broker", "_order")
 
     def __init__(
         self,
@@ -58,21 +55,9 @@ class MemorySubscription:
         matches: Callable[[str], bool],
         order: int,
     ) -> None:
+        super().__init__(pattern, handler, matches)
         self._broker = broker
         self._order = order
-        self.pattern = pattern
-        self.handler = handler
-        self._matches = matches
-        self._active = True
-        #: Messages handed to the handler (those it raised on included).
-        self.delivered = 0
-        #: Messages the handler raised on.
-        self.errors = 0
-
-    @property
-    def active(self) -> bool:
-        """False once cancelled or once the broker is closed."""
-        return self._active
 
     def cancel(self) -> None:
         """Stop deliveries to this handler; idempotent.
@@ -83,16 +68,6 @@ class MemorySubscription:
         if self._active:
             self._active = False
             self._broker._remove(self)
-
-    def __enter__(self) -> MemorySubscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cancel()
-
-    def __repr__(self) -> str:
-        state = "active" if self._active else "cancelled"
-        return f"<MemorySubscription {self.pattern!r} {state}, {self.delivered} delivered>"
 
 
 class MemoryBroker:

@@ -67,7 +67,13 @@ from typing import Any
 
 from heartwire import _validate
 from heartwire._core import Intake, Routes
-from heartwire.transport import Message, MessageHandler, TransportClosed, log_handler_error
+from heartwire.transport import (
+    HandlerSubscription,
+    Message,
+    MessageHandler,
+    TransportClosed,
+    log_handler_error,
+)
 from heartwire.transport.errors import LinkRejected, SendTimeout, names
 from heartwire.transport.failover import Connector
 from heartwire.transport.headers import MESSAGE_ID_HEADER
@@ -93,25 +99,19 @@ _PING_PREFIX = "_hw.keepalive."
 _PING_SUB_ID = "hw-keepalive"
 
 
-class StompSubscription:
+class StompSubscription(HandlerSubscription):
     """One handler subscribed to one pattern on a :class:`StompTransport`.
 
     It stays subscribed across reconnections until :meth:`cancel` or the transport closes.
     """
 
     __slots__ = (
-        "_active",
-        "_matches",
         "_transport",
         "ack",
         "confirmed",
-        "delivered",
         "destination",
-        "errors",
-        "handler",
         "id",
         "link_handler",
-        "pattern",
         "refused",
         "sub_headers",
     )
@@ -119,12 +119,9 @@ class StompSubscription:
     def __init__(
         self, transport: StompTransport, sub_id: str, pattern: str, handler: MessageHandler
     ) -> None:
+        super().__init__(pattern, handler, matcher(pattern))
         self._transport = transport
         self.id = sub_id
-        self.pattern = pattern
-        self.handler = handler
-        self._matches: Callable[[str], bool] = matcher(pattern)
-        self._active = True
         #: For :meth:`StompTransport.subscribe_destination`: the raw STOMP destination, ack
         #: mode, extra SUBSCRIBE headers and ``link_handler(link, message)``; else None/"auto".
         self.destination: str | None = None
@@ -135,15 +132,6 @@ class StompSubscription:
         #: the broker's ERROR if it refused it instead.
         self.confirmed = False
         self.refused: str | None = None
-        #: Messages handed to the handler (those it raised on included).
-        self.delivered = 0
-        #: Messages the handler raised on.
-        self.errors = 0
-
-    @property
-    def active(self) -> bool:
-        """False once cancelled or once the transport is closed."""
-        return self._active
 
     def cancel(self, headers: dict[str, str] | None = None) -> None:
         """Stop deliveries to this handler and unsubscribe at the broker (with extra
@@ -151,16 +139,6 @@ class StompSubscription:
         if self._active:
             self._active = False
             self._transport._remove(self, headers)
-
-    def __enter__(self) -> StompSubscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cancel()
-
-    def __repr__(self) -> str:
-        state = "active" if self._active else "cancelled"
-        return f"<StompSubscription {self.pattern!r} {state}, {self.delivered} delivered>"
 
 
 class StompTransport:
