@@ -10,6 +10,7 @@ tests/reliable/test_reliable_kill.py.)
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -194,6 +195,32 @@ def test_refused_message_is_named_and_counted_in_its_flush(closing: list[Any]) -
     # The connection may have been closed by the refusal; the other sender is unaffected.
     good.send(b"fine")
     assert good.flush(10) and acks[-1].count == 1
+
+
+def test_a_flush_covering_a_refusal_completes_after_its_on_error(closing: list[Any]) -> None:
+    # The refusal is reported on the connection's receiving thread; a flush waited for on the
+    # test's thread must not return while that on_error still runs (the flush used to be
+    # marked complete, and its waiter woken, before on_error was called: under CPU load the
+    # test above saw flush() True with no error reported yet). on_error is held here.
+    broker = open_broker("rabbitmq", closing)
+    entered, release = threading.Event(), threading.Event()
+    errors: list[hw.DeliveryRefused] = []
+
+    def on_error(error: hw.DeliveryRefused) -> None:
+        entered.set()
+        release.wait(10)
+        errors.append(error)
+
+    bad = open_sender(closing, broker, f"/queue/amq.{uid()}", on_error=on_error)
+    refused = bad.send(b"nowhere")
+    rid = bad.request_flush()
+    try:
+        assert entered.wait(10), f"RabbitMQ's refusal never reached on_error: {bad.stats()}"
+        assert not bad.wait_flushed(rid, 0.2), "the flush completed while on_error still ran"
+    finally:
+        release.set()
+    assert bad.wait_flushed(rid, 10), f"the flush never completed: {bad.stats()}"
+    assert [e.message_id for e in errors] == [refused]
 
 
 def test_durable_subscription_on_activemq_needs_a_client_id(closing: list[Any]) -> None:

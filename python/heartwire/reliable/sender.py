@@ -20,7 +20,10 @@ order.
 
 A flush request covers every message sent before it and completes once each of them was
 receipted or refused; several may be in flight and complete in order. A refused message fires
-``on_error(DeliveryRefused(message_id, destination, reason))`` and counts as processed.
+``on_error(DeliveryRefused(message_id, destination, reason))`` and counts as processed once
+``on_error`` has returned: a flush covering it completes after that. A completed flush calls
+``on_flushed(FlushAck(request_id, count))``, and :meth:`~ReliableSender.wait_flushed` returns
+True once that has returned too, so a waiter sees every effect of the flush's callbacks.
 
 On the embedded broker (``memory://``) a send is delivered before :meth:`send` returns, so
 receipts are immediate: a message is outstanding only until the store holds it (before it is
@@ -30,7 +33,9 @@ the sender whose send is delivering to it.
 
 Callbacks (``on_flushed``, ``on_error``, and listener objects with ``on_flushed(ack)`` /
 ``on_error(error)``) run on the thread that completed them: the receiving thread on STOMP, the
-caller's thread on the embedded broker. Errors they raise are logged and counted.
+caller's thread on the embedded broker. Errors they raise are logged and counted. A callback
+may :meth:`~ReliableSender.request_flush`, but not wait for a flush that can complete only
+after it returns (:class:`RuntimeError` at once, rather than a wait that could never end).
 """
 
 from __future__ import annotations
@@ -107,6 +112,13 @@ class ReliableSender:
         self._flushes: deque[tuple[int, int, int]] = deque()
         self._last_seq = 0
         self._last_flushed_seq = 0
+        self._last_flush_id = 0
+        # Refused messages whose on_error has not returned yet (seq -> the thread calling it):
+        # they hold the flushes covering them, like outstanding messages.
+        self._reporting: dict[int, int] = {}
+        # Flushes complete but whose on_flushed has not returned yet (id -> the thread calling
+        # it), then acked (what wait_flushed waits for).
+        self._firing: dict[int, int] = {}
         self._acked_flushes: set[int] = set()
         self._closed = False
         self._sent = 0
@@ -202,30 +214,69 @@ class ReliableSender:
 
     def _refused(self, message_id: str, reason: str) -> None:
         with self._lock:
-            self._outstanding.pop(message_id, None)
+            pending = self._outstanding.pop(message_id, None)
+            if pending is None:  # receipted, or refused already: reported once
+                return
             self._refused_count += 1
-            done = self._completed_flushes()
-        log.warning("message %s to %s refused: %s", message_id, self.destination, reason)
-        error = DeliveryRefused(message_id, self.destination, reason)
-        self._call("on_error", self._on_error, error)
-        self._fire_flushes(done)
+            # No longer outstanding (never sent again), but processed only once on_error has
+            # returned: until then it holds the flushes covering it, so neither their waiters
+            # nor their on_flushed can come before the refusal was reported.
+            self._reporting[pending.seq] = threading.get_ident()
+        try:
+            log.warning("message %s to %s refused: %s", message_id, self.destination, reason)
+            error = DeliveryRefused(message_id, self.destination, reason)
+            self._call("on_error", self._on_error, error)
+        finally:
+            with self._lock:
+                del self._reporting[pending.seq]
+                done = self._completed_flushes()
+            self._fire_flushes(done)
 
     def _completed_flushes(self) -> list[FlushAck]:
-        # Under the lock: flushes whose every earlier message is processed.
+        # Under the lock: the flushes whose every earlier message is processed (receipted, or
+        # refused with its on_error returned), oldest first; the calling thread must then
+        # _fire_flushes them.
         first = next(iter(self._outstanding.values())).seq if self._outstanding else None
+        if self._reporting:
+            low = min(self._reporting)
+            first = low if first is None else min(first, low)
         done = []
+        me = threading.get_ident()
         while self._flushes and (first is None or first > self._flushes[0][1]):
             rid, _, count = self._flushes.popleft()
-            self._flushes_acked += 1
-            self._acked_flushes.add(rid)
+            self._firing[rid] = me
             done.append(FlushAck(rid, count))
-        if done:
-            self._done.notify_all()
         return done
 
     def _fire_flushes(self, done: list[FlushAck]) -> None:
-        for ack in done:
-            self._call("on_flushed", self._on_flushed, ack)
+        # on_flushed, then the flush is acked for wait_flushed: a waiter woken then sees what
+        # the callbacks did (waking it first let it run ahead of them on a loaded machine).
+        for i, ack in enumerate(done):
+            try:
+                self._call("on_flushed", self._on_flushed, ack)
+            except BaseException:  # (_call logs Exceptions) no waiter is left waiting
+                self._acked(done[i:])
+                raise
+            self._acked([ack])
+
+    def _acked(self, acks: list[FlushAck]) -> None:
+        with self._lock:
+            for ack in acks:
+                self._firing.pop(ack.request_id, None)
+                self._acked_flushes.add(ack.request_id)
+                self._flushes_acked += 1
+            self._done.notify_all()
+
+    def _held_here(self, request_id: int) -> str | None:
+        """Under the lock: the callback running on this thread that flush ``request_id``
+        waits for (it completes only after that returns), else None."""
+        me = threading.get_ident()
+        if self._firing.get(request_id) == me:
+            return "on_flushed"
+        mine = [seq for seq, thread in self._reporting.items() if thread == me]
+        if mine and any(rid == request_id and min(mine) <= last for rid, last, _ in self._flushes):
+            return "on_error"
+        return None
 
     def _call(self, method: str, fn: Callable[[Any], Any] | None, arg: Any) -> None:
         # The callback given to the constructor, then the listeners (one that raises is
@@ -248,7 +299,7 @@ class ReliableSender:
         """Ask to be told (``on_flushed(FlushAck(id, count))``) once every message sent so far
         is held by the broker; returns the request id (1, 2, ...)."""
         with self._lock:
-            rid = next(self._flush_ids)
+            rid = self._last_flush_id = next(self._flush_ids)
             count = self._last_seq - self._last_flushed_seq
             self._last_flushed_seq = self._last_seq
             self._flushes.append((rid, self._last_seq, count))
@@ -257,17 +308,30 @@ class ReliableSender:
         return rid
 
     def wait_flushed(self, request_id: int, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for flush ``request_id``; whether it completed.
+        """Wait up to ``timeout`` seconds for flush ``request_id``; whether it completed (every
+        message it covers receipted or refused, the refusals' ``on_error`` and its
+        ``on_flushed`` returned).
 
-        Raises :class:`RuntimeError` rather than wait, on STOMP, on the thread that reads the
-        receipts it waits for (a message handler of the same transport's connection): use
+        Raises :class:`RuntimeError` rather than wait where it could never complete: on STOMP,
+        on the thread that reads the receipts it waits for (a message handler of the same
+        transport's connection, or this sender's callbacks); on any broker, inside this
+        sender's ``on_error`` or ``on_flushed`` that the flush waits for. Use
         :meth:`request_flush` and ``on_flushed`` there."""
-        broker = self._outbox.receipts_read_here() if timeout != 0 else None
-        if broker is not None:
+        if timeout == 0:
             with self._lock:
-                done = request_id in self._acked_flushes
-            if done:
+                return request_id in self._acked_flushes
+        with self._lock:
+            if request_id in self._acked_flushes:
                 return True
+            callback = self._held_here(request_id)
+        if callback is not None:
+            raise RuntimeError(
+                f"wait_flushed({request_id}) to {self.destination!r} inside this sender's "
+                f"{callback}, which the flush waits for: it could never complete; use "
+                "request_flush() and on_flushed there"
+            )
+        broker = self._outbox.receipts_read_here()
+        if broker is not None:
             raise RuntimeError(
                 f"wait_flushed({request_id}) to {self.destination!r} on the thread that reads "
                 f"{broker}'s receipts (a message handler): it could never complete; use "
@@ -304,13 +368,10 @@ class ReliableSender:
                 "receipted": self._receipted_count,
                 "refused": self._refused_count,
                 "outstanding": len(self._outstanding),
-                "flushes_requested": self._last_flush_id(),
+                "flushes_requested": self._last_flush_id,
                 "flushes_acked": self._flushes_acked,
                 "callback_errors": self._callback_errors,
             }
-
-    def _last_flush_id(self) -> int:
-        return self._flushes_acked + len(self._flushes)
 
     def __repr__(self) -> str:
         return f"<ReliableSender {self.destination!r} {self.outstanding} outstanding>"
