@@ -241,10 +241,9 @@ class ReliableSender:
             low = min(self._reporting)
             first = low if first is None else min(first, low)
         done = []
-        me = threading.get_ident()
         while self._flushes and (first is None or first > self._flushes[0][1]):
             rid, _, count = self._flushes.popleft()
-            self._firing[rid] = me
+            self._firing[rid] = threading.get_ident()
             done.append(FlushAck(rid, count))
         return done
 
