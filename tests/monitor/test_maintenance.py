@@ -14,6 +14,7 @@ import pytest
 
 from heartwire.events import Failed, Resumed
 from heartwire.maintenance import HORIZON, MaintenanceWindow
+from heartwire.status import status_snapshot
 from tests.monitor.test_monitor_semantics import Recorder, Rig, make_rig
 
 PARIS = ZoneInfo("Europe/Paris")
@@ -246,6 +247,20 @@ def test_a_window_made_while_stopped_and_one_in_progress_when_made(paris: Rig) -
         ("failed", "svc.a", 2, "Fri 02:50", True),
         ("failed", "svc.a", 3, "Fri 03:00", False),  # due at the end: not inside
     ]
+
+
+def test_heartwire_status_shows_the_occurrence_in_force_not_those_registered_ahead(
+    paris: Rig,
+) -> None:
+    r = paris
+    r.mon.start()
+    w = r.mon.maintenance("svc.db.>", start="02:00", end="03:00", tz="Europe/Paris", reason="bk")
+    assert len(r.mon.silences()) == 8
+    assert status_snapshot(r.mon).silences == ()
+    to(r, at(5, 2, 30))
+    (row,) = status_snapshot(r.mon).silences
+    assert (row.pattern, row.until, row.reason) == ("svc.db.>", at(5, 3).timestamp(), "bk")
+    assert [s.window for s in r.mon.silences()] == [w.id] * 8
 
 
 # -- DST ---------------------------------------------------------------------------------------
