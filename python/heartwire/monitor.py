@@ -364,6 +364,7 @@ class HeartbeatMonitor:
         self._windows = Windows(
             self._register_silence, self._det.unsilence, self._det.now, self._wall_offset
         )
+        self._top_up_errors = 0
         self._feed = EventFeed(
             self._det,
             self._listeners,
@@ -1182,7 +1183,12 @@ class HeartbeatMonitor:
         # this thread: registering a silence emits no event, so never waits for room in a
         # queue this thread empties (maintenance.Windows).
         if self._windows and self._windows.due(self._det.now()):
-            self._windows.top_up()
+            try:
+                self._windows.top_up()
+            except Exception:  # a bug: logged (throttled), tried again next round
+                self._top_up_errors += 1
+                if worth_logging(self._top_up_errors):
+                    log.exception("topping up the maintenance windows failed")
 
 
 class HeartbeatSubscriber(HeartbeatMonitor):
