@@ -614,9 +614,13 @@ class HeartbeatMonitor:
         windows too (``window``: the window's id), started or not (``start``)."""
         offset = self._wall_offset
         window_of = self._windows.window_of
+        # The core drops a silence when its driver applies the end, at its next run: one over
+        # by the clock (e.g. while the monitor was stopped) is left out here already.
+        now = self._det.now()
         return [
             Silence(sid, pattern, start, end, reason, wall_offset=offset, window=window_of(sid))
             for sid, pattern, start, end, reason in self._det.silences()
+            if end > now
         ]
 
     def maintenance(

@@ -249,6 +249,39 @@ def test_a_window_made_while_stopped_and_one_in_progress_when_made(paris: Rig) -
     ]
 
 
+def test_a_monitor_stopped_past_the_horizon_catches_up_at_start(paris: Rig) -> None:
+    r = paris
+    r.mon.start()
+    w = r.mon.maintenance("svc.db", start="01:30", end="02:30", tz="Europe/Paris")
+    r.mon.stop()
+    r.clock.advance(10 * 86400.0)  # Monday 15 00:00: the 8 days registered are over
+    assert r.mon.silences() == []
+    r.mon.start()
+    assert [wall(s) for s in r.mon.silences()] == [
+        (f"{d:%a %d} 01:30", f"{d:%a %d} 02:30") for d in (at(15 + i, 0) for i in range(8))
+    ]
+    assert {s.window for s in r.mon.silences()} == {w.id}
+    r.mon.expect("svc.db", period=3600.0)
+    assert [e[3:] for e in to(r, at(15, 3, 30))] == [
+        ("Mon 01:00", False),
+        ("Mon 02:00", True),
+        ("Mon 03:00", False),
+    ]
+
+
+def test_on_the_real_clock_occurrences_are_placed_by_wall_time() -> None:
+    from heartwire import HeartbeatMonitor
+
+    mon = HeartbeatMonitor(None, "svc.>")
+    soon = dt.datetime.now(UTC).replace(second=0, microsecond=0) + dt.timedelta(minutes=2)
+    later = soon + dt.timedelta(minutes=1)
+    mon.maintenance("svc.>", start=soon.time(), end=later.time(), tz="UTC")
+    first = mon.silences()[0]
+    assert first.wall_start == pytest.approx(soon.timestamp(), abs=1e-6)
+    assert first.wall_end == pytest.approx(later.timestamp(), abs=1e-6)
+    assert first.start - mon.now() == pytest.approx(soon.timestamp() - time.time(), abs=1.0)
+
+
 def test_heartwire_status_shows_the_occurrence_in_force_not_those_registered_ahead(
     paris: Rig,
 ) -> None:
