@@ -597,7 +597,9 @@ class HeartbeatMonitor:
                 seconds = _validate.seconds(duration, "duration")
             end = now + seconds
         sid = self._det.silence(pattern, end, reason=reason)
-        return next(s for s in self.silences() if s.id == sid)
+        made = next((s for s in self._silences(None) if s.id == sid), None)
+        # Over already (a tiny duration on the real clock, ended by the driver meanwhile).
+        return made or Silence(sid, pattern, now, end, reason, wall_offset=self._wall_offset)
 
     def unsilence(self, silence: int | Silence) -> bool:
         """End a silence now (its id, or the :class:`Silence`); False if it is over already.
@@ -612,15 +614,18 @@ class HeartbeatMonitor:
     def silences(self) -> list[Silence]:
         """The silences not over yet, oldest first: those registered ahead for maintenance
         windows too (``window``: the window's id), started or not (``start``)."""
-        offset = self._wall_offset
-        window_of = self._windows.window_of
         # The core drops a silence when its driver applies the end, at its next run: one over
         # by the clock (e.g. while the monitor was stopped) is left out here already.
-        now = self._det.now()
+        return self._silences(self._det.now())
+
+    def _silences(self, now: float | None) -> list[Silence]:
+        """The core's silences (those ending after ``now`` if given)."""
+        offset = self._wall_offset
+        window_of = self._windows.window_of
         return [
             Silence(sid, pattern, start, end, reason, wall_offset=offset, window=window_of(sid))
             for sid, pattern, start, end, reason in self._det.silences()
-            if end > now
+            if now is None or end > now
         ]
 
     def maintenance(
