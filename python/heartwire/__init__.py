@@ -38,6 +38,7 @@ from heartwire.events import (
     TopicStatus,
 )
 from heartwire.listeners import PublisherListener, SubscriberListener
+from heartwire.maintenance import MaintenanceWindow
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.policy import Silence
 from heartwire.publisher import HeartbeatPublisher
@@ -77,6 +78,7 @@ __all__ = [
     "HeartbeatSubscriber",
     "Lagging",
     "LocalPause",
+    "MaintenanceWindow",
     "ManualClock",
     "PublisherListener",
     "Received",

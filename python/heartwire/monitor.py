@@ -49,6 +49,7 @@ import threading
 import time
 from collections.abc import Iterable
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from heartwire import _core, _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
@@ -69,6 +70,7 @@ from heartwire.listeners import (
     ListenerSet,
     SubscriberListener,
 )
+from heartwire.maintenance import MaintenanceWindow, Windows
 from heartwire.policy import Silence, parse_duration
 from heartwire.tally import EventTally, Groups
 from heartwire.transport import Message, Subscription, Transport
@@ -357,6 +359,12 @@ class HeartbeatMonitor:
         self._resuming: set[int] = set()
         self._subscription: Subscription | None = None
         # The detector's events to the listeners (its switches run under self._lock).
+        # Maintenance windows: their occurrences are core silences, registered ahead and topped
+        # up from _after_batch (see maintenance.Windows).
+        self._windows = Windows(
+            self._register_silence, self._det.unsilence, self._det.now, self._wall_offset
+        )
+        self._top_up_errors = 0
         self._feed = EventFeed(
             self._det,
             self._listeners,
@@ -589,7 +597,9 @@ class HeartbeatMonitor:
                 seconds = _validate.seconds(duration, "duration")
             end = now + seconds
         sid = self._det.silence(pattern, end, reason=reason)
-        return next(s for s in self.silences() if s.id == sid)
+        made = next((s for s in self._silences(None) if s.id == sid), None)
+        # Over already (a tiny duration on the real clock, ended by the driver meanwhile).
+        return made or Silence(sid, pattern, now, end, reason, wall_offset=self._wall_offset)
 
     def unsilence(self, silence: int | Silence) -> bool:
         """End a silence now (its id, or the :class:`Silence`); False if it is over already.
@@ -602,12 +612,62 @@ class HeartbeatMonitor:
         return self._det.unsilence(sid) if sid >= 0 else False
 
     def silences(self) -> list[Silence]:
-        """The silences not over yet, oldest first."""
+        """The silences not over yet, oldest first: those registered ahead for maintenance
+        windows too (``window``: the window's id), started or not (``start``)."""
+        # The core drops a silence when its driver applies the end, at its next run: one over
+        # by the clock (e.g. while the monitor was stopped) is left out here already.
+        return self._silences(self._det.now())
+
+    def _silences(self, now: float | None) -> list[Silence]:
+        """The core's silences (those ending after ``now`` if given)."""
         offset = self._wall_offset
+        window_of = self._windows.window_of
         return [
-            Silence(sid, pattern, start, end, reason, wall_offset=offset)
+            Silence(sid, pattern, start, end, reason, wall_offset=offset, window=window_of(sid))
             for sid, pattern, start, end, reason in self._det.silences()
+            if now is None or end > now
         ]
+
+    def maintenance(
+        self,
+        pattern: str,
+        *,
+        start: str | _dt.time,
+        end: str | _dt.time,
+        tz: str | ZoneInfo,
+        days: Iterable[str] | str | None = None,
+        reason: str = "",
+    ) -> MaintenanceWindow:
+        """Silence the topics matching ``pattern`` from ``start`` to ``end`` local time
+        (``"02:00"``, ``"03:30:00"`` or a :class:`datetime.time`) in the IANA zone ``tz``
+        (``"Europe/Paris"``), every day (``days`` None) or on the weekdays named
+        (``("sat", "sun")``). An ``end`` before ``start`` crosses midnight (``days`` name the
+        day an occurrence starts); ``end == start`` is refused.
+
+        Each occurrence is an ordinary silence (events marked ``silenced=True``, the alert of a
+        topic still FAILED at its end owed then), on the monitor's clock through its
+        ``wall_offset`` (a ``ManualClock`` drives them): those starting within the next 8 days
+        are registered ahead (:meth:`silences` lists them, ``window`` set) and topped up as
+        each ends. Local times the clock skips or repeats on a DST change day: see
+        ``docs/silences.md``.
+        """
+        validate_pattern(pattern, "pattern")
+        return self._windows.add(pattern, start=start, end=end, tz=tz, days=days, reason=reason)
+
+    def maintenance_windows(self) -> list[MaintenanceWindow]:
+        """The maintenance windows, oldest first."""
+        return self._windows.windows()
+
+    def end_maintenance(self, window: int | MaintenanceWindow) -> bool:
+        """Remove a maintenance window (its id, or the window) and its silences: one in
+        progress ends now, as :meth:`unsilence` ends it. False if there is no such window."""
+        wid = window.id if isinstance(window, MaintenanceWindow) else window
+        if isinstance(wid, bool) or not isinstance(wid, int):
+            raise TypeError(f"window must be an int id or a MaintenanceWindow, got {window!r}")
+        return self._windows.remove(wid)
+
+    def _register_silence(self, pattern: str, start: float | None, end: float, reason: str) -> int:
+        return self._det.silence(pattern, end, start=start, reason=reason)
 
     def depends(self, child_pattern: str, *, on: str) -> None:
         """Topics matching ``child_pattern`` depend on the topic ``on`` (watched yet or not).
@@ -757,6 +817,8 @@ class HeartbeatMonitor:
             self._feed.finish(chain, 1.0, mark, time.monotonic() + 1.0)
             raise error
         self._resume_in_detector(resume)
+        if self._windows:  # occurrences that came within reach while stopped
+            self._windows.top_up()
         return self
 
     def _subscribe(self, broker: Transport) -> Subscription:
@@ -1124,6 +1186,18 @@ class HeartbeatMonitor:
         here or at drain()."""
         if self._intake.pending:
             self._report_refusals()
+        # Maintenance windows are topped up here, a point the monitor already reaches about
+        # every 0.1 s (after each batch, and on the dispatch thread's idle rounds): one float
+        # compare until an occurrence ends, no thread of their own, nothing per beat. Safe on
+        # this thread: registering a silence emits no event, so never waits for room in a
+        # queue this thread empties (maintenance.Windows).
+        if self._windows and self._windows.due(self._det.now()):
+            try:
+                self._windows.top_up()
+            except Exception:  # a bug: logged (throttled), tried again next round
+                self._top_up_errors += 1
+                if worth_logging(self._top_up_errors):
+                    log.exception("topping up the maintenance windows failed")
 
 
 class HeartbeatSubscriber(HeartbeatMonitor):

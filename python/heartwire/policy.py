@@ -41,13 +41,16 @@ def parse_duration(text: str, field_name: str = "duration") -> float:
 class Silence:
     """A silence: the topics matching ``pattern`` are silenced from ``start`` until ``end``
     (seconds on the monitor's clock; ``wall_start``/``wall_end``: Unix seconds, ``end_utc``:
-    an aware datetime). ``id`` is for :meth:`~heartwire.monitor.HeartbeatMonitor.unsilence`."""
+    an aware datetime). ``id`` is for :meth:`~heartwire.monitor.HeartbeatMonitor.unsilence`;
+    ``window``: the maintenance window whose occurrence it is, if any."""
 
     id: int
     pattern: str
     start: float
     end: float
     reason: str = ""
+    #: The :class:`~heartwire.maintenance.MaintenanceWindow` id of an occurrence it registered.
+    window: int | None = field(default=None, kw_only=True)
     wall_offset: float = field(
         default_factory=real_clock_offset, kw_only=True, repr=False, compare=False
     )

@@ -217,14 +217,20 @@ def _by_topic(status: TopicStatus) -> str:
 
 
 def _silences(mon: HeartbeatMonitor) -> tuple[SilenceRow, ...]:
-    """The monitor's silences not over yet, if it has the feature (``mon.silences()``): each
+    """The monitor's silences in force, if it has the feature (``mon.silences()``): each
     read by its ``pattern``, ``reason``, ``id`` and end: ``wall_end`` (Unix seconds), else
-    ``end`` (seconds on the monitor's clock), else ``until`` (an aware ``datetime``)."""
+    ``end`` (seconds on the monitor's clock), else ``until`` (an aware ``datetime``). One
+    whose ``start`` (on the monitor's clock) is still to come is left out: a maintenance
+    window's later occurrences are registered ahead."""
     listing = getattr(mon, "silences", None)
     if not callable(listing):
         return ()
+    now = mon.now()
     rows = []
     for silence in listing():
+        start = getattr(silence, "start", None)
+        if isinstance(start, (int, float)) and start > now:
+            continue
         until = getattr(silence, "wall_end", None)
         if until is None and isinstance(getattr(silence, "end", None), (int, float)):
             until = mon.wall_time(float(silence.end))

@@ -30,10 +30,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "heartwire._spark_session",
         ),
     ),
-    # plain data and timing: events, the publishers' executor, the metrics' tally, silences
+    # plain data and timing: events, the publishers' executor, the metrics' tally, silences,
+    # maintenance windows
     (
         "helpers",
-        ("heartwire.events", "heartwire.executor", "heartwire.tally", "heartwire.policy"),
+        (
+            "heartwire.events",
+            "heartwire.executor",
+            "heartwire.tally",
+            "heartwire.policy",
+            "heartwire.maintenance",
+        ),
     ),
     # brokers: the embedded one and STOMP (with its queues and link events)
     ("transport", ("heartwire.transport",)),

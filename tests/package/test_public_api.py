@@ -33,6 +33,7 @@ USER_API = {
     "Disconnected",
     "Reconnected",
     "LocalPause",
+    "MaintenanceWindow",
     "Lagging",
     "CaughtUp",
     "EventBatch",
