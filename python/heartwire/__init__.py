@@ -37,6 +37,7 @@ from heartwire.events import (
     Stopped,
     TopicStatus,
 )
+from heartwire.control import send_silence, send_unsilence
 from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.policy import Silence
@@ -100,6 +101,8 @@ __all__ = [
     "checks",
     "connect",
     "core",
+    "send_silence",
+    "send_unsilence",
 ]
 
 # Where the names this namespace used to hold live now, for a precise AttributeError.
