@@ -19,6 +19,7 @@ from heartwire._core import ManualClock
 from heartwire._core import __version__ as __version__
 from heartwire.alerts import AlertListener
 from heartwire.checks import CheckFailed
+from heartwire.control import send_silence, send_unsilence
 from heartwire.events import (
     CaughtUp,
     Disconnected,
@@ -37,7 +38,6 @@ from heartwire.events import (
     Stopped,
     TopicStatus,
 )
-from heartwire.control import send_silence, send_unsilence
 from heartwire.listeners import PublisherListener, SubscriberListener
 from heartwire.monitor import HeartbeatMonitor, HeartbeatSubscriber
 from heartwire.policy import Silence
