@@ -718,7 +718,8 @@ class HeartbeatMonitor:
     def handle_message(self, message: Message) -> None:
         """Decode and record one broker message (the monitor's subscription calls this; over
         STOMP the core reads most beats off the socket itself and only the rest come here)."""
-        if message.destination.startswith(RESERVED_PREFIX):
+        destination = message.destination
+        if isinstance(destination, str) and destination.startswith(RESERVED_PREFIX):
             return  # heartwire's own traffic (a control message under a wide pattern): no beat
         body = message.body
         done = None
