@@ -61,6 +61,24 @@ def _finite_positive(text: str) -> float:
     return value
 
 
+def _control_topic(text: str) -> str | None:
+    """--control: a topic name, or ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    from heartwire.transport.patterns import validate_topic
+
+    try:
+        return validate_topic(text, "topic")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+CONTROL_HELP = (
+    "with --key: the topic signed silences arrive on ('heartwire silence'; default _hw.control; "
+    "none: not listened to)"
+)
+
+
 def _positive_or_inf(text: str) -> float:
     """A number of seconds > 0, or ``inf`` where it means "no bound"."""
     return math.inf if text.strip().lower() in ("inf", "infinity") else _finite_positive(text)
@@ -133,6 +151,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --key: refuse signed beats sent further than this many seconds from this "
         "host's wall clock (default: 3 periods + 60 s; inf: no bound)",
     )
+    watch.add_argument("--control", type=_control_topic, default="_hw.control", help=CONTROL_HELP)
     watch.add_argument(
         "--metrics-port",
         type=int,
@@ -184,6 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="as for watch (default: 3 periods + 60 s; inf: no bound)",
     )
+    status.add_argument("--control", type=_control_topic, default="_hw.control", help=CONTROL_HELP)
     status.add_argument(
         "--refresh", type=_finite_positive, default=1.0, help="redraw every N seconds (default 1)"
     )
@@ -461,6 +481,7 @@ def _watch(args: argparse.Namespace) -> int:
         listeners=[listener],
         key=args.key,
         max_beat_age=args.max_beat_age,
+        control=args.control,
         group_depth=args.group_depth,
         max_groups=args.max_groups,
     )
@@ -513,6 +534,7 @@ def _status(args: argparse.Namespace) -> int:
         listeners=[recent],
         key=args.key,
         max_beat_age=args.max_beat_age,
+        control=args.control,
     )
     done = threading.Event()
     try:

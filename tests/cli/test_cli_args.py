@@ -132,3 +132,13 @@ def test_silence_prints_the_id_to_unsilence_with(tmp_path: Any) -> None:
     empty.write_text("\n")
     proc = run_cli("silence", "svc.>", "--for", "1m", "--key-file", str(empty))
     assert proc.returncode == 2 and "holds no key" in proc.stderr, proc.stderr[-500:]
+
+
+@pytest.mark.parametrize("command", ["watch", "status"])
+def test_control_topic_option_is_checked(command: str) -> None:
+    proc = run_cli(command, "svc.>", "--key", SECRET, "--control", "a.>", "--duration", "0.2")
+    assert proc.returncode == 2 and "argument --control: topic 'a.>'" in proc.stderr, proc.stderr
+    proc = run_cli(command, "svc.>", "--key", SECRET, "--control", "svc.x", "--duration", "0.2")
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "control topic 'svc.x' matches the monitor's pattern 'svc.>'" in proc.stderr
+    assert SECRET not in proc.stderr
