@@ -280,6 +280,10 @@ class ControlMessage:
             raise ControlError(
                 "malformed", f"reason must be a str of at most {MAX_REASON_LEN} characters"
             )
+        try:
+            reason.encode("utf-8")
+        except UnicodeEncodeError:  # JSON can carry a lone surrogate; the core takes UTF-8
+            raise ControlError("malformed", "reason is not valid Unicode text") from None
         return cls("silence", sid, sent, nonce, pattern, until, reason)  # type: ignore[arg-type]
 
 
@@ -439,10 +443,12 @@ class ControlReceiver:
             until = _dt.datetime.fromtimestamp(msg.until, tz=_dt.timezone.utc)
             try:
                 sid = self._silence(msg.pattern, until, msg.reason)
-            except ValueError as exc:  # ends before now on the monitor's clock
+            except BaseException as exc:
                 with self._lock:
-                    self._ids.pop(msg.id, None)
-                raise ControlError("expired", f"silence {msg.id!r}: {exc}"[:300]) from None
+                    self._ids.pop(msg.id, None)  # not made: the id is free again
+                if isinstance(exc, ValueError):  # ends before now on the monitor's clock
+                    raise ControlError("expired", f"silence {msg.id!r}: {exc}"[:300]) from None
+                raise
             with self._lock:
                 self._ids[msg.id] = (sid, msg.until)
         with self._lock:

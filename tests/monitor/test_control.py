@@ -134,6 +134,7 @@ def test_every_bad_message_is_refused_counted_and_reported_without_the_key(
         ("malformed", signed(KEY, **fresh(nonce="short"))),
         ("malformed", signed(KEY, **fresh(id="a b"))),
         ("malformed", signed(KEY, **fresh(reason="x" * 257))),
+        ("malformed", signed(KEY, **fresh(reason="\ud800"))),
         ("too_large", b"{" + b" " * 70_000 + b"}"),
         ("stale", signed(KEY, **fresh(sent=now - 3600, until=now + 60, nonce="a" * 32))),
         ("stale", signed(KEY, **fresh(sent=now + 3600, until=now + 7200, nonce="b" * 32))),
