@@ -19,6 +19,7 @@ from heartwire._core import ManualClock
 from heartwire._core import __version__ as __version__
 from heartwire.alerts import AlertListener
 from heartwire.checks import CheckFailed
+from heartwire.control import send_silence, send_unsilence
 from heartwire.events import (
     CaughtUp,
     Disconnected,
@@ -102,6 +103,8 @@ __all__ = [
     "checks",
     "connect",
     "core",
+    "send_silence",
+    "send_unsilence",
 ]
 
 # Where the names this namespace used to hold live now, for a precise AttributeError.

@@ -202,6 +202,41 @@ class BeatCodec:
         assert self._key is not None
         return hmac.new(self._key, canonical, hashlib.sha256).hexdigest()
 
+    # -- signed JSON objects (beats, and control messages: heartwire.control) ----------------
+
+    def seal(self, obj: dict[str, Any]) -> bytes:
+        """``obj`` as compact JSON, with ``"sig"`` (the HMAC-SHA256 of the canonical JSON of
+        every other field) added when this codec has a key. ``ValueError``/``TypeError`` from
+        :mod:`json` for what it cannot write."""
+        canonical = _canonical(obj)
+        if self._key is None:
+            return canonical
+        return canonical[:-1] + b',"sig":"' + self._sign(canonical).encode("ascii") + b'"}'
+
+    def unseal(self, text: str, what: str = "message") -> dict[str, Any]:
+        """The JSON object in ``text``, its signature checked (and removed) when this codec has
+        a key; :class:`DecodeError` (``"bad_json"``, ``"unsigned"``, ``"bad_signature"``)
+        otherwise (their details name ``what``). The fields are the caller's to check."""
+        try:
+            obj = _DECODER.decode(text)
+        except (ValueError, RecursionError) as exc:
+            raise DecodeError("bad_json", str(exc)[:200]) from None
+        if not isinstance(obj, dict):
+            raise DecodeError("bad_json", f"a JSON {type(obj).__name__}, not an object")
+        if self._key is not None:
+            sig = obj.pop("sig", None)
+            if sig is None:
+                raise DecodeError("unsigned", f"the {what} has no 'sig'")
+            if not isinstance(sig, str) or not _SIG_HEX.fullmatch(sig):
+                raise DecodeError("bad_signature", "'sig' is not 64 hex digits")
+            try:
+                canonical = _canonical(obj)
+            except (ValueError, RecursionError) as exc:  # pragma: no cover - parsed JSON dumps
+                raise DecodeError("bad_json", str(exc)[:200]) from None
+            if not hmac.compare_digest(self._sign(canonical), sig.lower()):
+                raise DecodeError("bad_signature", f"the signature does not match the {what}")
+        return obj
+
     # -- encoding ---------------------------------------------------------------------------
 
     def encode(self, beat: Beat) -> bytes:
@@ -234,14 +269,11 @@ class BeatCodec:
         if beat.reason is not None:
             obj["reason"] = _check_reason(beat.reason, "beat.reason", ValueError)
         try:
-            canonical = _canonical(obj)
+            return self.seal(obj)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"beat.payload is not JSON-serializable: {exc}") from exc
         except RecursionError as exc:
             raise ValueError("beat.payload is nested too deeply to serialize") from exc
-        if self._key is None:
-            return canonical
-        return canonical[:-1] + b',"sig":"' + self._sign(canonical).encode("ascii") + b'"}'
 
     # -- decoding ---------------------------------------------------------------------------
 
@@ -295,24 +327,7 @@ class BeatCodec:
         return Beat(topic, legacy=True)
 
     def _decode_json(self, text: str) -> Beat:
-        try:
-            obj = _DECODER.decode(text)
-        except (ValueError, RecursionError) as exc:
-            raise DecodeError("bad_json", str(exc)[:200]) from None
-        if not isinstance(obj, dict):
-            raise DecodeError("bad_json", f"a JSON {type(obj).__name__}, not an object")
-        if self._key is not None:
-            sig = obj.pop("sig", None)
-            if sig is None:
-                raise DecodeError("unsigned", "the beat has no 'sig'")
-            if not isinstance(sig, str) or not _SIG_HEX.fullmatch(sig):
-                raise DecodeError("bad_signature", "'sig' is not 64 hex digits")
-            try:
-                canonical = _canonical(obj)
-            except (ValueError, RecursionError) as exc:  # pragma: no cover - parsed JSON dumps
-                raise DecodeError("bad_json", str(exc)[:200]) from None
-            if not hmac.compare_digest(self._sign(canonical), sig.lower()):
-                raise DecodeError("bad_signature", "the signature does not match the beat")
+        obj = self.unseal(text, "beat")
         version = obj.get("v")
         if version != VERSION or not _is_number(version):
             raise DecodeError("bad_field", f"v must be {VERSION}, got {version!r}"[:200])

@@ -1,7 +1,11 @@
-"""The ``heartwire`` command: ``demo``, ``publish``, ``fail``, ``watch``, ``status`` and ``report``.
+"""The ``heartwire`` command: ``demo``, ``publish``, ``fail``, ``silence``, ``unsilence``,
+``watch``, ``status`` and ``report``.
 
 ``fail`` sends one *down* beat (an explicit failure, ``docs/explicit-failure.md``): monitors
 fail the topic at once with the reason; the publisher's next regular beat resumes it.
+``silence`` and ``unsilence`` send one signed control message (:mod:`heartwire.control`): every
+monitor subscribed to the control topic with the key silences the pattern, or lifts the
+silence of that id (``docs/silences.md``).
 
 ``publish`` and ``watch`` print one JSON object per event, times on the wall clock: ``at`` (and
 a failure's ``since``) in Unix seconds, the same as ISO 8601 in UTC in ``at_iso``
@@ -57,6 +61,24 @@ def _finite_positive(text: str) -> float:
     return value
 
 
+def _control_topic(text: str) -> str | None:
+    """--control: a topic name, or ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    from heartwire.transport.patterns import validate_topic
+
+    try:
+        return validate_topic(text, "topic")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+CONTROL_HELP = (
+    "with --key: the topic signed silences arrive on ('heartwire silence'; default _hw.control; "
+    "none: not listened to)"
+)
+
+
 def _positive_or_inf(text: str) -> float:
     """A number of seconds > 0, or ``inf`` where it means "no bound"."""
     return math.inf if text.strip().lower() in ("inf", "infinity") else _finite_positive(text)
@@ -94,6 +116,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     fail.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
 
+    silence = commands.add_parser(
+        "silence",
+        help="silence a topic pattern on every monitor with the key (a signed control message)",
+    )
+    silence.add_argument("pattern", help="topic pattern to silence, e.g. 'svc.db.>'")
+    when = silence.add_mutually_exclusive_group(required=True)
+    when.add_argument("--for", dest="duration", help="how long: 30s, 30m, 2h, 1d (or seconds)")
+    when.add_argument(
+        "--until", help="when it ends: ISO date-time, UTC unless it carries an offset"
+    )
+    silence.add_argument("--reason", default="", help="why (at most 256 characters)")
+    _control_options(silence)
+
+    unsilence = commands.add_parser(
+        "unsilence", help="lift silences sent by 'heartwire silence', by the id it printed"
+    )
+    unsilence.add_argument("ids", nargs="+", metavar="ID", help="a silence's id")
+    _control_options(unsilence)
+
     watch = commands.add_parser("watch", help="watch topics and print events as JSON lines")
     watch.add_argument("pattern", help="topic or wildcard pattern, e.g. svc.> or svc.*")
     watch.add_argument("--broker", default=None, help=BROKER_HELP)
@@ -110,6 +151,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --key: refuse signed beats sent further than this many seconds from this "
         "host's wall clock (default: 3 periods + 60 s; inf: no bound)",
     )
+    watch.add_argument("--control", type=_control_topic, default="_hw.control", help=CONTROL_HELP)
     watch.add_argument(
         "--metrics-port",
         type=int,
@@ -161,6 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="as for watch (default: 3 periods + 60 s; inf: no bound)",
     )
+    status.add_argument("--control", type=_control_topic, default="_hw.control", help=CONTROL_HELP)
     status.add_argument(
         "--refresh", type=_finite_positive, default=1.0, help="redraw every N seconds (default 1)"
     )
@@ -187,6 +230,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _control_options(command: argparse.ArgumentParser) -> None:
+    """--broker, --key/--key-file, --destination: where a control message goes, signed how."""
+    command.add_argument("--broker", default=None, help=BROKER_HELP)
+    keys = command.add_mutually_exclusive_group()
+    keys.add_argument("--key", default=None, help=KEY_HELP)
+    keys.add_argument(
+        "--key-file", default=None, help="a file holding the HMAC key (a final newline is cut)"
+    )
+    command.add_argument(
+        "--destination",
+        default=None,
+        help="the monitors' control topic (default: heartwire.control.CONTROL_TOPIC, _hw.control)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
@@ -200,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             return _publish(args)
         if args.command == "fail":
             return _fail(args)
+        if args.command in ("silence", "unsilence"):
+            return _control(args)
         if args.command == "report":
             from heartwire.report_cmd import run_report
 
@@ -292,6 +352,79 @@ def _fail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _control_key(args: argparse.Namespace) -> bytes:
+    """The key from --key, --key-file or $HEARTWIRE_KEY; errors never show it."""
+    if args.key_file is not None:
+        try:
+            with open(args.key_file, "rb") as f:
+                key = f.read()
+        except OSError as exc:
+            raise ValueError(f"--key-file: cannot read {args.key_file!r}: {exc.strerror}") from None
+        key = key[:-2] if key.endswith(b"\r\n") else key[:-1] if key.endswith(b"\n") else key
+        if not key:
+            raise ValueError(f"--key-file: {args.key_file!r} holds no key")
+        return key
+    key_text = args.key if args.key is not None else os.environ.get(KEY_ENV)
+    if not key_text:
+        raise ValueError(
+            f"a key is required: --key, --key-file or ${KEY_ENV} (monitors honour only "
+            "signed control messages)"
+        )
+    return key_text.encode("utf-8")
+
+
+def _control(args: argparse.Namespace) -> int:
+    """One signed control message per silence or id, then exit: 0 if the broker took them all,
+    1 if not (after the rest were tried), 2 for bad arguments (nothing sent)."""
+    import datetime as dt
+
+    from heartwire.control import CONTROL_TOPIC, ControlMessage
+    from heartwire.events import iso_utc
+    from heartwire.policy import parse_duration
+    from heartwire.report import parse_time
+    from heartwire.transport import connect
+    from heartwire.transport.patterns import validate_topic
+
+    key = _control_key(args)
+    destination = CONTROL_TOPIC if args.destination is None else args.destination
+    validate_topic(destination, "--destination")
+    messages: list[ControlMessage] = []
+    if args.command == "silence":
+        if args.duration is not None:
+            seconds = parse_duration(args.duration, "--for")
+            messages.append(
+                ControlMessage.silence(args.pattern, duration=seconds, reason=args.reason)
+            )
+        else:
+            until = parse_time(args.until, "--until")
+            if until <= dt.datetime.now(dt.timezone.utc):
+                raise ValueError(f"--until must be in the future, got {args.until!r}")
+            messages.append(ControlMessage.silence(args.pattern, until=until, reason=args.reason))
+    else:
+        messages.extend(ControlMessage.unsilence(i) for i in args.ids)
+    bodies = [m.encode(key) for m in messages]  # before connecting: bad input sends nothing
+    broker = connect(args.broker)
+    failed = 0
+    try:
+        for message, body in zip(messages, bodies, strict=True):
+            try:
+                broker.publish(destination, body, {}, timeout=10.0)  # type: ignore[attr-defined]
+            except Exception as exc:
+                failed += 1
+                print(f"heartwire {args.command}: send failed: {exc!r}", file=sys.stderr)
+                continue
+            out: dict[str, Any] = {"event": message.op, "id": message.id}
+            if message.op == "silence":
+                out.update(pattern=message.pattern, reason=message.reason)
+                assert message.until is not None
+                out.update(until=message.until, until_iso=iso_utc(message.until))
+            out["destination"] = destination
+            print(json.dumps(out), flush=True)
+    finally:
+        broker.close()  # type: ignore[attr-defined]
+    return 1 if failed else 0
+
+
 def _watch(args: argparse.Namespace) -> int:
     from heartwire.events import (
         ExceptionEvent,
@@ -348,6 +481,7 @@ def _watch(args: argparse.Namespace) -> int:
         listeners=[listener],
         key=args.key,
         max_beat_age=args.max_beat_age,
+        control=args.control,
         group_depth=args.group_depth,
         max_groups=args.max_groups,
     )
@@ -400,6 +534,7 @@ def _status(args: argparse.Namespace) -> int:
         listeners=[recent],
         key=args.key,
         max_beat_age=args.max_beat_age,
+        control=args.control,
     )
     done = threading.Event()
     try:

@@ -56,6 +56,7 @@ from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire._exit import Running
 from heartwire._throttle import worth_logging
 from heartwire.beat import DECODE_REASONS, BeatCodec, DecodeError
+from heartwire.control import CONTROL_TOPIC, RESERVED_PREFIX, ControlError, ControlReceiver
 from heartwire.events import (
     ExceptionEvent,
     Started,
@@ -222,6 +223,15 @@ class HeartbeatMonitor:
       once, now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
       current reading stands for the current wall time).
 
+    - ``control``: the control topic (default :data:`~heartwire.control.CONTROL_TOPIC`,
+      ``"_hw.control"``; ``None``: none). A monitor with a ``key`` subscribes to it and takes
+      signed silences sent there (``heartwire silence``, :func:`heartwire.control.send_silence`)
+      as :meth:`silence` calls; unsigned, forged, stale, replayed and malformed ones are refused,
+      counted in :meth:`stats` (``control_refused``) and reported to ``on_exception``
+      (``"control_<reason>"``). A monitor without a key does not subscribe. Topics under
+      ``_hw.`` are never taken for beats; another control topic must not match ``pattern``.
+      See ``docs/silences.md``.
+
     - ``group_depth``, ``max_groups``: how :mod:`heartwire.metrics` groups topics in the
       series that are always exported (topics by state, ``failed``/``resumed`` events,
       downtime): by the first ``group_depth`` ``.``-separated segments of the name, the first
@@ -257,6 +267,7 @@ class HeartbeatMonitor:
         flap_threshold: int | None = None,
         flap_window: float | None = None,
         flap_hold: bool = True,
+        control: str | None = CONTROL_TOPIC,
     ) -> None:
         if (flap_threshold is None) != (flap_window is None):
             raise ValueError(
@@ -341,6 +352,8 @@ class HeartbeatMonitor:
             # beat() straight into the core: no Python frame on the single-beat path.
             self.beat = self._intake.beat  # type: ignore[method-assign]
         self._clock = clock
+        self._control = self._control_receiver(control)
+        self._control_sub: Subscription | None = None
         wall_offset = _validate.seconds(
             wall_offset, "wall_offset", allow_none=True, allow_negative=True
         )
@@ -421,6 +434,47 @@ class HeartbeatMonitor:
         """How far a signed beat's send time may be from the monitor's wall clock, seconds
         (``None``: the default rule, per topic; ``math.inf``: no bound)."""
         return self._max_beat_age
+
+    @property
+    def control_topic(self) -> str | None:
+        """The control topic this monitor takes signed silences from (``None``: none, as
+        without a ``key``)."""
+        return None if self._control is None else self._control_topic
+
+    def _control_receiver(self, control: str | None) -> ControlReceiver | None:
+        """The receiver of the control topic (constructor), if there is one: only with a key."""
+        if control is None:
+            return None
+        validate_topic(control, "control")
+        if not control.startswith(RESERVED_PREFIX) and self._intake.matches(control):
+            raise ValueError(
+                f"control topic {control!r} matches the monitor's pattern {self._pattern!r}: "
+                f"its messages would be taken for beats; pick one outside it (topics under "
+                f"{RESERVED_PREFIX!r}, as the default {CONTROL_TOPIC!r}, never are)"
+            )
+        self._control_topic = control
+        if not self._codec.signed:
+            return None
+        return ControlReceiver(
+            self._codec,
+            lambda pattern, until, reason: self.silence(pattern, until=until, reason=reason).id,
+            self.unsilence,
+            self._report_control,
+            self._control_age,
+        )
+
+    def _control_age(self) -> float:
+        """How far a control message's ``sent`` may be from the wall clock: ``max_beat_age``,
+        or the default bound of a beat of a topic not watched yet."""
+        if self._max_beat_age is not None:
+            return self._max_beat_age
+        return BEAT_AGE_PERIODS * self._period + BEAT_AGE_SKEW
+
+    def _report_control(self, error: ControlError) -> None:
+        self._listeners.emit(
+            "on_exception",
+            ExceptionEvent(self._pattern, f"control_{error.reason}", error, error.detail),
+        )
 
     @property
     def max_local_pause(self) -> float | None:
@@ -724,6 +778,9 @@ class HeartbeatMonitor:
     def handle_message(self, message: Message) -> None:
         """Decode and record one broker message (the monitor's subscription calls this; over
         STOMP the core reads most beats off the socket itself and only the rest come here)."""
+        destination = message.destination
+        if isinstance(destination, str) and destination.startswith(RESERVED_PREFIX):
+            return  # heartwire's own traffic (a control message under a wide pattern): no beat
         body = message.body
         done = None
         if isinstance(body, (bytes, bytearray, memoryview)):
@@ -801,10 +858,17 @@ class HeartbeatMonitor:
             error: BaseException | None = None
             try:
                 if self._broker is not None:
+                    if self._control is not None:
+                        # Before the beats: on one connection, a beat heard means the control
+                        # subscription is in place too (the broker takes frames in order).
+                        self._control_sub = self._broker.subscribe(
+                            self._control_topic, self._control.handle
+                        )
                     self._subscription = self._subscribe(self._broker)
                     self._connection_events.attach(self._broker)
             except BaseException as exc:
                 error = exc
+                self._cancel_control()
                 self._running = False
                 self._held_paused = self._paused_handles() | set(resume)
                 self._resuming.difference_update(resume)
@@ -868,6 +932,7 @@ class HeartbeatMonitor:
                 self._paused = False
                 _running.discard(self)
                 subscription, self._subscription = self._subscription, None
+                self._cancel_control()
                 if self._broker is not None:
                     self._connection_events.detach(self._broker)
                 if subscription is not None:
@@ -899,6 +964,15 @@ class HeartbeatMonitor:
         # by itself once it has caught up).
         if not self._listeners.close(max(0.0, deadline - time.monotonic())):
             log.warning("listeners of %r still busy when stop() timed out", self._pattern)
+
+    def _cancel_control(self) -> None:
+        """Cancel the control subscription, if any (under the lock)."""
+        sub, self._control_sub = self._control_sub, None
+        if sub is not None:
+            try:
+                sub.cancel()
+            except Exception:
+                log.exception("cancelling the subscription to %r failed", self._control_topic)
 
     def _stop_detector(self, chain: list[_Feed]) -> int | None:
         """Stop the detector for a stop() that noted itself in ``_stopping`` (under the lock),
@@ -1064,7 +1138,8 @@ class HeartbeatMonitor:
         ``listener_queue_depth`` (events waiting in them now), ``listeners`` (per listener,
         as :meth:`ListenerSet.stats <heartwire.listeners.ListenerSet.stats>`),
         ``dispatch_queue_depth`` (detector events not yet taken by the dispatch thread),
-        ``disconnects`` and ``reconnects`` (of the broker connection)."""
+        ``disconnects`` and ``reconnects`` (of the broker connection), ``control`` (control
+        messages taken, by op) and ``control_refused`` (refused, by reason)."""
         out: dict[str, Any] = dict(self._det.stats())
         out["local_pause_seconds"] = out["local_pause_ns"] / 1e9
         out["ingest_lag"] = out["ingest_lag_ns"] / 1e9
@@ -1088,6 +1163,9 @@ class HeartbeatMonitor:
             disconnects=connection.disconnects,
             reconnects=connection.reconnects,
         )
+        control = self._control.stats() if self._control is not None else None
+        out["control"] = control["accepted"] if control else {}
+        out["control_refused"] = control["refused"] if control else {}
         return out
 
     def metrics(self) -> dict[str, Any]:

@@ -404,7 +404,9 @@ fn topic_of(destination: &[u8]) -> Option<&str> {
     std::str::from_utf8(rest).ok()
 }
 
-const PING_PREFIX: &str = "_hw.keepalive.";
+/// heartwire's own topics (the keep-alive pings, the control topic): never beats, whatever
+/// the pattern (`heartwire.control.RESERVED_PREFIX`).
+const RESERVED_PREFIX: &str = "_hw.";
 /// The largest output buffer a reader keeps between reads.
 const OUT_KEEP: usize = 512 * 1024;
 
@@ -528,8 +530,10 @@ fn route<'r>(
     let Some(topic) = topic_of(destination) else {
         return Verdict::Pass;
     };
-    if topic.starts_with(PING_PREFIX) || !intake.matches(topic) {
-        return Verdict::Pass; // another transport's ping, or a broker wildcard wider than ours
+    if topic.starts_with(RESERVED_PREFIX) || !intake.matches(topic) {
+        // heartwire's own (another transport's ping, a control message), or a broker
+        // wildcard wider than ours: stomp.py decides.
+        return Verdict::Pass;
     }
     if !intake.running() {
         // Stopped (its subscription is being cancelled): a beat now would be ignored, and a

@@ -11,6 +11,7 @@ import pytest
 from heartwire import HeartbeatMonitor
 from heartwire._core import FrameReader, ManualClock, Routes
 from heartwire.beat import Beat, BeatCodec
+from heartwire.transport import Message
 
 
 def message(sub: str, topic: str, body: bytes, *, length: bool = True, extra: str = "") -> bytes:
@@ -169,6 +170,24 @@ def test_unrouted_subscriptions_pings_and_foreign_topics_pass_through() -> None:
     data = b"".join(frames)
     assert FrameReader(routes).feed(data) == data
     assert len(mon) == 0
+    mon.stop()
+
+
+def test_heartwires_own_topics_are_never_beats_under_a_wide_pattern() -> None:
+    # A control message (or anything under _hw.) reaching a '>' subscription: handed on by the
+    # native reader, skipped by the monitor's Python path; counted nowhere as a beat.
+    mon = monitor(">")
+    routes = Routes()
+    routes.add("sub-1", mon._intake)
+    frames = [
+        message("sub-1", "_hw.control", beat("_hw.control")),
+        message("sub-1", "_hw.x.y", b"{}"),
+    ]
+    data = b"".join(frames)
+    assert FrameReader(routes).feed(data) == data
+    for topic in ("_hw.control", "_hw.x.y"):
+        mon.handle_message(Message(topic, beat(topic)))
+    assert len(mon) == 0 and mon.stats()["rejected"] == {}
     mon.stop()
 
 

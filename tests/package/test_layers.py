@@ -47,7 +47,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # reliable delivery, on a backend per transport
     ("reliable", ("heartwire.reliable",)),
     # what travels and how events reach listeners (beat validates topics with transport)
-    ("plumbing", ("heartwire.beat", "heartwire.listeners", "heartwire.dispatch", "heartwire.feed")),
+    # (control: the signed control messages, signed as beats are)
+    (
+        "plumbing",
+        (
+            "heartwire.beat",
+            "heartwire.control",
+            "heartwire.listeners",
+            "heartwire.dispatch",
+            "heartwire.feed",
+        ),
+    ),
     # the services built on them
     (
         "services",

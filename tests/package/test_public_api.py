@@ -41,6 +41,8 @@ USER_API = {
     "TopicStatus",
     # alerting policy
     "Silence",
+    "send_silence",
+    "send_unsilence",
     # transports and their errors
     "connect",
     "Transport",
