@@ -143,6 +143,16 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--expect", action="append", default=[], help="a topic to expect")
     watch.add_argument("--received", action="store_true", help="also print every beat")
     watch.add_argument("--duration", type=_finite_positive, default=None, help="run time, s")
+    watch.add_argument(
+        "--flap-threshold",
+        type=_positive(int),
+        default=None,
+        help="a topic with more outages than this within --flap-window is flapping: one "
+        "flapping event instead of its failures (give both; default: off)",
+    )
+    watch.add_argument(
+        "--flap-window", type=_finite_positive, default=None, help="flapping window, s"
+    )
     watch.add_argument("--key", default=os.environ.get(KEY_ENV) or None, help=KEY_HELP)
     watch.add_argument(
         "--max-beat-age",
@@ -214,6 +224,16 @@ def _parser() -> argparse.ArgumentParser:
         "--events", type=_positive(int), default=10, help="recent events shown (default 10)"
     )
     status.add_argument("--duration", type=_finite_positive, default=None, help="run time, s")
+    status.add_argument(
+        "--flap-threshold",
+        type=_positive(int),
+        default=None,
+        help="a topic with more outages than this within --flap-window is flapping: one "
+        "flapping event instead of its failures (give both; default: off)",
+    )
+    status.add_argument(
+        "--flap-window", type=_finite_positive, default=None, help="flapping window, s"
+    )
 
     report = commands.add_parser(
         "report", help="availability report (HTML + PNG timeline) of an event log, on Spark"
@@ -425,10 +445,20 @@ def _control(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _watch(args: argparse.Namespace) -> int:
+def _printer(received: bool = False) -> Any:
+    """``heartwire watch``'s listener, printing one JSON line per event on stdout:
+    ``{"event": kind, ...}`` with :func:`~heartwire.events.wall_fields`. A ``failed`` or
+    ``resumed`` the alerting policy marked carries ``"silenced": true`` or
+    ``"suppressed_by": parent`` (watch prints every event, marked or not); a topic that starts
+    or stops flapping prints ``"event": "flapping"`` (``"flapping": true``/``false``). With
+    ``received``, every beat too."""
     from heartwire.events import (
+        CaughtUp,
         ExceptionEvent,
         Failed,
+        Flapping,
+        Lagging,
+        LocalPause,
         Received,
         Resumed,
         Started,
@@ -436,8 +466,6 @@ def _watch(args: argparse.Namespace) -> int:
         wall_fields,
     )
     from heartwire.listeners import SubscriberListener
-    from heartwire.monitor import HeartbeatMonitor
-    from heartwire.transport import connect
 
     def emit(kind: str, event: Any) -> None:
         print(json.dumps({"event": kind, **wall_fields(event)}, default=str), flush=True)
@@ -455,6 +483,18 @@ def _watch(args: argparse.Namespace) -> int:
         def on_resumed(self, event: Resumed) -> None:
             emit("resumed", event)
 
+        def on_flapping(self, event: Flapping) -> None:
+            emit("flapping", event)
+
+        def on_local_pause(self, event: LocalPause) -> None:
+            emit("local_pause", event)
+
+        def on_lagging(self, event: Lagging) -> None:
+            emit("lagging", event)
+
+        def on_caught_up(self, event: CaughtUp) -> None:
+            emit("caught_up", event)
+
         def on_exception(self, event: ExceptionEvent) -> None:
             emit("exception", event)
 
@@ -462,7 +502,25 @@ def _watch(args: argparse.Namespace) -> int:
         def on_received(self, event: Received) -> None:
             emit("received", event)
 
-    listener = PrinterWithBeats() if args.received else Printer()
+    return PrinterWithBeats() if received else Printer()
+
+
+def _flap_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The monitor's flapping settings from ``--flap-threshold`` and ``--flap-window``."""
+    if (args.flap_threshold is None) != (args.flap_window is None):
+        raise ValueError(
+            f"give --flap-threshold and --flap-window together, got --flap-threshold "
+            f"{args.flap_threshold!r}, --flap-window {args.flap_window!r}"
+        )
+    return {"flap_threshold": args.flap_threshold, "flap_window": args.flap_window}
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from heartwire.monitor import HeartbeatMonitor
+    from heartwire.transport import connect
+
+    flap = _flap_options(args)
+    listener = _printer(args.received)
     serve: Any = None
     if args.metrics_port is not None:
         from heartwire.metrics import MetricsUnavailable, require, serve
@@ -484,6 +542,7 @@ def _watch(args: argparse.Namespace) -> int:
         control=args.control,
         group_depth=args.group_depth,
         max_groups=args.max_groups,
+        **flap,
     )
     server = None
     try:
@@ -524,6 +583,7 @@ def _status(args: argparse.Namespace) -> int:
     from heartwire.status import RecentEvents
     from heartwire.transport import connect
 
+    flap = _flap_options(args)
     recent = RecentEvents(max(args.events, 50))
     broker = connect(args.broker)
     mon = HeartbeatMonitor(
@@ -535,6 +595,7 @@ def _status(args: argparse.Namespace) -> int:
         key=args.key,
         max_beat_age=args.max_beat_age,
         control=args.control,
+        **flap,
     )
     done = threading.Event()
     try:

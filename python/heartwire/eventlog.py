@@ -1,8 +1,9 @@
 """A Parquet event log of a monitor's beats and state changes, for batch analysis.
 
 Attach an :class:`EventLog` to a monitor like any listener; it records every ``received``,
-``failed`` and ``resumed`` event as a row and writes them as Parquet files (pyarrow) under
-``path``, partitioned by date (``date=YYYY-MM-DD/``, UTC) and rolled every ``roll_seconds``::
+``failed``, ``resumed`` and ``flapping`` event as a row and writes them as Parquet files
+(pyarrow) under ``path``, partitioned by date (``date=YYYY-MM-DD/``, UTC) and rolled every
+``roll_seconds``::
 
     log = EventLog("/data/heartbeats", roll_seconds=300)
     mon = hw.HeartbeatMonitor(broker, "svc.>", listeners=[log]).start()
@@ -14,13 +15,25 @@ Attach an :class:`EventLog` to a monitor like any listener; it records every ``r
     events = read_events(spark, "/data/heartbeats")
     outages(events, period_ms=1000, start=..., end=...)
 
-Rows: ``kind`` (``"received"``, ``"failed"``, ``"resumed"``), ``topic``, ``ts`` (the event's
-time, timestamp µs UTC), ``seq`` and ``latency`` (received), ``missed`` (failed, resumed),
-``since`` (failed: the deadline at which the topic was declared failed), ``downtime`` (resumed,
-seconds), ``reason`` (failed: the sender's reason for an explicit failure, see
-``docs/explicit-failure.md``; null otherwise). ``reason`` is the last column and newer than the
-others: files written before it lack it, and readers merging files read it as null there
+Rows: ``kind`` (``"received"``, ``"failed"``, ``"resumed"``, ``"flapping"``, ``"settled"``),
+``topic``, ``ts`` (the event's time, timestamp µs UTC), ``seq`` and ``latency`` (received),
+``missed`` (failed, resumed; flapping: the outages counted), ``since`` (failed: the deadline
+at which the topic was declared failed), ``downtime`` (resumed, seconds), ``reason`` (failed:
+the sender's reason for an explicit failure, see ``docs/explicit-failure.md``; null
+otherwise), ``silenced`` and ``suppressed_by`` (failed, resumed: the alerting policy's marks,
+``silenced`` true or false and the parent that suppressed it or null; null on other rows).
+``reason``, then ``silenced`` and ``suppressed_by``, are the last columns and newer than the
+others: files written before them lack them, and readers merging files read them as null there
 (:func:`heartwire.spark.read_events` merges the schemas).
+
+A marked event is still a state change of its topic: a silenced outage is logged, and counted by
+the analysis, as any other (the marks say who was told, not what happened); the marks let a
+report tell such outages apart. The alert released when a silence ends or a parent resumes is a
+``failed`` row at that moment (``since`` the outage's start). A topic that starts flapping gets a
+``"flapping"`` row (``missed``: the outages counted in the window) and one that settles a
+``"settled"`` row; while it flaps its ``failed`` and ``resumed`` are held back by the monitor
+(unless ``flap_hold=False``) and so are not in the log: its ``received`` rows still show every
+gap, but a summary log (below) does not know the outages in between.
 
 The monitor's own life is logged too, so that analysis can tell "down" from "not watched":
 ``"started"`` and ``"stopped"`` rows (``topic`` the monitor's pattern, ``ts`` the event's
@@ -91,7 +104,7 @@ import pyarrow.parquet as pq
 
 from heartwire import _validate
 from heartwire._throttle import Throttle
-from heartwire.events import Failed, LocalPause, Received, Resumed, Started, Stopped
+from heartwire.events import Failed, Flapping, LocalPause, Received, Resumed, Started, Stopped
 from heartwire.listeners import SubscriberListener
 
 __all__ = ["SCHEMA", "EventLog"]
@@ -110,8 +123,11 @@ SCHEMA = pa.schema(
         pa.field("since", _TS),
         pa.field("downtime", pa.float64()),
         pa.field("latency", pa.float64()),
-        # Added with explicit failures, last: files written before lack it (read as null).
+        # Added with explicit failures: files written before lack it (read as null).
         pa.field("reason", pa.string()),
+        # Added with the alerting policy, last: files written before lack them (read as null).
+        pa.field("silenced", pa.bool_()),
+        pa.field("suppressed_by", pa.string()),
     ]
 )
 """The columns of every event-log file (the ``date`` partition comes from the directory)."""
@@ -159,6 +175,12 @@ def _float(name: str, value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Refused(f"{name} must be a number or None, got {value!r}")
     return float(value)
+
+
+def _flag(name: str, value: object) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise _Refused(f"{name} must be a bool or None, got {value!r}")
 
 
 def _text(name: str, value: object) -> str:
@@ -346,12 +368,27 @@ class EventLog(SubscriberListener):
             missed=event.missed,
             since=event.since,
             reason=event.reason,
+            silenced=event.silenced,
+            suppressed_by=event.suppressed_by,
         )
 
     def on_resumed(self, event: Resumed) -> None:
         self._add(
-            "resumed", event, event.topic, event.at, missed=event.missed, downtime=event.downtime
+            "resumed",
+            event,
+            event.topic,
+            event.at,
+            missed=event.missed,
+            downtime=event.downtime,
+            silenced=event.silenced,
+            suppressed_by=event.suppressed_by,
         )
+
+    def on_flapping(self, event: Flapping) -> None:
+        if event.flapping:
+            self._add("flapping", event, event.topic, event.at, missed=event.count)
+        else:
+            self._add("settled", event, event.topic, event.at)
 
     def on_started(self, event: Started) -> None:
         self._pattern = event.source
@@ -426,6 +463,8 @@ class EventLog(SubscriberListener):
         downtime: float | None = None,
         latency: float | None = None,
         reason: str | None = None,
+        silenced: bool | None = None,
+        suppressed_by: str | None = None,
     ) -> None:
         """Buffers one row, its values checked against the schema first: a row the table could
         not hold is refused alone (counted, logged) and never enters the buffer, where it would
@@ -436,7 +475,18 @@ class EventLog(SubscriberListener):
             dropped_seq, seq = seq, None  # valid on the wire (up to 2**64-1): keep the beat
         try:
             values = self._values(
-                kind, topic, at, offset, seq, missed, since, downtime, latency, reason
+                kind,
+                topic,
+                at,
+                offset,
+                seq,
+                missed,
+                since,
+                downtime,
+                latency,
+                reason,
+                silenced,
+                suppressed_by,
             )
         except _Refused as exc:
             with self._lock:
@@ -469,6 +519,8 @@ class EventLog(SubscriberListener):
         downtime: object = None,
         latency: object = None,
         reason: object = None,
+        silenced: object = None,
+        suppressed_by: object = None,
     ) -> tuple[Any, ...]:
         """A row's values in the schema's order, or :class:`_Refused` naming the one no row can
         hold."""
@@ -482,6 +534,8 @@ class EventLog(SubscriberListener):
             _float("downtime", downtime),
             _float("latency", latency),
             None if reason is None else _text("reason", reason),
+            _flag("silenced", silenced),
+            None if suppressed_by is None else _text("suppressed_by", suppressed_by),
         )
 
     def _append_locked(self, values: tuple[Any, ...]) -> None:
@@ -529,15 +583,9 @@ class EventLog(SubscriberListener):
         """Summary mode: the beats noted so far become ``beats`` rows in the buffer."""
         rows = self._rows
         for topic, (first, last, count) in self._beats.items():
-            rows["kind"].append("beats")
-            rows["topic"].append(topic)
-            rows["ts"].append(last)
-            rows["seq"].append(count)
-            rows["missed"].append(None)
-            rows["since"].append(first)
-            rows["downtime"].append(None)
-            rows["latency"].append(None)
-            rows["reason"].append(None)
+            row = {"kind": "beats", "topic": topic, "ts": last, "seq": count, "since": first}
+            for name, column in rows.items():
+                column.append(row.get(name))
         self._beats = {}
 
     def _try_write_locked(self) -> None:

@@ -73,6 +73,21 @@ SERIES: dict[str, tuple[str, str]] = {
     "heartwire_listener_queue_depth": ("gauge", "Events waiting in the listener queues"),
     "heartwire_disconnects_total": ("counter", "Broker connections lost"),
     "heartwire_reconnects_total": ("counter", "Broker reconnections"),
+    # the alerting policy (silences, dependencies, flapping): per monitor, no topic label
+    "heartwire_silenced_total": ("counter", "Failed and resumed events marked silenced"),
+    "heartwire_suppressed_total": (
+        "counter",
+        "Failed and resumed events marked suppressed by a failed parent",
+    ),
+    "heartwire_released_total": (
+        "counter",
+        "Failed events held back, sent when a silence ended, a parent resumed or a flap settled",
+    ),
+    "heartwire_flapping_held_total": (
+        "counter",
+        "Failed and resumed events held back while their topic flapped",
+    ),
+    "heartwire_flapping_topics": ("gauge", "Topics flapping now"),
     # by group (bounded: at most max_groups + 1 values of `group`)
     "heartwire_group_topics": ("gauge", "Topics watched, by group and state"),
     "heartwire_group_failed_total": ("counter", "Failed events delivered, by group"),
@@ -86,7 +101,9 @@ SERIES: dict[str, tuple[str, str]] = {
     # the monitor's own health
     "heartwire_running": ("gauge", "1 while the monitor runs"),
     "heartwire_connected": ("gauge", "1 while the monitor's broker connection is up"),
-    "heartwire_lagging": ("gauge", "1 while the monitor's intake lags its feed"),
+    # not `heartwire_lagging`: it would clash with the counter heartwire_lagging_total (family
+    # `heartwire_lagging` in OpenMetrics, whose parser refuses the clash)
+    "heartwire_ingest_lagging": ("gauge", "1 while the monitor's intake lags its feed"),
     "heartwire_local_pause_seconds_total": ("counter", "Total length of the monitor's pauses"),
 }
 
@@ -250,10 +267,16 @@ def collector(
                 "dispatch_errors",
                 "disconnects",
                 "reconnects",
+                "silenced",
+                "suppressed",
+                "released",
             ):
                 f = family(f"heartwire_{key}_total", ["pattern"])
                 f.add_metric([p], m[key])
                 yield f
+            held = family("heartwire_flapping_held_total", ["pattern"])
+            held.add_metric([p], m["held"])
+            yield held
             rejected = family("heartwire_rejected_total", ["pattern", "reason"])
             for reason, n in sorted(m["rejected"].items()):
                 rejected.add_metric([p, reason], n)
@@ -272,7 +295,8 @@ def collector(
             for name, value in (
                 ("heartwire_running", m["running"]),
                 ("heartwire_connected", m["connected"]),
-                ("heartwire_lagging", m["lagging_now"]),
+                ("heartwire_ingest_lagging", m["lagging_now"]),
+                ("heartwire_flapping_topics", m["flapping_now"]),
             ):
                 g = family(name, ["pattern"])
                 g.add_metric([p], int(value))

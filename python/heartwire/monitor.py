@@ -1184,6 +1184,10 @@ class HeartbeatMonitor:
         - ``listener_errors``, ``dispatch_errors``: calls that raised;
         - ``dispatch_queue_depth``, ``listener_queue_depth``: events waiting now;
         - ``disconnects``, ``reconnects``: of the broker connection;
+        - the alerting policy: ``silenced`` and ``suppressed`` (failed/resumed events so
+          marked), ``released`` (failed events sent again when a silence ended, a parent
+          resumed or a flapping topic settled), ``held`` (failed/resumed events held back while
+          their topic flapped), ``flapping_now`` (topics flapping now);
         - ``max_topics``: the cap on topics (``None``: none);
         - health: ``running``; ``connected`` (the broker connection is up; with no broker or
           one without connections, the same as ``running``); ``lagging_now`` (an ingest-lag
@@ -1211,6 +1215,11 @@ class HeartbeatMonitor:
             "listener_queue_depth": stats["listener_queue_depth"],
             "disconnects": stats["disconnects"],
             "reconnects": stats["reconnects"],
+            "silenced": stats["silenced"],
+            "suppressed": stats["suppressed"],
+            "released": stats["released"],
+            "held": stats["held"],
+            "flapping_now": self._det.flapping_topics(),
             "max_topics": self._max_topics,
             "running": self.running,
             "connected": self._connected(),

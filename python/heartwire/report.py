@@ -25,7 +25,10 @@ What counts (the rules of :func:`heartwire.spark.availability` for an event log)
 - a topic is judged from the moment the monitor first expected it: its first beat, or for a
   topic the monitor was told to expect, the deadline it missed (the ``failed`` rows' ``since``,
   grace included). Before that it is not judged at all; an expected topic that never beat is
-  down from that deadline on (0 %).
+  down from that deadline on (0 %);
+- an outage of a silenced topic, or of one suppressed by a parent it depends on, is an outage
+  all the same (the marks say who was told, not what happened): it counts in the availability,
+  and the outages table says ``silenced`` or ``suppressed by <parent>`` beside it.
 
 Spark: a SparkSession already running in the process is used as it is (and left running);
 otherwise one is started on ``master`` (``local[*]`` by default) and stopped at the end. The
@@ -284,18 +287,53 @@ def _compute(spark: Any, report: Report, log: _Progress) -> _Tables:
             f"--end: the event log {report.events!r} has no topic before {report.end.isoformat()}"
         )
     log(f"{len(avail)} topics; computing outages")
-    outs = (
-        hs.outages(events, **kw)
-        .select(
-            "topic",
-            F.unix_millis("down_from").alias("down_from"),
-            F.unix_millis("down_to").alias("down_to"),
-            "missed",
-            "open",
-        )
-        .orderBy("topic", "down_from")
-        .collect()
+    outs = hs.outages(events, **kw).select(
+        "topic",
+        F.unix_millis("down_from").alias("down_from"),
+        F.unix_millis("down_to").alias("down_to"),
+        "missed",
+        "open",
     )
-    log(f"{len(outs)} outages")
+    rows = _held_back(events, outs).orderBy("topic", "down_from").collect()
+    log(f"{len(rows)} outages")
     covered = end_ms if end_ms < _epoch_ms(report.end) else None
-    return _Tables([r.asDict() for r in avail], [r.asDict() for r in outs], gaps, covered)
+    return _Tables([r.asDict() for r in avail], [r.asDict() for r in rows], gaps, covered)
+
+
+def _held_back(events: Any, outs: Any) -> Any:
+    """The outages with ``held``: why their alerts were held back, from the alerting policy's
+    marks on the log's ``failed`` rows inside them (``"silenced"``, ``"suppressed by
+    svc.db"``, both, or ``""``). Marked outages are outages all the same (they count in the
+    availability); this only tells them apart. A log written before the marks: ``""``."""
+    from pyspark.sql import functions as F
+
+    if not {"silenced", "suppressed_by"} <= set(events.columns):
+        return outs.withColumn("held", F.lit(""))
+    marked = events.where(
+        (F.col("kind") == "failed")
+        & (F.coalesce(F.col("silenced"), F.lit(False)) | F.col("suppressed_by").isNotNull())
+    ).select(
+        F.col("topic").alias("m_topic"),
+        F.unix_millis("ts").alias("m_ts"),
+        F.coalesce(F.col("silenced"), F.lit(False)).alias("m_silenced"),
+        F.col("suppressed_by").alias("m_by"),
+    )
+    inside = (
+        (F.col("topic") == F.col("m_topic"))
+        & (F.col("m_ts") >= F.col("down_from"))
+        & (F.col("m_ts") <= F.col("down_to"))
+    )
+    keys = ["topic", "down_from", "down_to", "missed", "open"]
+    joined = outs.join(marked, inside, "left").groupBy(*keys)
+    flags = joined.agg(
+        F.max(F.coalesce(F.col("m_silenced"), F.lit(False))).alias("silenced"),
+        F.min("m_by").alias("by"),
+    )
+    return flags.select(
+        *keys,
+        F.concat_ws(
+            ", ",
+            F.when(F.col("silenced"), F.lit("silenced")),
+            F.when(F.col("by").isNotNull(), F.concat(F.lit("suppressed by "), F.col("by"))),
+        ).alias("held"),
+    )

@@ -135,6 +135,13 @@ def _cell(value: Any, text: str) -> str:
     return f'<td class="num" data-value="{raw}">{html.escape(text)}</td>'
 
 
+def _notes(outage: dict[str, Any], covered_ms: int) -> str:
+    """The last column of an outage: :func:`_open_label`, and why its alerts were held back
+    (``held``: silenced, suppressed by a parent), if they were."""
+    notes = [_open_label(outage, covered_ms), html.escape(outage.get("held") or "")]
+    return "; ".join(n for n in notes if n)
+
+
 def _open_label(outage: dict[str, Any], covered_ms: int) -> str:
     """What the last column says of an outage: over (nothing), still down at the end of the
     window, or still down when the monitor stopped watching (its end is unknown)."""
@@ -184,7 +191,7 @@ def render_html(report: Report, tables: _Tables, png: bytes) -> str:
             format_duration((o["down_to"] - o["down_from"]) / 1000),
         )
         + _cell(o["missed"], str(o["missed"]))
-        + f"<td>{_open_label(o, covered_ms)}</td></tr>"
+        + f"<td>{_notes(o, covered_ms)}</td></tr>"
         for o in longest
     ]
     image = base64.b64encode(png).decode("ascii")

@@ -317,9 +317,11 @@ def read_events(spark: SparkSession, path: str) -> DataFrame:
 
     Columns: ``kind`` (``received``, ``failed``, ``resumed``; ``started``, ``stopped``,
     ``paused`` for the monitor itself), ``topic``, ``ts`` (timestamp), ``seq``, ``missed``,
-    ``since``, ``downtime``, ``latency``, ``reason`` (an explicit failure's; null in files
-    written before the column existed: the files' schemas are merged) and the ``date``
-    partition.
+    ``since``, ``downtime``, ``latency``, ``reason`` (an explicit failure's), ``silenced`` and
+    ``suppressed_by`` (the alerting policy's marks on failed/resumed rows; the newer columns
+    are null in files written before they existed: the files' schemas are merged) and the
+    ``date`` partition; ``flapping`` and ``settled`` rows say when a topic started and stopped
+    flapping.
     """
     return spark.read.option("mergeSchema", "true").parquet(path)
 
@@ -530,6 +532,17 @@ class _Plan:
         # last beat, plus the monitor's grace, which the log does not hold)
         if "missed" in fields:
             failed = rows.where((kind == "failed") & F.col("missed").isNotNull())
+            if summaries:
+                # only the first failed row of each outage (topic, since): a later one may be
+                # an alert released off the deadlines (a silence that ended, a parent that
+                # resumed, a flap that settled: ts - missed * period is not the last beat
+                # then); the repeats at the deadlines say nothing more
+                outage = Window.partitionBy("topic", "since")
+                failed = (
+                    failed.withColumn("first_ts", F.min("ts").over(outage))
+                    .where(F.col("ts") == F.col("first_ts"))
+                    .drop("first_ts")
+                )
             last = (F.col("ts") - F.col("missed") * F.col("p")).alias("ts")
             if summaries:
                 # an expected topic that never beat: its first failure (since, the deadline it
@@ -655,6 +668,12 @@ def outages(
     An event log (``events`` with a ``kind`` column, as :func:`read_events` reads it) says
     more, and these rules replace the first one:
 
+    - marked outages count: a topic silenced or suppressed by a parent is down all the same
+      (the marks say who was told, not what happened; filter the ``failed`` rows on
+      ``silenced``/``suppressed_by`` to tell those outages apart); of each outage's ``failed``
+      rows only the first counts (a later one may be an alert released off the deadlines,
+      when a silence ended, a parent resumed or a flap settled), and ``flapping``/``settled``
+      rows are not beats;
     - its beats are the ``received`` rows (in a summary log, ``EventLog(beats="summary")``,
       the first and last beat of each topic per file and the beats after each outage; its
       outages, the monitor's own, are then exact for ``allowed_misses`` at least the

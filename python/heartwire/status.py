@@ -26,6 +26,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,6 +37,7 @@ from heartwire.events import (
     EventBatch,
     ExceptionEvent,
     Failed,
+    Flapping,
     Lagging,
     LocalPause,
     Reconnected,
@@ -44,6 +46,7 @@ from heartwire.events import (
     TopicStatus,
 )
 from heartwire.listeners import SubscriberListener
+from heartwire.transport.patterns import matcher
 
 if TYPE_CHECKING:
     from heartwire.monitor import HeartbeatMonitor
@@ -75,7 +78,8 @@ STATE_ORDER: tuple[str, ...] = ("FAILED", "PENDING", "ALIVE", "PAUSED", "STOPPED
 class Offender:
     """One of the worst topics. ``down_for``: seconds since its failure began (``None`` unless
     FAILED); ``last_seen`` and ``down_since`` are Unix seconds (``None``: never heard / not
-    failed)."""
+    failed); ``silenced`` and ``suppressed_by``: whether its alerts are held back now, and
+    why."""
 
     topic: str
     state: str
@@ -85,6 +89,10 @@ class Offender:
     last_seen: float | None
     down_since: float | None
     down_for: float | None
+    #: Covered by an active silence (one of the snapshot's ``silences``) now.
+    silenced: bool = False
+    #: The FAILED parent it depends on (one of the snapshot's ``suppressions``), if any.
+    suppressed_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -179,12 +187,15 @@ def status_snapshot(
             down_for=None if s.failed_since is None else max(0.0, now - s.failed_since),
         )
 
-    offenders = tuple(offender(s) for s in mon.worst(top))
+    silences = _silences(mon)
+    suppressions = _suppressions(mon)
+    marks = _Marks(silences, suppressions)
+    offenders = tuple(marks.on(offender(s)) for s in mon.worst(top))
     others: tuple[Offender, ...] = ()
     if 0 < len(mon) <= top:  # a few topics: all of them (statuses() is one object a topic)
         listed = {o.topic for o in offenders}
         rest = sorted((s for s in mon.statuses() if s.topic not in listed), key=_by_topic)
-        others = tuple(offender(s) for s in rest if s.state != State.REMOVED)
+        others = tuple(marks.on(offender(s)) for s in rest if s.state != State.REMOVED)
     stats = mon.stats()
     health = {
         "running": mon.running,
@@ -206,14 +217,42 @@ def status_snapshot(
         offenders=offenders,
         others=others,
         recent=() if recent is None else recent.events(),
-        silences=_silences(mon),
-        suppressions=_suppressions(mon),
+        silences=silences,
+        suppressions=suppressions,
         health=health,
     )
 
 
 def _by_topic(status: TopicStatus) -> str:
     return status.topic
+
+
+class _Marks:
+    """Whether a listed topic is silenced or suppressed now, from the snapshot's silences and
+    suppressions: a pattern match per listed topic and row (the ``top`` few), none per topic
+    watched."""
+
+    def __init__(
+        self, silences: tuple[SilenceRow, ...], suppressions: tuple[SuppressionRow, ...]
+    ) -> None:
+        self._silenced = [_matcher(row.pattern) for row in silences]
+        self._suppressed = [(_matcher(row.children), row.parent) for row in suppressions]
+
+    def on(self, o: Offender) -> Offender:
+        silenced = any(m(o.topic) for m in self._silenced)
+        parent = next((p for m, p in self._suppressed if p != o.topic and m(o.topic)), None)
+        if not silenced and parent is None:
+            return o
+        return dataclasses.replace(o, silenced=silenced, suppressed_by=parent)
+
+
+def _matcher(pattern: str) -> Callable[[str], bool]:
+    """A pattern's matcher; a pattern that is not valid matches nothing (a snapshot never
+    fails for it)."""
+    try:
+        return matcher(pattern)
+    except ValueError:
+        return lambda _topic: False
 
 
 def _silences(mon: HeartbeatMonitor) -> tuple[SilenceRow, ...]:
@@ -270,23 +309,37 @@ class RecentEvents(SubscriberListener):
     changes, not the repeats.
 
     Kept: a failure as it begins (the first ``failed`` of an outage, whose ``at`` is its
-    ``since``), ``resumed``, the monitor's own ``local_pause``, ``lagging`` and ``caught_up``,
-    ``disconnected``, ``reconnected`` and ``exception``. Left out: the repeated ``failed`` of
-    each further missed period, and beats. It takes the monitor's event batches whole
-    (:meth:`on_events`) and looks at them from the newest back, only until it has
-    ``capacity`` events, so a burst (every topic failing at once) costs it ``capacity``
-    event objects, not one per event; repeats are skipped by their columns. It runs on its
-    own listener thread: a snapshot only copies the ring.
+    ``since``), an alert released later (the ``failed`` a topic still down gets when its
+    silence ends, its parent resumes or it stops flapping: ``at`` after ``since``), ``resumed``,
+    ``flapping`` (start and settle), the monitor's own ``local_pause``, ``lagging`` and
+    ``caught_up``, ``disconnected``, ``reconnected`` and ``exception``. Marked events are kept
+    too, their detail saying ``(silenced)`` or ``(suppressed by <parent>)``. Left out: the
+    repeated ``failed`` of each further missed period, and beats.
+
+    It takes the monitor's event batches whole (:meth:`on_events`) and looks at them from the
+    newest back, only until it has ``capacity`` events, so a burst (every topic failing at
+    once) costs it ``capacity`` event objects, not one per event; repeats are skipped by their
+    columns. Telling a released alert from a repeat needs what came before: a batch with marked
+    or flapping events, or while some outage is held back, is first read whole (its columns,
+    one step per event, no event object) to note the topics whose outage was only marked so far
+    (at most ``max_held`` of them, the oldest forgotten first) and those that just stopped
+    flapping. It runs on its own listener thread: a snapshot only copies the ring.
     """
 
     wants_received: ClassVar[bool] = False
 
-    def __init__(self, capacity: int = DEFAULT_RECENT) -> None:
+    def __init__(self, capacity: int = DEFAULT_RECENT, *, max_held: int = 100_000) -> None:
         self._capacity = _validate.count(capacity, "capacity", 1)
+        self._max_held = _validate.count(max_held, "max_held", 1)
         self._ring: deque[RecentEvent] = deque(maxlen=self._capacity)
         # Guards the ring between the listener thread and snapshots: held for a deque
         # operation only, never across a call out.
         self._lock = threading.Lock()
+        # Only the listener thread touches these: topic -> since of an outage whose failed
+        # events were all marked so far (its alert is owed); topics that stopped flapping
+        # (their next failed says where they stand).
+        self._held: dict[str, float] = {}
+        self._settled: set[str] = set()
 
     @property
     def capacity(self) -> int:
@@ -306,15 +359,61 @@ class RecentEvents(SubscriberListener):
         names = batch.core.KINDS
         at = batch.at
         since = batch.since
+        released = self._released(batch)
         picked: list[int] = []
         for i in range(len(batch) - 1, -1, -1):
             kind = names[kinds[i]]
-            if kind == "received" or (kind == "failed" and since[i] != at[i]):
+            if kind == "received" or (kind == "failed" and since[i] != at[i] and i not in released):
                 continue  # a beat, or a failure going on: not a change
             picked.append(i)
             if len(picked) == self._capacity:
                 break
         self._keep([_recent(batch[i]) for i in reversed(picked)])
+
+    def _released(self, batch: EventBatch) -> set[int]:
+        """The indices of the batch's ``failed`` events with ``at`` after ``since`` that are
+        changes, not repeats: an alert held back (the outage was only marked so far) and
+        released unmarked, or where a topic stands once it stopped flapping. Reads the batch
+        whole, oldest first, only when it may hold one (see the class docs)."""
+        marked = batch.core.without_marked(silenced=True, suppressed=True) is not batch.core
+        if not (marked or self._held or self._settled or batch.count("flapping")):
+            return set()
+        kinds = batch.kinds
+        names = batch.core.KINDS
+        at = batch.at
+        since = batch.since
+        silenced = batch.silenced
+        parents = batch.suppressed_by_list() if marked else None
+        topics = batch.topic_list()
+        held, settled = self._held, self._settled
+        out: set[int] = set()
+        for i, topic in enumerate(topics):
+            kind = names[kinds[i]]
+            if kind == "failed":
+                is_marked = bool(silenced[i]) or (parents is not None and parents[i] != "")
+                if topic in settled:
+                    settled.discard(topic)
+                    if since[i] != at[i]:
+                        out.add(i)
+                if since[i] == at[i]:  # an outage begins
+                    held.pop(topic, None)
+                    if is_marked:
+                        held[topic] = since[i]
+                        if len(held) > self._max_held:
+                            del held[next(iter(held))]  # the oldest noted
+                elif not is_marked and held.get(topic) == since[i]:
+                    del held[topic]
+                    out.add(i)
+            elif kind == "resumed":
+                held.pop(topic, None)
+                settled.discard(topic)
+            elif kind == "flapping":
+                event = batch[i]
+                if isinstance(event, Flapping) and not event.flapping:
+                    settled.add(topic)
+                else:
+                    settled.discard(topic)
+        return out
 
     def on_disconnected(self, event: Disconnected) -> None:
         self._keep(
@@ -334,6 +433,8 @@ def _recent(event: Any) -> RecentEvent:
     (``reason``, ``silenced``, ``suppressed_by``) go into the detail."""
     if isinstance(event, Failed):
         kind, detail = "failed", f"missed {event.missed}"
+        if event.at != event.since:  # an alert released later, or a flap settled while down
+            detail += f", down for {duration_text(event.at - event.since)}"
     elif isinstance(event, Resumed):
         kind = "resumed"
         detail = f"after {duration_text(event.downtime)}, missed {event.missed}"
@@ -341,6 +442,13 @@ def _recent(event: Any) -> RecentEvent:
         kind, detail = "local_pause", f"monitor stalled {duration_text(event.duration)}"
     elif isinstance(event, Lagging):
         kind, detail = "lagging", f"intake {duration_text(event.lag)} behind"
+    elif isinstance(event, Flapping):
+        kind = "flapping"
+        detail = (
+            f"started flapping ({event.count} outages): alerts held back"
+            if event.flapping
+            else "stopped flapping"
+        )
     elif isinstance(event, CaughtUp):
         kind = "caught_up"
         detail = f"after {duration_text(event.duration)}, worst {duration_text(event.max_lag)}"

@@ -16,6 +16,7 @@ from typing import Any
 
 from heartwire.status import (
     STATE_ORDER,
+    Offender,
     RecentEvent,
     StatusSnapshot,
     duration_text,
@@ -42,6 +43,7 @@ EVENT_STYLES: dict[str, str] = {
     "disconnected": "yellow",
     "reconnected": "green",
     "exception": "yellow",
+    "flapping": "yellow",
 }
 
 
@@ -71,6 +73,14 @@ def _clock(unix: float | None, today: _dt.date) -> str:
     if moment.date() == today:
         return moment.strftime("%H:%M:%S")
     return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _held_back(o: Offender) -> str:
+    """Why a listed topic's alerts are held back now ("" if they are not)."""
+    why = ["silenced"] if o.silenced else []
+    if o.suppressed_by:
+        why.append(f"suppressed by {o.suppressed_by}")
+    return ", ".join(why)
 
 
 def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
@@ -125,15 +135,21 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
         ("last beat", "right"),
     ):
         worst.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    marked = any(o.silenced or o.suppressed_by for o in listed)
+    if marked:  # only when some listed topic is silenced or suppressed now
+        worst.add_column("alerts", overflow="fold")
     for o in listed:
-        worst.add_row(
+        cells: list[Any] = [
             o.topic,
             Text(o.state, style=STATE_STYLES.get(o.state, "")),
             f"{o.missed}/{o.allowed_misses}",
             _clock(o.down_since, today) if o.down_since is not None else "",
             duration_text(o.down_for) if o.down_for is not None else "",
             _clock(o.last_seen, today),
-        )
+        ]
+        if marked:
+            cells.append(_held_back(o))
+        worst.add_row(*cells)
     parts.append(worst if listed else Text("Worst offenders: none", style="green"))
 
     if snap.silences:

@@ -131,6 +131,11 @@ impl Flaps {
         self.sweep_at = self.topics.len() * 2;
     }
 
+    /// How many topics flap now.
+    pub(super) fn count(&self) -> usize {
+        self.flapping.len()
+    }
+
     /// When the next flapping topic settles (relative ns).
     pub(super) fn next_settle(&self) -> Option<u64> {
         let window = self.config.window_ns;

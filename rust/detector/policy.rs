@@ -484,6 +484,11 @@ impl Detector {
         self.inner.lock().policy.flaps.config
     }
 
+    /// How many topics are flapping now (started, not settled yet): a gauge for dashboards.
+    pub fn flapping_topics(&self) -> usize {
+        self.inner.lock().policy.flaps.count()
+    }
+
     /// Silence `s` (removed from the list) no longer counts from `at`: recompute its topics'
     /// `until` from the other active silences, and alert those no longer silenced that are
     /// still FAILED and were never alerted.

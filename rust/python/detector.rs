@@ -640,6 +640,11 @@ impl PyDetector {
         (c.threshold, to_seconds(c.window_ns), c.hold)
     }
 
+    /// How many topics are flapping now (started and not settled yet).
+    fn flapping_topics(&self) -> usize {
+        self.det.flapping_topics()
+    }
+
     /// The dependencies declared: ``(child_pattern, on)``.
     fn dependencies(&self) -> Vec<(String, String)> {
         self.det.dependencies()

@@ -325,7 +325,7 @@ def test_a_buffered_row_that_does_not_convert_is_refused_at_the_write(tmp_path: 
     with log._lock:  # what no event can do: a value of the wrong type in the buffer
         for name, value in zip(
             SCHEMA.names,
-            ["received", "svc.a", 0, "x", None, None, None, None, None],
+            ["received", "svc.a", 0, "x", None, None, None, None, None, None, None],
             strict=True,
         ):
             log._rows[name].append(value)
@@ -443,5 +443,5 @@ def test_an_explicit_failure_keeps_its_reason_a_missed_period_none(tmp_path: Pat
         ("svc.a", us(1), 1, "db gone"),
         ("svc.b", us(1), 1, None),
     ]
-    assert read(tmp_path).schema.names[-2:] == ["reason", "date"]
+    assert read(tmp_path).schema.names[-4:] == ["reason", "silenced", "suppressed_by", "date"]
     log.close()

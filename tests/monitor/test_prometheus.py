@@ -119,7 +119,7 @@ def test_grouped_series_and_histograms_are_exact() -> None:
         # health
         assert get(got, "heartwire_running") == 1
         assert get(got, "heartwire_connected") == 1  # no broker: up while running
-        assert get(got, "heartwire_lagging") == 0
+        assert get(got, "heartwire_ingest_lagging") == 0
         # no per-topic series unless asked
         assert not {n for n in names if n.startswith("heartwire_topic_")}
         assert not any("topic" in dict(labels) for _, labels in got)
@@ -229,13 +229,13 @@ def test_health_series_follow_local_pauses_and_lag() -> None:
             got, _ = scrape(server.port)
         assert get(got, "heartwire_local_pauses_total") == 1
         assert get(got, "heartwire_local_pause_seconds_total") == pytest.approx(12.0, abs=0.02)
-        assert get(got, "heartwire_lagging") == 1
+        assert get(got, "heartwire_ingest_lagging") == 1
         assert get(got, "heartwire_ingest_lag_seconds") == pytest.approx(3.0, abs=0.02)
         mon.detector.note_intake(False, None)  # caught up
         mon.stop()
         with serve(mon, 0, "127.0.0.1") as server:
             got, _ = scrape(server.port)
-        assert get(got, "heartwire_lagging") == 0
+        assert get(got, "heartwire_ingest_lagging") == 0
         assert get(got, "heartwire_running") == 0
         assert get(got, "heartwire_connected") == 0
     finally:

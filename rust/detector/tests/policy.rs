@@ -235,6 +235,7 @@ fn flapping_starts_holds_back_and_settles_with_where_the_topic_stands() {
             (Flapping, 3, 4500, Some(true)),
         ]
     );
+    assert_eq!(r.det.flapping_topics(), 1);
     // Down again, for good: held back while it flaps; it settles 10 s after its last
     // transition (the outage that began at 5.5), and its failure is delivered then: by the
     // deadline at 15.5 itself, its `failed` coming right after the settle.
@@ -246,6 +247,7 @@ fn flapping_starts_holds_back_and_settles_with_where_the_topic_stands() {
             (Failed, 11, 15_500, None),
         ]
     );
+    assert_eq!(r.det.flapping_topics(), 0);
     let st = r.det.stats();
     assert_eq!(st.held, 10); // resumed at 4.5, failed at 5.5 .. 14.5
     assert_eq!(st.released, 0);
