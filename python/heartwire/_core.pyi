@@ -11,6 +11,7 @@ __all__ = [
     "MAX_TOPICS",
     "MIN_BEAT_PERIOD",
     "REPLAY_BOOTS",
+    "ArrowArray",
     "DeadlineQueue",
     "DedupWindow",
     "Detector",
@@ -132,6 +133,19 @@ class Event:
     def suppressed_by(self) -> str | None: ...
 
 @final
+class ArrowArray:
+    """An Arrow array (``__arrow_c_array__``): ``pyarrow.array(x)`` and other Arrow libraries
+    take it without a copy; ``len(x)`` is its length."""
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        """The Arrow C data interface's (schema, array) capsules. ``requested_schema`` is not
+        acted on: the interface lets a producer that does not cast hand its own type, and the
+        consumer casts if it needs another (with pyarrow 26, cast after importing:
+        ``pyarrow.array(x).cast(t)``; its own fallback for ``pyarrow.array(x, type=t)`` fails)."""
+
+    def __len__(self) -> int: ...
+
+@final
 class EventBatch:
     """Detector events popped together, oldest first. ``len(batch)``; ``batch[i]`` and
     iteration give :class:`Event` objects (built on access); the columns give every event's
@@ -192,7 +206,7 @@ class EventBatch:
         for another kind)."""
 
     @property
-    def topics(self) -> Any:
+    def topics(self) -> ArrowArray:
         """The topics' names as an Arrow string array (``""`` for a local pause), shared, not
         copied: ``pyarrow.array(batch.topics)``."""
 

@@ -2,6 +2,7 @@
 //! popped events and their topic names read from the registry in bulk; per-event objects only
 //! when Python iterates, columns as flat arrays for bulk use.
 
+use super::arrow_out::PyArrowArray;
 use super::events::PyEvent;
 use crate::detector::name_prefix;
 use crate::event::{Event, EventKind, NO_LATENCY, NO_SEQ, NO_TOPIC};
@@ -15,7 +16,6 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyTuple};
-use pyo3_arrow::PyArray;
 use std::sync::Arc;
 
 /// Names of the kinds, by code (the ``kinds`` column).
@@ -270,8 +270,8 @@ impl PyEventBatch {
     /// The topics' names as an Arrow string array (``""`` for a local pause), shared, not
     /// copied: ``pyarrow.array(batch.topics)``.
     #[getter]
-    fn topics(&self) -> PyArray {
-        PyArray::from_array_ref(self.topics.clone())
+    fn topics(&self) -> PyArrowArray {
+        PyArrowArray::new("topics", self.topics.clone())
     }
 
     /// Each event's reason (``failed`` by a ``down`` beat: the sender's reason; None

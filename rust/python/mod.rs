@@ -7,6 +7,7 @@
 //! the GIL) to make room in a `block`-policy queue.
 
 mod arrow_in;
+mod arrow_out;
 mod batch;
 mod clock;
 mod deadline_queue;
@@ -24,6 +25,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<arrow_out::PyArrowArray>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<dedup::PyDedupWindow>()?;
     m.add_class::<detector::PyDetector>()?;

@@ -7,6 +7,7 @@
 //! wall-clock time, as `heartwire.spark` reads it on the Spark side. Periods are integer
 //! milliseconds.
 
+use super::arrow_out::PyArrowArray;
 use super::{arrow_in, type_name};
 use crate::kernels::freshness::{freshness, Status};
 use crate::kernels::gaps::{self, Beat, GapConfig, Outage};
@@ -16,7 +17,6 @@ use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StructArray};
 use arrow_schema::{DataType, Field, Fields, Schema};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::sync::Arc;
 
 fn freshness_fields() -> Fields {
@@ -79,10 +79,7 @@ pub fn freshness_kernel<'py>(
         ];
         Ok(StructArray::new(freshness_fields(), arrays, None))
     })?;
-    let field = Field::new("freshness", out.data_type().clone(), false);
-    let array = PyArray::new(Arc::new(out), Arc::new(field));
-    let exported = array.to_pyarrow(py)?.unbind();
-    Ok(exported.into_bound(py))
+    PyArrowArray::to_pyarrow(py, "freshness", Arc::new(out))
 }
 
 /// The chunks of an array argument (see [`arrow_in::chunks`]), or a `TypeError` naming it.
@@ -256,7 +253,7 @@ pub fn outages_kernel<'py>(
         Some((window_start, batch))
     });
     result
-        .map(|(start, batch)| Ok((start, PyRecordBatch::new(batch).into_pyarrow(py)?)))
+        .map(|(start, batch)| Ok((start, PyArrowArray::record_batch_to_pyarrow(py, batch)?)))
         .transpose()
 }
 
@@ -351,7 +348,7 @@ pub fn partition_kernel<'py>(
             Ok(outages_batch(groups, &cfg))
         }
     })?;
-    PyRecordBatch::new(batch).into_pyarrow(py)
+    PyArrowArray::record_batch_to_pyarrow(py, batch)
 }
 
 type Groups<'a> = hashbrown::HashMap<&'a str, Vec<Beat>, foldhash::fast::FixedState>;

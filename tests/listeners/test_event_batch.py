@@ -395,3 +395,27 @@ def test_an_on_events_that_raises_is_counted_and_reported_and_delivery_goes_on()
     assert [e.reason for e in watch.errors] == ["listener_error"] * 2
     assert "Boom.on_events" in watch.errors[0].detail
     assert [e.missed for e in watch.seen if isinstance(e, Failed)] == [1, 2]
+
+
+def test_topics_column_is_an_arrow_array_of_the_core() -> None:
+    """``batch.topics`` is heartwire's own ``ArrowArray`` (the PyCapsule interface, no pyo3-arrow
+    class behind it): its length, capsules that pyarrow imports (twice, each import its own), and a
+    requested schema taken but not acted on."""
+    clock = hw.ManualClock()
+    det = hw.core.Detector(clock=clock, period=1.0)
+    queue = det.subscribe(capacity=64)
+    det.add_many(["t1", "t22", "t333"])
+    clock.advance(1.5)
+    batch = queue.try_pop_batch()
+    assert len(batch) == 3, list(batch)
+    topics = batch.topics
+    assert type(topics).__name__ == "ArrowArray" and type(topics).__module__ == "heartwire._core"
+    assert len(topics) == 3 and "len=3" in repr(topics)
+    schema, array = topics.__arrow_c_array__()
+    assert type(schema).__name__ == "PyCapsule" and type(array).__name__ == "PyCapsule"
+    assert pa.array(topics).to_pylist() == ["t1", "t22", "t333"]
+    assert pa.array(topics).to_pylist() == pa.array(topics).to_pylist()
+    # A requested type is not acted on (the interface allows it), and pyarrow 26's fallback
+    # cast for that case is broken (``array.cast`` on its own function): cast after importing.
+    assert topics.__arrow_c_array__(pa.large_string().__arrow_c_schema__()) is not None
+    assert pa.array(topics).cast(pa.large_string()).to_pylist() == ["t1", "t22", "t333"]
