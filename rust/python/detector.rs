@@ -894,7 +894,7 @@ impl PyDetector {
             .iter()
             .map(|b| to_seconds(*b))
             .collect();
-        (bounds, h.counts.to_vec(), to_seconds(h.sum_ns))
+        (bounds, h.counts.to_vec(), h.sum_ns as f64 / 1e9)
     }
 
     /// How many topics are in each state by the first ``depth`` ``.``-separated segments of
