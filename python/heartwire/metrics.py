@@ -88,6 +88,9 @@ SERIES: dict[str, tuple[str, str]] = {
         "Failed and resumed events held back while their topic flapped",
     ),
     "heartwire_flapping_topics": ("gauge", "Topics flapping now"),
+    # signed control messages (bounded labels: 2 ops, 8 reasons)
+    "heartwire_control_messages_total": ("counter", "Signed control messages taken, by op"),
+    "heartwire_control_refused_total": ("counter", "Control messages refused, by reason"),
     # by group (bounded: at most max_groups + 1 values of `group`)
     "heartwire_group_topics": ("gauge", "Topics watched, by group and state"),
     "heartwire_group_failed_total": ("counter", "Failed events delivered, by group"),
@@ -209,12 +212,11 @@ def collector(
         yield overflowed
 
     def topics_series(p: str) -> Any:
-        statuses = monitor.statuses()
-        omitted = max(0, len(statuses) - max_topic_series)
+        # FAILED topics first, then by name: an alert must not lose its series to the bound.
+        # The core keeps only the chosen ones: a scrape costs O(max_topic_series) objects.
+        statuses, total = monitor.series_topics(max_topic_series)
+        omitted = max(0, total - len(statuses))
         if omitted:
-            # FAILED topics first: an alert must not lose its series to the bound.
-            statuses.sort(key=lambda s: (s.state.name != "FAILED", s.topic))
-            del statuses[max_topic_series:]
             truncated(
                 "metrics of %r: %d topics, per-topic series for max_topic_series=%d of them "
                 "(FAILED first); %d left out",
@@ -277,6 +279,14 @@ def collector(
             held = family("heartwire_flapping_held_total", ["pattern"])
             held.add_metric([p], m["held"])
             yield held
+            for name, label, by in (
+                ("heartwire_control_messages_total", "op", m["control"]),
+                ("heartwire_control_refused_total", "reason", m["control_refused"]),
+            ):
+                f = family(name, ["pattern", label])
+                for key, n in sorted(by.items()):
+                    f.add_metric([p, key], n)
+                yield f
             rejected = family("heartwire_rejected_total", ["pattern", "reason"])
             for reason, n in sorted(m["rejected"].items()):
                 rejected.add_metric([p, reason], n)

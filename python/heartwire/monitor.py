@@ -56,7 +56,14 @@ from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire._exit import Running
 from heartwire._throttle import worth_logging
 from heartwire.beat import DECODE_REASONS, BeatCodec, DecodeError
-from heartwire.control import CONTROL_TOPIC, RESERVED_PREFIX, ControlError, ControlReceiver
+from heartwire.control import (
+    CONTROL_OPS,
+    CONTROL_REASONS,
+    CONTROL_TOPIC,
+    RESERVED_PREFIX,
+    ControlError,
+    ControlReceiver,
+)
 from heartwire.events import (
     ExceptionEvent,
     Started,
@@ -1116,6 +1123,15 @@ class HeartbeatMonitor:
         offset = self._wall_offset
         return [TopicStatus.from_core(s, offset) for s in self._det.worst(n)]
 
+    def series_topics(self, n: int) -> tuple[list[TopicStatus], int]:
+        """At most ``n`` topics, FAILED ones first, then by name, in that order; and how many
+        topics the monitor watches (removed ones left out). One native pass over the topics
+        that keeps only the ``n`` best: for a bounded per-topic export (the Prometheus
+        ``per_topic`` series) whose cost must follow ``n``, not the number of topics."""
+        offset = self._wall_offset
+        chosen, total = self._det.series_topics(n)
+        return [TopicStatus.from_core(s, offset) for s in chosen], total
+
     def counts(self) -> dict[str, int]:
         """How many topics are in each state."""
         return self._det.counts()
@@ -1188,6 +1204,9 @@ class HeartbeatMonitor:
           marked), ``released`` (failed events sent again when a silence ended, a parent
           resumed or a flapping topic settled), ``held`` (failed/resumed events held back while
           their topic flapped), ``flapping_now`` (topics flapping now);
+        - signed control messages (silences sent over the broker): ``control`` (taken, by op:
+          ``silence``, ``unsilence``) and ``control_refused`` (refused, by reason: every one of
+          :data:`~heartwire.control.CONTROL_REASONS`), every key present (0 without a key);
         - ``max_topics``: the cap on topics (``None``: none);
         - health: ``running``; ``connected`` (the broker connection is up; with no broker or
           one without connections, the same as ``running``); ``lagging_now`` (an ingest-lag
@@ -1220,6 +1239,11 @@ class HeartbeatMonitor:
             "released": stats["released"],
             "held": stats["held"],
             "flapping_now": self._det.flapping_topics(),
+            "control": {op: stats["control"].get(op, 0) for op in CONTROL_OPS},
+            "control_refused": {
+                reason: stats["control_refused"].get(reason, 0)
+                for reason in sorted(CONTROL_REASONS)
+            },
             "max_topics": self._max_topics,
             "running": self.running,
             "connected": self._connected(),
