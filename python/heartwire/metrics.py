@@ -96,7 +96,10 @@ SERIES: dict[str, tuple[str, str]] = {
     "heartwire_group_failed_total": ("counter", "Failed events delivered, by group"),
     "heartwire_group_resumed_total": ("counter", "Resumed events delivered, by group"),
     "heartwire_downtime_seconds": ("histogram", "Downtime of the outages that ended, by group"),
-    "heartwire_groups_overflowed": ("gauge", 'Topic prefixes counted under group="other"'),
+    "heartwire_groups_overflowed": (
+        "gauge",
+        'Prefixes of the topics watched now counted under group="other"',
+    ),
     "heartwire_beat_interval_seconds": (
         "histogram",
         "Time between a topic's beat and its previous one",
@@ -184,7 +187,8 @@ def collector(
     def grouped(p: str) -> Any:
         groups = monitor.groups
         by_label: dict[str, list[int]] = {}
-        for prefix, counts in monitor.detector.counts_by_prefix(groups.depth).items():
+        by_prefix = monitor.detector.counts_by_prefix(groups.depth)
+        for prefix, counts in by_prefix.items():  # by name: new groups labelled in name order
             acc = by_label.setdefault(groups.label(prefix), [0] * len(_STATES))
             for i in range(len(_STATES)):
                 acc[i] += counts[i]
@@ -208,7 +212,7 @@ def collector(
             hist.add_metric([p, label], buckets(DOWNTIME_BOUNDS, per_bucket), total)
         yield hist
         overflowed = family("heartwire_groups_overflowed", ["pattern"])
-        overflowed.add_metric([p], groups.overflowed)
+        overflowed.add_metric([p], sum(1 for prefix in by_prefix if not groups.owns(prefix)))
         yield overflowed
 
     def topics_series(p: str) -> Any:
