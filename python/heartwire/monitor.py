@@ -212,10 +212,14 @@ class HeartbeatMonitor:
       other value bounds every event. ``None``: no queues, listeners
       are called in turn on the producing thread, and a slow one delays the others. Under
       ``"block"`` (a lossless listener) a listener called on the dispatch thread must not make
-      the detector emit (record a beat: ``beat``, ``handle_message``...; resume a topic that
-      recovered while paused) while the event queue is full: the push waits for room that only
-      its own thread would make, and detection stops with it. (:meth:`stop` is safe there: it
-      closes the queue first.)
+      the detector emit while the event queue is full: the push waits for room that only its
+      own thread would make, and detection stops with it. The calls that may emit: recording a
+      beat (``beat``, ``beat_many``, ``beat_handles``, ``handle_message``); :meth:`resume` (a
+      topic that recovered while paused); :meth:`silence` (one that started before what the
+      driver judged is applied at once), :meth:`unsilence`, :meth:`end_maintenance` and
+      :meth:`maintenance` (a silence's end releases the alerts it held back); :meth:`remove`
+      and :meth:`pause` (a FAILED parent going releases the children it suppressed).
+      (:meth:`stop` is safe there: it closes the queue first.)
 
     - ``flap_threshold``, ``flap_window``, ``flap_hold``: a topic with more than
       ``flap_threshold`` outages (failed, then resumed) within ``flap_window`` seconds is
