@@ -7,6 +7,7 @@ import io
 import pytest
 
 from heartwire.status import RecentEvents, status_snapshot
+from tests.brokers import brokers, url  # noqa: F401  (brokers: the session fixture)
 from tests.monitor.test_monitor_semantics import make_rig
 
 rich = pytest.importorskip("rich")
@@ -102,3 +103,23 @@ def test_terminal_safe_escapes_what_is_not_printable_and_keeps_the_rest() -> Non
     assert terminal_safe("\u202a\u2066\u200b\u2029") == "\\u202a\\u2066\\u200b\\u2029"
     assert terminal_safe("\ud800") == "\\ud800"  # a lone surrogate (the decoder escapes them)
     assert terminal_safe("\U000e0001") == "\\U000e0001"  # a tag character (format)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_the_title_shows_the_broker_url_without_its_password() -> None:
+    """``--broker stomp://user:password@host`` is drawn in the title: its password is not."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import heartwire as hw
+
+    login = url("rabbitmq").replace("stomp://", "stomp://guest:guest@")
+    env = dict(os.environ, PYTHONPATH=str(Path(hw.__file__).resolve().parents[1]))
+    argv = [sys.executable, "-m", "heartwire", "status", "svc.>", "--broker", login]
+    argv += ["--period", "1", "--refresh", "0.2", "--duration", "0.5"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "on stomp://guest:***@127.0.0.1:61623" in proc.stdout, proc.stdout[:2000]
+    assert "guest:guest" not in proc.stdout
