@@ -7,7 +7,12 @@ report the service failed at once while what it depends on is down::
     pub = HeartbeatPublisher(broker, "prices.feed", dependency=checks.tcp("db", 5432))
 
 Each check is a small callable object: calling it returns ``True`` when healthy and raises
-:class:`CheckFailed` (with a readable ``reason``) when not. Checks run on the publisher
+:class:`CheckFailed` (with a readable ``reason``) when not. A reason goes on the wire in the
+down beat, plain text to every subscriber, so every stock check builds it from an exception by
+one rule (:func:`_describe`): the exception's type and its text with anything secret-looking
+hidden as ``***`` (a URL's password and secret-looking query values, ``password=...``,
+``token=...`` and the like). A :class:`CheckFailed` raised by a user's callable (an ``sql``
+connect factory) is passed on as it is: its reason is the user's. Checks run on the publisher
 executor's check threads, and a check's ``timeout`` is its deadline: name resolution,
 connecting (to every address the name resolves to, together) and reading the answer all fit in
 it, however the server trickles its bytes. A name lookup cannot be interrupted, so one that
@@ -236,6 +241,8 @@ class sql(Check):
     def __call__(self) -> bool:
         try:
             conn = self.connect_factory()
+        except CheckFailed:
+            raise  # the factory's own reason
         except Exception as exc:
             raise CheckFailed(f"sql connect: {_describe(exc)}") from exc
         try:
@@ -473,10 +480,33 @@ class http(Check):
         return f"http({self._shown!r}, expect={self._expected()}, timeout={self.timeout:g})"
 
 
+# A URL with a scheme, up to a space or a quote (its secrets: see _url_secrets).
+_URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+""")
+# A secret-looking ``name=value`` (a libpq DSN's ``password=``, ``api_key=``, ``token=``): the
+# value is a quoted string or runs up to a space, quote or separator.
+_SECRET_PAIR = re.compile(
+    r"""\b([\w.-]*(?:pass|pwd|secret|token|key|auth|sig|cred|session)[\w.-]*\s*=\s*)"""
+    r"""('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&;,'"]+)""",
+    re.IGNORECASE,
+)
+
+
+def _scrub(text: str) -> str:
+    """``text`` (an exception's, going on the wire) with secret-looking parts as ``***``: the
+    secrets of every URL in it (see :func:`_url_secrets`) and the values of secret-looking
+    ``name=value`` pairs."""
+    text = _URL_IN_TEXT.sub(lambda m: _redact_url(m.group(0)), text)
+    return _SECRET_PAIR.sub(lambda m: m.group(1) + "***", text)
+
+
 def _describe(exc: BaseException) -> str:
+    """The one rule by which every stock check tells an exception in its reason (which goes on
+    the wire): ``"<type>: <text>"`` with the text scrubbed (:func:`_scrub`); a timeout is
+    ``"timed out"``."""
     if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
         exc = exc.reason if isinstance(exc.reason, BaseException) else exc
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return "timed out"
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+    name = type(exc).__name__
+    text = _scrub(str(exc)) or name
+    return f"{name}: {text}" if name not in text else text

@@ -582,6 +582,7 @@ def _status(args: argparse.Namespace) -> int:
     from heartwire.monitor import HeartbeatMonitor
     from heartwire.status import RecentEvents
     from heartwire.transport import connect
+    from heartwire.transport.urls import redact
 
     flap = _flap_options(args)
     recent = RecentEvents(max(args.events, 50))
@@ -613,7 +614,7 @@ def _status(args: argparse.Namespace) -> int:
             done=done,
             top=args.top,
             events=args.events,
-            source=args.broker or "memory://",
+            source=redact(args.broker) if args.broker else "memory://",  # drawn: no password
         )
     finally:
         mon.stop()

@@ -60,6 +60,7 @@ from heartwire.transport import Message, Transport, connect
 from heartwire.transport.patterns import validate_pattern, validate_topic
 
 __all__ = [
+    "CONTROL_OPS",
     "CONTROL_REASONS",
     "CONTROL_TOPIC",
     "CONTROL_VERSION",
@@ -103,7 +104,9 @@ CONTROL_REASONS = frozenset(
 )
 
 Op = Literal["silence", "unsilence"]
-_OPS: tuple[Op, ...] = ("silence", "unsilence")
+#: Every control operation, in the order metrics list them.
+CONTROL_OPS: tuple[Op, ...] = ("silence", "unsilence")
+_OPS = CONTROL_OPS
 _ID = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _NONCE = re.compile(r"[A-Za-z0-9_\-]{16,128}")
 

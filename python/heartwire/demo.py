@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from heartwire import _validate
+from heartwire._text import terminal_safe
 from heartwire.events import Failed, Resumed
 from heartwire.listeners import SubscriberListener
 from heartwire.monitor import HeartbeatMonitor
@@ -81,7 +82,7 @@ class Tally(SubscriberListener):
                 self.outages += 1
                 self.lateness_ms.append((seen - event.at) * 1000)
             self.failed_now.add(event.topic)
-            why = f" ({event.reason})" if event.reason is not None else ""
+            why = f" ({terminal_safe(event.reason)})" if event.reason is not None else ""
             self.recent.appendleft(f"FAILED  {event.topic} missed={event.missed}{why}")
 
     def on_resumed(self, event: Resumed) -> None:

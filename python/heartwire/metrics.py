@@ -88,12 +88,18 @@ SERIES: dict[str, tuple[str, str]] = {
         "Failed and resumed events held back while their topic flapped",
     ),
     "heartwire_flapping_topics": ("gauge", "Topics flapping now"),
+    # signed control messages (bounded labels: 2 ops, 8 reasons)
+    "heartwire_control_messages_total": ("counter", "Signed control messages taken, by op"),
+    "heartwire_control_refused_total": ("counter", "Control messages refused, by reason"),
     # by group (bounded: at most max_groups + 1 values of `group`)
     "heartwire_group_topics": ("gauge", "Topics watched, by group and state"),
     "heartwire_group_failed_total": ("counter", "Failed events delivered, by group"),
     "heartwire_group_resumed_total": ("counter", "Resumed events delivered, by group"),
     "heartwire_downtime_seconds": ("histogram", "Downtime of the outages that ended, by group"),
-    "heartwire_groups_overflowed": ("gauge", 'Topic prefixes counted under group="other"'),
+    "heartwire_groups_overflowed": (
+        "gauge",
+        'Prefixes of the topics watched now counted under group="other"',
+    ),
     "heartwire_beat_interval_seconds": (
         "histogram",
         "Time between a topic's beat and its previous one",
@@ -181,7 +187,8 @@ def collector(
     def grouped(p: str) -> Any:
         groups = monitor.groups
         by_label: dict[str, list[int]] = {}
-        for prefix, counts in monitor.detector.counts_by_prefix(groups.depth).items():
+        by_prefix = monitor.detector.counts_by_prefix(groups.depth)
+        for prefix, counts in by_prefix.items():  # by name: new groups labelled in name order
             acc = by_label.setdefault(groups.label(prefix), [0] * len(_STATES))
             for i in range(len(_STATES)):
                 acc[i] += counts[i]
@@ -205,16 +212,15 @@ def collector(
             hist.add_metric([p, label], buckets(DOWNTIME_BOUNDS, per_bucket), total)
         yield hist
         overflowed = family("heartwire_groups_overflowed", ["pattern"])
-        overflowed.add_metric([p], groups.overflowed)
+        overflowed.add_metric([p], sum(1 for prefix in by_prefix if not groups.owns(prefix)))
         yield overflowed
 
     def topics_series(p: str) -> Any:
-        statuses = monitor.statuses()
-        omitted = max(0, len(statuses) - max_topic_series)
+        # FAILED topics first, then by name: an alert must not lose its series to the bound.
+        # The core keeps only the chosen ones: a scrape costs O(max_topic_series) objects.
+        statuses, total = monitor.series_topics(max_topic_series)
+        omitted = max(0, total - len(statuses))
         if omitted:
-            # FAILED topics first: an alert must not lose its series to the bound.
-            statuses.sort(key=lambda s: (s.state.name != "FAILED", s.topic))
-            del statuses[max_topic_series:]
             truncated(
                 "metrics of %r: %d topics, per-topic series for max_topic_series=%d of them "
                 "(FAILED first); %d left out",
@@ -277,6 +283,14 @@ def collector(
             held = family("heartwire_flapping_held_total", ["pattern"])
             held.add_metric([p], m["held"])
             yield held
+            for name, label, by in (
+                ("heartwire_control_messages_total", "op", m["control"]),
+                ("heartwire_control_refused_total", "reason", m["control_refused"]),
+            ):
+                f = family(name, ["pattern", label])
+                for key, n in sorted(by.items()):
+                    f.add_metric([p, key], n)
+                yield f
             rejected = family("heartwire_rejected_total", ["pattern", "reason"])
             for reason, n in sorted(m["rejected"].items()):
                 rejected.add_metric([p, reason], n)

@@ -56,7 +56,14 @@ from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire._exit import Running
 from heartwire._throttle import worth_logging
 from heartwire.beat import DECODE_REASONS, BeatCodec, DecodeError
-from heartwire.control import CONTROL_TOPIC, RESERVED_PREFIX, ControlError, ControlReceiver
+from heartwire.control import (
+    CONTROL_OPS,
+    CONTROL_REASONS,
+    CONTROL_TOPIC,
+    RESERVED_PREFIX,
+    ControlError,
+    ControlReceiver,
+)
 from heartwire.events import (
     ExceptionEvent,
     Started,
@@ -205,10 +212,14 @@ class HeartbeatMonitor:
       other value bounds every event. ``None``: no queues, listeners
       are called in turn on the producing thread, and a slow one delays the others. Under
       ``"block"`` (a lossless listener) a listener called on the dispatch thread must not make
-      the detector emit (record a beat: ``beat``, ``handle_message``...; resume a topic that
-      recovered while paused) while the event queue is full: the push waits for room that only
-      its own thread would make, and detection stops with it. (:meth:`stop` is safe there: it
-      closes the queue first.)
+      the detector emit while the event queue is full: the push waits for room that only its
+      own thread would make, and detection stops with it. The calls that may emit: recording a
+      beat (``beat``, ``beat_many``, ``beat_handles``, ``handle_message``); :meth:`resume` (a
+      topic that recovered while paused); :meth:`silence` (one that started before what the
+      driver judged is applied at once), :meth:`unsilence`, :meth:`end_maintenance` and
+      :meth:`maintenance` (a silence's end releases the alerts it held back); :meth:`remove`
+      and :meth:`pause` (a FAILED parent going releases the children it suppressed).
+      (:meth:`stop` is safe there: it closes the queue first.)
 
     - ``flap_threshold``, ``flap_window``, ``flap_hold``: a topic with more than
       ``flap_threshold`` outages (failed, then resumed) within ``flap_window`` seconds is
@@ -1116,6 +1127,15 @@ class HeartbeatMonitor:
         offset = self._wall_offset
         return [TopicStatus.from_core(s, offset) for s in self._det.worst(n)]
 
+    def series_topics(self, n: int) -> tuple[list[TopicStatus], int]:
+        """At most ``n`` topics, FAILED ones first, then by name, in that order; and how many
+        topics the monitor watches (removed ones left out). One native pass over the topics
+        that keeps only the ``n`` best: for a bounded per-topic export (the Prometheus
+        ``per_topic`` series) whose cost must follow ``n``, not the number of topics."""
+        offset = self._wall_offset
+        chosen, total = self._det.series_topics(n)
+        return [TopicStatus.from_core(s, offset) for s in chosen], total
+
     def counts(self) -> dict[str, int]:
         """How many topics are in each state."""
         return self._det.counts()
@@ -1188,6 +1208,9 @@ class HeartbeatMonitor:
           marked), ``released`` (failed events sent again when a silence ended, a parent
           resumed or a flapping topic settled), ``held`` (failed/resumed events held back while
           their topic flapped), ``flapping_now`` (topics flapping now);
+        - signed control messages (silences sent over the broker): ``control`` (taken, by op:
+          ``silence``, ``unsilence``) and ``control_refused`` (refused, by reason: every one of
+          :data:`~heartwire.control.CONTROL_REASONS`), every key present (0 without a key);
         - ``max_topics``: the cap on topics (``None``: none);
         - health: ``running``; ``connected`` (the broker connection is up; with no broker or
           one without connections, the same as ``running``); ``lagging_now`` (an ingest-lag
@@ -1220,6 +1243,11 @@ class HeartbeatMonitor:
             "released": stats["released"],
             "held": stats["held"],
             "flapping_now": self._det.flapping_topics(),
+            "control": {op: stats["control"].get(op, 0) for op in CONTROL_OPS},
+            "control_refused": {
+                reason: stats["control_refused"].get(reason, 0)
+                for reason in sorted(CONTROL_REASONS)
+            },
             "max_topics": self._max_topics,
             "running": self.running,
             "connected": self._connected(),

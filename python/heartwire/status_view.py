@@ -5,6 +5,11 @@ command runs (:func:`require` says what to install when it is missing). What is 
 :class:`~heartwire.status.StatusSnapshot` (see :mod:`heartwire.status`): topics by state, the
 worst offenders, recent events, silences, suppressions and the monitor's health. Times are
 shown in UTC, with the date when it is not today's.
+
+Every cell is a ``rich.text.Text``, never a string rich would read as markup (a reason
+``"disk full [/]"`` is drawn as it is), and every text that came from elsewhere (topic names,
+reasons, silences, a broker's disconnect text) is drawn through
+:func:`~heartwire._text.terminal_safe`, so no sender writes escape sequences to the terminal.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import threading
 import time
 from typing import Any
 
+from heartwire._text import terminal_safe
 from heartwire.status import (
     STATE_ORDER,
     Offender,
@@ -75,6 +81,13 @@ def _clock(unix: float | None, today: _dt.date) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _cell(text: str, style: str = "") -> Any:
+    """One table cell: ``text`` made terminal-safe, as a ``Text`` (no markup is parsed)."""
+    from rich.text import Text
+
+    return Text(terminal_safe(text), style=style)
+
+
 def _held_back(o: Offender) -> str:
     """Why a listed topic's alerts are held back now ("" if they are not)."""
     why = ["silenced"] if o.silenced else []
@@ -97,8 +110,8 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
     health = snap.health
     title = Text.assemble(
         ("heartwire status ", "bold"),
-        (snap.pattern, "bold cyan"),
-        f"{where}  {_clock(snap.at, today)} UTC  ",
+        (terminal_safe(snap.pattern), "bold cyan"),
+        f"{terminal_safe(where)}  {_clock(snap.at, today)} UTC  ",
         (f"{snap.topics} topic{'' if snap.topics == 1 else 's'}", "bold"),
         ("" if health.get("running", True) else "  (monitor stopped)", "red"),
     )
@@ -117,7 +130,7 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
     states = Table(title="Topics by state", title_justify="left", expand=False)
     for name in STATE_ORDER:
         states.add_column(name, justify="right", style=STATE_STYLES[name])
-    states.add_row(*(str(snap.states.get(name, 0)) for name in STATE_ORDER))
+    states.add_row(*(_cell(str(snap.states.get(name, 0))) for name in STATE_ORDER))
     parts.append(states)
 
     listed = snap.offenders + snap.others
@@ -140,15 +153,15 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
         worst.add_column("alerts", overflow="fold")
     for o in listed:
         cells: list[Any] = [
-            o.topic,
-            Text(o.state, style=STATE_STYLES.get(o.state, "")),
-            f"{o.missed}/{o.allowed_misses}",
-            _clock(o.down_since, today) if o.down_since is not None else "",
-            duration_text(o.down_for) if o.down_for is not None else "",
-            _clock(o.last_seen, today),
+            _cell(o.topic),
+            _cell(o.state, STATE_STYLES.get(o.state, "")),
+            _cell(f"{o.missed}/{o.allowed_misses}"),
+            _cell(_clock(o.down_since, today) if o.down_since is not None else ""),
+            _cell(duration_text(o.down_for) if o.down_for is not None else ""),
+            _cell(_clock(o.last_seen, today)),
         ]
         if marked:
-            cells.append(_held_back(o))
+            cells.append(_cell(_held_back(o)))
         worst.add_row(*cells)
     parts.append(worst if listed else Text("Worst offenders: none", style="green"))
 
@@ -157,7 +170,12 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
         for column in ("pattern", "until", "reason", "id"):
             silences.add_column(column, overflow="fold")
         for s in snap.silences:
-            silences.add_row(s.pattern, _clock(s.until, today) if s.until else "", s.reason, s.id)
+            silences.add_row(
+                _cell(s.pattern),
+                _cell(_clock(s.until, today) if s.until else ""),
+                _cell(s.reason),
+                _cell(s.id),
+            )
         parts.append(silences)
     else:
         parts.append(Text("Silences: none"))
@@ -168,7 +186,7 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
             suppressed.add_column(column, overflow="fold")
         for row in snap.suppressions:
             since = _clock(row.since, today) if row.since is not None else ""
-            suppressed.add_row(row.children, row.parent, since)
+            suppressed.add_row(_cell(row.children), _cell(row.parent), _cell(since))
         parts.append(suppressed)
     else:
         parts.append(Text("Suppressions: none"))
@@ -182,10 +200,10 @@ def render(snap: StatusSnapshot, *, events: int = 10, source: str = "") -> Any:
         recent.add_column("detail", overflow="fold")
         for ev in shown:
             recent.add_row(
-                _clock(ev.at, today),
-                Text(ev.kind, style=EVENT_STYLES.get(ev.kind, "")),
-                ev.topic,
-                ev.detail,
+                _cell(_clock(ev.at, today)),
+                _cell(ev.kind, EVENT_STYLES.get(ev.kind, "")),
+                _cell(ev.topic),
+                _cell(ev.detail),
             )
         parts.append(recent)
     else:

@@ -51,40 +51,42 @@ class Groups:
     ``max_groups`` such prefixes seen keeping their own label and every later one
     :data:`OTHER`, so a label never takes more than ``max_groups + 1`` values whatever the
     topics. A prefix keeps its label once given (series stay stable across scrapes); prefixes
-    first seen together (at one scrape) are taken in name order. Thread-safe."""
+    first seen together (at one scrape) are taken in name order. Thread-safe.
+
+    Only the prefixes with a label of their own are remembered (at most ``max_groups``): the
+    others are :data:`OTHER` by being absent, so memory stays bounded whatever prefixes come
+    and go."""
 
     def __init__(self, depth: int = 1, max_groups: int = 100) -> None:
         self.depth: int = _validate.count(depth, "group_depth", 1)
         self.max_groups: int = _validate.count(max_groups, "max_groups", 0)
-        self._labels: dict[str, str] = {}
-        self._own = 0  # prefixes with a label of their own
+        self._own: set[str] = set()  # prefixes with a label of their own, never more
         self._lock = threading.Lock()
 
     def label(self, prefix: str) -> str:
-        """The label of a prefix (given one now if it is new)."""
-        got = self._labels.get(prefix)
-        if got is not None:
-            return got
+        """The label of a prefix (given one of its own now if it is new and there is room)."""
+        own = self._own
+        # Read without the lock: a prefix is added to the set (under the lock) and never
+        # taken out, so "in" and "full" once true stay true.
+        if prefix in own:
+            return prefix
+        if len(own) >= self.max_groups:
+            return OTHER
         with self._lock:
-            got = self._labels.get(prefix)
-            if got is None:
-                if self._own < self.max_groups:
-                    self._own += 1
-                    got = prefix
-                else:
-                    got = OTHER
-                self._labels[prefix] = got
-            return got
+            if prefix in own:
+                return prefix
+            if len(own) < self.max_groups:
+                own.add(prefix)
+                return prefix
+            return OTHER
+
+    def owns(self, prefix: str) -> bool:
+        """Whether ``prefix`` has a label of its own (given by :meth:`label`)."""
+        return prefix in self._own
 
     def of(self, topic: str) -> str:
         """The label of ``topic``'s group."""
         return self.label(prefix(topic, self.depth))
-
-    @property
-    def overflowed(self) -> int:
-        """Prefixes put under :data:`OTHER` so far."""
-        with self._lock:
-            return len(self._labels) - self._own
 
 
 class EventTally:

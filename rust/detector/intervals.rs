@@ -5,6 +5,11 @@
 //! adds with two relaxed atomic adds (its bucket, the sum); a batch counts in a local array and
 //! adds once at its end, as the batch's other counters do. Fixed buckets keep it bounded
 //! whatever the number of topics, and need no lock.
+//!
+//! The sum is 128 bits of ns: a u64 of ns wraps at 1.8e19 ns (about 5 hours of 1 M topics
+//! beating every second), and a Prometheus `_sum` must never go back. The low word is added to
+//! as before; the add that carries out of it (told by `fetch_add`'s previous value, one compare)
+//! adds 1 to the high word.
 
 use super::*;
 
@@ -42,14 +47,51 @@ pub fn bucket(ns: u64) -> usize {
 pub(super) struct Intervals {
     pub(super) on: AtomicBool,
     buckets: [AtomicU64; INTERVAL_BUCKETS],
-    sum_ns: AtomicU64,
+    /// The sum's low 64 bits (wrapping) and its carries out of them.
+    sum_lo: AtomicU64,
+    sum_hi: AtomicU64,
+    /// The last sum read, so that a read never goes back (see [`Intervals::sum_ns`]). Only
+    /// readers take it, never the beat path.
+    read: Mutex<u128>,
 }
 
 impl Intervals {
     #[inline]
     pub(super) fn add(&self, ns: u64) {
         self.buckets[bucket(ns)].fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.add_sum(ns, 0);
+    }
+
+    /// Adds `hi * 2^64 + lo` ns to the sum.
+    #[inline]
+    fn add_sum(&self, lo: u64, hi: u64) {
+        let before = self.sum_lo.fetch_add(lo, Ordering::Relaxed);
+        let carry = u64::from(before.checked_add(lo).is_none());
+        if hi + carry > 0 {
+            self.sum_hi.fetch_add(hi + carry, Ordering::Relaxed);
+        }
+    }
+
+    /// The sum, ns. The two words are not read at one instant: a read between an add's carry
+    /// out of the low word and its add to the high word is short by exactly 2^64. The true
+    /// sum never goes back, so a read below the last one read is that case, and is that read
+    /// plus 2^64 (unless 2^64 ns, hours at a million topics, were added between two reads).
+    fn sum_ns(&self) -> u128 {
+        let mut last = self.read.lock();
+        let sum = loop {
+            let hi = self.sum_hi.load(Ordering::Acquire);
+            let lo = self.sum_lo.load(Ordering::Acquire);
+            if self.sum_hi.load(Ordering::Acquire) == hi {
+                break (u128::from(hi) << 64) | u128::from(lo);
+            }
+        };
+        let sum = if sum < *last {
+            sum + (1u128 << 64)
+        } else {
+            sum
+        };
+        *last = sum;
+        sum
     }
 
     pub(super) fn add_local(&self, local: &LocalIntervals) {
@@ -61,7 +103,7 @@ impl Intervals {
                 shared.fetch_add(*n, Ordering::Relaxed);
             }
         }
-        self.sum_ns.fetch_add(local.sum_ns, Ordering::Relaxed);
+        self.add_sum(local.sum_ns as u64, (local.sum_ns >> 64) as u64);
     }
 }
 
@@ -69,7 +111,7 @@ impl Intervals {
 #[derive(Debug, Default)]
 pub(super) struct LocalIntervals {
     counts: [u64; INTERVAL_BUCKETS],
-    sum_ns: u64,
+    sum_ns: u128,
     n: u64,
 }
 
@@ -77,17 +119,17 @@ impl LocalIntervals {
     #[inline]
     pub(super) fn add(&mut self, ns: u64) {
         self.counts[bucket(ns)] += 1;
-        self.sum_ns = self.sum_ns.wrapping_add(ns);
+        self.sum_ns += u128::from(ns);
         self.n += 1;
     }
 }
 
 /// A reading of the histogram: per-bucket counts (not cumulative; the last is `+Inf`) and the
-/// sum of the intervals, ns.
+/// sum of the intervals, ns (128 bits: it does not wrap).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IntervalHistogram {
     pub counts: [u64; INTERVAL_BUCKETS],
-    pub sum_ns: u64,
+    pub sum_ns: u128,
 }
 
 impl Detector {
@@ -111,7 +153,7 @@ impl Detector {
         }
         IntervalHistogram {
             counts,
-            sum_ns: self.intervals.sum_ns.load(Ordering::Relaxed),
+            sum_ns: self.intervals.sum_ns(),
         }
     }
 }
@@ -129,6 +171,41 @@ mod unit {
         assert_eq!(bucket(3_600_000_000_000), 14);
         assert_eq!(bucket(3_600_000_000_001), 15);
         assert_eq!(bucket(u64::MAX - 1), INTERVAL_BUCKETS - 1);
+    }
+
+    #[test]
+    fn the_sum_carries_past_64_bits() {
+        let h = Intervals::default();
+        let big = 10_000_000_000_000_000_000u64; // 1e19 ns: two of them pass 2^64
+        h.add(big);
+        assert_eq!(h.sum_ns(), u128::from(big));
+        h.add(big);
+        assert_eq!(h.sum_ns(), 2 * u128::from(big));
+        let mut local = LocalIntervals::default();
+        for _ in 0..3 {
+            local.add(big);
+        }
+        h.add_local(&local);
+        assert_eq!(h.sum_ns(), 5 * u128::from(big));
+        assert_eq!(
+            h.buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .sum::<u64>(),
+            5
+        );
+    }
+
+    #[test]
+    fn a_read_between_a_carry_and_its_high_word_does_not_go_back() {
+        let h = Intervals::default();
+        h.add(u64::MAX - 1);
+        assert_eq!(h.sum_ns(), u128::from(u64::MAX - 1));
+        // What a reader sees mid-add: the low word wrapped, the carry not yet in the high word.
+        h.sum_lo.fetch_add(5, Ordering::Relaxed);
+        assert_eq!(h.sum_ns(), u128::from(u64::MAX - 1) + 5);
+        h.sum_hi.fetch_add(1, Ordering::Relaxed); // the carry lands
+        assert_eq!(h.sum_ns(), u128::from(u64::MAX - 1) + 5);
     }
 }
 

@@ -121,6 +121,48 @@ impl Detector {
             .collect()
     }
 
+    /// At most `n` topics not removed, FAILED ones first, then by name (the per-topic series
+    /// of a bounded metrics export: an alert must not lose its series to the bound), in that
+    /// order, each with its name; and how many topics are not removed.
+    ///
+    /// One pass over the topics under the detector lock and the names' read lock (in that
+    /// order, as `policy.rs` takes them), keeping the best `n` in a max-heap of borrowed names:
+    /// once it is full, a topic that does not make it costs one compare with its top. Memory
+    /// and objects are O(n), not O(topics); the name and the status are read under the same
+    /// locks, so a removed and reused id cannot pair one topic's name with another's status.
+    pub fn series_topics(&self, n: usize) -> (Vec<(TopicStatus, String)>, usize) {
+        let inner = self.inner.lock();
+        self.registry.with_names(|names| {
+            // (not failed, name, id): ascending order is the export's order.
+            let mut best: std::collections::BinaryHeap<(bool, &str, TopicId)> =
+                std::collections::BinaryHeap::with_capacity(n.min(1 << 16) + 1);
+            let mut live = 0usize;
+            for id in 0..inner.slots.len() as TopicId {
+                let state = word::state(self.word(id).load(Ordering::Acquire));
+                if state == State::Removed {
+                    continue;
+                }
+                live += 1;
+                if n == 0 {
+                    continue;
+                }
+                let key = (state != State::Failed, names.get(id), id);
+                if best.len() < n {
+                    best.push(key);
+                } else if best.peek().is_some_and(|top| key < *top) {
+                    best.pop();
+                    best.push(key);
+                }
+            }
+            let chosen = best.into_sorted_vec();
+            let out = chosen
+                .into_iter()
+                .map(|(_, name, id)| (self.status_of(&inner, id), name.to_owned()))
+                .collect();
+            (out, live)
+        })
+    }
+
     /// How many topics are in each state, indexed by `State as usize`.
     pub fn state_counts(&self) -> [u64; 6] {
         let mut counts = [0u64; 6];

@@ -851,6 +851,24 @@ impl PyDetector {
         }))
     }
 
+    /// At most ``n`` topics, FAILED ones first, then by name, in that order; and how many
+    /// topics there are (removed ones left out): the per-topic series of a bounded metrics
+    /// export. One native pass over the topics; only the chosen become objects.
+    fn series_topics(&self, py: Python<'_>, n: i64) -> PyResult<(Vec<PyTopicStatus>, usize)> {
+        let n = usize::try_from(n)
+            .map_err(|_| PyValueError::new_err(format!("n must be an int >= 0, got {n}")))?;
+        let det = self.det.clone();
+        let (chosen, live) = py.detach(move || det.series_topics(n));
+        let out = chosen
+            .into_iter()
+            .map(|(s, name)| {
+                let handle = self.det.handle_of(s.id);
+                PyTopicStatus::new(&s, name, handle)
+            })
+            .collect();
+        Ok((out, live))
+    }
+
     /// Snapshots of every topic not removed, in handle order.
     fn statuses(&self, py: Python<'_>) -> Vec<PyTopicStatus> {
         let det = self.det.clone();
@@ -894,7 +912,7 @@ impl PyDetector {
             .iter()
             .map(|b| to_seconds(*b))
             .collect();
-        (bounds, h.counts.to_vec(), to_seconds(h.sum_ns))
+        (bounds, h.counts.to_vec(), h.sum_ns as f64 / 1e9)
     }
 
     /// How many topics are in each state by the first ``depth`` ``.``-separated segments of

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "heartwire._throttle",
             "heartwire._exit",
             "heartwire._spark_session",
+            "heartwire._text",
         ),
     ),
     # plain data and timing: events, the publishers' executor, the metrics' tally, silences,

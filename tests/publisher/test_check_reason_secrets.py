@@ -1,0 +1,87 @@
+"""Review of issue 17: a failing check's reason leaves the host in a down beat (remote, plain
+text to every subscriber of the topic: a signature is no encryption). The publisher keeps other
+exceptions' text local because it may hold a secret; the stock sql check does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from heartwire import checks
+
+
+def test_sql_check_reason_does_not_carry_a_dsn_password() -> None:
+    def connect() -> object:
+        # What psycopg2 says for a malformed DSN: it quotes the whole DSN.
+        raise RuntimeError(
+            'invalid dsn: missing "=" after "postgresql://app:s3cret@db:5432/orders" '
+            "in connection info string"
+        )
+
+    with pytest.raises(checks.CheckFailed) as err:
+        checks.sql(connect)()
+    assert "s3cret" not in err.value.reason, err.value.reason
+
+
+def test_sql_query_failure_reason_hides_a_keyword_dsn_password() -> None:
+    """The same rule for the query step: a driver quoting ``password=...`` (a libpq DSN)."""
+
+    class Cursor:
+        def execute(self, query: str) -> None:
+            raise RuntimeError("bad conninfo host=db password='s3 cret' user=app")
+
+        def close(self) -> None:
+            pass
+
+    class Conn:
+        def cursor(self) -> Cursor:
+            return Cursor()
+
+        def close(self) -> None:
+            pass
+
+    with pytest.raises(checks.CheckFailed) as err:
+        checks.sql(Conn)()
+    reason = err.value.reason
+    assert "s3" not in reason and "cret" not in reason, reason
+    assert reason == "sql 'SELECT 1': RuntimeError: bad conninfo host=db password=*** user=app"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "connect https://u:pw@h/x?api_key=k1&n=2 failed",
+            "connect https://u:***@h/x?api_key=***&n=2 failed",
+        ),
+        ('token="a b" next', "token=*** next"),
+        ("SESSION_ID=abc;x=1", "SESSION_ID=***;x=1"),
+        (
+            'FATAL:  password authentication failed for user "app"',
+            'FATAL:  password authentication failed for user "app"',
+        ),
+        ("[Errno 111] Connection refused", "[Errno 111] Connection refused"),
+    ],
+)
+def test_every_stock_check_describes_an_exception_by_one_scrubbing_rule(
+    text: str, shown: str
+) -> None:
+    assert checks._describe(ValueError(text)) == f"ValueError: {shown}"
+
+
+def test_tcp_check_reason_goes_through_the_same_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object) -> object:
+        raise OSError("proxy socks5://u:hunter2@proxy:1080 refused")
+
+    monkeypatch.setattr(checks, "_connect", refuse)
+    with pytest.raises(checks.CheckFailed) as err:
+        checks.tcp("db", 5432)()
+    assert err.value.reason == "tcp db:5432: OSError: proxy socks5://u:***@proxy:1080 refused"
+
+
+def test_a_factory_raising_its_own_check_failed_keeps_its_reason() -> None:
+    def connect() -> object:
+        raise checks.CheckFailed("orders db in maintenance")
+
+    with pytest.raises(checks.CheckFailed) as err:
+        checks.sql(connect)()
+    assert err.value.reason == "orders db in maintenance"
