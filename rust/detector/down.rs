@@ -156,7 +156,6 @@ impl Detector {
         let serial = self.reasons.lock().put(id, reason);
         inner.down.insert(id, serial);
         self.arm(inner, id, inner.now.max(t));
-        self.counters.failed.fetch_add(1, Ordering::Relaxed);
         let ev = Event::failed(id, missed, self.abs(t), self.abs(t)).with_reason(serial);
         self.emit(inner, subs, ev);
         Down::Fired

@@ -220,6 +220,7 @@ impl Detector {
             + inner.free.capacity() * std::mem::size_of::<TopicId>()
             + inner.limbo.capacity() * std::mem::size_of::<Limbo>()
             + inner.down.capacity() * 16
+            + inner.policy.heap_bytes()
             + self.reasons.lock().heap_bytes()
     }
 }
