@@ -90,7 +90,8 @@ impl Detector {
         }
         Self::flush(&subscribers);
         drop(subscribers);
-        let upto = self.commit(&mut inner);
+        // Also what `pause` and `remove` put aside without pushing it.
+        let upto = self.commit(&mut inner).max(inner.unpushed);
         drop(inner);
         self.deliver(upto);
         emitted() - before

@@ -213,6 +213,9 @@ struct Inner {
     pending: Vec<Event>,
     /// Events put aside for pushing so far (see [`Detector::delivered`]).
     appended: u64,
+    /// The outbox position up to which events were put aside by calls that must not wait
+    /// to push them (`pause`, `remove`): the driver's next run pushes them (see `emit.rs`).
+    unpushed: u64,
     /// Topics FAILED by a `down` beat: the serial of their newest reason (see `down.rs`).
     down: HashMap<TopicId, u64>,
     /// Silences, dependencies and flapping (see `policy.rs`).
@@ -338,6 +341,7 @@ impl Detector {
                 retired: Vec::new(),
                 pending: Vec::new(),
                 appended: 0,
+                unpushed: 0,
                 down: HashMap::new(),
                 policy: policy::Policy::default(),
             }),

@@ -380,17 +380,24 @@ impl Detector {
     /// while paused is noted (see [`resume`](Detector::resume)).
     ///
     /// A FAILED topic paused no longer marks its dependents: those still down and never
-    /// alerted get their `failed` now (`policy.rs`), so this may wait for room in a `block`
-    /// queue (with the lock released), like any emitting call; it emits nothing otherwise.
+    /// alerted get their `failed` now (`policy.rs`). This never waits for room in a `block`
+    /// queue: with one subscribed, they are pushed by the driver's next run (see
+    /// [`leave_for_the_driver`](Detector::leave_for_the_driver)).
     pub fn pause(&self, topic: impl Into<Handle>) -> Result<bool, DetectorError> {
-        let topic = topic.into();
-        let (result, upto) = {
-            let mut inner = self.inner.lock();
-            let result = self.pause_locked(&mut inner, topic);
-            (result, self.commit(&mut inner))
-        };
-        self.deliver(upto);
+        let mut inner = self.inner.lock();
+        let result = self.pause_locked(&mut inner, topic.into());
+        self.leave_for_the_driver(&mut inner);
         result
+    }
+
+    /// Events emitted by a call that must not wait for room in a `block` queue (`pause`,
+    /// `remove`: their callers hold locks that a queue's consumer may need, e.g. the intake's
+    /// table or a monitor's lock) are put aside for the driver's next run to push, unless
+    /// pushed at once (no `block` queue subscribed). Events emitted later by others are pushed
+    /// after them (the outbox keeps the order).
+    fn leave_for_the_driver(&self, inner: &mut Inner) {
+        let upto = self.commit(inner);
+        inner.unpushed = inner.unpushed.max(upto);
     }
 
     fn pause_locked(&self, inner: &mut Inner, topic: Handle) -> Result<bool, DetectorError> {
@@ -575,16 +582,11 @@ impl Detector {
     /// events. A subscriber that never empties its queue keeps removed ids from being reused.
     ///
     /// A FAILED topic removed no longer marks its dependents: those still down and never
-    /// alerted get their `failed` now (`policy.rs`), so this may wait for room in a `block`
-    /// queue (with the lock released), like any emitting call; it emits nothing otherwise.
+    /// alerted get their `failed` now (`policy.rs`), pushed as by [`pause`](Detector::pause).
     pub fn remove(&self, topic: impl Into<Handle>) -> Result<(), DetectorError> {
-        let topic = topic.into();
-        let (result, upto) = {
-            let mut inner = self.inner.lock();
-            let result = self.remove_locked(&mut inner, topic);
-            (result, self.commit(&mut inner))
-        };
-        self.deliver(upto);
+        let mut inner = self.inner.lock();
+        let result = self.remove_locked(&mut inner, topic.into());
+        self.leave_for_the_driver(&mut inner);
         result
     }
 

@@ -508,6 +508,10 @@ fn a_child_suppressed_by_a_parent_removed_or_paused_while_failed_is_alerted_then
         } else {
             assert!(r.det.pause(db).unwrap());
         }
+        // Put aside, not pushed: a `block` queue is subscribed, and pause/remove never wait
+        // for room in one. The driver's next run pushes them.
+        assert!(r.take().is_empty());
+        r.at(10_600 * MS);
         assert_eq!(
             marks(r.take()),
             vec![(Failed, api, 1, 10_600, false, NONE)],
@@ -616,4 +620,27 @@ fn a_long_silence_does_not_pile_up_handles_of_churned_topics() {
         "{:?}",
         r.det.policy_links(0, 0)
     );
+}
+
+#[test]
+fn with_no_block_queue_a_removed_parent_releases_its_children_at_once() {
+    let clock = Arc::new(ManualClock::new(0));
+    let det = Detector::new(
+        ClockSource::Manual(clock.clone()),
+        TopicConfig::fixed(S, 1),
+        MS,
+    )
+    .unwrap();
+    let q = det.subscribe(1024, Overflow::DropOldest, false).unwrap();
+    det.depends("svc.api", "svc.db").unwrap();
+    let db = det.add("svc.db", None, None).unwrap();
+    let api = det.add("svc.api", None, None).unwrap();
+    clock.set(1500 * MS).unwrap();
+    let mut out = Vec::new();
+    q.try_pop_batch(&mut out, usize::MAX);
+    assert_eq!(out.len(), 2);
+    out.clear();
+    det.remove(det.handle_of(db)).unwrap();
+    q.try_pop_batch(&mut out, usize::MAX);
+    assert_eq!(marks(out), vec![(Failed, api, 1, 1500, false, NONE)]);
 }
