@@ -36,6 +36,7 @@ impl Detector {
         }
         let mut subscribers = self.subscribers.read();
         if woke {
+            inner.woken = true;
             self.guard_pause(&mut inner, &subscribers, now);
         }
         inner.now = inner.now.max(now);

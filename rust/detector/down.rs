@@ -103,10 +103,12 @@ impl Detector {
         // A down beat taken in before the driver woke from a local pause (the intake thread
         // won the lock after the stall): this is the wake-up, so the deadlines inside the
         // pause are re-based below, as the driver would, instead of counted as missed.
-        let woke = match &self.clock {
-            ClockSource::Monotonic(_) => true,
-            ClockSource::Manual(c) => c.is_stalled(),
-        };
+        // (Only for a detector a driver wakes: one moved by `advance_to` alone has no pauses.)
+        let woke = inner.running
+            && match &self.clock {
+                ClockSource::Monotonic(_) => inner.woken,
+                ClockSource::Manual(c) => c.is_stalled(),
+            };
         if woke {
             let now = self.rel_now(None);
             let pauses = self.counters.local_pauses.load(Ordering::Relaxed);

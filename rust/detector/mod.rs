@@ -194,6 +194,9 @@ struct Inner {
     judged: u64,
     /// When the current ingest-lag episode began (relative ns; meaningful while one is on).
     lag_since: u64,
+    /// Woken by a driver ([`Detector::wake_at`]) at least once: a long gap since the last run
+    /// is a local pause (see `pause.rs`), also when a `down` beat finds it first (`down.rs`).
+    woken: bool,
     /// The latest local pause (relative ns, empty if none): a deadline inside it is re-based
     /// to a full period after its end instead of counted as missed (see `pause.rs`).
     pause: Range<u64>,
@@ -334,6 +337,7 @@ impl Detector {
                 now: 0,
                 judged: 0,
                 lag_since: 0,
+                woken: false,
                 pause: 0..0,
                 held: HashMap::new(),
                 free: Vec::new(),

@@ -390,3 +390,16 @@ fn a_down_taken_in_before_the_wake_up_from_a_local_pause_counts_no_deadline_insi
         (a, 1, 11 * S + 500 * MS)
     );
 }
+
+#[test]
+fn a_down_for_a_stopped_detector_is_no_wake_up() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(500 * MS);
+    r.det.stop();
+    r.take();
+    r.clock.stall(10 * S);
+    assert_eq!(r.det.down(a, None, "x"), Down::Ignored);
+    assert!(r.take().is_empty());
+    assert_eq!(r.det.stats().local_pauses, 0);
+}
