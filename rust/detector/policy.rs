@@ -759,7 +759,17 @@ impl Detector {
     /// of the cycle alerts (which one: the first the detector judged, as for a parent and
     /// its children). No mark ever closes a cycle (each is checked as it is given), so
     /// following the marks ends; [`MAX_CHAIN`] bounds it anyway.
-    fn leads_back(&self, inner: &Inner, mut pid: TopicId, id: TopicId) -> bool {
+    #[inline]
+    fn leads_back(&self, inner: &Inner, pid: TopicId, id: TopicId) -> bool {
+        // The common case first: a parent not suppressed itself (a database that is down).
+        match inner.policy.outage(pid) {
+            Outage::Quiet { by, .. } if by != NO_TOPIC => self.follow_marks(inner, pid, id),
+            _ => false,
+        }
+    }
+
+    #[cold]
+    fn follow_marks(&self, inner: &Inner, mut pid: TopicId, id: TopicId) -> bool {
         for _ in 0..MAX_CHAIN {
             if pid == id {
                 return true;
