@@ -1009,7 +1009,8 @@ class HeartbeatMonitor:
         """Pause the whole monitor, or one topic: no failures while paused (beats are still
         recorded; a FAILED topic's first beat while paused is noted for :meth:`resume`).
         Returns False if already paused; ``KeyError`` for an unknown topic. One topic can be
-        paused while the monitor is stopped too: it is paused from :meth:`start` on."""
+        paused while the monitor is stopped too: it is paused from :meth:`start` on. A FAILED
+        topic paused no longer suppresses its dependents: see :meth:`remove`."""
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)

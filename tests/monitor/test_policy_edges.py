@@ -119,3 +119,20 @@ def test_a_flap_that_settles_up_resolves_the_alert_it_left_open() -> None:
         paging = [e for e in got if e[0] in ("failed", "resumed")]
         assert paging[-1] == ("resumed", "svc.a", 1, 14500, False, None), paging
         assert r.mon.stats()["held"] == 1
+
+
+def test_a_child_suppressed_by_a_parent_paused_while_failed_is_alerted_then() -> None:
+    """Pausing the parent ends its marks as removing it does: the child's alert goes out then,
+    and its later failures are unmarked (until the parent is watched and FAILED again)."""
+    for r in make_rig(recorder=Full(), period=10.0):
+        r.mon.depends("svc.api", on="svc.db")
+        r.mon.expect("svc.db")
+        r.mon.expect("svc.api")
+        r.mon.start()
+        got = r.advance(10.5)
+        assert ("failed", "svc.api", 1, 10000, False, "svc.db") in got, got
+        assert r.mon.pause("svc.db") is True
+        r.clock.advance(0.1)
+        assert r.take() == [("failed", "svc.api", 1, 10500, False, None)]  # at the pause
+        assert r.mon.stats()["released"] == 1
+        assert r.advance(10.0) == [("failed", "svc.api", 2, 20000, False, None)]
