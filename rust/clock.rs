@@ -133,6 +133,11 @@ impl ManualClock {
         Ok(t_ns)
     }
 
+    /// Whether it was moved by [`stall`](ManualClock::stall) and the targets not woken yet.
+    pub fn is_stalled(&self) -> bool {
+        self.stalled.load(Ordering::Acquire)
+    }
+
     /// After a stall, wake every target at the reading the stall ended at.
     fn wake_if_stalled(&self) {
         if self.stalled.swap(false, Ordering::AcqRel) {

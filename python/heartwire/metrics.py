@@ -59,8 +59,14 @@ SERIES: dict[str, tuple[str, str]] = {
     "heartwire_max_topics": ("gauge", "Cap on topics (beats of new topics past it are refused)"),
     "heartwire_beats_total": ("counter", "Beats recorded"),
     "heartwire_learned_total": ("counter", "Topics learned from beats"),
-    "heartwire_failed_total": ("counter", "Failed events produced"),
-    "heartwire_resumed_total": ("counter", "Resumed events produced"),
+    "heartwire_failed_total": (
+        "counter",
+        "Failed events handed out (released ones included, those held back while flapping not)",
+    ),
+    "heartwire_resumed_total": (
+        "counter",
+        "Resumed events handed out (those held back while flapping not)",
+    ),
     "heartwire_local_pauses_total": ("counter", "Pauses of the monitor itself"),
     "heartwire_lagging_total": ("counter", "Episodes of the monitor's intake lagging its feed"),
     "heartwire_ingest_lag_seconds": ("gauge", "How far the monitor's intake is behind its feed"),
@@ -81,11 +87,14 @@ SERIES: dict[str, tuple[str, str]] = {
     ),
     "heartwire_released_total": (
         "counter",
-        "Failed events held back, sent when a silence ended, a parent resumed or a flap settled",
+        "Failed events held back, sent when a silence ended, a parent resumed, was paused or"
+        " removed, or a flap settled; and the resumed sent when a flap settles up with its"
+        " alert open",
     ),
     "heartwire_flapping_held_total": (
         "counter",
-        "Failed and resumed events held back while their topic flapped",
+        "Failed and resumed events held back while their topic flapped (the resumed that"
+        " started it too)",
     ),
     "heartwire_flapping_topics": ("gauge", "Topics flapping now"),
     # signed control messages (bounded labels: 2 ops, 8 reasons)

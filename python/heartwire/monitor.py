@@ -224,10 +224,12 @@ class HeartbeatMonitor:
     - ``flap_threshold``, ``flap_window``, ``flap_hold``: a topic with more than
       ``flap_threshold`` outages (failed, then resumed) within ``flap_window`` seconds is
       flapping: listeners get ``on_flapping(Flapping(topic, flapping=True, ...))``, and its
-      failed and resumed events are held back meanwhile (``flap_hold=False``: delivered as
-      usual); it settles ``flap_window`` after its last transition
-      (``Flapping(..., flapping=False)``, then a ``Failed`` if it is down). ``allowed_misses``
-      still decides when an outage begins. Default: off. See ``docs/flapping.md``.
+      failed and resumed events are held back meanwhile, the resumed that starts it too
+      (``flap_hold=False``: delivered as usual); it settles ``flap_window`` after its last
+      transition (``Flapping(..., flapping=False)``, then a ``Failed`` if it is down, or a
+      ``Resumed`` if it is up and the last ``Failed`` delivered was never resolved).
+      ``allowed_misses`` still decides when an outage begins. Default: off. See
+      ``docs/flapping.md``.
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
       CLI's output, :class:`~heartwire.alerts.AlertListener`'s alerts). Default: measured
@@ -740,8 +742,10 @@ class HeartbeatMonitor:
         While ``on`` is FAILED, its children's failed events are delivered with
         ``suppressed_by=on`` and counted apart (``stats()["suppressed"]``): one outage of the
         database is one alert, not forty (listeners that set ``include_suppressed = False``
-        do not get them). Once it resumes, children still down that got no unsuppressed
-        ``Failed`` get one then (``stats()["released"]``).
+        do not get them). Once it resumes (or is paused or removed while FAILED), children
+        still down that got no unsuppressed ``Failed`` get one then (``stats()["released"]``).
+        Cycles are allowed: a topic is never suppressed by a parent whose own mark leads back
+        to it, so a cycle failing together alerts once. See ``docs/dependencies.md``.
         """
         validate_pattern(child_pattern, "child_pattern")
         validate_topic(on, "on")
@@ -752,7 +756,11 @@ class HeartbeatMonitor:
         return self._det.dependencies()
 
     def remove(self, topic: str) -> bool:
-        """Stop watching ``topic`` (a later beat learns it again); False if it was not watched."""
+        """Stop watching ``topic`` (a later beat learns it again); False if it was not watched.
+
+        A FAILED topic removed no longer suppresses its dependents (:meth:`depends`): those still
+        down and never alerted get their ``Failed`` now (under ``"block"``, at the detector's
+        next tick: this call never waits for room in a queue)."""
         with self._lock:
             return self._intake.remove(topic)
 
@@ -1012,7 +1020,8 @@ class HeartbeatMonitor:
         """Pause the whole monitor, or one topic: no failures while paused (beats are still
         recorded; a FAILED topic's first beat while paused is noted for :meth:`resume`).
         Returns False if already paused; ``KeyError`` for an unknown topic. One topic can be
-        paused while the monitor is stopped too: it is paused from :meth:`start` on."""
+        paused while the monitor is stopped too: it is paused from :meth:`start` on. A FAILED
+        topic paused no longer suppresses its dependents: see :meth:`remove`."""
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)
@@ -1193,7 +1202,9 @@ class HeartbeatMonitor:
 
         - ``topics``: topics watched; ``states``: how many in each state (all six keys);
         - ``beats``: beats recorded; ``learned``: topics learned from beats;
-        - ``failed``, ``resumed``, ``local_pauses``, ``lagging``: events produced;
+        - ``failed``, ``resumed``, ``local_pauses``, ``lagging``: events produced (``failed``
+          and ``resumed``: handed out to listeners, released ones included, those held back
+          while flapping not);
         - ``ingest_lag``: how far the intake is behind its feed now, seconds;
         - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
           ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``), ``rejected_total``
@@ -1206,7 +1217,8 @@ class HeartbeatMonitor:
         - ``disconnects``, ``reconnects``: of the broker connection;
         - the alerting policy: ``silenced`` and ``suppressed`` (failed/resumed events so
           marked), ``released`` (failed events sent again when a silence ended, a parent
-          resumed or a flapping topic settled), ``held`` (failed/resumed events held back while
+          stopped being FAILED or a flapping topic settled, and resumed events sent when one
+          settled up with its alert open), ``held`` (failed/resumed events held back while
           their topic flapped), ``flapping_now`` (topics flapping now);
         - signed control messages (silences sent over the broker): ``control`` (taken, by op:
           ``silence``, ``unsilence``) and ``control_refused`` (refused, by reason: every one of

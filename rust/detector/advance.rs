@@ -36,6 +36,7 @@ impl Detector {
         }
         let mut subscribers = self.subscribers.read();
         if woke {
+            inner.woken = true;
             self.guard_pause(&mut inner, &subscribers, now);
         }
         inner.now = inner.now.max(now);
@@ -90,7 +91,8 @@ impl Detector {
         }
         Self::flush(&subscribers);
         drop(subscribers);
-        let upto = self.commit(&mut inner);
+        // Also what `pause` and `remove` put aside without pushing it.
+        let upto = self.commit(&mut inner).max(inner.unpushed);
         drop(inner);
         self.deliver(upto);
         emitted() - before
@@ -172,7 +174,6 @@ impl Detector {
                 }
                 let since = slot.since;
                 emitted += 1;
-                self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 // Only `advance` runs `judge_due`, and it wakes the consumers when done.
                 let mut ev = Event::failed(id, missed, self.abs(d), self.abs(since));
                 if let Some(serial) = down {
@@ -259,17 +260,20 @@ impl Detector {
         }
         let beat_at = word::ts(w);
         let first = self.first_offset(inner, id);
-        if word::state(w) == State::Failed {
+        let resumed = (word::state(w) == State::Failed).then(|| {
             let slot = &inner.slots[id as usize];
             let downtime = beat_at.saturating_sub(slot.since);
-            let ev = Event::resumed(id, slot.missed, self.abs(beat_at), downtime);
-            self.counters.resumed.fetch_add(1, Ordering::Relaxed);
-            self.emit(inner, subs, ev);
-            Self::clear_down(inner, id);
-        }
+            Event::resumed(id, slot.missed, self.abs(beat_at), downtime)
+        });
         let slot = &mut inner.slots[id as usize];
         slot.missed = 0;
         slot.next_deadline = beat_at.saturating_add(first);
+        if let Some(ev) = resumed {
+            // Emitted with the slot up to date: the policy, releasing its dependents, judges
+            // whether it is about to fail again from its new deadline, not the old one.
+            Self::clear_down(inner, id);
+            self.emit(inner, subs, ev);
+        }
         true
     }
 

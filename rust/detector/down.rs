@@ -100,6 +100,23 @@ impl Detector {
         t: u64,
         reason: &str,
     ) -> Down {
+        // A down beat taken in before the driver woke from a local pause (the intake thread
+        // won the lock after the stall): this is the wake-up, so the deadlines inside the
+        // pause are re-based below, as the driver would, instead of counted as missed.
+        // (Only for a detector a driver wakes: one moved by `advance_to` alone has no pauses.)
+        let woke = inner.running
+            && match &self.clock {
+                ClockSource::Monotonic(_) => inner.woken,
+                ClockSource::Manual(c) => c.is_stalled(),
+            };
+        if woke {
+            let now = self.rel_now(None);
+            let pauses = self.counters.local_pauses.load(Ordering::Relaxed);
+            self.guard_pause(inner, subs, now);
+            if self.counters.local_pauses.load(Ordering::Relaxed) != pauses {
+                inner.now = inner.now.max(now); // the driver's wake-up finds no second one
+            }
+        }
         let word = self.word(id);
         loop {
             // A good beat recorded before this one is taken in first (it may resume the topic).
@@ -136,6 +153,12 @@ impl Detector {
         // Deadlines already passed but not judged yet (the driver runs at its next tick) are
         // counted now, quietly: `missed` is the count so far, and no later `failed` of this
         // outage comes with an earlier `at` than this one.
+        if inner
+            .pause
+            .contains(&inner.slots[id as usize].next_deadline)
+        {
+            self.rebase(inner, id);
+        }
         let step = self.step(inner, id);
         let slot = &mut inner.slots[id as usize];
         let d = slot.next_deadline;
@@ -156,7 +179,6 @@ impl Detector {
         let serial = self.reasons.lock().put(id, reason);
         inner.down.insert(id, serial);
         self.arm(inner, id, inner.now.max(t));
-        self.counters.failed.fetch_add(1, Ordering::Relaxed);
         let ev = Event::failed(id, missed, self.abs(t), self.abs(t)).with_reason(serial);
         self.emit(inner, subs, ev);
         Down::Fired

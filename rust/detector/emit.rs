@@ -48,11 +48,16 @@ impl Detector {
             // Failed and resumed are marked, or held back, by the alerting policy (`policy.rs`).
             self.police(inner, &mut ev)
         };
+        // `failed` and `resumed` are counted as handed out: not those held back (`held`).
         match verdict {
-            Verdict::Deliver => self.push_or_set_aside(inner, subs, ev, wake),
+            Verdict::Deliver => {
+                self.count_handed_out(&ev);
+                self.push_or_set_aside(inner, subs, ev, wake);
+            }
             Verdict::Hold => {}
             Verdict::Starts { count } => {
                 if !inner.policy.holds_flapping() {
+                    self.count_handed_out(&ev);
                     self.push_or_set_aside(inner, subs, ev, wake);
                 }
                 let flapping = Event::flapping(ev.topic, true, count, ev.at_ns);
@@ -66,7 +71,22 @@ impl Detector {
     }
 
     #[inline]
-    fn push_or_set_aside(&self, inner: &mut Inner, subs: &[Subscriber], ev: Event, wake: bool) {
+    fn count_handed_out(&self, ev: &Event) {
+        match ev.kind {
+            EventKind::Failed => self.counters.failed.fetch_add(1, Ordering::Relaxed),
+            EventKind::Resumed => self.counters.resumed.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
+
+    #[inline]
+    pub(super) fn push_or_set_aside(
+        &self,
+        inner: &mut Inner,
+        subs: &[Subscriber],
+        ev: Event,
+        wake: bool,
+    ) {
         if !self.pushes_now(inner) {
             inner.pending.push(ev);
             return;

@@ -5,10 +5,12 @@
 //! Each `resumed` (one outage over) is noted per topic with its time; when more than
 //! `threshold` fall within the last `window`, a `flapping` event (on) goes out, and while the
 //! topic flaps its `failed` and `resumed` are held back (not delivered, counted in `held`) if
-//! `hold`, else delivered as usual. It settles once `window` has passed since its last
-//! transition (an outage began or ended): a `flapping` event (off) goes out, followed by a
-//! `failed` if it is down then, so a listener knows where it stands. The settle time is a
-//! transition the driver applies in time order, as a silence's end (`policy.rs`).
+//! `hold`, else delivered as usual (the `resumed` that starts it too). It settles once `window`
+//! has passed since its last transition (an outage began or ended): a `flapping` event (off)
+//! goes out, followed by where the topic stands: a `failed` if it is down then, or, if it is up
+//! and the last `failed` its listeners got was never resolved (its `resumed` held back), a
+//! `resumed` (see `Detector::settled`). The settle time is a transition the driver applies in
+//! time order, as a silence's end (`policy.rs`).
 //! `allowed_misses` is untouched: it decides when an outage begins; this only groups outages.
 
 use super::*;
@@ -33,6 +35,17 @@ struct Flap {
     flapping: bool,
     /// Its latest transition (an outage began or ended), relative ns.
     last: u64,
+    /// The latest outage that ended: its missed count and length (ns), for the `resumed` a
+    /// settle may owe.
+    ended: (u32, u64),
+}
+
+/// A topic that settled: when (relative ns) and its latest outage that ended (missed, ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Settled {
+    pub(super) id: TopicId,
+    pub(super) when: u64,
+    pub(super) ended: (u32, u64),
 }
 
 /// What to do with a `failed` or `resumed`.
@@ -68,9 +81,10 @@ impl Flaps {
         self.flapping.retain(|&t| t != id);
     }
 
-    /// The verdict on `kind` for topic `id` at `at` (relative); `first` for the `failed` that
-    /// begins an outage.
-    pub(super) fn judge(&mut self, id: TopicId, kind: EventKind, at: u64, first: bool) -> Verdict {
+    /// The verdict on `ev` (a `failed` or `resumed` of topic `id`) at `at` (relative); `first`
+    /// for the `failed` that begins an outage.
+    pub(super) fn judge(&mut self, id: TopicId, ev: &Event, at: u64, first: bool) -> Verdict {
+        let kind = ev.kind;
         let c = self.config;
         let hold = if c.hold {
             Verdict::Hold
@@ -93,8 +107,10 @@ impl Flaps {
                     resumes: VecDeque::new(),
                     flapping: false,
                     last: 0,
+                    ended: (0, 0),
                 });
                 f.last = f.last.max(at);
+                f.ended = (ev.missed, ev.detail);
                 if f.flapping {
                     return hold;
                 }
@@ -147,7 +163,7 @@ impl Flaps {
     }
 
     /// The topics settled by `at`, each with its settle time, taken off the flapping list.
-    pub(super) fn settle(&mut self, at: u64) -> Vec<(TopicId, u64)> {
+    pub(super) fn settle(&mut self, at: u64) -> Vec<Settled> {
         let window = self.config.window_ns;
         let mut out = Vec::new();
         let topics = &mut self.topics;
@@ -161,22 +177,32 @@ impl Flaps {
             }
             f.flapping = false;
             f.resumes.clear();
-            out.push((*id, when));
+            out.push(Settled {
+                id: *id,
+                when,
+                ended: f.ended,
+            });
             false
         });
-        out.sort_by_key(|&(id, when)| (when, id));
+        out.sort_by_key(|s| (s.when, s.id));
         out
     }
 
-    /// Every topic flapping now, settled at once (flapping turned off).
-    pub(super) fn settle_all(&mut self) -> Vec<TopicId> {
+    /// Every topic flapping now, settled at once at `at` (flapping turned off).
+    pub(super) fn settle_all(&mut self, at: u64) -> Vec<Settled> {
         let ids = std::mem::take(&mut self.flapping);
-        for id in &ids {
-            if let Some(f) = self.topics.get_mut(id) {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(f) = self.topics.get_mut(&id) {
                 f.flapping = false;
                 f.resumes.clear();
+                out.push(Settled {
+                    id,
+                    when: at,
+                    ended: f.ended,
+                });
             }
         }
-        ids
+        out
     }
 }

@@ -194,6 +194,9 @@ struct Inner {
     judged: u64,
     /// When the current ingest-lag episode began (relative ns; meaningful while one is on).
     lag_since: u64,
+    /// Woken by a driver ([`Detector::wake_at`]) at least once: a long gap since the last run
+    /// is a local pause (see `pause.rs`), also when a `down` beat finds it first (`down.rs`).
+    woken: bool,
     /// The latest local pause (relative ns, empty if none): a deadline inside it is re-based
     /// to a full period after its end instead of counted as missed (see `pause.rs`).
     pause: Range<u64>,
@@ -213,6 +216,9 @@ struct Inner {
     pending: Vec<Event>,
     /// Events put aside for pushing so far (see [`Detector::delivered`]).
     appended: u64,
+    /// The outbox position up to which events were put aside by calls that must not wait
+    /// to push them (`pause`, `remove`): the driver's next run pushes them (see `emit.rs`).
+    unpushed: u64,
     /// Topics FAILED by a `down` beat: the serial of their newest reason (see `down.rs`).
     down: HashMap<TopicId, u64>,
     /// Silences, dependencies and flapping (see `policy.rs`).
@@ -331,6 +337,7 @@ impl Detector {
                 now: 0,
                 judged: 0,
                 lag_since: 0,
+                woken: false,
                 pause: 0..0,
                 held: HashMap::new(),
                 free: Vec::new(),
@@ -338,6 +345,7 @@ impl Detector {
                 retired: Vec::new(),
                 pending: Vec::new(),
                 appended: 0,
+                unpushed: 0,
                 down: HashMap::new(),
                 policy: policy::Policy::default(),
             }),

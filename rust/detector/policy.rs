@@ -21,23 +21,30 @@
 //!   maintenance windows or control messages to add them.
 //! - **Dependencies.** `depends(child_pattern, parent)` links every topic matching the pattern to
 //!   the parent topic (handles, so a removed topic's reused id is not mistaken for it). A
-//!   child's event is marked `suppressed_by` the first of its parents that is FAILED now.
-//! - **Owed alerts.** Each topic remembers how its current outage was delivered: `Alerted` (some
-//!   `failed` went out unmarked) or `Quiet` (only marked ones, and with which marks). When a
-//!   silence ends (or is removed) or a parent resumes, a topic that is still FAILED, `Quiet`,
-//!   and would now be unmarked gets one `failed` again, unmarked, at that moment, with its
-//!   current count and `since` (counted in `released`): healthchecks and Alertmanager users
-//!   expect a still-failed topic to alert once the silence ends. A deadline of the topic due
-//!   by then (not judged yet) brings its own `failed`, unmarked now: that one is the alert. A `resumed` is marked as its
-//!   outage was (`Quiet`: its marks; else unmarked), so a listener that ignores marked events
-//!   sees every alert it got resolved, and no resolution of an alert it never got.
+//!   child's event is marked `suppressed_by` the first of its parents that is FAILED now, unless
+//!   that parent's own marks lead back to the child (a cycle of dependencies failing together:
+//!   see [`Detector::leads_back`]), so a cycle never silences all of its topics. A removed
+//!   topic's links go with it (the parent's side at once, the child's side amortized).
+//! - **Owed alerts.** Each topic remembers what its listeners were told of its outage: `Alerted`
+//!   (some `failed` went out unmarked and no `resumed` since), `Quiet` (only marked ones, and
+//!   with which marks), or nothing (`None`: up, or every `failed` of the outage held back while
+//!   it flapped). When the policy is first used, topics already down get `Alerted`: their
+//!   `failed` went out unmarked. When a silence ends (or is removed) or a parent stops being
+//!   FAILED (resumes, is paused or removed), a topic that is still FAILED, `Quiet`, and would
+//!   now be unmarked gets one `failed` again, unmarked, at that moment, with its current count
+//!   and `since` (counted in `released`): healthchecks and Alertmanager users expect a
+//!   still-failed topic to alert once the silence ends. A deadline of the topic due by then
+//!   (not judged yet) brings its own `failed`, unmarked now: that one is the alert. A `resumed`
+//!   is marked as its outage was (`Quiet`: its marks; else unmarked), so a listener that
+//!   ignores marked events sees every alert it got resolved, and no resolution of an alert it
+//!   never got.
 //!
 //! - **Flapping** (`flap.rs`): outages grouped; a flapping topic's events held back.
 //!
 //! With no silence, dependency or flapping declared (`Policy::active` false) events pass
 //! untouched: one branch per `failed`/`resumed`.
 
-use super::flap::{FlapConfig, Flaps, Verdict};
+use super::flap::{self, FlapConfig, Flaps, Verdict};
 use super::*;
 use crate::event::NO_TOPIC;
 use crate::ingest::topic::Pattern;
@@ -74,6 +81,8 @@ struct Silence {
     active: bool,
     /// The topics it matched (handles: a removed topic's id may be reused).
     topics: Vec<Handle>,
+    /// How many of `topics` were removed since it was last pruned.
+    stale: usize,
 }
 
 struct Rule {
@@ -82,11 +91,12 @@ struct Rule {
     parent: String,
 }
 
-/// How the current outage of a topic was delivered.
+/// What a topic's listeners were told of its current outage: the `failed` events delivered
+/// since its latest `resumed` delivered. Events held back (flapping) change nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Outage {
-    /// Not failed (or failed with every `failed` handed out before the policy was active:
-    /// unmarked, so alerted).
+    /// None delivered: up, or every `failed` of the outage held back. (Topics already down
+    /// when the policy is first used are set `Alerted`: see [`Detector::activate`].)
     #[default]
     None,
     /// An unmarked `failed` went out.
@@ -94,6 +104,16 @@ enum Outage {
     /// Only marked ones, the latest with these marks.
     Quiet { silenced: bool, by: TopicId },
 }
+
+/// A parent's children, and how many of them were removed since the list was last pruned.
+#[derive(Default)]
+struct Kids {
+    list: Vec<Handle>,
+    stale: usize,
+}
+
+/// The longest chain of marks [`Detector::leads_back`] follows (dependency depth).
+const MAX_CHAIN: usize = 64;
 
 /// What the policy holds per topic.
 #[derive(Clone, Copy, Debug, Default)]
@@ -119,7 +139,7 @@ pub(super) struct Policy {
     /// Child id -> its further parents (a child matching several rules).
     more_parents: FastMap<TopicId, Vec<Handle>>,
     /// Parent id -> its children.
-    children: FastMap<TopicId, Vec<Handle>>,
+    children: FastMap<TopicId, Kids>,
     /// Flapping detection (`flap.rs`).
     flaps: Flaps,
 }
@@ -150,6 +170,39 @@ impl Policy {
         self.flaps.config.hold
     }
 
+    /// `kid`'s parents (handles; the first, then the others).
+    fn parents_of(&self, kid: TopicId) -> impl Iterator<Item = Handle> + '_ {
+        let first = self
+            .parent
+            .get(kid as usize)
+            .copied()
+            .filter(|&h| h != NO_PARENT);
+        let more = self.more_parents.get(&kid).map_or(&[][..], Vec::as_slice);
+        first.into_iter().chain(more.iter().copied())
+    }
+
+    /// Memory held, bytes (the per-topic arrays, links, silences' topic lists).
+    pub(super) fn heap_bytes(&self) -> usize {
+        let handles = |n: usize| n * std::mem::size_of::<Handle>();
+        self.per.capacity() * std::mem::size_of::<PerTopic>()
+            + handles(self.parent.capacity())
+            + self
+                .more_parents
+                .values()
+                .map(|v| 48 + handles(v.capacity()))
+                .sum::<usize>()
+            + self
+                .children
+                .values()
+                .map(|k| 56 + handles(k.list.capacity()))
+                .sum::<usize>()
+            + self
+                .silences
+                .iter()
+                .map(|s| 160 + handles(s.topics.capacity()))
+                .sum::<usize>()
+    }
+
     /// No silence or rule declared.
     #[inline]
     pub(super) fn is_idle(&self) -> bool {
@@ -167,12 +220,6 @@ impl Policy {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
-    }
-}
-
-fn link(list: &mut Vec<Handle>, h: Handle) {
-    if !list.contains(&h) {
-        list.push(h);
     }
 }
 
@@ -203,8 +250,8 @@ impl Detector {
             )));
         }
         Ok(self.emitting(|inner, subs| {
+            self.activate(inner);
             let p = &mut inner.policy;
-            p.active = true;
             p.next_id += 1;
             let id = p.next_id;
             p.silences.push(Silence {
@@ -216,6 +263,7 @@ impl Detector {
                 reason: reason.to_owned(),
                 active: false,
                 topics: Vec::new(),
+                stale: 0,
             });
             // Applied here only if it started before what the driver has judged; otherwise by
             // the driver, in time order with the deadlines (a silence from now: at its next run).
@@ -279,14 +327,16 @@ impl Detector {
             )));
         }
         let mut inner = self.inner.lock();
-        let p = &mut inner.policy;
-        if p.rules
+        if inner
+            .policy
+            .rules
             .iter()
             .any(|r| r.text == child_pattern && r.parent == parent)
         {
             return Ok(());
         }
-        p.active = true;
+        self.activate(&mut inner);
+        let p = &mut inner.policy;
         p.rules.push(Rule {
             pattern,
             text: child_pattern.to_owned(),
@@ -334,19 +384,147 @@ impl Detector {
         }
     }
 
+    /// Link `kid` to its parent `pid` (once: a kid has few parents, so the check is on its side;
+    /// a parent's list of children may be long).
     fn link(&self, inner: &mut Inner, kid: TopicId, pid: TopicId) {
         let (hk, hp) = (self.handle_of(kid), self.handle_of(pid));
         let p = &mut inner.policy;
+        if p.parents_of(kid).any(|h| h == hp) {
+            return;
+        }
         if p.parent.len() <= kid as usize {
             p.parent.resize(kid as usize + 1, NO_PARENT);
         }
         let first = &mut p.parent[kid as usize];
         if *first == NO_PARENT {
             *first = hp;
-        } else if *first != hp {
-            link(p.more_parents.entry(kid).or_default(), hp);
+        } else {
+            p.more_parents.entry(kid).or_default().push(hp);
         }
-        link(inner.policy.children.entry(pid).or_default(), hk);
+        p.children.entry(pid).or_default().list.push(hk);
+    }
+
+    /// The policy is used from now on (a silence, a dependency or flapping declared). Topics
+    /// down now had their `failed` handed out unmarked: alerted. One pass over the topics, once.
+    fn activate(&self, inner: &mut Inner) {
+        if inner.policy.active {
+            return;
+        }
+        inner.policy.active = true;
+        for id in 0..inner.slots.len() as TopicId {
+            let open = match word::state(self.word(id).load(Ordering::Acquire)) {
+                State::Failed | State::PausedFailed => true,
+                State::Stopped => matches!(
+                    inner.held.get(&id),
+                    Some(State::Failed | State::PausedFailed)
+                ),
+                _ => false,
+            };
+            if open {
+                inner.policy.set_outage(id, Outage::Alerted);
+            }
+        }
+    }
+
+    /// Topic `id` (`name`) is removed (`was_failed`: it was FAILED): its links and silence
+    /// entries go, and its children still down and never alerted owe their alert now if it
+    /// no longer marks them (see [`release`](Detector::release)). Its id's per-topic state is
+    /// reset when the id is reused ([`policy_learn`](Detector::policy_learn)).
+    pub(super) fn policy_removed(
+        &self,
+        inner: &mut Inner,
+        subs: &[Subscriber],
+        id: TopicId,
+        name: &str,
+        was_failed: bool,
+    ) {
+        if !inner.policy.active {
+            return;
+        }
+        let hid = self.handle_of(id);
+        let p = &mut inner.policy;
+        // As a child: its parents' lists hold a stale entry more; pruned once half are.
+        let parents: Vec<Handle> = p.parents_of(id).collect();
+        for hp in parents {
+            let Some(pid) = self.registry.resolve(hp) else {
+                continue;
+            };
+            if let Some(kids) = p.children.get_mut(&pid) {
+                kids.stale += 1;
+                if kids.stale * 2 >= kids.list.len() {
+                    kids.list.retain(|&h| h != hid && self.live(h).is_some());
+                    kids.stale = 0;
+                }
+            }
+        }
+        if let Some(first) = p.parent.get_mut(id as usize) {
+            *first = NO_PARENT;
+        }
+        p.more_parents.remove(&id);
+        // As a parent: its children forget it (at once: a re-added parent links them again).
+        if let Some(kids) = p.children.remove(&id) {
+            for &hk in &kids.list {
+                let Some(kid) = self.registry.resolve(hk) else {
+                    continue;
+                };
+                let p = &mut inner.policy;
+                let more = p.more_parents.get_mut(&kid);
+                let first = p.parent.get_mut(kid as usize);
+                match (first, more) {
+                    (Some(first), more) if *first == hid => {
+                        *first = match more {
+                            Some(m) if !m.is_empty() => m.remove(0),
+                            _ => NO_PARENT,
+                        };
+                    }
+                    (_, Some(m)) => m.retain(|&h| h != hid),
+                    _ => {}
+                }
+                if inner
+                    .policy
+                    .more_parents
+                    .get(&kid)
+                    .is_some_and(Vec::is_empty)
+                {
+                    inner.policy.more_parents.remove(&kid);
+                }
+            }
+            if was_failed {
+                let at = self.rel_now(None).max(inner.judged);
+                for &hk in &kids.list {
+                    if let Some(kid) = self.live(hk) {
+                        self.release(inner, subs, kid, at);
+                    }
+                }
+            }
+        }
+        // Its silences: a stale entry more; pruned once half are.
+        let p = &mut inner.policy;
+        for s in p.silences.iter_mut().filter(|s| s.active) {
+            if s.pattern.matches(name) {
+                s.stale += 1;
+                if s.stale * 2 >= s.topics.len() {
+                    s.topics.retain(|&h| h != hid && self.live(h).is_some());
+                    s.stale = 0;
+                }
+            }
+        }
+        p.flaps.forget(id);
+    }
+
+    /// The id of the topic `h` names if it is not removed.
+    fn live(&self, h: Handle) -> Option<TopicId> {
+        let id = self.registry.resolve(h)?;
+        (word::state(self.word(id).load(Ordering::Acquire)) != State::Removed).then_some(id)
+    }
+
+    /// Topic `id` was paused while FAILED: its children still down and never alerted owe their
+    /// alert now (it marks them no more).
+    pub(super) fn policy_paused_failed(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId) {
+        if inner.policy.active {
+            let at = self.rel_now(None).max(inner.judged);
+            self.release_children_at(inner, subs, id, at);
+        }
     }
 
     /// A new topic (`id` may be a removed one's): forget what its id carried, then apply the
@@ -423,26 +601,49 @@ impl Detector {
                 let end = s.end;
                 self.lift(inner, subs, s, end);
             }
-            for (id, when) in inner.policy.flaps.settle(t) {
-                self.settled(inner, subs, id, when);
+            for settled in inner.policy.flaps.settle(t) {
+                self.settled(inner, subs, settled);
             }
         }
     }
 
-    /// `id` stopped flapping at `when` (relative): say so, then where it stands if down.
-    fn settled(&self, inner: &mut Inner, subs: &[Subscriber], id: TopicId, when: u64) {
-        if word::state(self.word(id).load(Ordering::Acquire)) == State::Removed {
+    /// A topic stopped flapping: say so, then where it stands. Down: a `failed` (unless a
+    /// deadline at the settle time, not judged yet, brings its own next: see `release`). Up,
+    /// with the last `failed` its listeners got never resolved (the `resumed` that ended that
+    /// outage was held back: the one that started the flapping, or a later one): a `resumed`
+    /// at the settle time, marked as that outage was, with the latest outage's count and
+    /// length. Both are counted in `released`.
+    fn settled(&self, inner: &mut Inner, subs: &[Subscriber], s: flap::Settled) {
+        let (id, when) = (s.id, s.when);
+        let state = word::state(self.word(id).load(Ordering::Acquire));
+        if state == State::Removed {
             return; // its queues must not see it again (see `remove`)
         }
         self.emit(inner, subs, Event::flapping(id, false, 0, self.abs(when)));
         let slot = inner.slots[id as usize];
-        // A deadline at `when` not judged yet brings its own `failed` next (see `release`).
-        let due = slot.next_deadline <= when;
-        if !due && word::state(self.word(id).load(Ordering::Acquire)) == State::Failed {
-            let at = when.max(slot.known_until.saturating_add(1));
-            let ev = self.failed_again(inner, id, at);
-            self.counters.released.fetch_add(1, Ordering::Relaxed);
-            self.emit(inner, subs, ev);
+        match state {
+            // A deadline at `when` not judged yet brings its own `failed` next.
+            State::Failed if slot.next_deadline > when => {
+                let at = when.max(slot.known_until.saturating_add(1));
+                let ev = self.failed_again(inner, id, at);
+                self.counters.released.fetch_add(1, Ordering::Relaxed);
+                self.emit(inner, subs, ev);
+            }
+            State::Alive | State::Pending | State::Paused => {
+                let (silenced, by) = match inner.policy.outage(id) {
+                    Outage::None => return,
+                    Outage::Alerted => (false, NO_TOPIC),
+                    Outage::Quiet { silenced, by } => (silenced, by),
+                };
+                // Not through `police`: this is no outage's end for the flap count.
+                let mut ev = Event::resumed(id, s.ended.0, self.abs(when), s.ended.1);
+                ev.silenced = silenced;
+                ev.suppressed_by = by;
+                inner.policy.set_outage(id, Outage::None);
+                self.counters.released.fetch_add(1, Ordering::Relaxed);
+                self.deliver_policed(inner, subs, ev);
+            }
+            _ => {}
         }
     }
 
@@ -468,11 +669,11 @@ impl Detector {
                 hold,
             };
             if threshold > 0 {
-                inner.policy.active = true;
+                self.activate(inner);
             } else {
                 let at = inner.judged;
-                for id in inner.policy.flaps.settle_all() {
-                    self.settled(inner, subs, id, at);
+                for s in inner.policy.flaps.settle_all(at) {
+                    self.settled(inner, subs, s);
                 }
             }
         });
@@ -548,11 +749,46 @@ impl Detector {
                 }
                 _ => false,
             };
-            failed.then_some(pid)
+            (failed && !self.leads_back(inner, pid, id)).then_some(pid)
         })
     }
 
-    /// Mark `ev` (a `failed` or `resumed`) as the policy says, and note the outage's delivery.
+    /// Whether the marks of `pid` lead back to `id`: `pid` is FAILED and suppressed by a topic
+    /// that is FAILED and suppressed by ... `id`. Then `id` and `pid` depend on each other (a
+    /// cycle of dependencies, failing together): `pid` does not mark `id`, so that one topic
+    /// of the cycle alerts (which one: the first the detector judged, as for a parent and
+    /// its children). No mark ever closes a cycle (each is checked as it is given), so
+    /// following the marks ends; [`MAX_CHAIN`] bounds it anyway.
+    #[inline]
+    fn leads_back(&self, inner: &Inner, pid: TopicId, id: TopicId) -> bool {
+        // The common case first: a parent not suppressed itself (a database that is down).
+        match inner.policy.outage(pid) {
+            Outage::Quiet { by, .. } if by != NO_TOPIC => self.follow_marks(inner, pid, id),
+            _ => false,
+        }
+    }
+
+    #[cold]
+    fn follow_marks(&self, inner: &Inner, mut pid: TopicId, id: TopicId) -> bool {
+        for _ in 0..MAX_CHAIN {
+            if pid == id {
+                return true;
+            }
+            match inner.policy.outage(pid) {
+                Outage::Quiet { by, .. }
+                    if by != NO_TOPIC
+                        && word::state(self.word(pid).load(Ordering::Acquire)) == State::Failed =>
+                {
+                    pid = by;
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// Mark `ev` (a `failed` or `resumed`) as the policy says, and note what its listeners
+    /// were told of the outage; or hold it back (flapping: counted in `held`, nothing noted).
     #[inline]
     pub(super) fn police(&self, inner: &mut Inner, ev: &mut Event) -> Verdict {
         if !inner.policy.active {
@@ -563,8 +799,14 @@ impl Detector {
         if inner.policy.flaps.on() && matches!(ev.kind, EventKind::Failed | EventKind::Resumed) {
             let first = ev.kind == EventKind::Failed && ev.at_ns == ev.detail;
             let at = self.rel(ev.at_ns);
-            verdict = inner.policy.flaps.judge(id, ev.kind, at, first);
-            if verdict == Verdict::Hold {
+            verdict = inner.policy.flaps.judge(id, ev, at, first);
+            // Under hold, the `resumed` that starts the flapping is held back too.
+            let held = match verdict {
+                Verdict::Deliver => false,
+                Verdict::Hold => true,
+                Verdict::Starts { .. } => inner.policy.holds_flapping(),
+            };
+            if held {
                 self.counters.held.fetch_add(1, Ordering::Relaxed);
                 return verdict;
             }
@@ -574,12 +816,7 @@ impl Detector {
                 let at = self.rel(ev.at_ns);
                 ev.silenced = at < inner.policy.until(id);
                 ev.suppressed_by = self.failed_parent(inner, id, at).unwrap_or(NO_TOPIC);
-                // The first `failed` of an outage is at its own `since`. A later one finding
-                // `None` follows ones handed out before the policy was active: unmarked.
-                let first = ev.at_ns == ev.detail;
-                let before = inner.policy.outage(id);
-                let alerted = !first && matches!(before, Outage::Alerted | Outage::None);
-                let now = if !ev.is_marked() || alerted {
+                let now = if !ev.is_marked() || inner.policy.outage(id) == Outage::Alerted {
                     Outage::Alerted
                 } else {
                     Outage::Quiet {
@@ -600,17 +837,28 @@ impl Detector {
             }
             _ => return verdict,
         }
+        self.count_marks(ev);
+        verdict
+    }
+
+    fn count_marks(&self, ev: &Event) {
         if ev.silenced {
             self.counters.silenced.fetch_add(1, Ordering::Relaxed);
         }
         if ev.suppressed_by != NO_TOPIC {
             self.counters.suppressed.fetch_add(1, Ordering::Relaxed);
         }
-        verdict
     }
 
-    /// After a parent's `resumed` (handed out): its children still FAILED and never alerted,
-    /// and no longer held back, get their `failed` now.
+    /// Hand out `ev`, a `resumed` marked already, past `police` (see `settled`).
+    fn deliver_policed(&self, inner: &mut Inner, subs: &[Subscriber], ev: Event) {
+        self.count_marks(&ev);
+        self.counters.resumed.fetch_add(1, Ordering::Relaxed);
+        self.push_or_set_aside(inner, subs, ev, true);
+    }
+
+    /// After a parent's `resumed` (handed out or held back): its children still FAILED and
+    /// never alerted, and no longer held back, get their `failed` now.
     pub(super) fn release_children(
         &self,
         inner: &mut Inner,
@@ -618,15 +866,28 @@ impl Detector {
         parent: TopicId,
         at_abs: u64,
     ) {
-        let Some(kids) = inner.policy.children.get(&parent).cloned() else {
+        let at = self.rel(at_abs);
+        self.release_children_at(inner, subs, parent, at);
+    }
+
+    /// [`release_children`](Detector::release_children) at `at` (relative).
+    fn release_children_at(
+        &self,
+        inner: &mut Inner,
+        subs: &[Subscriber],
+        parent: TopicId,
+        at: u64,
+    ) {
+        // Taken out while they are released (which reads no child list), then put back.
+        let Some(kids) = inner.policy.children.remove(&parent) else {
             return;
         };
-        let at = self.rel(at_abs);
-        for h in kids {
+        for &h in &kids.list {
             if let Some(kid) = self.registry.resolve(h) {
                 self.release(inner, subs, kid, at);
             }
         }
+        inner.policy.children.insert(parent, kids);
     }
 
     /// Emit a `failed` for `id` at `at` (relative) if it is FAILED, its outage was never
@@ -663,5 +924,20 @@ impl Detector {
             Some(serial) => ev.with_reason(serial),
             None => ev,
         }
+    }
+}
+
+#[cfg(test)]
+impl Detector {
+    /// For tests: (further parents of `kid`, children listed for `parent`, handles of the
+    /// first silence).
+    pub(super) fn policy_links(&self, kid: TopicId, parent: TopicId) -> (usize, usize, usize) {
+        let inner = self.inner.lock();
+        let p = &inner.policy;
+        (
+            p.more_parents.get(&kid).map_or(0, Vec::len),
+            p.children.get(&parent).map_or(0, |k| k.list.len()),
+            p.silences.first().map_or(0, |s| s.topics.len()),
+        )
     }
 }

@@ -36,9 +36,10 @@ pub struct DetectorStats {
     pub unknown: u64,
     /// Beats for removed topics or while stopped.
     pub refused: u64,
-    /// `failed` events produced.
+    /// `failed` events handed out (released ones included; those held back while their topic
+    /// flapped not: see `held`).
     pub failed: u64,
-    /// `resumed` events produced.
+    /// `resumed` events handed out (those held back not).
     pub resumed: u64,
     /// `received` events produced.
     pub received: u64,
@@ -56,7 +57,9 @@ pub struct DetectorStats {
     pub silenced: u64,
     /// `failed`/`resumed` events marked suppressed by a failed parent.
     pub suppressed: u64,
-    /// `failed` events sent again, unmarked, when a silence ended or a parent resumed.
+    /// `failed` events sent again, unmarked, when a silence ended, a parent stopped being
+    /// FAILED or a flap settled; and the `resumed` sent when a flap settles up with its
+    /// alert open.
     pub released: u64,
     /// `failed`/`resumed` events held back while their topic flapped.
     pub held: u64,
@@ -262,6 +265,7 @@ impl Detector {
             + inner.free.capacity() * std::mem::size_of::<TopicId>()
             + inner.limbo.capacity() * std::mem::size_of::<Limbo>()
             + inner.down.capacity() * 16
+            + inner.policy.heap_bytes()
             + self.reasons.lock().heap_bytes()
     }
 }

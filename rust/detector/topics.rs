@@ -378,12 +378,33 @@ impl Detector {
     /// Stop watching a topic until [`resume`](Detector::resume); beats still update its
     /// last_seen. A FAILED topic keeps its count and `since` for `resume`, and its first beat
     /// while paused is noted (see [`resume`](Detector::resume)).
+    ///
+    /// A FAILED topic paused no longer marks its dependents: those still down and never
+    /// alerted get their `failed` now (`policy.rs`). This never waits for room in a `block`
+    /// queue: with one subscribed, they are pushed by the driver's next run (see
+    /// [`leave_for_the_driver`](Detector::leave_for_the_driver)).
     pub fn pause(&self, topic: impl Into<Handle>) -> Result<bool, DetectorError> {
         let mut inner = self.inner.lock();
-        let id = self.check_id(&inner, topic.into())?;
+        let result = self.pause_locked(&mut inner, topic.into());
+        self.leave_for_the_driver(&mut inner);
+        result
+    }
+
+    /// Events emitted by a call that must not wait for room in a `block` queue (`pause`,
+    /// `remove`: their callers hold locks that a queue's consumer may need, e.g. the intake's
+    /// table or a monitor's lock) are put aside for the driver's next run to push, unless
+    /// pushed at once (no `block` queue subscribed). Events emitted later by others are pushed
+    /// after them (the outbox keeps the order).
+    fn leave_for_the_driver(&self, inner: &mut Inner) {
+        let upto = self.commit(inner);
+        inner.unpushed = inner.unpushed.max(upto);
+    }
+
+    fn pause_locked(&self, inner: &mut Inner, topic: Handle) -> Result<bool, DetectorError> {
+        let id = self.check_id(inner, topic)?;
         let word = self.word(id);
         let mut w = word.load(Ordering::Acquire);
-        loop {
+        let was_failed = loop {
             let st = word::state(w);
             if !st.is_watched() {
                 return Ok(false);
@@ -396,12 +417,16 @@ impl Detector {
                 word::with_state(w & !FRESH, State::Paused)
             };
             match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
+                Ok(_) => break st == State::Failed,
                 Err(actual) => w = actual,
             }
-        }
+        };
         inner.wheel.cancel(id);
         inner.slots[id as usize].next_deadline = NOT_HEARD;
+        if was_failed && !inner.policy.is_idle() {
+            let subs = self.subscribers.read();
+            self.policy_paused_failed(inner, &subs, id);
+        }
         Ok(true)
     }
 
@@ -474,7 +499,6 @@ impl Detector {
                 self.abs(back_at),
                 back_at.saturating_sub(slot.since),
             );
-            self.counters.resumed.fetch_add(1, Ordering::Relaxed);
             self.emit(inner, subs, ev);
             Self::clear_down(inner, id);
         }
@@ -556,13 +580,27 @@ impl Detector {
     /// found empty by a pop started after that, the events of that pop handed back
     /// ([`EventQueue::release_popped`]). Until then the id's name stays readable for those
     /// events. A subscriber that never empties its queue keeps removed ids from being reused.
+    ///
+    /// A FAILED topic removed no longer marks its dependents: those still down and never
+    /// alerted get their `failed` now (`policy.rs`), pushed as by [`pause`](Detector::pause).
     pub fn remove(&self, topic: impl Into<Handle>) -> Result<(), DetectorError> {
         let mut inner = self.inner.lock();
-        let id = self.check_id(&inner, topic.into())?;
-        self.transition(id, State::Removed, |s| s != State::Removed);
+        let result = self.remove_locked(&mut inner, topic.into());
+        self.leave_for_the_driver(&mut inner);
+        result
+    }
+
+    fn remove_locked(&self, inner: &mut Inner, topic: Handle) -> Result<(), DetectorError> {
+        let id = self.check_id(inner, topic)?;
+        let was = self.transition(id, State::Removed, |s| s != State::Removed);
+        if !inner.policy.is_idle() {
+            let name = self.registry.name(id);
+            let subs = self.subscribers.read(); // released before `queue_marks` reads it again
+            self.policy_removed(inner, &subs, id, &name, was == Some(State::Failed));
+        }
         inner.wheel.cancel(id);
         inner.held.remove(&id);
-        Self::clear_down(&mut inner, id);
+        Self::clear_down(inner, id);
         self.phi.lock().remove(&id);
         self.registry.unindex(id);
         // Every event for the topic was emitted under this lock; those put aside (up to
@@ -576,7 +614,7 @@ impl Detector {
             });
             return Ok(());
         }
-        let marks = self.queue_marks(&mut inner);
+        let marks = self.queue_marks(inner);
         if marks.is_empty() {
             inner.free.push(id); // no event for it can be waiting anywhere
             return Ok(());

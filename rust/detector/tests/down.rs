@@ -356,3 +356,50 @@ fn down_beats_flap_and_the_settled_failure_keeps_the_newest_reason() {
         ]
     );
 }
+
+#[test]
+fn a_down_taken_in_before_the_wake_up_from_a_local_pause_counts_no_deadline_inside_it() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    let b = r.add("b");
+    r.at(500 * MS);
+    r.beat(a);
+    r.beat(b);
+    r.clock.stall(10 * S); // 0.5 .. 10.5: the monitor is not running
+                           // The intake takes in a down beat before the driver wakes: it is the wake-up. Deadlines
+                           // inside the stall (a's at 1.5 .. 9.5) are not missed periods.
+    assert_eq!(r.det.down(a, None, "disk full"), Down::Fired);
+    let got = r.take();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0], Event::local_pause(10 * S + 500 * MS, 10 * S));
+    assert_eq!(
+        (got[1].kind, got[1].topic, got[1].missed, got[1].at_ns),
+        (Failed, a, 0, 10 * S + 500 * MS)
+    );
+    // The clock's own wake-up finds no second pause; b gets a full period from it.
+    r.clock.advance(0);
+    assert!(r.take().is_empty());
+    assert_eq!(r.det.stats().local_pauses, 1);
+    r.at(11 * S + 400 * MS);
+    r.beat(b);
+    r.at(11 * S + 600 * MS);
+    let got = r.take();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].topic, got[0].missed, got[0].at_ns),
+        (a, 1, 11 * S + 500 * MS)
+    );
+}
+
+#[test]
+fn a_down_for_a_stopped_detector_is_no_wake_up() {
+    let r = Rig::new(S, 1);
+    let a = r.add("a");
+    r.at(500 * MS);
+    r.det.stop();
+    r.take();
+    r.clock.stall(10 * S);
+    assert_eq!(r.det.down(a, None, "x"), Down::Ignored);
+    assert!(r.take().is_empty());
+    assert_eq!(r.det.stats().local_pauses, 0);
+}
