@@ -52,10 +52,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from heartwire import _validate
 from heartwire._throttle import worth_logging
 from heartwire.beat import MAX_REASON_LEN, BeatCodec, DecodeError
-from heartwire.policy import parse_duration
+from heartwire.policy import silence_end
 from heartwire.transport import Message, Transport, connect
 from heartwire.transport.patterns import validate_pattern, validate_topic
 
@@ -178,32 +177,8 @@ class ControlMessage:
             raise ValueError(
                 f"reason must be at most {MAX_REASON_LEN} characters, got {len(reason)}"
             )
-        if (duration is None) == (until is None):
-            raise ValueError(
-                f"give exactly one of duration and until, got duration={duration!r}, "
-                f"until={until!r}"
-            )
         sent = time.time()
-        if until is not None:
-            if not isinstance(until, _dt.datetime):
-                raise TypeError(
-                    f"until must be an aware datetime, got {type(until).__name__} {until!r}"
-                )
-            if until.tzinfo is None or until.utcoffset() is None:
-                raise ValueError(f"until must be an aware datetime (with a tzinfo), got {until!r}")
-            end = until.timestamp()
-            if end <= sent:
-                raise ValueError(f"until must be in the future, got {until.isoformat()}")
-        else:
-            if isinstance(duration, str):
-                seconds = parse_duration(duration)
-            elif isinstance(duration, _dt.timedelta):
-                seconds = _validate.seconds(
-                    duration.total_seconds(), "duration", shown=repr(duration)
-                )
-            else:
-                seconds = _validate.seconds(duration, "duration")
-            end = sent + seconds
+        end = silence_end(duration, until, sent)
         return cls("silence", _new_id(id), sent, _nonce(), pattern, end, reason)
 
     @classmethod

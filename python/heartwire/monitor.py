@@ -79,7 +79,7 @@ from heartwire.listeners import (
     SubscriberListener,
 )
 from heartwire.maintenance import MaintenanceWindow, Windows
-from heartwire.policy import Silence, parse_duration
+from heartwire.policy import Silence, silence_end
 from heartwire.tally import EventTally, Groups
 from heartwire.transport import Message, Subscription, Transport
 from heartwire.transport.patterns import validate_pattern, validate_topic
@@ -637,32 +637,8 @@ class HeartbeatMonitor:
         validate_pattern(pattern, "pattern")
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__} {reason!r}")
-        if (duration is None) == (until is None):
-            raise ValueError(
-                f"give exactly one of duration and until, got duration={duration!r}, "
-                f"until={until!r}"
-            )
         now = self._det.now()
-        if until is not None:
-            if not isinstance(until, _dt.datetime):
-                raise TypeError(
-                    f"until must be an aware datetime, got {type(until).__name__} {until!r}"
-                )
-            if until.tzinfo is None or until.utcoffset() is None:
-                raise ValueError(f"until must be an aware datetime (with a tzinfo), got {until!r}")
-            end = until.timestamp() - self._wall_offset
-            if end <= now:
-                raise ValueError(f"until must be in the future, got {until.isoformat()}")
-        else:
-            if isinstance(duration, str):
-                seconds = parse_duration(duration)
-            elif isinstance(duration, _dt.timedelta):
-                seconds = _validate.seconds(
-                    duration.total_seconds(), "duration", shown=repr(duration)
-                )
-            else:
-                seconds = _validate.seconds(duration, "duration")
-            end = now + seconds
+        end = silence_end(duration, until, now + self._wall_offset) - self._wall_offset
         sid = self._det.silence(pattern, end, reason=reason)
         made = next((s for s in self._silences(None) if s.id == sid), None)
         # Over already (a tiny duration on the real clock, ended by the driver meanwhile).

@@ -11,9 +11,10 @@ import datetime as _dt
 import re
 from dataclasses import dataclass, field
 
+from heartwire import _validate
 from heartwire.events import real_clock_offset
 
-__all__ = ["Silence", "parse_duration"]
+__all__ = ["Silence", "parse_duration", "silence_end"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -35,6 +36,36 @@ def parse_duration(text: str, field_name: str = "duration") -> float:
             f"got {text!r}"
         )
     return value
+
+
+def silence_end(
+    duration: float | _dt.timedelta | str | None, until: _dt.datetime | None, now_wall: float
+) -> float:
+    """When a silence asked for as ``duration`` (seconds, a ``timedelta``, or ``"30m"``) or
+    ``until`` (an aware datetime), exactly one of them, ends: wall-clock seconds after
+    ``now_wall``. ``ValueError``/``TypeError`` naming the argument and its value otherwise."""
+    if (duration is None) == (until is None):
+        raise ValueError(
+            f"give exactly one of duration and until, got duration={duration!r}, until={until!r}"
+        )
+    if until is not None:
+        if not isinstance(until, _dt.datetime):
+            raise TypeError(
+                f"until must be an aware datetime, got {type(until).__name__} {until!r}"
+            )
+        if until.tzinfo is None or until.utcoffset() is None:
+            raise ValueError(f"until must be an aware datetime (with a tzinfo), got {until!r}")
+        end = until.timestamp()
+        if end <= now_wall:
+            raise ValueError(f"until must be in the future, got {until.isoformat()}")
+        return end
+    if isinstance(duration, str):
+        return now_wall + parse_duration(duration)
+    if isinstance(duration, _dt.timedelta):
+        return now_wall + _validate.seconds(
+            duration.total_seconds(), "duration", shown=repr(duration)
+        )
+    return now_wall + _validate.seconds(duration, "duration")
 
 
 @dataclass(frozen=True)
