@@ -482,21 +482,34 @@ class http(Check):
 
 # A URL with a scheme, up to a space or a quote (its secrets: see _url_secrets).
 _URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+""")
-# A secret-looking ``name=value`` (a libpq DSN's ``password=``, ``api_key=``, ``token=``): the
-# value is a quoted string or runs up to a space, quote or separator.
+# A secret-looking ``name=value`` (a libpq DSN's ``password=``, ``api_key=``, ``token=``), its
+# name maybe quoted (a dict's repr, JSON: ``'password': 's3cr3t'``), or ``name: value`` (a YAML
+# line, a header ``Authorization: Bearer x``) when the name ends with the secret word (so that
+# ``KeyError: 'host'`` is left alone): the value is a quoted string or runs up to a space, quote
+# or separator, an auth scheme's word (``Bearer``, ``Basic``) taken with the token after it.
+_SECRET_WORD = r"(?:pass|pwd|secret|token|key|auth|sig|cred|session)"
+_SECRET_VALUE = (
+    r"""((?:(?:bearer|basic|digest|token|negotiate)\s+)?"""
+    r"""(?:'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&;,'"}\]]+))"""
+)
 _SECRET_PAIR = re.compile(
-    r"""\b([\w.-]*(?:pass|pwd|secret|token|key|auth|sig|cred|session)[\w.-]*\s*=\s*)"""
-    r"""('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&;,'"]+)""",
+    rf"""\b([\w.-]*{_SECRET_WORD}[\w.-]*['"]?\s*=\s*){_SECRET_VALUE}"""
+    rf"""|\b([\w.-]*{_SECRET_WORD}(?:word|wd|phrase|s|id|_id|ential|entials|nature|orization)?"""
+    rf"""['"]?\s*:\s*){_SECRET_VALUE}""",
     re.IGNORECASE,
 )
+# ``user/password@host`` (Oracle's EZConnect and sqlplus logins): the password.
+_SLASH_LOGIN = re.compile(r"""(?<![\w/:.$#-])([\w.$#-]+/)([^\s/@'"]+)(@[\w\[])""")
 
 
 def _scrub(text: str) -> str:
     """``text`` (an exception's, going on the wire) with secret-looking parts as ``***``: the
-    secrets of every URL in it (see :func:`_url_secrets`) and the values of secret-looking
-    ``name=value`` pairs."""
+    secrets of every URL in it (see :func:`_url_secrets`), the values of secret-looking
+    ``name=value`` and ``name: value`` pairs (names quoted or not) and the password of a
+    ``user/password@host`` login."""
     text = _URL_IN_TEXT.sub(lambda m: _redact_url(m.group(0)), text)
-    return _SECRET_PAIR.sub(lambda m: m.group(1) + "***", text)
+    text = _SLASH_LOGIN.sub(lambda m: m.group(1) + "***" + m.group(3), text)
+    return _SECRET_PAIR.sub(lambda m: (m.group(1) or m.group(3)) + "***", text)
 
 
 def _describe(exc: BaseException) -> str:

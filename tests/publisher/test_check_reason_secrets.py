@@ -85,3 +85,24 @@ def test_a_factory_raising_its_own_check_failed_keeps_its_reason() -> None:
     with pytest.raises(checks.CheckFailed) as err:
         checks.sql(connect)()
     assert err.value.reason == "orders db in maintenance"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # Second review of issue 17: the forms a driver's or a client's error takes.
+        ("{'host': 'db', 'password': 's3cr3t'}", "{'host': 'db', 'password': ***}"),
+        ('{"password": "s3cr3t", "port": 5432}', '{"password": ***, "port": 5432}'),
+        ("password: s3cr3t", "password: ***"),
+        ("bob/s3cr3t@db:1521/orcl refused", "bob/***@db:1521/orcl refused"),
+        ("Authorization: Bearer abc.def next", "Authorization: *** next"),
+        ("{'api_key': 'k1', 'user': 'app'}", "{'api_key': ***, 'user': 'app'}"),
+        ("client_secret:xyz", "client_secret:***"),
+        # Left alone: no secret there.
+        ("KeyError: 'host'", "KeyError: 'host'"),
+        ("open /usr/lib/x@2 failed", "open /usr/lib/x@2 failed"),
+        ("token expired at 10:30", "token expired at 10:30"),
+    ],
+)
+def test_colon_quoted_and_slash_login_forms_are_scrubbed(text: str, shown: str) -> None:
+    assert checks._scrub(text) == shown
