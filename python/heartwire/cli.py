@@ -122,7 +122,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     silence.add_argument("pattern", help="topic pattern to silence, e.g. 'svc.db.>'")
     when = silence.add_mutually_exclusive_group(required=True)
-    when.add_argument("--for", dest="duration", help="how long: 30s, 30m, 2h, 1d (or seconds)")
+    when.add_argument(
+        "--for", dest="duration", help="how long: 30s, 30m, 2h, 1d (or seconds); at most 30d"
+    )
     when.add_argument(
         "--until", help="when it ends: ISO date-time, UTC unless it carries an offset"
     )
@@ -398,7 +400,7 @@ def _control(args: argparse.Namespace) -> int:
     1 if not (after the rest were tried), 2 for bad arguments (nothing sent)."""
     import datetime as dt
 
-    from heartwire.control import CONTROL_TOPIC, ControlMessage
+    from heartwire.control import CONTROL_TOPIC, MAX_CONTROL_SILENCE, ControlMessage
     from heartwire.events import iso_utc
     from heartwire.policy import parse_duration
     from heartwire.report import parse_time
@@ -412,16 +414,27 @@ def _control(args: argparse.Namespace) -> int:
     if args.command == "silence":
         if args.duration is not None:
             seconds = parse_duration(args.duration, "--for")
+            if seconds > MAX_CONTROL_SILENCE:
+                raise ValueError(f"--for must be at most 30d, got {args.duration!r}")
             messages.append(
-                ControlMessage.silence(args.pattern, duration=seconds, reason=args.reason)
+                ControlMessage.silence(
+                    args.pattern, duration=seconds, reason=args.reason, destination=destination
+                )
             )
         else:
             until = parse_time(args.until, "--until")
-            if until <= dt.datetime.now(dt.timezone.utc):
+            ahead = (until - dt.datetime.now(dt.timezone.utc)).total_seconds()
+            if ahead <= 0:
                 raise ValueError(f"--until must be in the future, got {args.until!r}")
-            messages.append(ControlMessage.silence(args.pattern, until=until, reason=args.reason))
+            if ahead > MAX_CONTROL_SILENCE - 1.0:
+                raise ValueError(f"--until must be at most 30 days ahead, got {args.until!r}")
+            messages.append(
+                ControlMessage.silence(
+                    args.pattern, until=until, reason=args.reason, destination=destination
+                )
+            )
     else:
-        messages.extend(ControlMessage.unsilence(i) for i in args.ids)
+        messages.extend(ControlMessage.unsilence(i, destination=destination) for i in args.ids)
     bodies = [m.encode(key) for m in messages]  # before connecting: bad input sends nothing
     broker = connect(args.broker)
     failed = 0

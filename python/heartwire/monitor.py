@@ -470,11 +470,25 @@ class HeartbeatMonitor:
             return None
         return ControlReceiver(
             self._codec,
-            lambda pattern, until, reason: self.silence(pattern, until=until, reason=reason).id,
+            control,
+            self._control_silence,
             self.unsilence,
             self._report_control,
             self._control_age,
         )
+
+    def _control_silence(self, pattern: str, until: _dt.datetime, reason: str) -> int:
+        """A control message's silence (on the transport's thread: registering one emits no
+        event, so never waits); ``expired`` if it ends before now on this monitor's clock."""
+        try:
+            return self.silence(pattern, until=until, reason=reason).id
+        except ValueError as exc:
+            now = self._det.now() + self._wall_offset
+            if until.timestamp() <= now:  # judged after the fact: no race with the clock
+                raise ControlError(
+                    "expired", f"until {until.isoformat()} is not after this monitor's now"
+                ) from exc
+            raise
 
     def _control_age(self) -> float:
         """How far a control message's ``sent`` may be from the wall clock: ``max_beat_age``,
@@ -1273,6 +1287,10 @@ class HeartbeatMonitor:
         if self._intake.pending:
             self._report_refusals()
         deadline = time.monotonic() + timeout
+        # Control unsilences handed to the receiver's worker first: the alerts they release
+        # go through the feed.
+        if self._control is not None and not self._control.wait(timeout):
+            return False
         if not self._feed.drain(deadline):
             return False
         return self._listeners.drain(max(0.0, deadline - time.monotonic()))

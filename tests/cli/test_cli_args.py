@@ -82,6 +82,8 @@ SECRET = "s3cret-key-value"
         (["silence", "svc.>", "--for", "0s", "--key", SECRET], "--for must be a positive"),
         (["silence", "svc.>", "--until", "tomorrow", "--key", SECRET], "--until: not an ISO"),
         (["silence", "svc.>", "--until", "2020-01-01", "--key", SECRET], "--until must be in"),
+        (["silence", "svc.>", "--for", "31d", "--key", SECRET], "--for must be at most 30d"),
+        (["silence", "svc.>", "--until", "2099-01-01", "--key", SECRET], "at most 30 days ahead"),
         (["silence", "svc.>", "--for", "1m", "--until", "2099-01-01"], "not allowed with"),
         (["silence", "svc..>", "--for", "1m", "--key", SECRET], "pattern 'svc..>'"),
         (["silence", "svc.>", "--for", "1m", "--reason", "x" * 257, "--key", SECRET], "reason"),

@@ -5,9 +5,11 @@ and malformed ones are refused, counted by reason and reported without the key o
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 import math
+import threading
 import time
 from typing import Any
 
@@ -96,8 +98,9 @@ def signed(key: str, **fields: Any) -> bytes:
 def fresh(**fields: Any) -> dict[str, Any]:
     now = time.time()
     base: dict[str, Any] = {
-        "hwctl": 1,
+        "hwctl": 2,
         "op": "silence",
+        "dest": CONTROL_TOPIC,
         "id": "s1",
         "pattern": "svc.>",
         "until": now + 60,
@@ -126,7 +129,11 @@ def test_every_bad_message_is_refused_counted_and_reported_without_the_key(
         ("bad_signature", good_body.replace(b'"svc.>"', b'"svc.db.>"')),  # tampered
         ("malformed", b"not json"),
         ("malformed", b"\xff\xfe"),
-        ("malformed", signed(KEY, **fresh(hwctl=2))),
+        ("malformed", signed(KEY, **fresh(hwctl=1))),
+        ("malformed", signed(KEY, **fresh(hwctl=3))),
+        ("malformed", signed(KEY, **fresh(dest="_hw.>"))),
+        ("malformed", signed(KEY, **{k: v for k, v in fresh().items() if k != "dest"})),
+        ("wrong_destination", signed(KEY, **fresh(dest="_hw.other"))),
         ("malformed", signed(KEY, **fresh(op="mute"))),
         ("malformed", signed(KEY, **fresh(pattern="svc..>"))),
         ("malformed", signed(KEY, **fresh(until="soon"))),
@@ -245,13 +252,22 @@ def test_the_message_format_round_trips_and_is_what_the_docs_say() -> None:
     body = msg.encode(KEY)
     obj = json.loads(body)
     assert sorted(obj) == sorted(
-        ["hwctl", "op", "id", "pattern", "until", "reason", "sent", "nonce", "sig"]
+        ["hwctl", "op", "dest", "id", "pattern", "until", "reason", "sent", "nonce", "sig"]
     )
-    assert (obj["hwctl"], obj["op"], obj["id"]) == (1, "silence", "up-1")
+    assert (obj["hwctl"], obj["op"], obj["id"]) == (2, "silence", "up-1")
+    assert obj["dest"] == CONTROL_TOPIC
     assert obj["until"] - obj["sent"] == pytest.approx(7200)
     assert ControlMessage.decode(body, BeatCodec(KEY)) == msg
     un = ControlMessage.unsilence("up-1")
-    assert sorted(json.loads(un.encode(KEY))) == ["hwctl", "id", "nonce", "op", "sent", "sig"]
+    assert sorted(json.loads(un.encode(KEY))) == [
+        "dest",
+        "hwctl",
+        "id",
+        "nonce",
+        "op",
+        "sent",
+        "sig",
+    ]
     assert ControlMessage.decode(un.encode(KEY), BeatCodec(KEY)) == un
     with pytest.raises(ControlError) as err:
         ControlMessage.decode(body, BeatCodec("other"))
@@ -261,7 +277,7 @@ def test_the_message_format_round_trips_and_is_what_the_docs_say() -> None:
         BeatCodec(KEY).decode(body)
     assert beat_err.value.reason == "bad_field"
     beat = BeatCodec(KEY).encode(hw.beat.Beat("svc.a"))
-    with pytest.raises(ControlError, match="malformed: hwctl must be 1"):
+    with pytest.raises(ControlError, match="malformed: hwctl must be 2"):
         ControlMessage.decode(beat, BeatCodec(KEY))
 
 
@@ -300,3 +316,215 @@ def test_refusals_log_throttled(closing: list[Any], caplog: pytest.LogCaptureFix
         broker.publish(CONTROL_TOPIC, b"{}")  # unsigned
     assert mon.stats()["control_refused"] == {"unsigned": 50}
     assert len([r for r in caplog.records if r.name == "heartwire.control"]) == 10
+
+
+# -- second review of issue 17: until's range, the signed destination, the refusal reasons ----
+
+
+def test_a_silence_until_beyond_datetime_range_is_refused_not_raised(closing: list[Any]) -> None:
+    """until=1e300 (finite): refused as malformed, counted and reported, never raised out of
+    the subscription's handler; its id is free again."""
+    clock = hw.ManualClock()
+    broker = hw.connect()
+    closing.append(broker)
+    mon, seen = monitor(broker, clock, closing)
+    now = time.time()
+    broker.publish(CONTROL_TOPIC, signed(KEY, **fresh(until=1e300, id="big")))
+    broker.publish(CONTROL_TOPIC, signed(KEY, **fresh(until=1e12, id="big", nonce="b" * 32)))
+    assert mon.drain(5.0)
+    assert mon.stats()["control_refused"] == {"malformed": 2}
+    assert [e.reason for e in seen.errors] == ["control_malformed"] * 2
+    assert "at most 2592000 s (30 days) after sent" in seen.errors[0].detail
+    # The id is free: a good silence with it is taken.
+    broker.publish(CONTROL_TOPIC, signed(KEY, **fresh(until=now + 60, id="big", nonce="c" * 32)))
+    assert mon.stats()["control"] == {"silence": 1}
+
+
+def test_a_far_future_silence_is_malformed_not_expired_and_the_limit_is_30_days(
+    closing: list[Any],
+) -> None:
+    clock = hw.ManualClock()
+    broker = hw.connect()
+    closing.append(broker)
+    mon, seen = monitor(broker, clock, closing)
+    now = time.time()
+    broker.publish(CONTROL_TOPIC, signed(KEY, **fresh(until=253402300799.0, id="forever")))
+    century = now + 100 * 365 * 86400
+    broker.publish(CONTROL_TOPIC, signed(KEY, **fresh(until=century, id="c", nonce="b" * 32)))
+    month = now + 30 * 86400 - 5
+    broker.publish(CONTROL_TOPIC, signed(KEY, **fresh(until=month, id="m", nonce="c" * 32)))
+    assert mon.drain(5.0)
+    assert mon.stats()["control_refused"] == {"malformed": 2}, [e.detail for e in seen.errors]
+    assert mon.stats()["control"] == {"silence": 1}
+    # The sender refuses it too, naming the argument.
+    with pytest.raises(ValueError, match="duration must end at most 30 days from now"):
+        ControlMessage.silence("svc.>", duration="31d")
+    far = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=400)
+    with pytest.raises(ValueError, match="until must end at most 30 days from now"):
+        send_silence(broker, "svc.>", until=far, key=KEY)
+
+
+def test_an_expired_silence_is_judged_on_the_monitors_clock(closing: list[Any]) -> None:
+    """Expired means until is not after the monitor's now (its clock through wall_offset): a
+    manual clock moved an hour on takes a silence of 30 min as expired, not malformed."""
+    clock = hw.ManualClock()
+    broker = hw.connect()
+    closing.append(broker)
+    mon, seen = monitor(broker, clock, closing, max_beat_age=math.inf)
+    clock.advance(3600.0)
+    send_silence(broker, "svc.>", duration="30m", key=KEY)
+    assert mon.drain(5.0)
+    assert mon.stats()["control_refused"] == {"expired": 1}
+    assert "is not after this monitor's now" in seen.errors[0].detail
+
+
+def test_a_silence_sent_to_one_control_topic_cannot_be_replayed_to_another(
+    closing: list[Any],
+) -> None:
+    """The destination is signed (dest): a silence meant for the monitors on _hw.ctl.staging,
+    copied to _hw.ctl.prod, is refused there as wrong_destination."""
+    clock = hw.ManualClock()
+    broker = hw.connect()
+    closing.append(broker)
+    prod, prod_seen = monitor(broker, clock, closing, control="_hw.ctl.prod")
+    staging, _ = monitor(broker, clock, closing, control="_hw.ctl.staging")
+    sent = send_silence(broker, "svc.>", duration=600, key=KEY, destination="_hw.ctl.staging")
+    assert sent.dest == "_hw.ctl.staging"
+    body = sent.encode(KEY)
+    broker.publish("_hw.ctl.prod", body)  # a copy, replayed by whoever can publish there
+    assert prod.drain(5.0) and staging.drain(5.0)
+    assert prod.silences() == []
+    assert prod.stats()["control_refused"] == {"wrong_destination": 1}
+    assert "was sent to '_hw.ctl.staging'" in prod_seen.errors[0].detail
+    assert [s.pattern for s in staging.silences()] == ["svc.>"]
+    # An unsilence is bound to its topic too.
+    un = ControlMessage.unsilence(sent.id, destination="_hw.ctl.staging").encode(KEY)
+    broker.publish("_hw.ctl.prod", un)
+    assert prod.stats()["control_refused"] == {"wrong_destination": 2}
+    # A version 1 message (no dest) is refused: it could be replayed anywhere.
+    v1 = json.loads(body)
+    del v1["sig"], v1["dest"]
+    v1.update(hwctl=1, nonce="v" * 32, id="v1")
+    broker.publish("_hw.ctl.staging", signed(KEY, **v1))
+    assert staging.stats()["control_refused"] == {"malformed": 1}
+
+
+class Boom(Exception):
+    pass
+
+
+def test_an_error_applying_a_message_is_counted_reported_and_frees_the_id(
+    closing: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any exception while applying (a bug): counted as failed, reported, logged; nothing
+    raised into the transport; a silence's id is free again."""
+    clock = hw.ManualClock()
+    broker = hw.connect()
+    closing.append(broker)
+    mon, seen = monitor(broker, clock, closing)
+    receiver = mon._control
+    assert receiver is not None
+    real_silence, real_unsilence = receiver._silence, receiver._unsilence
+
+    def boom(*args: Any) -> Any:
+        raise Boom("kaput")
+
+    monkeypatch.setattr(receiver, "_silence", boom)
+    sent = ControlMessage.silence("svc.>", duration=60, id="s1")
+    broker.publish(CONTROL_TOPIC, sent.encode(KEY))
+    assert mon.drain(5.0)
+    assert mon.stats()["control_refused"] == {"failed": 1}
+    assert seen.errors[-1].reason == "control_failed" and "Boom: kaput" in seen.errors[-1].detail
+    monkeypatch.setattr(receiver, "_silence", real_silence)
+    broker.publish(CONTROL_TOPIC, dataclasses.replace(sent, nonce="x" * 32).encode(KEY))
+    assert mon.stats()["control"] == {"silence": 1}  # the id was free
+    monkeypatch.setattr(receiver, "_unsilence", boom)
+    send_unsilence(broker, "s1", key=KEY)
+    assert mon.drain(5.0)
+    assert mon.stats()["control_refused"] == {"failed": 2}
+    monkeypatch.setattr(receiver, "_unsilence", real_unsilence)
+    send_unsilence(broker, "s1", key=KEY)  # the silence is still known: lifted now
+    assert mon.drain(5.0)
+    assert mon.silences() == []
+    assert mon.stats()["control"] == {"silence": 1, "unsilence": 1}
+
+
+def test_an_active_silence_is_never_forgotten_past_the_memory_bound(
+    closing: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_REMEMBERED ids, those of silences over go first: one still in force stays,
+    so its unsilence finds it."""
+    monkeypatch.setattr(hw.control, "MAX_REMEMBERED", 4)
+    clock = hw.ManualClock()
+    broker = hw.connect()
+    closing.append(broker)
+    mon, _ = monitor(broker, clock, closing, max_beat_age=math.inf)
+    now = time.time()
+    broker.publish(CONTROL_TOPIC, signed(KEY, **fresh(id="long", until=now + 3600)))
+    receiver = mon._control
+    assert receiver is not None
+    with receiver._lock:  # ids of silences over, as a long-running monitor would hold
+        for i in range(6):
+            receiver._ids[f"old{i}"] = (10_000 + i, now - 10)
+        receiver._prune(now, math.inf)
+    assert "long" in receiver._ids and len(receiver._ids) == 4
+    send_unsilence(broker, "long", key=KEY)
+    assert mon.drain(5.0)
+    assert mon.silences() == []
+    assert mon.stats()["control"] == {"silence": 1, "unsilence": 1}
+
+
+class Holding(Seen):
+    """Holds the dispatch thread in its first failure until released (a full feed behind)."""
+
+    lossless = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def on_failed(self, event: hw.Failed) -> None:
+        super().on_failed(event)
+        if not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(10.0)
+
+
+def test_an_unsilence_never_waits_for_room_on_the_transports_thread(closing: list[Any]) -> None:
+    """Lifting a silence releases alerts, which may wait for room in a full queue: that wait
+    is the receiver's worker's, not the thread that reads the control topic (here the
+    publisher's own, on the embedded broker: on STOMP, the one reading beats and heart-beats)."""
+    clock = hw.ManualClock()
+    broker = hw.connect()
+    closing.append(broker)
+    held = Holding()
+    mon = hw.HeartbeatMonitor(
+        broker,
+        "svc.>",
+        clock=clock,
+        period=1.0,
+        grace=0.0,
+        key=KEY,
+        listeners=[held],
+        listener_queue=None,
+        capacity=1,
+    )
+    closing.append(mon)
+    mon.expect("svc.db.main")
+    mon.expect("svc.api")
+    mon.start()
+    sent = send_silence(broker, "svc.db.>", duration="30m", key=KEY)
+    clock.advance(1.5)  # two failures: the listener holds one, the feed is full behind it
+    assert held.entered.wait(5.0), "the listener got no failure"
+    sender = threading.Thread(target=send_unsilence, args=(broker, sent.id), kwargs={"key": KEY})
+    sender.start()
+    sender.join(5.0)
+    stuck = sender.is_alive()
+    held.release.set()
+    sender.join(10.0)
+    assert not stuck, "the unsilence waited for room on the thread that read it"
+    assert mon.drain(5.0)
+    assert mon.silences() == []
+    assert mon.stats()["control"] == {"silence": 1, "unsilence": 1}
+    assert ("failed", "svc.db.main", 1, 1.5, False) in held.events  # released at the unsilence

@@ -128,11 +128,13 @@ def test_a_signed_silence_over_activemq_reaches_two_monitors_and_fakes_are_refus
     proc = cli("silence", f"{root}.>", "--for", "1h", "--broker", url, "--key", "wrong",
                "--destination", control)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-800:]
-    unsigned = BeatCodec(None).seal({"hwctl": 1, "op": "silence", "id": "u", "pattern": f"{root}.>",
+    unsigned = BeatCodec(None).seal({"hwctl": 2, "op": "silence", "id": "u", "pattern": f"{root}.>",
                                      "until": time.time() + 60, "sent": time.time(),
                                      "nonce": uuid.uuid4().hex})  # fmt: skip
     sender.publish(control, unsigned)
-    once = ControlMessage.silence(f"{root}.api", duration="10m", reason="once").encode(KEY)
+    once = ControlMessage.silence(
+        f"{root}.api", duration="10m", reason="once", destination=control
+    ).encode(KEY)
     t0 = time.monotonic()
     sender.publish(control, once)
     each("the library's silence", lambda m, s: len(m.silences()) == 2, 0.001)
@@ -156,4 +158,5 @@ def test_a_signed_silence_over_activemq_reaches_two_monitors_and_fakes_are_refus
     assert proc.returncode == 0, proc.stderr[-800:]
     each("the unsilence", lambda m, s: [x.reason for x in m.silences()] == ["once"])
     for mon, _ in monitors:
+        assert mon.drain(WAIT)  # the unsilence is counted once its worker applied it
         assert mon.stats()["control"] == {"silence": 2, "unsilence": 1}
