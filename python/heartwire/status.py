@@ -336,10 +336,11 @@ class RecentEvents(SubscriberListener):
         # operation only, never across a call out.
         self._lock = threading.Lock()
         # Only the listener thread touches these: topic -> since of an outage whose failed
-        # events were all marked so far (its alert is owed); topics that stopped flapping
-        # (their next failed says where they stand).
+        # events were all marked so far (its alert is owed); topic -> when it stopped
+        # flapping (a failed at that moment says where it stands; kept only while no later
+        # event was seen, so a topic that settled up, or was removed, is let go).
         self._held: dict[str, float] = {}
-        self._settled: set[str] = set()
+        self._settled: dict[str, float] = {}
 
     @property
     def capacity(self) -> int:
@@ -392,7 +393,7 @@ class RecentEvents(SubscriberListener):
             if kind == "failed":
                 is_marked = bool(silenced[i]) or (parents is not None and parents[i] != "")
                 if topic in settled:
-                    settled.discard(topic)
+                    del settled[topic]
                     if since[i] != at[i]:
                         out.add(i)
                 if since[i] == at[i]:  # an outage begins
@@ -406,13 +407,20 @@ class RecentEvents(SubscriberListener):
                     out.add(i)
             elif kind == "resumed":
                 held.pop(topic, None)
-                settled.discard(topic)
+                settled.pop(topic, None)
             elif kind == "flapping":
                 event = batch[i]
                 if isinstance(event, Flapping) and not event.flapping:
-                    settled.add(topic)
+                    settled[topic] = at[i]
                 else:
-                    settled.discard(topic)
+                    settled.pop(topic, None)
+        if settled and len(batch):
+            # The failed a settle owes is emitted at the settle's moment, right after it (the
+            # events come in time order): a settle older than the batch's last event owes
+            # nothing more (it settled up, or its topic was removed).
+            last = at[len(batch) - 1]
+            for topic in [t for t, when in settled.items() if when < last]:
+                del settled[topic]
         return out
 
     def on_disconnected(self, event: Disconnected) -> None:

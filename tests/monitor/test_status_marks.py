@@ -163,3 +163,33 @@ def test_a_burst_with_marks_still_costs_the_ring_its_capacity(clock: hw.ManualCl
 def test_max_held_is_checked() -> None:
     with pytest.raises(ValueError, match="max_held"):
         RecentEvents(max_held=0)
+
+
+def test_a_flap_that_settles_up_is_let_go_and_batches_are_cheap_again(
+    clock: hw.ManualClock, recent: RecentEvents
+) -> None:
+    """Second review of issue 17: a topic that stopped flapping while up (no failed follows),
+    then removed, was kept in RecentEvents' settled set for ever (and every later batch read
+    whole for it)."""
+    # Not held: every outage was resolved for the listeners, so the settle owes nothing.
+    mon = monitor(clock, recent, flap_threshold=2, flap_window=10.0, flap_hold=False)
+    try:
+        mon.expect("svc.worker")
+        mon.expect("svc.other", period=100.0)
+        mon.start()
+        for n in range(3):  # three outages, the last ending at 4.5
+            clock.set(n * 1.5 + 1.1)
+            clock.set(n * 1.5 + 1.5)
+            mon.beat("svc.worker")
+        for k in range(22):  # up, beating, through the settle at 14.5
+            clock.set(4.5 + (k + 1) * 0.5)
+            mon.beat("svc.worker")
+        assert mon.drain()
+        assert ring(recent)[-1] == ("flapping", "svc.worker", 14.5, "stopped flapping")
+        assert mon.remove("svc.worker")
+        clock.set(100.5)  # svc.other fails: a later batch
+        assert mon.drain()
+        assert ring(recent)[-1] == ("failed", "svc.other", 100.0, "missed 1")
+        assert recent._settled == {}
+    finally:
+        mon.stop()
