@@ -22,18 +22,30 @@ to ``end``):
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["HORIZON", "WEEKDAYS", "MaintenanceWindow", "Windows"]
+__all__ = ["HORIZON", "OFFSET_CHECK", "OFFSET_MOVED", "WEEKDAYS", "MaintenanceWindow", "Windows"]
 
 #: How far ahead a window's occurrences are registered in the core (seconds): every occurrence
 #: starting within it. Eight days: a weekly window always has its next one registered, and a
 #: ``ManualClock`` may be moved up to a week between two top-ups.
 HORIZON = 8 * 86400.0
+#: How often (seconds on the monitor's clock) a monitor on the real clock reads the wall clock's
+#: offset again: the monotonic clock stops while the host is suspended, and the wall clock may
+#: be stepped (an NTP correction, an operator), so the offset taken at construction drifts.
+OFFSET_CHECK = 60.0
+#: How far (seconds) the offset may move before the occurrences registered ahead are placed
+#: again (NTP's slewing moves it by far less than that in a minute).
+OFFSET_MOVED = 1.0
+#: Occurrences starting within this many seconds (the monitor's clock) are left where they are
+#: when the offset moves: the core may start one at any moment, and ending a started silence
+#: may emit (never done from a top-up: see :class:`Windows`).
+_KEEP_SOON = 60.0
 #: The weekday names ``days`` takes (or their full English names), Monday first.
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -227,8 +239,9 @@ class _Entry:
     window: MaintenanceWindow
     #: Wall time (Unix s) before which every occurrence starting is registered (or was over).
     horizon: float = float("-inf")
-    #: Registered occurrences not known to be over: (silence id, end on the monitor's clock).
-    registered: list[tuple[int, float]] = field(default_factory=list)
+    #: Registered occurrences not known to be over: (silence id, start, end), times on the
+    #: monitor's clock, and the start's wall time (the schedule's: what identifies it).
+    registered: list[tuple[int, float, float, float]] = field(default_factory=list)
 
 
 class Windows:
@@ -239,12 +252,21 @@ class Windows:
       ``Detector.silence`` does not: a silence's start emits no event, so it never pushes into a
       queue, full or not; it takes the detector's lock only).
     - ``unsilence(id)``: ends one (may emit the alerts a still-failed topic owes, so it is
-      never called under :attr:`_lock`, nor from :meth:`top_up`).
-    - ``now()``: the monitor's clock; ``wall_offset`` maps it to Unix time.
+      never called under :attr:`_lock`, nor from :meth:`top_up`, but for a silence not
+      started yet, which the core drops emitting nothing: see :meth:`_replace`).
+    - ``now()``: the monitor's clock; ``wall_offset`` maps it to Unix time. ``follow`` (the
+      real clock: the monotonic clock stops while the host is suspended, the wall clock may
+      be stepped) reads the offset as it is now: read again at each top-up and every
+      :data:`OFFSET_CHECK` seconds, it replaces ``wall_offset`` when they differ by more than
+      :data:`OFFSET_MOVED`. None (a ``ManualClock``, an offset given): never.
 
     Each window keeps every occurrence starting within :data:`HORIZON` registered; as each
     one ends, :meth:`top_up` (called by the monitor where it already runs periodically: see
-    :meth:`due`) registers those that came within reach. No thread per window.
+    :meth:`due`) registers those that came within reach. No thread per window. When the
+    offset moved by more than :data:`OFFSET_MOVED`, the occurrences registered that start
+    later than a minute from now are dropped (not started: dropping one emits nothing) and
+    registered again where the wall clock now puts them; one in progress, or starting within
+    the minute, keeps its times.
     """
 
     def __init__(
@@ -253,11 +275,13 @@ class Windows:
         unsilence: Callable[[int], bool],
         now: Callable[[], float],
         wall_offset: float,
+        follow: Callable[[], float] | None = None,
     ) -> None:
         self._silence = silence
         self._unsilence = unsilence
         self._now = now
-        self._offset = wall_offset
+        self._read_offset = follow
+        self._offset = float(wall_offset)
         # Guards the entries, ids and the next check; held across `silence` (which does not
         # wait on another thread), never across `unsilence`.
         self._lock = threading.Lock()
@@ -286,12 +310,12 @@ class Windows:
             entry = self._entries.pop(window_id, None)
             if entry is None:
                 return False
-            for sid, _ in entry.registered:
+            for sid, *_ in entry.registered:
                 self._by_silence.pop(sid, None)
             self._check_at = self._next_check()
         # Outside the lock: ending a silence may emit (and wait for room in a "block" queue).
         # Safe to let go first: a top-up no longer sees the entry, so registers nothing more.
-        for sid, _ in entry.registered:
+        for sid, *_ in entry.registered:
             self._unsilence(sid)
         return True
 
@@ -314,12 +338,16 @@ class Windows:
             self._top_up_locked(self._now())
 
     def _top_up_locked(self, now: float) -> None:
+        if self._read_offset is not None:
+            offset = self._read_offset()
+            if abs(offset - self._offset) > OFFSET_MOVED:
+                self._replace(now, offset)
         reach = now + self._offset + HORIZON
         for entry in self._entries.values():
-            for sid, end in entry.registered:
+            for sid, _, end, _ in entry.registered:
                 if end <= now:
                     self._by_silence.pop(sid, None)
-            entry.registered = [(sid, end) for sid, end in entry.registered if end > now]
+            entry.registered = [r for r in entry.registered if r[2] > now]
             w = entry.window
             for s, e in w._from(max(entry.horizon, now + self._offset)):
                 start_wall, end_wall = s.timestamp(), e.timestamp()
@@ -332,15 +360,37 @@ class Windows:
                     sid = self._silence(w.pattern, start if start > now else None, end, w.reason)
                 except ValueError:
                     continue  # over already: the clock moved on since `now` was read
-                entry.registered.append((sid, end))
+                entry.registered.append((sid, start, end, start_wall))
                 self._by_silence[sid] = w.id
             entry.horizon = max(entry.horizon, reach)
         self._check_at = self._next_check()
 
+    def _replace(self, now: float, offset: float) -> None:
+        """The wall clock's offset moved to ``offset`` (under the lock): drop the occurrences
+        registered that start later than :data:`_KEEP_SOON` from now, to be registered again
+        where ``offset`` puts them. Those are not started, so ending them emits nothing (the
+        core removes a silence not started yet): safe on the thread that empties the
+        queues."""
+        self._offset = offset
+        for entry in self._entries.values():
+            kept = [r for r in entry.registered if r[1] <= now + _KEEP_SOON]
+            for sid, start, _, _ in entry.registered:
+                if start > now + _KEEP_SOON:
+                    self._by_silence.pop(sid, None)
+                    self._unsilence(sid)
+            entry.registered = kept
+            # Registered from the one after the last kept (by the schedule's wall time).
+            entry.horizon = max((r[3] for r in kept), default=float("-inf"))
+            if kept:
+                entry.horizon = math.nextafter(entry.horizon, math.inf)
+
     def _next_check(self) -> float:
-        ends = [end for e in self._entries.values() for _, end in e.registered]
-        if ends:
-            return min(ends)
+        if not self._entries:
+            return float("inf")
+        ends = [end for e in self._entries.values() for _, _, end, _ in e.registered]
         # None registered (none in reach: cannot happen with an 8-day horizon): look again
         # in a day.
-        return self._now() + 86400.0 if self._entries else float("inf")
+        check = min(ends) if ends else self._now() + 86400.0
+        if self._read_offset is not None:  # and read the wall clock's offset again
+            check = min(check, self._now() + OFFSET_CHECK)
+        return check

@@ -78,7 +78,7 @@ from heartwire.listeners import (
     ListenerSet,
     SubscriberListener,
 )
-from heartwire.maintenance import MaintenanceWindow, Windows
+from heartwire.maintenance import OFFSET_MOVED, MaintenanceWindow, Windows
 from heartwire.policy import Silence, silence_end
 from heartwire.tally import EventTally, Groups
 from heartwire.transport import Message, Subscription, Transport
@@ -370,6 +370,10 @@ class HeartbeatMonitor:
         wall_offset = _validate.seconds(
             wall_offset, "wall_offset", allow_none=True, allow_negative=True
         )
+        # On the real clock with no offset given, the offset is read again where wall times
+        # are turned into the monitor's clock (maintenance windows, silences until a time):
+        # the monotonic clock stops while the host is suspended, the wall clock may be stepped.
+        self._follow_offset = wall_offset is None and clock is None
         if wall_offset is None:
             wall_offset = real_clock_offset() if clock is None else time.time() - clock.now()
         self._wall_offset = float(wall_offset)
@@ -388,7 +392,11 @@ class HeartbeatMonitor:
         # Maintenance windows: their occurrences are core silences, registered ahead and topped
         # up from _after_batch (see maintenance.Windows).
         self._windows = Windows(
-            self._register_silence, self._det.unsilence, self._det.now, self._wall_offset
+            self._register_silence,
+            self._det.unsilence,
+            self._det.now,
+            self._wall_offset,
+            real_clock_offset if self._follow_offset else None,
         )
         self._top_up_errors = 0
         self._feed = EventFeed(
@@ -483,12 +491,22 @@ class HeartbeatMonitor:
         try:
             return self.silence(pattern, until=until, reason=reason).id
         except ValueError as exc:
-            now = self._det.now() + self._wall_offset
+            now = self._det.now() + self._offset_now()
             if until.timestamp() <= now:  # judged after the fact: no race with the clock
                 raise ControlError(
                     "expired", f"until {until.isoformat()} is not after this monitor's now"
                 ) from exc
             raise
+
+    def _offset_now(self) -> float:
+        """The wall clock's offset from the monitor's clock: ``wall_offset``, unless the
+        monitor is on the real clock with none given (see ``_follow_offset``) and the offset
+        read now moved by more than :data:`~heartwire.maintenance.OFFSET_MOVED` since (a
+        suspend, a step of the wall clock): then that one."""
+        if not self._follow_offset:
+            return self._wall_offset
+        live = real_clock_offset()
+        return live if abs(live - self._wall_offset) > OFFSET_MOVED else self._wall_offset
 
     def _control_age(self) -> float:
         """How far a control message's ``sent`` may be from the wall clock: ``max_beat_age``,
@@ -652,7 +670,8 @@ class HeartbeatMonitor:
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__} {reason!r}")
         now = self._det.now()
-        end = silence_end(duration, until, now + self._wall_offset) - self._wall_offset
+        offset = self._offset_now()  # an end time is placed by the wall clock as it reads now
+        end = silence_end(duration, until, now + offset) - offset
         sid = self._det.silence(pattern, end, reason=reason)
         made = next((s for s in self._silences(None) if s.id == sid), None)
         # Over already (a tiny duration on the real clock, ended by the driver meanwhile).
