@@ -735,10 +735,22 @@ class HeartbeatMonitor:
         """Stop watching ``topic`` (a later beat learns it again); False if it was not watched.
 
         A FAILED topic removed no longer suppresses its dependents (:meth:`depends`): those still
-        down and never alerted get their ``Failed`` now (under ``"block"``, at the detector's
-        next tick: this call never waits for room in a queue)."""
+        down and never alerted get their ``Failed`` now. Under ``"block"`` it pushes them once
+        its locks are let go, waiting for room in the queue if need be (as :meth:`resume`);
+        called by a listener on the dispatch thread (``listener_queue=None``), which empties
+        that queue, it leaves them to the detector's next run (or :meth:`stop`)."""
         with self._lock:
-            return self._intake.remove(topic)
+            removed = self._intake.remove(topic)
+        self._push_put_aside()
+        return removed
+
+    def _push_put_aside(self) -> None:
+        """Push what the detector's pauses and removals put aside (the ``failed`` a FAILED
+        parent's pause or removal released): they never wait for room in a ``"block"`` queue,
+        as the intake's lock and ours are held then. Called without the lock. Not on the
+        dispatch thread: it empties the feed's queue and would wait for itself."""
+        if not self._feed.dispatching:
+            self._det.push_unpushed()
 
     def handle(self, topic: str) -> int | None:
         """The topic's handle for :meth:`beat_handles` (``None`` if not watched)."""
@@ -998,6 +1010,12 @@ class HeartbeatMonitor:
         Returns False if already paused; ``KeyError`` for an unknown topic. One topic can be
         paused while the monitor is stopped too: it is paused from :meth:`start` on. A FAILED
         topic paused no longer suppresses its dependents: see :meth:`remove`."""
+        paused = self._pause(topic)
+        self._push_put_aside()
+        return paused
+
+    def _pause(self, topic: str | None) -> bool:
+        """:meth:`pause` under the lock (what it puts aside is pushed after, without it)."""
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)
@@ -1266,13 +1284,21 @@ class HeartbeatMonitor:
 
         With listener queues (the default), that means each listener has returned from every
         event produced so far (or its queue dropped it). Returns False at once when called from
-        a listener (it cannot wait for itself).
+        a listener (it cannot wait for itself). Events still waiting to be pushed count: a push
+        waiting for room in a full ``"block"`` queue, or the alerts a pause or removal made by a
+        listener on the dispatch thread put aside, pushed at the detector's next run (with a
+        :class:`~heartwire._core.ManualClock`, its next move).
         """
         if self._feed.dispatching or self._listeners.on_listener_thread():
             return False
         if self._intake.pending:
             self._report_refusals()
         deadline = time.monotonic() + timeout
+        # Events emitted so far but not pushed yet (a push waiting for room in a "block" queue,
+        # or behind one; what a pause on the dispatch thread put aside, pushed by the detector's
+        # next run) first: the feed counts only what was pushed.
+        if not self._det.wait_pushed(self._det.outbox_mark(), timeout):
+            return False
         if not self._feed.drain(deadline):
             return False
         return self._listeners.drain(max(0.0, deadline - time.monotonic()))
