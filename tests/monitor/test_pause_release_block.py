@@ -41,14 +41,14 @@ class Order(Recorder):
 RELEASED = ("failed", "svc.api", 10500, None)
 
 
-def _parent_down_child_suppressed(r: Any) -> None:
+def _parent_down_child_suppressed(r: Any, rec: Order) -> None:
     r.mon.depends("svc.api", on="svc.db")
     r.mon.expect("svc.db")
     r.mon.expect("svc.api")
     r.mon.start()
     r.advance(10.5)
-    assert ("failed", "svc.api", 10000, "svc.db") in r.rec.order, r.rec.order
-    r.rec.order.clear()
+    assert ("failed", "svc.api", 10000, "svc.db") in rec.order, rec.order
+    rec.order.clear()
 
 
 def _release(r: Any, how: str) -> None:
@@ -60,14 +60,15 @@ def _release(r: Any, how: str) -> None:
 
 @pytest.mark.parametrize("how", ["pause", "remove"])
 def test_drain_delivers_the_alert_a_pause_or_removal_released(how: str) -> None:
-    for r in make_rig(recorder=Order(), period=10.0, overflow="block"):
-        _parent_down_child_suppressed(r)
+    rec = Order()
+    for r in make_rig(recorder=rec, period=10.0, overflow="block"):
+        _parent_down_child_suppressed(r, rec)
         _release(r, how)
         # No clock move: nothing else would push it.
         t0 = time.monotonic()
         assert r.mon.drain(2.0)
         took = time.monotonic() - t0
-        assert r.rec.order == [RELEASED], r.rec.order
+        assert rec.order == [RELEASED], rec.order
         assert took < 1.0, took
         assert r.mon.stats()["released"] == 1
 
@@ -76,20 +77,21 @@ def test_drain_delivers_the_alert_a_pause_or_removal_released(how: str) -> None:
 def test_stop_delivers_it_before_on_stopped_at_once_and_a_restart_hands_out_nothing_stale(
     how: str,
 ) -> None:
-    for r in make_rig(recorder=Order(), period=10.0, overflow="block"):
-        _parent_down_child_suppressed(r)
+    rec = Order()
+    for r in make_rig(recorder=rec, period=10.0, overflow="block"):
+        _parent_down_child_suppressed(r, rec)
         _release(r, how)
         t0 = time.monotonic()
         r.mon.stop(timeout=2.0)
         took = time.monotonic() - t0
-        assert r.rec.order == [RELEASED, ("stopped",)], r.rec.order
+        assert rec.order == [RELEASED, ("stopped",)], rec.order
         assert took < 1.0, took
         assert r.mon.stats()["dropped"] == 0
-        r.rec.order.clear()
+        rec.order.clear()
         r.mon.start()
         r.clock.advance(0.1)
         assert r.mon.drain(2.0)
-        assert r.rec.order == [("started",)], r.rec.order
+        assert rec.order == [("started",)], rec.order
 
 
 def test_a_listener_on_the_dispatch_thread_pausing_the_parent_does_not_wait_for_itself() -> None:
@@ -97,6 +99,8 @@ def test_a_listener_on_the_dispatch_thread_pausing_the_parent_does_not_wait_for_
     released alert goes out at the driver's next run (here the next clock move)."""
 
     class Pauser(Order):
+        mon: Any = None
+
         def on_failed(self, event: Failed) -> None:
             super().on_failed(event)
             if event.topic == "svc.db" and event.missed == 1:
@@ -125,11 +129,12 @@ def test_a_listener_on_the_dispatch_thread_pausing_the_parent_does_not_wait_for_
 
 
 def test_a_pause_with_no_block_queue_still_delivers_at_once() -> None:
-    for r in make_rig(recorder=Order(), period=10.0):
-        _parent_down_child_suppressed(r)
+    rec = Order()
+    for r in make_rig(recorder=rec, period=10.0):
+        _parent_down_child_suppressed(r, rec)
         assert r.mon.pause("svc.db") is True
         assert r.mon.drain(2.0)
-        assert r.rec.order == [RELEASED], r.rec.order
+        assert rec.order == [RELEASED], rec.order
 
 
 def test_the_detectors_push_unpushed_pushes_what_pause_put_aside() -> None:
