@@ -1070,8 +1070,10 @@ class HeartbeatMonitor:
         lock), without the lock: a resume may emit ``resumed`` and, under ``"block"``, wait for
         room in the event queue, whose consumer (a listener on the dispatch thread) may call
         the monitor and need the lock. Then, under the lock, pause again those paused again
-        meanwhile (a resume that came after a stop() is redone by the next start())."""
+        meanwhile (a resume that came after a stop() is redone by the next start()), and push
+        what these pauses, or start()'s, put aside (:meth:`_push_put_aside`)."""
         if not handles:
+            self._push_put_aside()  # start()'s pauses
             return
         for handle in handles:
             with contextlib.suppress(KeyError):  # removed meanwhile
@@ -1088,6 +1090,7 @@ class HeartbeatMonitor:
             for handle in again:
                 with contextlib.suppress(KeyError):
                     self._det.pause(handle)
+        self._push_put_aside()
 
     def _paused_handles(self) -> set[int]:
         """The handles of the topics paused one by one (called with the lock held)."""

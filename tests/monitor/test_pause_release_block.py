@@ -151,3 +151,18 @@ def test_the_detectors_push_unpushed_pushes_what_pause_put_aside() -> None:
     det.push_unpushed()
     got = q.try_pop(16)
     assert [(e.kind, e.at) for e in got] == [("failed", 10.5)], got
+
+
+def test_a_parent_paused_while_stopped_releases_its_child_at_start_and_drain_gets_it() -> None:
+    """start() pauses (under the monitor's lock) what was paused while stopped: a parent held
+    FAILED then releases its child, pushed once start() lets go of the lock."""
+    rec = Order()
+    for r in make_rig(recorder=rec, period=10.0, overflow="block"):
+        _parent_down_child_suppressed(r, rec)
+        r.mon.stop(timeout=2.0)
+        assert r.mon.pause("svc.db") is True  # stopped: taken at start()
+        r.clock.set(12.0)
+        rec.order.clear()
+        r.mon.start()
+        assert r.mon.drain(2.0)
+        assert rec.order == [("started",), ("failed", "svc.api", 12000, None)], rec.order
