@@ -496,9 +496,10 @@ class Detector:
 @final
 class Intake:
     """A monitor's intake: every rule a beat passes before the detector records it (period
-    bounds, running, signed-beat age, learning with pattern and ``max_topics``, replays,
-    re-tuning), however the beat arrives. Refusals are counted by reason; the first 1024 not yet
-    taken are kept with details (:meth:`take_refusals`)."""
+    bounds, running, signed-beat age, learning with pattern and ``max_topics`` (never a topic
+    under ``"_hw."``: ``bad_topic``), replays, re-tuning), however the beat arrives. Refusals
+    are counted by reason; the first 1024 not yet taken are kept with details
+    (:meth:`take_refusals`)."""
 
     running: bool
     paused_all: bool

@@ -598,7 +598,7 @@ class HeartbeatMonitor:
         ``period`` (default: the monitor's, or the one learned from beats) is kept: beats with
         another period do not change it. ``grace`` (default: the monitor's rule) is kept too.
         On a topic already watched, changes the given settings. ``topic`` must match the
-        monitor's pattern.
+        monitor's pattern, and not be one of heartwire's own (under ``"_hw."``).
         """
         validate_topic(topic, "topic")
         if not self._intake.matches(topic):
@@ -762,7 +762,8 @@ class HeartbeatMonitor:
         """Record a beat for ``topic`` from any source; True if recorded.
 
         An unknown topic matching the pattern is learned with the default period (one that
-        does not match, or past ``max_topics``, is refused and counted, and reported to
+        does not match, one under ``"_hw."`` (``bad_topic``), or past ``max_topics``, is
+        refused and counted, and reported to
         ``on_exception`` from the dispatch thread or at :meth:`drain`). ``ValueError`` for an
         invalid name. Not recorded while the monitor is not running. A direct call into the
         core (the instance's ``beat`` is the native intake's own method).
@@ -771,8 +772,8 @@ class HeartbeatMonitor:
 
     def beat_many(self, names: Iterable[str] | Any) -> int:
         """Record one beat for each name (a list of str, or an Arrow/NumPy string array);
-        unknown names matching the pattern are learned, invalid ones refused (``bad_topic``,
-        counted). Returns how many were recorded."""
+        unknown names matching the pattern are learned, invalid ones and those under
+        ``"_hw."`` refused (``bad_topic``, counted). Returns how many were recorded."""
         batch: Any = names
         if not isinstance(batch, (list, tuple)) and not hasattr(batch, "__arrow_c_array__"):
             batch = _as_list(batch)  # an iterable, or a NumPy array: read it once
