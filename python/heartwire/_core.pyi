@@ -436,6 +436,12 @@ class Detector:
     def advance(self, now: float | None = None) -> int: ...
     def start(self, *, now: float | None = None) -> None: ...
     def stop(self) -> None: ...
+    def push_unpushed(self) -> None:
+        """Push what :meth:`pause` and :meth:`remove` put aside (the ``failed`` of dependents a
+        FAILED topic suppressed, with a ``"block"`` queue subscribed: those calls never wait for
+        room). May wait for room: not from a ``"block"`` queue's consumer, nor holding a lock
+        that it needs. Else the next :meth:`advance` or :meth:`stop` pushes them."""
+
     def outbox_mark(self) -> int: ...
     def wait_pushed(self, mark: int, timeout: float | None = None) -> bool: ...
     @property
@@ -490,9 +496,10 @@ class Detector:
 @final
 class Intake:
     """A monitor's intake: every rule a beat passes before the detector records it (period
-    bounds, running, signed-beat age, learning with pattern and ``max_topics``, replays,
-    re-tuning), however the beat arrives. Refusals are counted by reason; the first 1024 not yet
-    taken are kept with details (:meth:`take_refusals`)."""
+    bounds, running, signed-beat age, learning with pattern and ``max_topics`` (never a topic
+    under ``"_hw."``: ``bad_topic``), replays, re-tuning), however the beat arrives. Refusals
+    are counted by reason; the first 1024 not yet taken are kept with details
+    (:meth:`take_refusals`)."""
 
     running: bool
     paused_all: bool

@@ -344,8 +344,14 @@ def _fail(args: argparse.Namespace) -> int:
     import uuid
 
     from heartwire.beat import MAX_REASON_LEN, Beat, BeatCodec
+    from heartwire.control import RESERVED_PREFIX
     from heartwire.transport import connect
 
+    if args.topic.startswith(RESERVED_PREFIX):  # as HeartbeatPublisher refuses it
+        raise ValueError(
+            f"topic {args.topic!r} is under {RESERVED_PREFIX!r}: heartwire's own topics "
+            "(control messages, keep-alive pings) are never beats"
+        )
     if not 1 <= len(args.reason) <= MAX_REASON_LEN:
         raise ValueError(
             f"--reason must be 1 to {MAX_REASON_LEN} characters, got {len(args.reason)}"

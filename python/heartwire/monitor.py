@@ -630,7 +630,7 @@ class HeartbeatMonitor:
         ``period`` (default: the monitor's, or the one learned from beats) is kept: beats with
         another period do not change it. ``grace`` (default: the monitor's rule) is kept too.
         On a topic already watched, changes the given settings. ``topic`` must match the
-        monitor's pattern.
+        monitor's pattern, and not be one of heartwire's own (under ``"_hw."``).
         """
         validate_topic(topic, "topic")
         if not self._intake.matches(topic):
@@ -768,10 +768,22 @@ class HeartbeatMonitor:
         """Stop watching ``topic`` (a later beat learns it again); False if it was not watched.
 
         A FAILED topic removed no longer suppresses its dependents (:meth:`depends`): those still
-        down and never alerted get their ``Failed`` now (under ``"block"``, at the detector's
-        next tick: this call never waits for room in a queue)."""
+        down and never alerted get their ``Failed`` now. Under ``"block"`` it pushes them once
+        its locks are let go, waiting for room in the queue if need be (as :meth:`resume`);
+        called by a listener on the dispatch thread (``listener_queue=None``), which empties
+        that queue, it leaves them to the detector's next run (or :meth:`stop`)."""
         with self._lock:
-            return self._intake.remove(topic)
+            removed = self._intake.remove(topic)
+        self._push_put_aside()
+        return removed
+
+    def _push_put_aside(self) -> None:
+        """Push what the detector's pauses and removals put aside (the ``failed`` a FAILED
+        parent's pause or removal released): they never wait for room in a ``"block"`` queue,
+        as the intake's lock and ours are held then. Called without the lock. Not on the
+        dispatch thread: it empties the feed's queue and would wait for itself."""
+        if not self._feed.dispatching:
+            self._det.push_unpushed()
 
     def handle(self, topic: str) -> int | None:
         """The topic's handle for :meth:`beat_handles` (``None`` if not watched)."""
@@ -783,7 +795,8 @@ class HeartbeatMonitor:
         """Record a beat for ``topic`` from any source; True if recorded.
 
         An unknown topic matching the pattern is learned with the default period (one that
-        does not match, or past ``max_topics``, is refused and counted, and reported to
+        does not match, one under ``"_hw."`` (``bad_topic``), or past ``max_topics``, is
+        refused and counted, and reported to
         ``on_exception`` from the dispatch thread or at :meth:`drain`). ``ValueError`` for an
         invalid name. Not recorded while the monitor is not running. A direct call into the
         core (the instance's ``beat`` is the native intake's own method).
@@ -792,8 +805,8 @@ class HeartbeatMonitor:
 
     def beat_many(self, names: Iterable[str] | Any) -> int:
         """Record one beat for each name (a list of str, or an Arrow/NumPy string array);
-        unknown names matching the pattern are learned, invalid ones refused (``bad_topic``,
-        counted). Returns how many were recorded."""
+        unknown names matching the pattern are learned, invalid ones and those under
+        ``"_hw."`` refused (``bad_topic``, counted). Returns how many were recorded."""
         batch: Any = names
         if not isinstance(batch, (list, tuple)) and not hasattr(batch, "__arrow_c_array__"):
             batch = _as_list(batch)  # an iterable, or a NumPy array: read it once
@@ -1031,6 +1044,12 @@ class HeartbeatMonitor:
         Returns False if already paused; ``KeyError`` for an unknown topic. One topic can be
         paused while the monitor is stopped too: it is paused from :meth:`start` on. A FAILED
         topic paused no longer suppresses its dependents: see :meth:`remove`."""
+        paused = self._pause(topic)
+        self._push_put_aside()
+        return paused
+
+    def _pause(self, topic: str | None) -> bool:
+        """:meth:`pause` under the lock (what it puts aside is pushed after, without it)."""
         with self._lock:
             if topic is not None:
                 handle = self._handle_or_raise(topic)
@@ -1085,8 +1104,10 @@ class HeartbeatMonitor:
         lock), without the lock: a resume may emit ``resumed`` and, under ``"block"``, wait for
         room in the event queue, whose consumer (a listener on the dispatch thread) may call
         the monitor and need the lock. Then, under the lock, pause again those paused again
-        meanwhile (a resume that came after a stop() is redone by the next start())."""
+        meanwhile (a resume that came after a stop() is redone by the next start()), and push
+        what these pauses, or start()'s, put aside (:meth:`_push_put_aside`)."""
         if not handles:
+            self._push_put_aside()  # start()'s pauses
             return
         for handle in handles:
             with contextlib.suppress(KeyError):  # removed meanwhile
@@ -1103,6 +1124,7 @@ class HeartbeatMonitor:
             for handle in again:
                 with contextlib.suppress(KeyError):
                     self._det.pause(handle)
+        self._push_put_aside()
 
     def _paused_handles(self) -> set[int]:
         """The handles of the topics paused one by one (called with the lock held)."""
@@ -1299,7 +1321,10 @@ class HeartbeatMonitor:
 
         With listener queues (the default), that means each listener has returned from every
         event produced so far (or its queue dropped it). Returns False at once when called from
-        a listener (it cannot wait for itself).
+        a listener (it cannot wait for itself). Events still waiting to be pushed count: a push
+        waiting for room in a full ``"block"`` queue, or the alerts a pause or removal made by a
+        listener on the dispatch thread put aside, pushed at the detector's next run (with a
+        :class:`~heartwire._core.ManualClock`, its next move).
         """
         if self._feed.dispatching or self._listeners.on_listener_thread():
             return False
@@ -1309,6 +1334,13 @@ class HeartbeatMonitor:
         # Control unsilences handed to the receiver's worker first: the alerts they release
         # go through the feed.
         if self._control is not None and not self._control.wait(timeout):
+            return False
+        # Then events emitted so far but not pushed yet (a push waiting for room in a "block"
+        # queue, or behind one; what a pause on the dispatch thread put aside, pushed by the
+        # detector's next run): the feed counts only what was pushed.
+        if not self._det.wait_pushed(
+            self._det.outbox_mark(), max(0.0, deadline - time.monotonic())
+        ):
             return False
         if not self._feed.drain(deadline):
             return False

@@ -55,6 +55,7 @@ from heartwire import _core, _validate
 from heartwire._exit import Running
 from heartwire.beat import MAX_REASON_LEN, Beat, BeatCodec
 from heartwire.checks import CheckFailed, _callable_name
+from heartwire.control import RESERVED_PREFIX
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.executor import Job, PublisherExecutor, shared_executor
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
@@ -129,6 +130,8 @@ def _own_timeout(dependency: object) -> float | None:
 
 class HeartbeatPublisher:
     """Publishes a heartbeat for ``topic`` to ``broker`` every ``period`` seconds once started.
+    ``topic`` may not start with ``"_hw."`` (heartwire's own topics: no monitor takes them for
+    beats).
 
     - ``dependency``: a callable run before each beat. ``False`` or an exception (any, even
       ``SystemExit``) means unhealthy: listeners get ``on_exception`` with reason
@@ -177,6 +180,11 @@ class HeartbeatPublisher:
                 f"got {type(broker).__name__} {broker!r}"
             )
         self._topic = validate_topic(topic, "topic")
+        if self._topic.startswith(RESERVED_PREFIX):
+            raise ValueError(
+                f"topic {topic!r} is under {RESERVED_PREFIX!r}: heartwire's own topics (control "
+                "messages, keep-alive pings) are never beats, no monitor would take these"
+            )
         self._period = _validate.seconds(period, "period", minimum=MIN_PERIOD)
         if dependency is not None and not callable(dependency):
             raise TypeError(f"dependency must be callable or None, got {type(dependency).__name__}")

@@ -392,12 +392,24 @@ impl Detector {
 
     /// Events emitted by a call that must not wait for room in a `block` queue (`pause`,
     /// `remove`: their callers hold locks that a queue's consumer may need, e.g. the intake's
-    /// table or a monitor's lock) are put aside for the driver's next run to push, unless
-    /// pushed at once (no `block` queue subscribed). Events emitted later by others are pushed
-    /// after them (the outbox keeps the order).
+    /// table or a monitor's lock) are put aside, unless pushed at once (no `block` queue
+    /// subscribed). The caller pushes them with [`push_unpushed`](Detector::push_unpushed)
+    /// once its locks are let go; failing that, the driver's next run, [`stop`] or a later
+    /// call's push does (each pushes the outbox in order up to its own events, so past these).
+    ///
+    /// [`stop`]: Detector::stop
     fn leave_for_the_driver(&self, inner: &mut Inner) {
         let upto = self.commit(inner);
         inner.unpushed = inner.unpushed.max(upto);
+    }
+
+    /// Push what [`pause`](Detector::pause) and [`remove`](Detector::remove) put aside (and
+    /// what was put aside before it), at once if nothing is left. It may wait for room in a
+    /// full `block` queue: call it holding no lock that a queue's consumer may need, and never
+    /// from the consumer of such a queue (it would wait for itself).
+    pub fn push_unpushed(&self) {
+        let upto = self.inner.lock().unpushed;
+        self.deliver(upto);
     }
 
     fn pause_locked(&self, inner: &mut Inner, topic: Handle) -> Result<bool, DetectorError> {
@@ -646,9 +658,19 @@ impl Detector {
     /// each topic was is kept for `start`: a beat already recorded is taken in first (a FAILED
     /// topic's `resumed` is emitted now), then a FAILED or paused topic's state is remembered.
     ///
+    /// Returns once every event emitted before it is pushed, also those a `pause` or `remove`
+    /// put aside without pushing them (no driver run would push them while stopped).
+    ///
     /// [`start`]: Detector::start
     pub fn stop(&self) {
-        self.emitting(|inner, subscribers| self.stop_locked(inner, subscribers));
+        let upto = {
+            let mut inner = self.inner.lock();
+            let subscribers = self.subscribers.read();
+            self.stop_locked(&mut inner, &subscribers);
+            drop(subscribers);
+            self.commit(&mut inner).max(inner.unpushed)
+        };
+        self.deliver(upto);
     }
 
     fn stop_locked(&self, inner: &mut Inner, subscribers: &[Subscriber]) {

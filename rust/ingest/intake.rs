@@ -9,7 +9,8 @@
 //! 2. nothing is recorded while the monitor is not running;
 //! 3. with a key, a signed beat's send time is within the allowed age of the wall clock
 //!    (`stale`);
-//! 4. an unknown topic is learned: it must match the pattern (`pattern_mismatch`) and the
+//! 4. an unknown topic is learned: it must not be one of heartwire's own (under
+//!    [`RESERVED_PREFIX`]: `bad_topic`), must match the pattern (`pattern_mismatch`) and the
 //!    monitor must have room (`too_many_topics`); it is paused at once if the monitor or that
 //!    name is paused;
 //! 5. with a key, a signed beat with `seq` and `boot` must not be a replay (`replayed`);
@@ -23,7 +24,7 @@
 
 use super::beat::{Beat, Decoded, Decoder};
 use super::replay::ReplayGuard;
-use super::topic::{valid_topic, Pattern};
+use super::topic::{reserved_topic, valid_topic, Pattern, RESERVED_PREFIX};
 use crate::detector::{Beat as Recorded, Detector};
 use crate::event::{NO_LATENCY, NO_SEQ};
 use crate::phi::PhiConfig;
@@ -194,6 +195,16 @@ pub fn short(text: &str, limit: usize) -> String {
         let cut: String = text.chars().take(limit).collect();
         format!("{}... ({n} characters)", py_repr(&cut))
     }
+}
+
+/// Why a topic under [`RESERVED_PREFIX`] is not watched.
+fn reserved_why(name: &str) -> String {
+    format!(
+        "topic {} is under {}: heartwire's own topics (control messages, keep-alive pings) \
+         are never beats",
+        short(name, 120),
+        py_repr(RESERVED_PREFIX)
+    )
 }
 
 /// The intake of one monitor (see the module docs). Shared by every thread that feeds it.
@@ -389,6 +400,9 @@ impl Intake {
         grace: Option<f64>,
         now: Option<u64>,
     ) -> Result<Handle, String> {
+        if reserved_topic(name) {
+            return Err(reserved_why(name));
+        }
         let mut table = self.table.lock();
         let handle = match self.det.lookup_handle(name) {
             None => self.add_locked(&mut table, name, period, allowed_misses, phi, grace, now)?,
@@ -490,6 +504,11 @@ impl Intake {
             return Some(handle);
         }
         if !self.running() {
+            return None;
+        }
+        if reserved_topic(name) {
+            drop(table);
+            self.refuse("bad_topic", || reserved_why(name));
             return None;
         }
         if !self.pattern.matches(name) {
@@ -860,6 +879,51 @@ mod tests {
         let reasons: Vec<_> = intake.take_refusals().iter().map(|r| r.reason).collect();
         assert_eq!(reasons, ["pattern_mismatch", "too_many_topics"]);
         assert_eq!(intake.counters().0, 3);
+    }
+
+    #[test]
+    fn reserved_topics_are_never_learned_or_expected_whatever_the_pattern() {
+        let clock = Arc::new(ManualClock::new(0));
+        let det = Detector::new(
+            ClockSource::Manual(clock),
+            TopicConfig::fixed(1_000_000_000, 1),
+            1_000_000,
+        )
+        .unwrap();
+        let intake = Intake::new(
+            det.clone(),
+            IntakeConfig {
+                pattern: ">".into(),
+                period: 1.0,
+                grace: None,
+                max_topics: None,
+                max_age: MaxAge::Unbounded,
+                key: None,
+                max_size: 65536,
+            },
+        )
+        .unwrap();
+        intake.set_running(true);
+        assert_eq!(intake.record(&beat("_hw.control"), None), Outcome::Refused);
+        assert_eq!(
+            intake.beat_name("_hw.ping", NO_SEQ, NO_LATENCY, None),
+            Ok(false)
+        );
+        assert_eq!(intake.beat_names(["_hw.a", "svc._hw", "_hw.b"], None), 1);
+        let why = intake
+            .expect("_hw.control", None, None, None, None, None)
+            .unwrap_err();
+        assert!(why.contains("'_hw.control' is under '_hw.'"), "{why}");
+        assert_eq!(det.len(), 1); // svc._hw: only the prefix is reserved
+        let refusals = intake.take_refusals();
+        let reasons: Vec<_> = refusals.iter().map(|r| r.reason).collect();
+        assert_eq!(reasons, ["bad_topic"; 4]);
+        assert!(
+            refusals[0].detail.contains("'_hw.control'"),
+            "{}",
+            refusals[0].detail
+        );
+        assert_eq!(intake.counters().0, 1);
     }
 
     #[test]

@@ -3,6 +3,16 @@
 
 use crate::registry::MAX_NAME_LEN;
 
+/// The prefix of heartwire's own topics (the control topic, the STOMP keep-alive pings): never
+/// taken for beats, whatever the pattern (Python's `heartwire.control.RESERVED_PREFIX`).
+pub const RESERVED_PREFIX: &str = "_hw.";
+
+/// Whether `name` is one of heartwire's own topics ([`RESERVED_PREFIX`]).
+#[inline]
+pub fn reserved_topic(name: &str) -> bool {
+    name.starts_with(RESERVED_PREFIX)
+}
+
 /// A byte allowed in a topic segment: ASCII letters, digits, '_', '-', ':'.
 #[inline]
 fn segment_byte(b: u8) -> bool {

@@ -390,6 +390,10 @@ impl PyDetector {
 
     /// Stop watching a topic; its beats still update ``last_seen``. False if it was not watched.
     /// A FAILED topic keeps its count and ``since``; :meth:`resume` reports what became of it.
+    ///
+    /// Pausing (or removing) a FAILED topic alerts the dependents it suppressed; with a
+    /// ``"block"`` queue subscribed those ``failed`` events are put aside, never waited for:
+    /// :meth:`push_unpushed` pushes them (else the next :meth:`advance` or :meth:`stop`).
     fn pause(&self, py: Python<'_>, topic: &Bound<'_, PyAny>) -> PyResult<bool> {
         let id = self.id(topic)?;
         let det = self.det.clone();
@@ -686,6 +690,14 @@ impl PyDetector {
                 driver.stop(); // joins the thread
             }
         });
+    }
+
+    /// Push (GIL released) what :meth:`pause` and :meth:`remove` put aside without pushing it
+    /// (see :meth:`pause`). It may wait for room in a full ``"block"`` queue: call it holding
+    /// no lock that queue's consumer may need, and not from that consumer.
+    fn push_unpushed(&self, py: Python<'_>) {
+        let det = self.det.clone();
+        py.detach(move || det.push_unpushed());
     }
 
     /// The outbox position reached so far: every event emitted before this call has been

@@ -10,6 +10,7 @@ use crate::event::{NO_LATENCY, NO_SEQ};
 use crate::ingest::beat::Beat;
 use crate::ingest::frames::{MessageFrame, Splitter, Verdict};
 use crate::ingest::intake::{wall_now, Intake, IntakeConfig, MaxAge, Outcome};
+use crate::ingest::topic::reserved_topic;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -404,9 +405,6 @@ fn topic_of(destination: &[u8]) -> Option<&str> {
     std::str::from_utf8(rest).ok()
 }
 
-/// heartwire's own topics (the keep-alive pings, the control topic): never beats, whatever
-/// the pattern (`heartwire.control.RESERVED_PREFIX`).
-const RESERVED_PREFIX: &str = "_hw.";
 /// The largest output buffer a reader keeps between reads.
 const OUT_KEEP: usize = 512 * 1024;
 
@@ -530,7 +528,7 @@ fn route<'r>(
     let Some(topic) = topic_of(destination) else {
         return Verdict::Pass;
     };
-    if topic.starts_with(RESERVED_PREFIX) || !intake.matches(topic) {
+    if reserved_topic(topic) || !intake.matches(topic) {
         // heartwire's own (another transport's ping, a control message), or a broker
         // wildcard wider than ours: stomp.py decides.
         return Verdict::Pass;

@@ -524,6 +524,56 @@ fn a_child_suppressed_by_a_parent_removed_or_paused_while_failed_is_alerted_then
     }
 }
 
+/// A parent FAILED, its child suppressed: the rig at 10.6 s with both alerts taken.
+fn parent_down_child_suppressed() -> (Rig, TopicId, TopicId) {
+    let r = Rig::new(10 * S, 1);
+    r.det.depends("svc.api", "svc.db").unwrap();
+    let db = r.add("svc.db");
+    let api = r.add("svc.api");
+    r.at(10_500 * MS);
+    assert_eq!(r.take().len(), 2);
+    r.at(10_600 * MS);
+    (r, db, api)
+}
+
+#[test]
+fn what_a_pause_or_removal_put_aside_is_pushed_by_push_unpushed_at_once() {
+    for remove in [true, false] {
+        let (r, db, api) = parent_down_child_suppressed();
+        if remove {
+            r.det.remove(db).unwrap();
+        } else {
+            assert!(r.det.pause(db).unwrap());
+        }
+        assert!(r.take().is_empty());
+        r.det.push_unpushed();
+        assert_eq!(
+            marks(r.take()),
+            vec![(Failed, api, 1, 10_600, false, NONE)],
+            "remove: {remove}"
+        );
+        // Pushed once: nothing left for the driver's next run.
+        r.det.push_unpushed();
+        r.at(10_700 * MS);
+        assert!(r.take().is_empty());
+    }
+}
+
+#[test]
+fn stop_pushes_what_a_pause_put_aside_and_a_restart_hands_out_nothing_stale() {
+    let (r, db, api) = parent_down_child_suppressed();
+    assert!(r.det.pause(db).unwrap());
+    // Stop emits nothing of its own here: it must still push what the pause put aside.
+    r.det.stop();
+    assert_eq!(marks(r.take()), vec![(Failed, api, 1, 10_600, false, NONE)]);
+    assert!(r
+        .det
+        .wait_pushed(r.det.outbox_mark(), Some(std::time::Duration::ZERO)));
+    r.det.start(None);
+    r.at(10_700 * MS);
+    assert!(r.take().is_empty());
+}
+
 #[test]
 fn released_failures_count_as_failed_and_held_ones_do_not() {
     let r = Rig::new(S, 1);
