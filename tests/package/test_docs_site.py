@@ -66,6 +66,19 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     assert (site / "img" / "timeline.svg").exists()
 
 
+def test_api_reference_has_every_public_name() -> None:
+    page = (ROOT / "docs" / "reference" / "api.md").read_text()
+    modules = {"checks": "checks.md", "core": "core.md"}  # pages of their own
+    for name in hw.__all__:
+        if name in modules:
+            assert (
+                f"::: heartwire.{name}\n"
+                in (ROOT / "docs" / "reference" / modules[name]).read_text()
+            )
+        else:
+            assert f"::: heartwire.{name}\n" in page, f"docs/reference/api.md lacks hw.{name}"
+
+
 def test_cli_page_has_every_subcommand() -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     missing = [c for c in hooks.subcommands() if f"<!-- heartwire-help: {c} -->" not in page]
