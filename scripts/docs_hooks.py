@@ -34,8 +34,8 @@ INCLUDE = re.compile(r"^<!-- heartwire-include:\s*(\S+)(?:\s+shift=(\d))?\s*-->$
 HEADING = re.compile(r"^(#{1,5}) ", re.M)
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):<code>(~?)([^<]+)</code>")
-#: The width the help text is wrapped at (argparse reads $COLUMNS).
-WIDTH = "100"
+#: The width the help text is wrapped at (argparse reads $COLUMNS): what a code block shows.
+WIDTH = "78"
 #: Files outside docs/ that a page includes whole: links to them go to that page.
 INCLUDED = {
     "README.md": "index.md",
