@@ -6,9 +6,13 @@ its events table names every field, the included files' links are mapped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
+import io
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +87,31 @@ def test_cli_page_has_every_subcommand() -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     missing = [c for c in hooks.subcommands() if f"<!-- heartwire-help: {c} -->" not in page]
     assert not missing, f"docs/cli.md shows no help for {missing}"
+
+
+def test_documented_command_lines_parse() -> None:
+    """Every ``heartwire ...`` line of a shell block in the docs and the README is accepted by the
+    CLI's parser (optional parts in brackets taken as given): no option the CLI does not have."""
+    from heartwire.cli import _parser
+
+    block = re.compile(r"^```(?:bash|sh|console|text)\n(.*?)^```", re.S | re.M)
+    lines = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]:
+        for code in block.findall(page.read_text()):
+            for line in code.replace("\\\n", " ").splitlines():
+                if line.strip().startswith("heartwire "):
+                    lines.append((page.relative_to(ROOT), line.strip()))
+    assert len(lines) >= 15, lines
+    for page, line in lines:
+        args = shlex.split(line.replace("[", " ").replace("]", " "), comments=True)[1:]
+        args = args[:-1] if args[-1:] == ["&"] else args
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                _parser().parse_args(args)
+        except SystemExit:
+            why = err.getvalue().strip().splitlines()[-1:]
+            pytest.fail(f"{page}: {line!r} does not parse: {why}")
 
 
 def test_help_block_is_the_parsers() -> None:
