@@ -34,8 +34,8 @@ What is here:
   :func:`partition_kernel`.
 - :data:`MAX_TOPICS` and :data:`MAX_NAME_LEN`: the detector's limits.
 
-Each type's docstring (and ``heartwire/_core.pyi``) gives its arguments and semantics; the README's
-"Semantics" section the detector's rules. The rest of :mod:`heartwire._core` (the native intake,
+Each type's docstring (and ``heartwire/_core.pyi``) gives its arguments and semantics;
+``docs/concepts.md`` the detector's rules. The rest of :mod:`heartwire._core` (the native intake,
 frame reader and decoder) is the monitor's plumbing and not meant to be used on its own.
 """
 

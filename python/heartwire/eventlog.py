@@ -5,15 +5,15 @@ Attach an :class:`EventLog` to a monitor like any listener; it records every ``r
 (pyarrow) under ``path``, partitioned by date (``date=YYYY-MM-DD/``, UTC) and rolled every
 ``roll_seconds``::
 
-    log = EventLog("/data/heartbeats", roll_seconds=300)
+    log = EventLog(path, roll_seconds=300)    # a directory (made if missing): "/data/heartbeats"
     mon = hw.HeartbeatMonitor(broker, "svc.>", listeners=[log]).start()
     ...
     mon.stop()        # the monitor's on_stopped writes what is buffered
     log.close()
 
     # later, on Spark (heartwire.spark):
-    events = read_events(spark, "/data/heartbeats")
-    outages(events, period_ms=1000, start=..., end=...)
+    events = read_events(spark, path)
+    outages(events, period_ms=1000).show()       # start=, end=: the window (datetimes, epoch ms)
 
 Rows: ``kind`` (``"received"``, ``"failed"``, ``"resumed"``, ``"flapping"``, ``"settled"``),
 ``topic``, ``ts`` (the event's time, timestamp µs UTC), ``seq`` and ``latency`` (received),

@@ -4,7 +4,7 @@ a higher layer and that the units (the packages and modules listed in :data:`LAY
 each other in no circle.
 
 A new module must be placed in :data:`LAYERS` (the test names it otherwise): where it goes is a
-decision, made here and in the README's layout section.
+decision, made here and in docs/internals.md's list of layers.
 """
 
 from __future__ import annotations
