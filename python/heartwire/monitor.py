@@ -42,19 +42,22 @@ runs out first, the last of those calls makes it on its thread as it ends.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as _dt
+import math
 import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 from zoneinfo import ZoneInfo
 
 from heartwire import _core, _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire._exit import Running
 from heartwire._throttle import worth_logging
+from heartwire.aio import WAITABLE, EventStream, ReceivedTopicWait, StreamOverflow, TopicWait
 from heartwire.beat import DECODE_REASONS, BeatCodec, DecodeError
 from heartwire.control import (
     CONTROL_OPS,
@@ -1090,6 +1093,120 @@ class HeartbeatMonitor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- asyncio ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> HeartbeatMonitor:
+        """``async with``: :meth:`start` on a worker thread (it subscribes over the network),
+        so the loop is not blocked."""
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the event streams still open (a consumer that left its ``async for`` early
+        would otherwise hold a ``"block"`` stream's listener thread, and stop() with it), then
+        :meth:`astop`. To get every event up to the stop in a stream, ``await mon.astop()``
+        inside the block: the streams end after the last one."""
+        for stream in list(self._streams):
+            await stream.aclose()
+        await self.astop()
+
+    async def astop(self, timeout: float = 5.0) -> None:
+        """:meth:`stop` on a worker thread (it waits for the detector, the dispatch thread and
+        the listeners), so the loop keeps running meanwhile: event streams read on it get their
+        last events, then end."""
+        await asyncio.to_thread(self.stop, timeout)
+
+    def events(self, capacity: int = 10_000, overflow: StreamOverflow = "block") -> EventStream:
+        """The detector events from now on, for ``async for`` on the running loop: failed,
+        resumed, flapping, local pause, lagging and caught up (see
+        :class:`~heartwire.aio.EventStream`). ``capacity`` events are held for a consumer that
+        falls behind; then ``overflow``: ``"block"`` (the stream's listener thread waits, and
+        its listener queue drops by ``listener_overflow`` if the wait is long), ``"drop-oldest"``
+        (counted in ``stream.dropped``) or ``"coalesce"`` (each topic's newest event;
+        ``stream.coalesced``). The loop is woken at most once per batch. The stream ends when
+        the monitor stops or on ``stream.aclose()`` (``async with mon.events() as stream``);
+        ``RuntimeError`` if the monitor is not running or no loop is running."""
+        loop = asyncio.get_running_loop()
+        if not self._running:
+            raise RuntimeError(f"monitor of {self._pattern!r} is not running: start it first")
+        stream = EventStream(loop, capacity, overflow, on_close=self._stream_closed)
+        self._streams.add(stream)
+        self.add_listener(stream)
+        return stream
+
+    def _stream_closed(self, stream: EventStream) -> None:
+        self._streams.discard(stream)
+        self.remove_listener(stream)
+
+    @overload
+    async def wait_for(
+        self, topic: str, state: Literal[State.ALIVE, State.FAILED], timeout: float
+    ) -> TopicStatus: ...
+    @overload
+    async def wait_for(
+        self, topic: str, state: Literal[State.ALIVE, State.FAILED], timeout: None = None
+    ) -> TopicStatus: ...
+    async def wait_for(
+        self, topic: str, state: State, timeout: float | None = None
+    ) -> TopicStatus:
+        """Wait until ``topic`` is in ``state`` (``State.ALIVE`` or ``State.FAILED``: the
+        states events announce) and return its status; at once if it already is. A topic not
+        watched yet is waited for. ``TimeoutError`` naming the topic, the state and the state
+        it has after ``timeout`` seconds (real time, also under a ManualClock; ``None``: no
+        limit). The loop is woken once per event batch that names the topic."""
+        topic = validate_topic(topic, "topic")
+        if not isinstance(state, State):
+            raise TypeError(f"state must be a heartwire.State, got {type(state).__name__} {state!r}")
+        if state not in WAITABLE:
+            raise ValueError(
+                f"state must be State.ALIVE or State.FAILED (the states events announce), "
+                f"got State.{state.name}"
+            )
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
+            raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+        loop = asyncio.get_running_loop()
+        # Registered before the first look: a change after it wakes the waiter.
+        waiter = (ReceivedTopicWait if state is State.ALIVE else TopicWait)(loop, topic)
+        self.add_listener(waiter)
+        try:
+            async with asyncio.timeout(timeout) if hasattr(asyncio, "timeout") else _nullctx():
+                return await self._wait_loop(waiter, topic, state, timeout)
+        except TimeoutError:
+            now = self._state_of(topic)
+            raise TimeoutError(
+                f"topic {topic!r} not {state.name} after {timeout:g} s (it is {now})"
+            ) from None
+        finally:
+            self.remove_listener(waiter)
+
+    async def _wait_loop(
+        self, waiter: TopicWait, topic: str, state: State, timeout: float | None
+    ) -> TopicStatus:
+        while True:
+            waiter.changed.clear()
+            try:
+                status = self.status(topic)
+            except KeyError:
+                pass
+            else:
+                if status.state is state:
+                    return status
+            if hasattr(asyncio, "timeout"):
+                await waiter.changed.wait()
+            else:  # Python 3.10: no asyncio.timeout
+                await asyncio.wait_for(waiter.changed.wait(), timeout)
+
+    def _state_of(self, topic: str) -> str:
+        try:
+            return f"State.{self.status(topic).state.name}"
+        except KeyError:
+            return "not watched"
 
     # -- status ----------------------------------------------------------------------------
 
