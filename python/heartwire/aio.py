@@ -3,45 +3,74 @@
 :class:`EventStream` is a :class:`~heartwire.listeners.SubscriberListener` that takes the
 monitor's batches (``on_events``, on its own listener thread, as any listener) into a bounded
 queue that an ``async for`` empties on the event loop. The loop is woken at most once per batch
-(one ``loop.call_soon_threadsafe``, and none while a wake-up is already pending): no thread and
-no loop callback per event. :class:`TopicWait` wakes the loop once per batch naming its topic.
-:func:`run_on_loop` lets a publisher's dependency check be a coroutine function.
+(one ``loop.call_soon_threadsafe``, and none while a wake-up is pending or the consumer is busy):
+no thread and no loop callback per event. :class:`TopicWait` wakes the loop once per batch
+naming its topic. :class:`LoopCheck` runs a publisher's coroutine check on the user's loop
+without holding a thread while it runs.
 
 :meth:`HeartbeatMonitor.events <heartwire.monitor.HeartbeatMonitor.events>`,
-:meth:`~heartwire.monitor.HeartbeatMonitor.wait_for` and ``async with`` build on these.
+:meth:`~heartwire.monitor.HeartbeatMonitor.wait_for`, ``async with`` on monitors and
+publishers and coroutine ``dependency`` checks build on these (see ``docs/asyncio.md``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
+import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, Literal
+from collections.abc import Awaitable, Callable
+from typing import ClassVar
 
 from heartwire import _validate
-from heartwire.checks import CheckFailed
-from heartwire.events import EventBatch, MonitorEvent, State, Stopped
+from heartwire.events import (
+    CaughtUp,
+    EventBatch,
+    Failed,
+    Flapping,
+    Lagging,
+    LocalPause,
+    Resumed,
+    State,
+    Stopped,
+)
+from heartwire.feed import Overflow
 from heartwire.listeners import SubscriberListener
 
-__all__ = ["STREAM_OVERFLOWS", "EventStream", "StreamOverflow", "TopicWait", "run_on_loop"]
+__all__ = [
+    "STREAM_OVERFLOWS",
+    "WAITABLE",
+    "EventStream",
+    "LoopCheck",
+    "StreamEvent",
+    "TopicWait",
+]
 
-#: What a full :class:`EventStream` does with a new batch: ``"block"`` makes the stream's
-#: listener thread wait for room (then that listener's own queue takes the back-pressure, with
-#: the monitor's ``listener_overflow``); ``"drop-oldest"`` drops the oldest queued events;
-#: ``"coalesce"`` keeps each topic's newest event (topicless events: the newest of each kind).
-StreamOverflow = Literal["block", "drop-oldest", "coalesce"]
-STREAM_OVERFLOWS: tuple[StreamOverflow, ...] = ("block", "drop-oldest", "coalesce")
+#: What an :class:`EventStream` yields: a monitor's detector events but ``received``.
+StreamEvent = Failed | Resumed | Flapping | LocalPause | Lagging | CaughtUp
 
-# Events of a batch taken out of the queue: their iterator and how many are left in it.
-_Hand = tuple[Iterator[MonitorEvent], int]
+#: What a full :class:`EventStream` does with a new batch, as the monitor's own event queue
+#: (``overflow``): ``"block"`` makes the stream's listener thread wait for room (then that
+#: listener's own queue takes the back-pressure, by the monitor's ``listener_overflow``);
+#: ``"drop-oldest"`` drops the oldest queued events, ``"drop-newest"`` the new batch's that do
+#: not fit; ``"coalesce"`` keeps each topic's newest event (topicless events: the newest of
+#: each kind). Every loss is counted (``dropped``, ``coalesced``).
+STREAM_OVERFLOWS: tuple[Overflow, ...] = ("block", "drop-oldest", "drop-newest", "coalesce")
+
+#: The states :meth:`~heartwire.monitor.HeartbeatMonitor.wait_for` waits for: those events
+#: announce (PAUSED, STOPPED and REMOVED follow the caller's own calls).
+WAITABLE: tuple[State, ...] = (State.ALIVE, State.FAILED)
+
+# A queue item: a batch from the monitor or the events taken from the coalescing table.
+_Item = EventBatch | list[StreamEvent]
 
 
-def _key(event: MonitorEvent) -> tuple[int, str]:
-    topic = getattr(event, "topic", None)
-    return (0, topic) if isinstance(topic, str) else (1, type(event).__name__)
+def _key(event: StreamEvent) -> tuple[int, str]:
+    """The coalescing key: the topic, or the kind for topicless events."""
+    if isinstance(event, (LocalPause, Lagging, CaughtUp)):
+        return (1, type(event).__name__)
+    return (0, event.topic)
 
 
 class EventStream(SubscriberListener):
@@ -51,35 +80,47 @@ class EventStream(SubscriberListener):
     before the stop) or when :meth:`aclose` is called (``async with`` does).
 
     Made by :meth:`HeartbeatMonitor.events <heartwire.monitor.HeartbeatMonitor.events>`; its
-    counters: ``dropped`` (``"drop-oldest"``), ``coalesced`` (``"coalesce"``: events replaced by
-    a newer one of their topic), ``wakeups`` (loop callbacks made).
+    counters: ``dropped`` (``"drop-oldest"``, ``"drop-newest"``), ``coalesced``
+    (``"coalesce"``: events replaced by a newer one of their topic), ``wakeups`` (loop
+    callbacks made: at most one per batch), ``batches`` (batches taken in).
     """
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         capacity: int = 10_000,
-        overflow: StreamOverflow = "block",
+        overflow: Overflow = "block",
         on_close: Callable[[EventStream], object] | None = None,
     ) -> None:
         self._capacity = _validate.count(capacity, "capacity", 1)
-        self._overflow: StreamOverflow = _validate.choice(overflow, "overflow", STREAM_OVERFLOWS)
+        self._overflow: Overflow = _validate.choice(overflow, "overflow", STREAM_OVERFLOWS)
         self._loop = loop
         self._on_close = on_close
-        # _cond guards everything below; never held across a call into the loop or a listener
-        # (call_soon_threadsafe only appends to the loop's queue and writes its self-pipe).
+        # _cond guards everything below; never held across a call into the loop, a listener
+        # or the monitor (the wake-up is decided under it and made after it is let go).
         self._cond = threading.Condition(threading.Lock())
-        self._items: deque[EventBatch | list[MonitorEvent]] = deque()
-        self._depth = 0  # events in _items and in hand
-        self._table: dict[tuple[int, str], MonitorEvent] = {}  # coalesced, newer than _items
-        self._hand: _Hand | None = None
+        self._items: deque[_Item] = deque()
+        self._hand: _Item | None = None  # the item being handed out, from _pos on
+        self._pos = 0
+        self._depth = 0  # events in _items and left in _hand
+        self._table: dict[tuple[int, str], StreamEvent] = {}  # coalesced, newer than _items
         self._waiter: asyncio.Future[None] | None = None
         self._wake_pending = False
+        self._putters = 0  # "block" puts waiting for room
         self._ended = False  # the monitor stopped: end after what is queued
-        self._closed = False  # aclose(): end now, refuse what comes
+        self._closed = False  # aclose() or the end: refuse what comes
         self.dropped = 0
         self.coalesced = 0
         self.wakeups = 0
+        self.batches = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def overflow(self) -> Overflow:
+        return self._overflow
 
     # -- the listener side (the monitor's listener thread for this stream) -----------------
 
@@ -90,46 +131,71 @@ class EventStream(SubscriberListener):
         with self._cond:
             if self._closed:
                 return
-            if self._overflow == "block":
-                # Waits release the lock; aclose() and the consumer notify. A batch put in an
-                # empty queue goes in whole, whatever its size (each put makes progress).
+            self.batches += 1
+            overflow = self._overflow
+            if overflow == "block":
+                # The wait lets go of the lock; the consumer and aclose() notify. A batch put
+                # in an empty queue goes in whole, whatever its size (each put makes progress).
                 while self._depth and self._depth + n > self._capacity and not self._closed:
-                    self._cond.wait()
+                    self._putters += 1
+                    try:
+                        self._cond.wait()
+                    finally:
+                        self._putters -= 1
                 if self._closed:
                     return
                 self._push(batch, n)
-            elif self._overflow == "drop-oldest":
+            elif overflow == "drop-oldest":
                 excess = self._depth + n - self._capacity
                 if excess > 0:
                     self._drop_first(excess)
                 self._push(batch, n)
+            elif overflow == "drop-newest":
+                room = max(self._capacity - self._depth, 0) if self._depth else n
+                if room < n:
+                    self.dropped += n - room
+                if room:
+                    self._push(batch.slice(0, room) if room < n else batch, min(room, n))
             elif self._table or self._depth + n > self._capacity:
-                # coalesce: past capacity (and from then on, until the table is taken, so
-                # order holds) events go to a table of each topic's newest.
+                # coalesce: past capacity (and from then on, until the consumer takes the
+                # table, so the order holds) events go to a table of each topic's newest.
                 room = max(0, self._capacity - self._depth) if not self._table else 0
                 if room:
                     self._push(batch.slice(0, room), room)
                 table = self._table
                 for event in batch.slice(room, n):
-                    key = _key(event)
+                    key = _key(event)  # type: ignore[arg-type]  # no received in a stream
                     if table.pop(key, None) is not None:
                         self.coalesced += 1
-                    table[key] = event
+                    table[key] = event  # type: ignore[assignment]
             else:
                 self._push(batch, n)
+            wake = self._wake_needed()
+        if wake:
             self._wake()
 
     def on_stopped(self, event: Stopped) -> None:
         with self._cond:
             self._ended = True
+            wake = self._wake_needed()
+        if wake:
             self._wake()
 
-    def _push(self, item: EventBatch | list[MonitorEvent], n: int) -> None:
+    def _push(self, item: _Item, n: int) -> None:
         self._items.append(item)
         self._depth += n
 
     def _drop_first(self, count: int) -> None:
-        """Drop up to ``count`` of the oldest queued events (not those in hand); lock held."""
+        """Drop up to ``count`` of the oldest events, those in hand first (lock held)."""
+        if self._hand is not None:
+            left = len(self._hand) - self._pos
+            gone = min(left, count)
+            self._pos += gone
+            if gone == left:
+                self._hand = None
+            count -= gone
+            self._depth -= gone
+            self.dropped += gone
         items = self._items
         while count > 0 and items:
             head = items[0]
@@ -144,15 +210,23 @@ class EventStream(SubscriberListener):
             self._depth -= gone
             self.dropped += gone
 
+    def _wake_needed(self) -> bool:
+        """Whether the consumer must be woken (lock held): it waits, and no wake-up is on its
+        way. Marks one as on its way."""
+        if self._waiter is None or self._wake_pending:
+            return False
+        self._wake_pending = True
+        self.wakeups += 1
+        return True
+
     def _wake(self) -> None:
-        """Wake the consumer once (lock held): one loop callback until it has run."""
-        if self._waiter is not None and not self._wake_pending:
-            self._wake_pending = True
-            self.wakeups += 1
-            try:
-                self._loop.call_soon_threadsafe(self._woken)
-            except RuntimeError:  # the loop is closed: nobody is left to wake
+        """One loop callback to wake the consumer (lock not held)."""
+        try:
+            self._loop.call_soon_threadsafe(self._woken)
+        except RuntimeError:  # the loop is closed: nobody is left to wake
+            with self._cond:
                 self._closed = True
+                self._cond.notify_all()
 
     # -- the loop side ---------------------------------------------------------------------
 
@@ -166,32 +240,37 @@ class EventStream(SubscriberListener):
     def __aiter__(self) -> EventStream:
         return self
 
-    async def __anext__(self) -> MonitorEvent:
+    async def __anext__(self) -> StreamEvent:
         while True:
             with self._cond:
                 hand = self._hand
                 if hand is not None:
-                    it, left = hand
-                    event = next(it)
-                    self._hand = (it, left - 1) if left > 1 else None
+                    event = hand[self._pos]
+                    self._pos += 1
+                    if self._pos == len(hand):
+                        self._hand = None
                     self._depth -= 1
-                    if self._overflow == "block":
+                    if self._putters:
                         self._cond.notify_all()
-                    return event
+                    return event  # type: ignore[return-value]  # no received in a stream
                 if self._closed:
                     break
                 if self._items:
-                    item = self._items.popleft()
-                    self._hand = (iter(item), len(item))
+                    self._hand = self._items.popleft()
+                    self._pos = 0
                     continue
                 if self._table:
                     events = list(self._table.values())
                     self._table = {}
-                    self._items.append(events)
-                    self._depth += len(events)
+                    self._push(events, len(events))
                     continue
                 if self._ended:
                     break
+                if self._waiter is not None and not self._waiter.done():
+                    raise RuntimeError(
+                        "another task is already waiting on this event stream: one consumer "
+                        "per stream (call mon.events() again for another)"
+                    )
                 waiter = self._loop.create_future()
                 self._waiter = waiter
             await waiter
@@ -212,7 +291,7 @@ class EventStream(SubscriberListener):
 
     async def aclose(self) -> None:
         """Stop the stream: what is queued is discarded, later batches refused, and the
-        stream leaves the monitor's listeners."""
+        stream leaves the monitor's listeners. Idempotent."""
         self._finish()
         with self._cond:
             waiter, self._waiter = self._waiter, None
@@ -226,6 +305,11 @@ class EventStream(SubscriberListener):
         await self.aclose()
 
     @property
+    def closed(self) -> bool:
+        """Ended (the monitor stopped and everything was taken) or :meth:`aclose` d."""
+        return self._closed
+
+    @property
     def queued(self) -> int:
         """Events waiting to be taken (queue and coalescing table)."""
         with self._cond:
@@ -233,9 +317,10 @@ class EventStream(SubscriberListener):
 
 
 class TopicWait(SubscriberListener):
-    """Wakes a loop once per batch that names ``topic`` (for ``wait_for``: the caller then
-    reads the topic's status). ``ReceivedTopicWait`` takes ``received`` events too (a topic
-    going ALIVE from PENDING announces itself only by its first beat)."""
+    """Wakes a loop once per batch that names ``topic`` (for ``wait_for``: the waiter then
+    reads the topic's status), and on :meth:`poke` (a call that may change a state without an
+    event, as ``resume``). :class:`ReceivedTopicWait` takes ``received`` events too: a topic
+    going ALIVE from PENDING or from unknown announces itself only by its first beat."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, topic: str) -> None:
         self._loop = loop
@@ -243,18 +328,21 @@ class TopicWait(SubscriberListener):
         self._lock = threading.Lock()
         self._pending = False
         self.changed = asyncio.Event()  # set on the loop; cleared by the waiter
+        self.wakeups = 0
 
     def on_events(self, batch: EventBatch) -> None:
-        if self._topic not in batch.topic_list():
-            return
+        if self._topic in batch.topic_list():
+            self.poke()
+
+    def poke(self) -> None:
+        """Wake the waiter (from any thread): one loop callback until it has run."""
         with self._lock:
             if self._pending:
                 return
             self._pending = True
-        try:
+            self.wakeups += 1
+        with contextlib.suppress(RuntimeError):  # loop closed: the waiter is gone
             self._loop.call_soon_threadsafe(self._set)
-        except RuntimeError:  # loop closed: the waiter is gone
-            pass
 
     def _set(self) -> None:
         with self._lock:
@@ -266,40 +354,52 @@ class ReceivedTopicWait(TopicWait):
     wants_received: ClassVar[bool] = True
 
 
-WAITABLE: tuple[State, ...] = (State.ALIVE, State.FAILED)
+class LoopCheck:
+    """A publisher's coroutine check on ``loop``: :meth:`start` hands the awaitable to the
+    loop and returns at once (no thread waits for it); ``done(result, error, cancelled)`` is
+    called on the loop's thread when it ends. :meth:`cancel` (from any thread) cancels it: a
+    check past its time limit is cancelled, not left to run."""
 
+    __slots__ = ("_future",)
 
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
+    def __init__(self) -> None:
+        self._future: concurrent.futures.Future[object] | None = None
 
+    def start(
+        self,
+        awaitable: Awaitable[object],
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[object, BaseException | None, bool], None],
+    ) -> None:
+        """Schedule ``awaitable`` on ``loop``; ``RuntimeError`` if the loop is closed."""
 
-def run_on_loop(
-    check: Callable[[], object],
-    loop: Callable[[], asyncio.AbstractEventLoop | None],
-    timeout: Callable[[], float],
-    name: str,
-) -> Callable[[], object]:
-    """``check`` as a plain callable for a publisher's check thread: when it returns an
-    awaitable (a coroutine function's call), the awaitable runs on ``loop()`` (the user's
-    loop) and the thread waits for it at most ``timeout()`` seconds, then cancels it and
-    raises :class:`~heartwire.checks.CheckFailed` (so a slow coroutine holds a check thread no
-    longer than the beat's time limit)."""
+        async def run() -> object:
+            return await awaitable
 
-    def call() -> object:
-        result = check()
-        if not inspect.isawaitable(result):
-            return result
-        target = loop()
-        if target is None or target.is_closed():
-            if inspect.iscoroutine(result):
-                result.close()
-            raise CheckFailed(f"{name}: no running event loop for the coroutine check")
-        future = asyncio.run_coroutine_threadsafe(_await(result), target)
-        limit = timeout()
+        runner = run()
         try:
-            return future.result(limit)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise CheckFailed(f"{name} timed out after {limit:g} s") from None
+            future = asyncio.run_coroutine_threadsafe(runner, loop)
+        except RuntimeError:  # the loop is closed: never awaited, and no warning for it
+            runner.close()
+            close = getattr(awaitable, "close", None)
+            if callable(close):
+                close()
+            raise
+        self._future = future
 
-    return call
+        def finished(fut: concurrent.futures.Future[object]) -> None:
+            if fut.cancelled():
+                done(None, None, True)
+                return
+            error = fut.exception()
+            done(None if error is not None else fut.result(), error, False)
+
+        future.add_done_callback(finished)
+
+    def cancel(self) -> None:
+        """Cancel the coroutine (its ``done`` then reports it cancelled). Call it without
+        holding a lock ``done`` takes: a future not started yet calls ``done`` at once, on the
+        calling thread."""
+        future = self._future
+        if future is not None:
+            future.cancel()

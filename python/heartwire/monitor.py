@@ -45,19 +45,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as _dt
-import math
 import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any, Literal, overload
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from heartwire import _core, _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire._exit import Running
 from heartwire._throttle import worth_logging
-from heartwire.aio import WAITABLE, EventStream, ReceivedTopicWait, StreamOverflow, TopicWait
+from heartwire.aio import WAITABLE, EventStream, ReceivedTopicWait, TopicWait
 from heartwire.beat import DECODE_REASONS, BeatCodec, DecodeError
 from heartwire.control import (
     CONTROL_OPS,
@@ -70,6 +69,7 @@ from heartwire.control import (
 from heartwire.events import (
     ExceptionEvent,
     Started,
+    State,
     Stopped,
     TopicStatus,
     real_clock_offset,
@@ -386,6 +386,10 @@ class HeartbeatMonitor:
         self._held_paused: set[int] = set()
         # Handles being resumed in the detector by a thread that let go of the lock for it.
         self._resuming: set[int] = set()
+        # asyncio: the event streams open (closed by ``async with``'s exit) and the wait_for
+        # calls waiting (poked by resume(), which changes states without an event).
+        self._streams: set[EventStream] = set()
+        self._waits: set[TopicWait] = set()
         self._subscription: Subscription | None = None
         # The detector's events to the listeners (its switches run under self._lock).
         # Maintenance windows: their occurrences are core silences, registered ahead and topped
@@ -1048,6 +1052,10 @@ class HeartbeatMonitor:
                 resume = [h for h in self._det.handles() if h not in keep]
             self._resuming.update(resume)
         self._resume_in_detector(resume)
+        with self._lock:
+            waits = list(self._waits)
+        for wait in waits:  # a resumed topic may be ALIVE now, with no event to say so
+            wait.poke()
         return True
 
     def _resume_in_detector(self, handles: list[int]) -> None:
@@ -1097,8 +1105,8 @@ class HeartbeatMonitor:
     # -- asyncio ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> HeartbeatMonitor:
-        """``async with``: :meth:`start` on a worker thread (it subscribes over the network),
-        so the loop is not blocked."""
+        """``async with``: :meth:`start` on a worker thread (over STOMP it subscribes over the
+        network), so the loop is not blocked."""
         await asyncio.to_thread(self.start)
         return self
 
@@ -1107,7 +1115,9 @@ class HeartbeatMonitor:
         would otherwise hold a ``"block"`` stream's listener thread, and stop() with it), then
         :meth:`astop`. To get every event up to the stop in a stream, ``await mon.astop()``
         inside the block: the streams end after the last one."""
-        for stream in list(self._streams):
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
             await stream.aclose()
         await self.astop()
 
@@ -1117,90 +1127,96 @@ class HeartbeatMonitor:
         last events, then end."""
         await asyncio.to_thread(self.stop, timeout)
 
-    def events(self, capacity: int = 10_000, overflow: StreamOverflow = "block") -> EventStream:
+    def events(self, capacity: int = 10_000, overflow: Overflow = "block") -> EventStream:
         """The detector events from now on, for ``async for`` on the running loop: failed,
         resumed, flapping, local pause, lagging and caught up (see
-        :class:`~heartwire.aio.EventStream`). ``capacity`` events are held for a consumer that
-        falls behind; then ``overflow``: ``"block"`` (the stream's listener thread waits, and
-        its listener queue drops by ``listener_overflow`` if the wait is long), ``"drop-oldest"``
-        (counted in ``stream.dropped``) or ``"coalesce"`` (each topic's newest event;
+        :class:`~heartwire.aio.EventStream`; ``received`` are not streamed). ``capacity``
+        events are held for a consumer that falls behind; then ``overflow``: ``"block"`` (the
+        stream's listener thread waits, and its listener queue drops by ``listener_overflow``
+        if the wait is long), ``"drop-oldest"`` or ``"drop-newest"`` (counted in
+        ``stream.dropped``) or ``"coalesce"`` (each topic's newest event;
         ``stream.coalesced``). The loop is woken at most once per batch. The stream ends when
-        the monitor stops or on ``stream.aclose()`` (``async with mon.events() as stream``);
-        ``RuntimeError`` if the monitor is not running or no loop is running."""
+        the monitor stops or on ``stream.aclose()`` (``async with mon.events() as stream``).
+        ``RuntimeError`` if no loop is running or the monitor is not running."""
         loop = asyncio.get_running_loop()
-        if not self._running:
-            raise RuntimeError(f"monitor of {self._pattern!r} is not running: start it first")
         stream = EventStream(loop, capacity, overflow, on_close=self._stream_closed)
-        self._streams.add(stream)
-        self.add_listener(stream)
+        with self._lock:
+            if not self._running:
+                raise RuntimeError(f"monitor of {self._pattern!r} is not running: start it first")
+            self._streams.add(stream)
+            # Under the lock: a stop() cannot come between the check and the registration
+            # (adding a listener takes no other lock and calls no listener).
+            self.add_listener(stream)
         return stream
 
     def _stream_closed(self, stream: EventStream) -> None:
-        self._streams.discard(stream)
+        with self._lock:
+            self._streams.discard(stream)
         self.remove_listener(stream)
 
-    @overload
     async def wait_for(
-        self, topic: str, state: Literal[State.ALIVE, State.FAILED], timeout: float
-    ) -> TopicStatus: ...
-    @overload
-    async def wait_for(
-        self, topic: str, state: Literal[State.ALIVE, State.FAILED], timeout: None = None
-    ) -> TopicStatus: ...
-    async def wait_for(
-        self, topic: str, state: State, timeout: float | None = None
+        self,
+        topic: str,
+        state: Literal[State.ALIVE, State.FAILED],
+        timeout: float | None = None,
     ) -> TopicStatus:
         """Wait until ``topic`` is in ``state`` (``State.ALIVE`` or ``State.FAILED``: the
         states events announce) and return its status; at once if it already is. A topic not
-        watched yet is waited for. ``TimeoutError`` naming the topic, the state and the state
-        it has after ``timeout`` seconds (real time, also under a ManualClock; ``None``: no
-        limit). The loop is woken once per event batch that names the topic."""
+        watched yet is waited for (learned from its first beat). ``TimeoutError`` naming the
+        topic, the state and the state it has after ``timeout`` seconds (real time, also
+        under a ManualClock; ``None``: no limit). The loop is woken once per event batch that
+        names the topic (and at :meth:`resume`); waiting for ALIVE, the monitor asks the core
+        for ``received`` events meanwhile (one batch per dispatch round, not a call per beat)."""
         topic = validate_topic(topic, "topic")
         if not isinstance(state, State):
-            raise TypeError(f"state must be a heartwire.State, got {type(state).__name__} {state!r}")
+            raise TypeError(
+                f"state must be a heartwire.State, got {type(state).__name__} {state!r}"
+            )
         if state not in WAITABLE:
             raise ValueError(
                 f"state must be State.ALIVE or State.FAILED (the states events announce), "
                 f"got State.{state.name}"
             )
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or timeout < 0
-        ):
-            raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+        timeout = _validate.seconds(timeout, "timeout", allow_none=True, allow_zero=True)
         loop = asyncio.get_running_loop()
-        # Registered before the first look: a change after it wakes the waiter.
+        status = self._in_state(topic, state)
+        if status is not None:
+            return status
+        if timeout == 0:
+            raise TimeoutError(
+                f"topic {topic!r} not {state.name} after 0 s (it is {self._state_of(topic)})"
+            )
+        # Registered before the next look: a change after it wakes the waiter.
         waiter = (ReceivedTopicWait if state is State.ALIVE else TopicWait)(loop, topic)
+        with self._lock:
+            self._waits.add(waiter)
         self.add_listener(waiter)
         try:
-            async with asyncio.timeout(timeout) if hasattr(asyncio, "timeout") else _nullctx():
-                return await self._wait_loop(waiter, topic, state, timeout)
-        except TimeoutError:
-            now = self._state_of(topic)
+            return await asyncio.wait_for(self._wait_loop(waiter, topic, state), timeout)
+        except asyncio.TimeoutError:  # (TimeoutError itself from Python 3.11 on)
             raise TimeoutError(
-                f"topic {topic!r} not {state.name} after {timeout:g} s (it is {now})"
+                f"topic {topic!r} not {state.name} after {timeout:g} s "
+                f"(it is {self._state_of(topic)})"
             ) from None
         finally:
+            with self._lock:
+                self._waits.discard(waiter)
             self.remove_listener(waiter)
 
-    async def _wait_loop(
-        self, waiter: TopicWait, topic: str, state: State, timeout: float | None
-    ) -> TopicStatus:
+    async def _wait_loop(self, waiter: TopicWait, topic: str, state: State) -> TopicStatus:
         while True:
             waiter.changed.clear()
-            try:
-                status = self.status(topic)
-            except KeyError:
-                pass
-            else:
-                if status.state is state:
-                    return status
-            if hasattr(asyncio, "timeout"):
-                await waiter.changed.wait()
-            else:  # Python 3.10: no asyncio.timeout
-                await asyncio.wait_for(waiter.changed.wait(), timeout)
+            status = self._in_state(topic, state)
+            if status is not None:
+                return status
+            await waiter.changed.wait()
+
+    def _in_state(self, topic: str, state: State) -> TopicStatus | None:
+        try:
+            status = self.status(topic)
+        except KeyError:
+            return None
+        return status if status.state is state else None
 
     def _state_of(self, topic: str) -> str:
         try:
