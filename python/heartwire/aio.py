@@ -52,10 +52,12 @@ StreamEvent = Failed | Resumed | Flapping | LocalPause | Lagging | CaughtUp
 
 #: What a full :class:`EventStream` does with a new batch, as the monitor's own event queue
 #: (``overflow``): ``"block"`` makes the stream's listener thread wait for room (then that
-#: listener's own queue takes the back-pressure, by the monitor's ``listener_overflow``);
-#: ``"drop-oldest"`` drops the oldest queued events, ``"drop-newest"`` the new batch's that do
-#: not fit; ``"coalesce"`` keeps each topic's newest event (topicless events: the newest of
-#: each kind). Every loss is counted (``dropped``, ``coalesced``).
+#: listener's own queue takes the back-pressure, by the monitor's ``listener_overflow``; a
+#: batch put in an empty stream goes in whole, whatever its size); ``"drop-oldest"`` keeps the
+#: newest ``capacity`` events, ``"drop-newest"`` the oldest (the new batch's events that do not
+#: fit are dropped); ``"coalesce"`` keeps each topic's newest event past ``capacity``
+#: (topicless events: the newest of each kind), in the order of their latest update. Every
+#: loss is counted (``dropped``, ``coalesced``).
 STREAM_OVERFLOWS: tuple[Overflow, ...] = ("block", "drop-oldest", "drop-newest", "coalesce")
 
 #: The states :meth:`~heartwire.monitor.HeartbeatMonitor.wait_for` waits for: those events
@@ -146,16 +148,22 @@ class EventStream(SubscriberListener):
                     return
                 self._push(batch, n)
             elif overflow == "drop-oldest":
+                # The newest `capacity` events stay: the queued ones go first, then the new
+                # batch's oldest.
                 excess = self._depth + n - self._capacity
                 if excess > 0:
-                    self._drop_first(excess)
+                    self._drop_first(min(excess, self._depth))
+                    cut = n - self._capacity
+                    if cut > 0:
+                        self.dropped += cut
+                        batch, n = batch.slice(cut, n), self._capacity
                 self._push(batch, n)
             elif overflow == "drop-newest":
-                room = max(self._capacity - self._depth, 0) if self._depth else n
+                room = min(max(self._capacity - self._depth, 0), n)
                 if room < n:
                     self.dropped += n - room
                 if room:
-                    self._push(batch.slice(0, room) if room < n else batch, min(room, n))
+                    self._push(batch.slice(0, room) if room < n else batch, room)
             elif self._table or self._depth + n > self._capacity:
                 # coalesce: past capacity (and from then on, until the consumer takes the
                 # table, so the order holds) events go to a table of each topic's newest.
@@ -308,6 +316,12 @@ class EventStream(SubscriberListener):
     def closed(self) -> bool:
         """Ended (the monitor stopped and everything was taken) or :meth:`aclose` d."""
         return self._closed
+
+    @property
+    def waiting(self) -> bool:
+        """A consumer waits for the next event (the next batch wakes the loop)."""
+        with self._cond:
+            return self._waiter is not None and not self._waiter.done()
 
     @property
     def queued(self) -> int:
