@@ -231,10 +231,8 @@ class EventStream(SubscriberListener):
         """One loop callback to wake the consumer (lock not held)."""
         try:
             self._loop.call_soon_threadsafe(self._woken)
-        except RuntimeError:  # the loop is closed: nobody is left to wake
-            with self._cond:
-                self._closed = True
-                self._cond.notify_all()
+        except RuntimeError:  # the loop is closed: nobody is left to read, leave the monitor
+            self._finish()
 
     # -- the loop side ---------------------------------------------------------------------
 
@@ -331,22 +329,29 @@ class EventStream(SubscriberListener):
 
 
 class TopicWait(SubscriberListener):
-    """Wakes a loop once per batch that names ``topic`` (for ``wait_for``: the waiter then
-    reads the topic's status), and on :meth:`poke` (a call that may change a state without an
-    event, as ``resume``). :class:`ReceivedTopicWait` takes ``received`` events too: a topic
-    going ALIVE from PENDING or from unknown announces itself only by its first beat."""
+    """Wakes a loop (for ``wait_for``) when ``ready()`` says so after a batch: one call per
+    batch on this listener's thread (a status lookup: nothing per event), no loop callback
+    until it is true. Also on :meth:`poke` (a call that may change a state without an event,
+    as ``resume``) and when the monitor stops (:attr:`stopped`). :class:`ReceivedTopicWait`
+    takes ``received`` events too: a topic going ALIVE from PENDING or from unknown announces
+    itself only by its first beat."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, topic: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, ready: Callable[[], bool]) -> None:
         self._loop = loop
-        self._topic = topic
+        self._ready = ready
         self._lock = threading.Lock()
         self._pending = False
         self.changed = asyncio.Event()  # set on the loop; cleared by the waiter
+        self.stopped = False
         self.wakeups = 0
 
     def on_events(self, batch: EventBatch) -> None:
-        if self._topic in batch.topic_list():
+        if self._ready():
             self.poke()
+
+    def on_stopped(self, event: Stopped) -> None:
+        self.stopped = True
+        self.poke()
 
     def poke(self) -> None:
         """Wake the waiter (from any thread): one loop callback until it has run."""

@@ -387,7 +387,9 @@ class HeartbeatMonitor:
         # Handles being resumed in the detector by a thread that let go of the lock for it.
         self._resuming: set[int] = set()
         # asyncio: the event streams open (closed by ``async with``'s exit) and the wait_for
-        # calls waiting (poked by resume(), which changes states without an event).
+        # calls waiting (poked by resume(), which changes states without an event), under a
+        # lock of their own: the loop's thread never waits for the monitor's lock there.
+        self._aio_lock = threading.Lock()
         self._streams: set[EventStream] = set()
         self._waits: set[TopicWait] = set()
         self._subscription: Subscription | None = None
@@ -1052,7 +1054,7 @@ class HeartbeatMonitor:
                 resume = [h for h in self._det.handles() if h not in keep]
             self._resuming.update(resume)
         self._resume_in_detector(resume)
-        with self._lock:
+        with self._aio_lock:
             waits = list(self._waits)
         for wait in waits:  # a resumed topic may be ALIVE now, with no event to say so
             wait.poke()
@@ -1115,7 +1117,7 @@ class HeartbeatMonitor:
         would otherwise hold a ``"block"`` stream's listener thread, and stop() with it), then
         :meth:`astop`. To get every event up to the stop in a stream, ``await mon.astop()``
         inside the block: the streams end after the last one."""
-        with self._lock:
+        with self._aio_lock:
             streams = list(self._streams)
         for stream in streams:
             await stream.aclose()
@@ -1137,20 +1139,29 @@ class HeartbeatMonitor:
         ``stream.dropped``) or ``"coalesce"`` (each topic's newest event;
         ``stream.coalesced``). The loop is woken at most once per batch. The stream ends when
         the monitor stops or on ``stream.aclose()`` (``async with mon.events() as stream``).
-        ``RuntimeError`` if no loop is running or the monitor is not running."""
+        ``RuntimeError`` if no loop is running or the monitor is not running. With
+        ``listener_queue=None`` the stream is called on the dispatch thread: ``"block"`` then
+        holds that thread, and the monitor's own queue (``overflow``) takes the back-pressure."""
         loop = asyncio.get_running_loop()
         stream = EventStream(loop, capacity, overflow, on_close=self._stream_closed)
+        with self._aio_lock:
+            self._streams.add(stream)
+        self._register(stream)
+        return stream
+
+    def _register(self, listener: SubscriberListener) -> None:
+        """Add an asyncio listener that must get ``on_stopped`` (so its waiter ends):
+        ``RuntimeError`` if the monitor is not running. Under the monitor's lock: stop()
+        marks the monitor stopped under it before it emits ``on_stopped``, so the listener
+        is either added in time for it or refused (adding takes no other lock, calls no
+        listener; the lock is held across network calls only by start() and stop())."""
         with self._lock:
             if not self._running:
                 raise RuntimeError(f"monitor of {self._pattern!r} is not running: start it first")
-            self._streams.add(stream)
-            # Under the lock: a stop() cannot come between the check and the registration
-            # (adding a listener takes no other lock and calls no listener).
-            self.add_listener(stream)
-        return stream
+            self.add_listener(listener)
 
     def _stream_closed(self, stream: EventStream) -> None:
-        with self._lock:
+        with self._aio_lock:
             self._streams.discard(stream)
         self.remove_listener(stream)
 
@@ -1164,9 +1175,11 @@ class HeartbeatMonitor:
         states events announce) and return its status; at once if it already is. A topic not
         watched yet is waited for (learned from its first beat). ``TimeoutError`` naming the
         topic, the state and the state it has after ``timeout`` seconds (real time, also
-        under a ManualClock; ``None``: no limit). The loop is woken once per event batch that
-        names the topic (and at :meth:`resume`); waiting for ALIVE, the monitor asks the core
-        for ``received`` events meanwhile (one batch per dispatch round, not a call per beat)."""
+        under a ManualClock; ``None``: no limit); ``RuntimeError`` if the monitor is not
+        running, or stops before. The state is looked up once per event batch (on a listener
+        thread), and the loop woken when it is reached (or at :meth:`resume`); waiting for
+        ALIVE, the monitor asks the core for ``received`` events meanwhile (one batch per
+        dispatch round, not a call per beat)."""
         topic = validate_topic(topic, "topic")
         if not isinstance(state, State):
             raise TypeError(
@@ -1187,10 +1200,11 @@ class HeartbeatMonitor:
                 f"topic {topic!r} not {state.name} after 0 s (it is {self._state_of(topic)})"
             )
         # Registered before the next look: a change after it wakes the waiter.
-        waiter = (ReceivedTopicWait if state is State.ALIVE else TopicWait)(loop, topic)
-        with self._lock:
+        kind = ReceivedTopicWait if state is State.ALIVE else TopicWait
+        waiter = kind(loop, lambda: self._in_state(topic, state) is not None)
+        self._register(waiter)
+        with self._aio_lock:
             self._waits.add(waiter)
-        self.add_listener(waiter)
         try:
             return await asyncio.wait_for(self._wait_loop(waiter, topic, state), timeout)
         except asyncio.TimeoutError:  # (TimeoutError itself from Python 3.11 on)
@@ -1199,7 +1213,7 @@ class HeartbeatMonitor:
                 f"(it is {self._state_of(topic)})"
             ) from None
         finally:
-            with self._lock:
+            with self._aio_lock:
                 self._waits.discard(waiter)
             self.remove_listener(waiter)
 
@@ -1209,6 +1223,11 @@ class HeartbeatMonitor:
             status = self._in_state(topic, state)
             if status is not None:
                 return status
+            if waiter.stopped:
+                raise RuntimeError(
+                    f"monitor of {self._pattern!r} stopped while waiting for topic {topic!r} "
+                    f"to be {state.name} (it is {self._state_of(topic)})"
+                )
             await waiter.changed.wait()
 
     def _in_state(self, topic: str, state: State) -> TopicStatus | None:

@@ -406,3 +406,53 @@ async def test_embedded_broker_publisher_and_monitor_under_async_with() -> None:
             assert (ev.topic, ev.missed) == ("svc.api", 2)
     finally:
         broker.close()
+
+
+async def test_wait_for_wakes_the_loop_only_when_the_state_is_reached(
+    manual: tuple[hw.ManualClock, hw.HeartbeatMonitor],
+) -> None:
+    clock, mon = manual
+    mon.expect("svc.a", period=3.0)
+    mon.expect("svc.b")
+    loop = asyncio.get_running_loop()
+    calls = 0
+    plain = loop.call_soon_threadsafe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:  # counts the loop's cross-thread calls
+        nonlocal calls
+        calls += 1
+        return plain(*args, **kwargs)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        failed = asyncio.ensure_future(mon.wait_for("svc.a", State.FAILED, timeout=WAIT))
+        await asyncio.sleep(0.01)
+        clock.set(2.5)  # svc.b fails at 1.0 and 2.0: batches, but svc.a is not FAILED
+        # (drain on the loop's thread: the listeners need no loop, and to_thread would make
+        # a loop call of its own)
+        assert mon.drain(WAIT)
+        assert calls == 0 and not failed.done()
+        clock.set(3.5)  # svc.a fails at 3.0
+        status = await failed
+    finally:
+        loop.call_soon_threadsafe = plain  # type: ignore[method-assign]
+    assert (status.topic, status.failed_since) == ("svc.a", 3.0)
+    assert calls == 1
+
+
+async def test_wait_for_on_a_monitor_not_running_or_stopping_meanwhile() -> None:
+    clock = hw.ManualClock()
+    mon = hw.HeartbeatMonitor(None, "svc.>", clock=clock, period=1.0, grace=0.0)
+    with pytest.raises(RuntimeError, match=r"monitor of 'svc\.>' is not running"):
+        await mon.wait_for("svc.a", State.ALIVE, timeout=WAIT)
+    async with mon:
+        mon.expect("svc.a")
+        alive = asyncio.ensure_future(mon.wait_for("svc.a", State.ALIVE, timeout=WAIT))
+        await asyncio.sleep(0.01)
+        await mon.astop()
+        with pytest.raises(
+            RuntimeError,
+            match=r"stopped while waiting for topic 'svc\.a' to be ALIVE \(it is State\.",
+        ):
+            await alive
+    assert mon.listeners == []
