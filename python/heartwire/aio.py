@@ -78,8 +78,10 @@ def _key(event: StreamEvent) -> tuple[int, str]:
 class EventStream(SubscriberListener):
     """A monitor's detector events (failed, resumed, flapping, local pause, lagging, caught
     up) for ``async for``, through a queue of ``capacity`` events with ``overflow``
-    (:data:`STREAM_OVERFLOWS`). It ends when the monitor stops (after the events produced
-    before the stop) or when :meth:`aclose` is called (``async with`` does).
+    (:data:`STREAM_OVERFLOWS`); the batch being handed out (taken from the queue whole, its
+    events built on the loop in one pass) no longer counts in it. It ends when the monitor
+    stops (after the events produced before the stop) or when :meth:`aclose` is called
+    (``async with`` does).
 
     Made by :meth:`HeartbeatMonitor.events <heartwire.monitor.HeartbeatMonitor.events>`; its
     counters: ``dropped`` (``"drop-oldest"``, ``"drop-newest"``), ``coalesced``
@@ -102,9 +104,11 @@ class EventStream(SubscriberListener):
         # or the monitor (the wake-up is decided under it and made after it is let go).
         self._cond = threading.Condition(threading.Lock())
         self._items: deque[_Item] = deque()
-        self._hand: _Item | None = None  # the item being handed out, from _pos on
+        self._depth = 0  # events in _items (those in hand are taken: not counted)
+        # The loop's side only (no lock): the events of the item taken last, built on the
+        # loop, handed out from _pos on.
+        self._hand: list[StreamEvent] = []
         self._pos = 0
-        self._depth = 0  # events in _items and left in _hand
         self._table: dict[tuple[int, str], StreamEvent] = {}  # coalesced, newer than _items
         self._waiter: asyncio.Future[None] | None = None
         self._wake_pending = False
@@ -194,16 +198,7 @@ class EventStream(SubscriberListener):
         self._depth += n
 
     def _drop_first(self, count: int) -> None:
-        """Drop up to ``count`` of the oldest events, those in hand first (lock held)."""
-        if self._hand is not None:
-            left = len(self._hand) - self._pos
-            gone = min(left, count)
-            self._pos += gone
-            if gone == left:
-                self._hand = None
-            count -= gone
-            self._depth -= gone
-            self.dropped += gone
+        """Drop up to ``count`` of the oldest queued events (lock held)."""
         items = self._items
         while count > 0 and items:
             head = items[0]
@@ -247,38 +242,41 @@ class EventStream(SubscriberListener):
         return self
 
     async def __anext__(self) -> StreamEvent:
+        pos = self._pos
+        if pos < len(self._hand) and not self._closed:  # the common case: no lock
+            self._pos = pos + 1
+            return self._hand[pos]
         while True:
             with self._cond:
-                hand = self._hand
-                if hand is not None:
-                    event = hand[self._pos]
-                    self._pos += 1
-                    if self._pos == len(hand):
-                        self._hand = None
-                    self._depth -= 1
-                    if self._putters:
-                        self._cond.notify_all()
-                    return event  # type: ignore[return-value]  # no received in a stream
                 if self._closed:
                     break
                 if self._items:
-                    self._hand = self._items.popleft()
-                    self._pos = 0
-                    continue
-                if self._table:
-                    events = list(self._table.values())
+                    item = self._items.popleft()
+                    self._depth -= len(item)
+                    if self._putters:
+                        self._cond.notify_all()  # room for a "block" put
+                elif self._table:
+                    item = list(self._table.values())
                     self._table = {}
-                    self._push(events, len(events))
-                    continue
-                if self._ended:
+                elif self._ended:
                     break
-                if self._waiter is not None and not self._waiter.done():
-                    raise RuntimeError(
-                        "another task is already waiting on this event stream: one consumer "
-                        "per stream (call mon.events() again for another)"
-                    )
-                waiter = self._loop.create_future()
-                self._waiter = waiter
+                else:
+                    item = None
+                    if self._waiter is not None and not self._waiter.done():
+                        raise RuntimeError(
+                            "another task is already waiting on this event stream: one "
+                            "consumer per stream (call mon.events() again for another)"
+                        )
+                    waiter = self._loop.create_future()
+                    self._waiter = waiter
+            if item is not None:
+                # Built here, on the loop, out of the lock: the core's compact batch becomes
+                # event objects in one pass.
+                # (an EventBatch of a stream holds no received event)
+                hand: list[StreamEvent] = item if isinstance(item, list) else list(item)  # type: ignore[arg-type]
+                self._hand = hand
+                self._pos = 1
+                return hand[0]
             await waiter
         self._finish()
         raise StopAsyncIteration
@@ -288,7 +286,6 @@ class EventStream(SubscriberListener):
             self._closed = True
             self._items.clear()
             self._table = {}
-            self._hand = None
             self._depth = 0
             self._cond.notify_all()  # a "block" put waiting for room gives up
             on_close, self._on_close = self._on_close, None
@@ -299,6 +296,7 @@ class EventStream(SubscriberListener):
         """Stop the stream: what is queued is discarded, later batches refused, and the
         stream leaves the monitor's listeners. Idempotent."""
         self._finish()
+        self._hand = []
         with self._cond:
             waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
@@ -325,7 +323,7 @@ class EventStream(SubscriberListener):
     def queued(self) -> int:
         """Events waiting to be taken (queue and coalescing table)."""
         with self._cond:
-            return self._depth + len(self._table)
+            return self._depth + len(self._table) + max(0, len(self._hand) - self._pos)
 
 
 class TopicWait(SubscriberListener):
