@@ -456,3 +456,37 @@ async def test_wait_for_on_a_monitor_not_running_or_stopping_meanwhile() -> None
         ):
             await alive
     assert mon.listeners == []
+
+
+async def test_a_stream_on_a_monitor_without_listener_queues() -> None:
+    # listener_queue=None: the stream is called on the dispatch thread
+    clock = hw.ManualClock()
+    mon = hw.HeartbeatMonitor(
+        None, "svc.>", clock=clock, period=1.0, grace=0.0, listener_queue=None
+    )
+    async with mon:
+        mon.expect("svc.a")
+        stream = mon.events(capacity=1, overflow="drop-newest")
+        clock.set(2.5)  # missed at 1.0 and 2.0
+        assert await asyncio.to_thread(mon.drain, WAIT)
+        got = await take(stream, 1)
+        assert short(got) == [("failed", "svc.a", 1, 1.0)]
+        assert stream.dropped == 1  # (in one batch or two: the later event does not fit)
+
+
+async def test_events_in_hand_are_not_dropped(
+    ten: tuple[hw.ManualClock, hw.HeartbeatMonitor],
+) -> None:
+    clock, mon = ten
+    stream = mon.events(capacity=10, overflow="drop-oldest")
+    clock.set(1.5)  # ten failures (missed 1): one run of the detector, one batch
+    assert await asyncio.to_thread(mon.drain, WAIT)
+    assert stream.batches == 1
+    first = await take(stream, 1)  # the batch is in hand now, out of the queue
+    clock.set(2.5)  # ten more (missed 2): room for all ten, nothing dropped
+    assert await asyncio.to_thread(mon.drain, WAIT)
+    assert (stream.queued, stream.dropped) == (19, 0)
+    got = first + await take(stream, 19)
+    assert short(got) == [("failed", f"svc.{i}", 1, 1.0) for i in range(10)] + [
+        ("failed", f"svc.{i}", 2, 2.0) for i in range(10)
+    ]
