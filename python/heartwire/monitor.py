@@ -1178,8 +1178,8 @@ class HeartbeatMonitor:
         under a ManualClock; ``None``: no limit); ``RuntimeError`` if the monitor is not
         running, or stops before. The state is looked up once per event batch (on a listener
         thread), and the loop woken when it is reached (or at :meth:`resume`); waiting for
-        ALIVE, the monitor asks the core for ``received`` events meanwhile (one batch per
-        dispatch round, not a call per beat)."""
+        ALIVE a topic not watched yet or never heard (PENDING), the monitor asks the core for
+        ``received`` events meanwhile (one batch per dispatch round, not a call per beat)."""
         topic = validate_topic(topic, "topic")
         if not isinstance(state, State):
             raise TypeError(
@@ -1199,8 +1199,14 @@ class HeartbeatMonitor:
             raise TimeoutError(
                 f"topic {topic!r} not {state.name} after 0 s (it is {self._state_of(topic)})"
             )
-        # Registered before the next look: a change after it wakes the waiter.
-        kind = ReceivedTopicWait if state is State.ALIVE else TopicWait
+        # Registered before the next look: a change after it wakes the waiter. A topic not
+        # watched or never heard (PENDING) becomes ALIVE by a beat, with no event to say so:
+        # only then are received events asked for (a feed switch: a new dispatch thread, and
+        # another when the wait ends). A FAILED one resumes with an event; a PAUSED one with
+        # resume(), which pokes the waiters.
+        now = self._state_or_none(topic)
+        beats = state is State.ALIVE and now in (None, State.PENDING)
+        kind = ReceivedTopicWait if beats else TopicWait
         waiter = kind(loop, lambda: self._in_state(topic, state) is not None)
         self._register(waiter)
         with self._aio_lock:
@@ -1236,6 +1242,12 @@ class HeartbeatMonitor:
         except KeyError:
             return None
         return status if status.state is state else None
+
+    def _state_or_none(self, topic: str) -> State | None:
+        try:
+            return self.status(topic).state
+        except KeyError:
+            return None
 
     def _state_of(self, topic: str) -> str:
         try:

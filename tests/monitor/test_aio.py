@@ -315,6 +315,7 @@ async def test_wait_for_alive_from_pending_and_from_unknown(
     mon.beat("svc.a")
     mon.beat("svc.new")
     a, new = await pending, await unknown
+    assert mon.stats()["received"] == 2  # only beats announce these: asked for meanwhile
     assert (a.state, a.last_seen, new.state, new.last_seen) == (
         State.ALIVE,
         0.25,
@@ -338,6 +339,8 @@ async def test_wait_for_failed_then_alive_again(
     mon.beat("svc.a")
     status = await alive
     assert (status.state, status.last_seen) == (State.ALIVE, 1.5)
+    # a FAILED topic announces its recovery: no received events were asked of the core
+    assert mon.stats()["received"] == 0
     # the waits left the listeners (and the monitor stopped asking for received events)
     assert mon.listeners == []
 
