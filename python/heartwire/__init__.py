@@ -5,11 +5,12 @@ on them watches one topic or a wildcard of millions (:class:`HeartbeatMonitor`) 
 listener classes when a heartbeat is missed, how many times in a row, and when it comes back.
 
 This namespace is the user API: publishers, monitors, their listeners and events, :func:`connect`
-and the transport errors, reliable delivery (:class:`ReliableSender`, :class:`Consumer`,
-:class:`Transaction`, :class:`AlertListener`), health checks (:mod:`heartwire.checks`) and
-:class:`ManualClock` for tests. :mod:`heartwire.core` holds the native core's types for driving
-the detector directly (:class:`~heartwire.core.Detector`, :class:`~heartwire.core.EventQueue`,
-...); everything else is internal, importable from its own module but free to change.
+and the transport errors, asyncio's event streams (:class:`EventStream`), reliable delivery
+(:class:`ReliableSender`, :class:`Consumer`, :class:`Transaction`, :class:`AlertListener`),
+health checks (:mod:`heartwire.checks`) and :class:`ManualClock` for tests. :mod:`heartwire.core`
+holds the native core's types for driving the detector directly
+(:class:`~heartwire.core.Detector`, :class:`~heartwire.core.EventQueue`, ...); everything else
+is internal, importable from its own module but free to change.
 """
 
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from heartwire import checks, core
 from heartwire._core import ManualClock
 from heartwire._core import __version__ as __version__
+from heartwire.aio import EventStream, StreamEvent
 from heartwire.alerts import AlertListener
 from heartwire.checks import CheckFailed
 from heartwire.control import send_silence, send_unsilence
@@ -70,6 +72,7 @@ __all__ = [
     "DeliveryRefused",
     "Disconnected",
     "EventBatch",
+    "EventStream",
     "ExceptionEvent",
     "Failed",
     "Flapping",
@@ -94,6 +97,7 @@ __all__ = [
     "Started",
     "State",
     "Stopped",
+    "StreamEvent",
     "SubscriberListener",
     "TopicStatus",
     "Transaction",

@@ -360,8 +360,9 @@ ListenerEvent = (
     | ExceptionEvent
 )
 
-#: A monitor's detector events, the ones an :class:`EventBatch` holds.
-MonitorEvent = Failed | Resumed | Received | LocalPause | Flapping
+#: A monitor's detector events, the ones an :class:`EventBatch` holds (one per kind of
+#: :data:`EVENT_METHODS`).
+MonitorEvent = Failed | Resumed | Received | LocalPause | Lagging | CaughtUp | Flapping
 
 #: Per detector event kind (``_core.Event.kind``), the listener method that takes it.
 EVENT_METHODS: dict[str, str] = {

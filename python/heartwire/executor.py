@@ -243,12 +243,14 @@ _QUEUED, _RUNNING, _ABANDONED, _DONE = "queued", "running", "abandoned", "done"
 class Job:
     """A job handed to the check threads by :meth:`PublisherExecutor.submit`."""
 
-    __slots__ = ("fn", "state")
+    __slots__ = ("fn", "held", "state")
 
     def __init__(self, fn: Callable[[], object]) -> None:
         self.fn = fn
         #: ``"queued"``, ``"running"``, ``"abandoned"`` (given up on) or ``"done"``.
         self.state = _QUEUED
+        #: Run elsewhere, holding no thread (:meth:`PublisherExecutor.hold`).
+        self.held = False
 
     def __repr__(self) -> str:
         return f"<Job {self.fn!r} {self.state}>"
@@ -394,6 +396,32 @@ class PublisherExecutor:
         self._pool.submit(job, functools.partial(self._run_job, job))
         return job
 
+    def hold(self, what: object = None) -> Job:
+        """A job that runs elsewhere, holding no check thread (a coroutine check awaited on
+        an event loop): counted as running, so :meth:`drain` waits for it, until
+        :meth:`finish`; :meth:`abandon` gives up on it as on any running job. Abandoned at
+        once if the executor is closed."""
+        job = Job(lambda: what)
+        job.held = True
+        with self._lock:
+            if self._closed:
+                job.state = _ABANDONED
+                return job
+            job.state = _RUNNING
+            self._pool_inflight += 1
+        return job
+
+    def finish(self, job: Job) -> None:
+        """A :meth:`hold` job ended (idempotent; nothing for another job)."""
+        with self._cond:
+            if not job.held or job.state == _DONE:
+                return
+            if job.state == _RUNNING:
+                self._pool_inflight -= 1
+                self._pool_done += 1
+            job.state = _DONE
+            self._cond.notify_all()
+
     def abandon(self, job: Job) -> str:
         """Give up on ``job``: :meth:`drain` stops waiting for it and, if no thread has taken it
         yet, it leaves the queue and never runs; a running one keeps its thread until it
@@ -404,7 +432,8 @@ class PublisherExecutor:
             if found not in (_QUEUED, _RUNNING):
                 return found
             if found == _RUNNING:
-                self._abandoned_running += 1
+                if not job.held:  # (a held job holds no thread)
+                    self._abandoned_running += 1
             else:  # out of the pool's queue at once: each replaced job would pile up there
                 self._pool.discard(job)
             job.state = _ABANDONED

@@ -42,19 +42,21 @@ runs out first, the last of those calls makes it on its thread as it ends.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as _dt
 import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from heartwire import _core, _validate
 from heartwire._core import Detector, Intake, ManualClock, Phi
 from heartwire._exit import Running
 from heartwire._throttle import worth_logging
+from heartwire.aio import WAITABLE, EventStream, ReceivedTopicWait, TopicWait
 from heartwire.beat import DECODE_REASONS, BeatCodec, DecodeError
 from heartwire.control import (
     CONTROL_OPS,
@@ -67,6 +69,7 @@ from heartwire.control import (
 from heartwire.events import (
     ExceptionEvent,
     Started,
+    State,
     Stopped,
     TopicStatus,
     real_clock_offset,
@@ -387,6 +390,12 @@ class HeartbeatMonitor:
         self._held_paused: set[int] = set()
         # Handles being resumed in the detector by a thread that let go of the lock for it.
         self._resuming: set[int] = set()
+        # asyncio: the event streams open (closed by ``async with``'s exit) and the wait_for
+        # calls waiting (poked by resume(), which changes states without an event), under a
+        # lock of their own: the loop's thread never waits for the monitor's lock there.
+        self._aio_lock = threading.Lock()
+        self._streams: set[EventStream] = set()
+        self._waits: set[TopicWait] = set()
         self._subscription: Subscription | None = None
         # The detector's events to the listeners (its switches run under self._lock).
         # Maintenance windows: their occurrences are core silences, registered ahead and topped
@@ -1097,6 +1106,10 @@ class HeartbeatMonitor:
                 resume = [h for h in self._det.handles() if h not in keep]
             self._resuming.update(resume)
         self._resume_in_detector(resume)
+        with self._aio_lock:
+            waits = list(self._waits)
+        for wait in waits:  # a resumed topic may be ALIVE now, with no event to say so
+            wait.poke()
         return True
 
     def _resume_in_detector(self, handles: list[int]) -> None:
@@ -1145,6 +1158,157 @@ class HeartbeatMonitor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- asyncio ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> HeartbeatMonitor:
+        """``async with``: :meth:`start` on a worker thread (over STOMP it subscribes over the
+        network), so the loop is not blocked."""
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the event streams still open (a consumer that left its ``async for`` early
+        would otherwise hold a ``"block"`` stream's listener thread, and stop() with it), then
+        :meth:`astop`. To get every event up to the stop in a stream, ``await mon.astop()``
+        inside the block: the streams end after the last one."""
+        with self._aio_lock:
+            streams = list(self._streams)
+        for stream in streams:
+            await stream.aclose()
+        await self.astop()
+
+    async def astop(self, timeout: float = 5.0) -> None:
+        """:meth:`stop` on a worker thread (it waits for the detector, the dispatch thread and
+        the listeners), so the loop keeps running meanwhile: event streams read on it get their
+        last events, then end."""
+        await asyncio.to_thread(self.stop, timeout)
+
+    def events(self, capacity: int = 10_000, overflow: Overflow = "block") -> EventStream:
+        """The detector events from now on, for ``async for`` on the running loop: failed,
+        resumed, flapping, local pause, lagging and caught up (see
+        :class:`~heartwire.aio.EventStream`; ``received`` are not streamed). ``capacity``
+        events are held for a consumer that falls behind; then ``overflow``: ``"block"`` (the
+        stream's listener thread waits, and its listener queue drops by ``listener_overflow``
+        if the wait is long), ``"drop-oldest"`` or ``"drop-newest"`` (counted in
+        ``stream.dropped``) or ``"coalesce"`` (each topic's newest event;
+        ``stream.coalesced``). The loop is woken at most once per batch. The stream ends when
+        the monitor stops or on ``stream.aclose()`` (``async with mon.events() as stream``).
+        ``RuntimeError`` if no loop is running or the monitor is not running. With
+        ``listener_queue=None`` the stream is called on the dispatch thread: ``"block"`` then
+        holds that thread, and the monitor's own queue (``overflow``) takes the back-pressure."""
+        loop = asyncio.get_running_loop()
+        stream = EventStream(loop, capacity, overflow, on_close=self._stream_closed)
+        with self._aio_lock:
+            self._streams.add(stream)
+        self._register(stream)
+        return stream
+
+    def _register(self, listener: SubscriberListener) -> None:
+        """Add an asyncio listener that must get ``on_stopped`` (so its waiter ends):
+        ``RuntimeError`` if the monitor is not running. Under the monitor's lock: stop()
+        marks the monitor stopped under it before it emits ``on_stopped``, so the listener
+        is either added in time for it or refused (adding takes no other lock, calls no
+        listener; the lock is held across network calls only by start() and stop())."""
+        with self._lock:
+            if not self._running:
+                raise RuntimeError(f"monitor of {self._pattern!r} is not running: start it first")
+            self.add_listener(listener)
+
+    def _stream_closed(self, stream: EventStream) -> None:
+        with self._aio_lock:
+            self._streams.discard(stream)
+        self.remove_listener(stream)
+
+    async def wait_for(
+        self,
+        topic: str,
+        state: Literal[State.ALIVE, State.FAILED],
+        timeout: float | None = None,
+    ) -> TopicStatus:
+        """Wait until ``topic`` is in ``state`` (``State.ALIVE`` or ``State.FAILED``: the
+        states events announce) and return its status; at once if it already is. A topic not
+        watched yet is waited for (learned from its first beat). ``TimeoutError`` naming the
+        topic, the state and the state it has after ``timeout`` seconds (real time, also
+        under a ManualClock; ``None``: no limit); ``RuntimeError`` if the monitor is not
+        running, or stops before. The state is looked up once per event batch (on a listener
+        thread), and the loop woken when it is reached (or at :meth:`resume`); waiting for
+        ALIVE a topic not watched yet or never heard (PENDING), the monitor asks the core for
+        ``received`` events meanwhile (one batch per dispatch round, not a call per beat)."""
+        topic = validate_topic(topic, "topic")
+        if not isinstance(state, State):
+            raise TypeError(
+                f"state must be a heartwire.State, got {type(state).__name__} {state!r}"
+            )
+        if state not in WAITABLE:
+            raise ValueError(
+                f"state must be State.ALIVE or State.FAILED (the states events announce), "
+                f"got State.{state.name}"
+            )
+        timeout = _validate.seconds(timeout, "timeout", allow_none=True, allow_zero=True)
+        loop = asyncio.get_running_loop()
+        status = self._in_state(topic, state)
+        if status is not None:
+            return status
+        if timeout == 0:
+            raise TimeoutError(
+                f"topic {topic!r} not {state.name} after 0 s (it is {self._state_of(topic)})"
+            )
+        # Registered before the next look: a change after it wakes the waiter. A topic not
+        # watched or never heard (PENDING) becomes ALIVE by a beat, with no event to say so:
+        # only then are received events asked for (a feed switch: a new dispatch thread, and
+        # another when the wait ends). A FAILED one resumes with an event; a PAUSED one with
+        # resume(), which pokes the waiters.
+        now = self._state_or_none(topic)
+        beats = state is State.ALIVE and now in (None, State.PENDING)
+        kind = ReceivedTopicWait if beats else TopicWait
+        waiter = kind(loop, lambda: self._in_state(topic, state) is not None)
+        self._register(waiter)
+        with self._aio_lock:
+            self._waits.add(waiter)
+        try:
+            return await asyncio.wait_for(self._wait_loop(waiter, topic, state), timeout)
+        except asyncio.TimeoutError:  # (TimeoutError itself from Python 3.11 on)
+            raise TimeoutError(
+                f"topic {topic!r} not {state.name} after {timeout:g} s "
+                f"(it is {self._state_of(topic)})"
+            ) from None
+        finally:
+            with self._aio_lock:
+                self._waits.discard(waiter)
+            self.remove_listener(waiter)
+
+    async def _wait_loop(self, waiter: TopicWait, topic: str, state: State) -> TopicStatus:
+        while True:
+            waiter.changed.clear()
+            status = self._in_state(topic, state)
+            if status is not None:
+                return status
+            if waiter.stopped:
+                raise RuntimeError(
+                    f"monitor of {self._pattern!r} stopped while waiting for topic {topic!r} "
+                    f"to be {state.name} (it is {self._state_of(topic)})"
+                )
+            await waiter.changed.wait()
+
+    def _in_state(self, topic: str, state: State) -> TopicStatus | None:
+        try:
+            status = self.status(topic)
+        except KeyError:
+            return None
+        return status if status.state is state else None
+
+    def _state_or_none(self, topic: str) -> State | None:
+        try:
+            return self.status(topic).state
+        except KeyError:
+            return None
+
+    def _state_of(self, topic: str) -> str:
+        try:
+            return f"State.{self.status(topic).state.name}"
+        except KeyError:
+            return "not watched"
 
     # -- status ----------------------------------------------------------------------------
 

@@ -42,17 +42,20 @@ slot after the present: it skips the beats it missed instead of sending a burst.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import functools
+import inspect
 import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from heartwire import _core, _validate
 from heartwire._exit import Running
+from heartwire.aio import LoopCheck
 from heartwire.beat import MAX_REASON_LEN, Beat, BeatCodec
 from heartwire.checks import CheckFailed, _callable_name
 from heartwire.control import RESERVED_PREFIX
@@ -91,7 +94,7 @@ _EPS = 1e-6
 class _Attempt:
     """One beat's slow work (check, payload) on a check thread."""
 
-    __slots__ = ("generation", "job", "reported", "stage", "started", "state")
+    __slots__ = ("check", "generation", "job", "reported", "stage", "started", "state")
 
     def __init__(self, generation: int, started: float) -> None:
         self.generation = generation
@@ -100,6 +103,7 @@ class _Attempt:
         self.state = _WORKING
         self.reported = -math.inf  # when its timeout was last reported (executor clock)
         self.job: Job | None = None
+        self.check: LoopCheck | None = None  # a coroutine check awaited on the loop
 
 
 def _name(obj: object, limit: int = 200) -> str:
@@ -128,6 +132,18 @@ def _own_timeout(dependency: object) -> float | None:
     return float(own) if own > 0 and math.isfinite(own) else None
 
 
+def _is_coroutine_function(fn: object) -> bool:
+    """Whether calling ``fn`` makes a coroutine (an ``async def``, or an object whose
+    ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - the method, not callable()
+    )
+
+
+#: What a beat's check ended with when it was awaited on a loop: (result, error, cancelled).
+_Awaited = tuple[object, BaseException | None, bool]
+
+
 class HeartbeatPublisher:
     """Publishes a heartbeat for ``topic`` to ``broker`` every ``period`` seconds once started.
     ``topic`` may not start with ``"_hw."`` (heartwire's own topics: no monitor takes them for
@@ -142,6 +158,13 @@ class HeartbeatPublisher:
       stays local: it may hold a secret), cut to 256 characters. Monitors fail the topic at
       once. A check past its ``timeout`` is reported but sends no beat.
       Any other result (``True``, ``None``, ...) means healthy. See :mod:`heartwire.checks`.
+      It may be a coroutine function (``async def``; or return an awaitable): it then runs on
+      the event loop that was running when :meth:`start` was called (``async with pub``),
+      where the resources it uses live (an aiohttp session, an asyncpg pool are bound to
+      their loop), and no thread waits for it meanwhile; past ``timeout`` it is cancelled
+      (a failed beat, "timed out"). Starting a publisher with an ``async def`` check with no
+      loop running raises :class:`RuntimeError`; a check whose loop is closed fails its
+      beats. See ``docs/asyncio.md``.
     - ``payload``: a JSON-able value sent with each beat, or a zero-argument callable evaluated
       for each beat (if it raises, the beat is not sent: reason ``"payload_failed"``).
     - ``timeout``: seconds the dependency check and the payload callable may take for one beat,
@@ -165,7 +188,7 @@ class HeartbeatPublisher:
         topic: str,
         period: float = 1.0,
         *,
-        dependency: Callable[[], object] | None = None,
+        dependency: Callable[[], object] | Callable[[], Awaitable[object]] | None = None,
         payload: Any = None,
         timeout: float | None = None,
         ttl: float | None = None,
@@ -204,7 +227,9 @@ class HeartbeatPublisher:
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"payload must be JSON-serializable, got {payload!r}") from exc
         self._broker = broker
-        self._dependency = dependency
+        self._dependency: Callable[[], object] | None = dependency
+        # The loop coroutine checks run on: the one running at start() (see dependency).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._payload = payload
         # Their names in failure details, taken here: never a user's repr on the shared thread.
         self._dependency_name = _name(dependency)
@@ -349,10 +374,25 @@ class HeartbeatPublisher:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> HeartbeatPublisher:
-        """Start beating (the first beat at once); returns self. Idempotent."""
+        """Start beating (the first beat at once); returns self. Idempotent.
+
+        Called on an event loop's thread (in a coroutine), its coroutine checks run on that
+        loop; ``RuntimeError`` for an ``async def`` dependency with no loop running."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None and _is_coroutine_function(self._dependency):
+            raise RuntimeError(
+                f"publisher of {self._topic!r}: its dependency {self._dependency_name} is a "
+                f"coroutine function, which runs on the event loop running when start() is "
+                f"called: start it from a coroutine (`async with publisher:` or "
+                f"`publisher.start()` in an async def)"
+            )
         with self._lock:
             if self._state != _STOPPED:
                 return self
+            self._loop = loop
             sched = shared_executor(self._clock)
             self._key = sched.add(self._fire)
             if self._slow:
@@ -420,6 +460,8 @@ class HeartbeatPublisher:
             if job is not None and sched.abandon(job) == "queued":
                 self._inflight = None
             _running.discard(self)
+        if attempt is not None and attempt.check is not None:
+            attempt.check.cancel()  # its result would be dropped: no need to let it run
         sched.remove(key)
         if watch is not None:
             sched.remove(watch)
@@ -432,6 +474,15 @@ class HeartbeatPublisher:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    async def __aenter__(self) -> HeartbeatPublisher:
+        """``async with``: :meth:`start` on the loop's thread (it is quick, and the loop
+        running there is the one coroutine checks run on)."""
+        return self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        """:meth:`stop` on a worker thread (it calls ``on_stopped`` listeners)."""
+        await asyncio.to_thread(self.stop)
+
     def __repr__(self) -> str:
         return (
             f"<HeartbeatPublisher {self._topic!r} every {self._period:g} s, {self._state}, "
@@ -443,6 +494,7 @@ class HeartbeatPublisher:
     def _fire(self, deadline: float) -> None:
         """A beat is due (on the scheduler thread: returns quickly, never runs slow work)."""
         overdue: tuple[str, BaseException, str] | None = None
+        late: _Attempt | None = None
         with self._lock:
             if self._state != _RUNNING:
                 return
@@ -465,6 +517,7 @@ class HeartbeatPublisher:
                     if attempt.state == _FINISHED or in_time or just_reported:
                         return  # within its limit, or sending: this slot is skipped
                     overdue = self._time_out(attempt, now)
+                    late = attempt
                 if self._inflight is None:  # (a job that never got a thread is gone)
                     # Submitted first: if that raises, no attempt is left "in flight" that
                     # nothing runs (the job cannot start before the lock is released).
@@ -474,6 +527,8 @@ class HeartbeatPublisher:
                     assert self._watch is not None
                     sched.schedule(self._watch, now + self._timeout)
         if self._slow:
+            if late is not None and late.check is not None:
+                late.check.cancel()  # (outside the lock: it may call _check_done at once)
             if overdue is not None:
                 self._report(*overdue, deliver=_JOB)
             return
@@ -494,6 +549,8 @@ class HeartbeatPublisher:
             assert self._executor is not None
             overdue = self._time_out(attempt, self._executor.now())
             report = self._state == _RUNNING
+        if attempt.check is not None:
+            attempt.check.cancel()  # (outside the lock: it may call _check_done at once)
         if report:
             self._report(*overdue, deliver=_JOB)
 
@@ -520,39 +577,108 @@ class HeartbeatPublisher:
         self._check_failures += 1
         return "check_failed", CheckFailed(detail), detail
 
-    def _work(self, attempt: _Attempt) -> None:
-        """One beat's slow work, on a check thread: the check, the payload, then the send."""
+    def _work(self, attempt: _Attempt, awaited: _Awaited | None = None) -> None:
+        """One beat's slow work, on a check thread: the check, the payload, then the send.
+        A coroutine check is handed to the loop, and this returns at once; when it ends,
+        :meth:`_check_done` submits this again with its outcome (``awaited``) for the rest."""
+        pending = False
         try:
-            self._run_attempt(attempt)
+            pending = self._run_attempt(attempt, awaited)
         finally:
-            # However the work ended (a BaseException out of a transport or a listener too),
-            # the publisher learns it is over: the next beat starts afresh, never "still
-            # running" for good.
-            with self._lock:
-                if attempt.state == _WORKING:
-                    attempt.state = _FINISHED
-                if self._inflight is attempt:
-                    self._inflight = None
-                    sched, watch = self._executor, self._watch
-                    if sched is not None and watch is not None:
-                        sched.cancel(watch)  # (the watch is the limit of _inflight)
+            if not pending:
+                # However the work ended (a BaseException out of a transport or a listener
+                # too), the publisher learns it is over: the next beat starts afresh, never
+                # "still running" for good.
+                self._attempt_over(attempt)
+        if pending:
+            return
         # The beat is done: its events are delivered on this thread, which a listener that
         # hangs then holds (not the publisher, whose next beat takes another thread).
         self._deliver_queued()
 
-    def _run_attempt(self, attempt: _Attempt) -> None:
+    def _attempt_over(self, attempt: _Attempt) -> None:
+        with self._lock:
+            if attempt.state == _WORKING:
+                attempt.state = _FINISHED
+            if self._inflight is attempt:
+                self._inflight = None
+                sched, watch = self._executor, self._watch
+                if sched is not None and watch is not None:
+                    sched.cancel(watch)  # (the watch is the limit of _inflight)
+
+    def _await_check(self, attempt: _Attempt, awaitable: Awaitable[object]) -> bool:
+        """Hand a coroutine check to the publisher's loop (on a check thread, which is let
+        go at once); False if there is no loop to run it (the beat fails: the caller reports
+        it)."""
+        loop = self._loop
+        sched = self.executor
+        if loop is None or loop.is_closed():
+            close = getattr(awaitable, "close", None)
+            if callable(close):
+                close()  # never awaited: no "coroutine was never awaited" warning
+            return False
+        held = sched.hold(awaitable)  # drain() waits for it; the time limit abandons it
+        check = LoopCheck()
+        with self._lock:
+            attempt.job = held
+            attempt.check = check
+        try:
+            check.start(awaitable, loop, functools.partial(self._check_done, attempt, held))
+        except RuntimeError:  # the loop closed meanwhile
+            sched.finish(held)
+            return False
+        return True
+
+    def _check_done(
+        self,
+        attempt: _Attempt,
+        held: Job,
+        result: object,
+        error: BaseException | None,
+        cancelled: bool,
+    ) -> None:
+        """A coroutine check ended (on the loop's thread, or on the thread that cancelled it
+        before it started): the rest of the beat goes back to a check thread, never runs on
+        the user's loop."""
+        sched = self.executor
+        job = sched.submit(functools.partial(self._work, attempt, (result, error, cancelled)))
+        with self._lock:
+            if attempt.job is held:
+                attempt.job = job  # the time limit abandons the rest if it waits for a thread
+        sched.finish(held)  # after the submit: drain() never sees the beat's work as done
+        if job.state == "abandoned":  # the executor is closed (the process exits)
+            self._attempt_over(attempt)
+
+    def _run_attempt(self, attempt: _Attempt, awaited: _Awaited | None = None) -> bool:
+        """The beat's check, payload and send; True if the check was handed to the loop (the
+        rest comes with its outcome)."""
         failure: tuple[str, BaseException | None, str] | None = None
         payload = self._payload
         dependency = self._dependency
-        if dependency is not None:
+        name = self._dependency_name
+        if awaited is not None:
+            result, error, cancelled = awaited
+            if cancelled:  # (cancelled by its time limit or stop(): then the result is stale)
+                failure = ("check_failed", CheckFailed(f"{name}: cancelled"), f"{name}: cancelled")
+            elif error is not None:
+                detail = error.reason if isinstance(error, CheckFailed) else repr(error)
+                failure = ("check_failed", error, detail)
+            elif result is False:
+                failure = ("check_failed", None, f"{name} returned False")
+        elif dependency is not None:
             try:
                 healthy = dependency()
             except BaseException as exc:  # SystemExit too: a failed check, not a lost thread
                 detail = exc.reason if isinstance(exc, CheckFailed) else repr(exc)
                 failure = ("check_failed", exc, detail)
             else:
-                if healthy is False:
-                    failure = ("check_failed", None, f"{self._dependency_name} returned False")
+                if inspect.isawaitable(healthy):
+                    if self._await_check(attempt, healthy):
+                        return True
+                    why = f"{name}: no event loop to run the coroutine check on"
+                    failure = ("check_failed", CheckFailed(why), why)
+                elif healthy is False:
+                    failure = ("check_failed", None, f"{name} returned False")
         if failure is None and callable(payload):
             attempt.stage = "payload"
             try:
@@ -568,7 +694,7 @@ class HeartbeatPublisher:
             if attempt.state == _WORKING:
                 attempt.state = _FINISHED
             if not current:  # timed out, paused or stopped meanwhile: the result is stale
-                return
+                return False
             if failure is not None:
                 if failure[0] == "check_failed":
                     self._check_failures += 1
@@ -591,6 +717,7 @@ class HeartbeatPublisher:
             self._send(None, deliver=_LATER, state="down", reason=_reason(why))
         else:
             self._report(*failure, deliver=_LATER)
+        return False
 
     def _next_slot(self, deadline: float, now: float) -> float:
         """The slot after ``deadline``; if that has passed too, the first slot after ``now``."""

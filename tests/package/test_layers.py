@@ -48,7 +48,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # reliable delivery, on a backend per transport
     ("reliable", ("heartwire.reliable",)),
     # what travels and how events reach listeners (beat validates topics with transport)
-    # (control: the signed control messages, signed as beats are)
+    # (control: the signed control messages, signed as beats are; aio: the bridges from
+    # listener threads and check threads to an asyncio loop, which monitors and publishers use)
     (
         "plumbing",
         (
@@ -57,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "heartwire.listeners",
             "heartwire.dispatch",
             "heartwire.feed",
+            "heartwire.aio",
         ),
     ),
     # the services built on them

@@ -38,6 +38,9 @@ USER_API = {
     "CaughtUp",
     "EventBatch",
     "State",
+    # asyncio: what mon.events() gives, and what it yields
+    "EventStream",
+    "StreamEvent",
     "TopicStatus",
     # alerting policy
     "Silence",

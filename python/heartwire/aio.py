@@ -1,0 +1,422 @@
+"""asyncio bridges: a monitor's events as an async iterator, topic waits, coroutine checks.
+
+:class:`EventStream` is a :class:`~heartwire.listeners.SubscriberListener` that takes the
+monitor's batches (``on_events``, on its own listener thread, as any listener) into a bounded
+queue that an ``async for`` empties on the event loop. The loop is woken at most once per batch
+(one ``loop.call_soon_threadsafe``, and none while a wake-up is pending or the consumer is busy):
+no thread and no loop callback per event. :class:`TopicWait` wakes the loop once per batch
+naming its topic. :class:`LoopCheck` runs a publisher's coroutine check on the user's loop
+without holding a thread while it runs.
+
+:meth:`HeartbeatMonitor.events <heartwire.monitor.HeartbeatMonitor.events>`,
+:meth:`~heartwire.monitor.HeartbeatMonitor.wait_for`, ``async with`` on monitors and
+publishers and coroutine ``dependency`` checks build on these (see ``docs/asyncio.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import ClassVar
+
+from heartwire import _validate
+from heartwire.events import (
+    CaughtUp,
+    EventBatch,
+    Failed,
+    Flapping,
+    Lagging,
+    LocalPause,
+    Resumed,
+    State,
+    Stopped,
+)
+from heartwire.feed import Overflow
+from heartwire.listeners import SubscriberListener
+
+__all__ = [
+    "STREAM_OVERFLOWS",
+    "WAITABLE",
+    "EventStream",
+    "LoopCheck",
+    "StreamEvent",
+    "TopicWait",
+]
+
+#: What an :class:`EventStream` yields: a monitor's detector events but ``received``.
+StreamEvent = Failed | Resumed | Flapping | LocalPause | Lagging | CaughtUp
+
+#: What a full :class:`EventStream` does with a new batch, as the monitor's own event queue
+#: (``overflow``): ``"block"`` makes the stream's listener thread wait for room (then that
+#: listener's own queue takes the back-pressure, by the monitor's ``listener_overflow``; a
+#: batch put in an empty stream goes in whole, whatever its size); ``"drop-oldest"`` keeps the
+#: newest ``capacity`` events, ``"drop-newest"`` the oldest (the new batch's events that do not
+#: fit are dropped); ``"coalesce"`` keeps each topic's newest event past ``capacity``
+#: (topicless events: the newest of each kind), in the order of their latest update. Every
+#: loss is counted (``dropped``, ``coalesced``).
+STREAM_OVERFLOWS: tuple[Overflow, ...] = ("block", "drop-oldest", "drop-newest", "coalesce")
+
+#: The states :meth:`~heartwire.monitor.HeartbeatMonitor.wait_for` waits for: those events
+#: announce (PAUSED, STOPPED and REMOVED follow the caller's own calls).
+WAITABLE: tuple[State, ...] = (State.ALIVE, State.FAILED)
+
+# A queue item: a batch from the monitor or the events taken from the coalescing table.
+_Item = EventBatch | list[StreamEvent]
+
+
+def _key(event: StreamEvent) -> tuple[int, str]:
+    """The coalescing key: the topic, or the kind for topicless events."""
+    if isinstance(event, (LocalPause, Lagging, CaughtUp)):
+        return (1, type(event).__name__)
+    return (0, event.topic)
+
+
+class EventStream(SubscriberListener):
+    """A monitor's detector events (failed, resumed, flapping, local pause, lagging, caught
+    up) for ``async for``, through a queue of ``capacity`` events with ``overflow``
+    (:data:`STREAM_OVERFLOWS`); the batch being handed out (taken from the queue whole, its
+    events built on the loop in one pass) no longer counts in it. It ends when the monitor
+    stops (after the events produced before the stop) or when :meth:`aclose` is called
+    (``async with`` does).
+
+    Made by :meth:`HeartbeatMonitor.events <heartwire.monitor.HeartbeatMonitor.events>`; its
+    counters: ``dropped`` (``"drop-oldest"``, ``"drop-newest"``), ``coalesced``
+    (``"coalesce"``: events replaced by a newer one of their topic), ``wakeups`` (loop
+    callbacks made: at most one per batch), ``batches`` (batches taken in).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        capacity: int = 10_000,
+        overflow: Overflow = "block",
+        on_close: Callable[[EventStream], object] | None = None,
+    ) -> None:
+        self._capacity = _validate.count(capacity, "capacity", 1)
+        self._overflow: Overflow = _validate.choice(overflow, "overflow", STREAM_OVERFLOWS)
+        self._loop = loop
+        self._on_close = on_close
+        # _cond guards everything below; never held across a call into the loop, a listener
+        # or the monitor (the wake-up is decided under it and made after it is let go).
+        self._cond = threading.Condition(threading.Lock())
+        self._items: deque[_Item] = deque()
+        self._depth = 0  # events in _items (those in hand are taken: not counted)
+        # The loop's side only (no lock): the events of the item taken last, built on the
+        # loop, handed out from _pos on.
+        self._hand: list[StreamEvent] = []
+        self._pos = 0
+        self._table: dict[tuple[int, str], StreamEvent] = {}  # coalesced, newer than _items
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_pending = False
+        self._putters = 0  # "block" puts waiting for room
+        self._ended = False  # the monitor stopped: end after what is queued
+        self._closed = False  # aclose() or the end: refuse what comes
+        self.dropped = 0
+        self.coalesced = 0
+        self.wakeups = 0
+        self.batches = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def overflow(self) -> Overflow:
+        return self._overflow
+
+    # -- the listener side (the monitor's listener thread for this stream) -----------------
+
+    def on_events(self, batch: EventBatch) -> None:
+        n = len(batch)
+        if not n:
+            return
+        with self._cond:
+            if self._closed:
+                return
+            self.batches += 1
+            overflow = self._overflow
+            if overflow == "block":
+                # The wait lets go of the lock; the consumer and aclose() notify. A batch put
+                # in an empty queue goes in whole, whatever its size (each put makes progress).
+                while self._depth and self._depth + n > self._capacity and not self._closed:
+                    self._putters += 1
+                    try:
+                        self._cond.wait()
+                    finally:
+                        self._putters -= 1
+                if self._closed:
+                    return
+                self._push(batch, n)
+            elif overflow == "drop-oldest":
+                # The newest `capacity` events stay: the queued ones go first, then the new
+                # batch's oldest.
+                excess = self._depth + n - self._capacity
+                if excess > 0:
+                    self._drop_first(min(excess, self._depth))
+                    cut = n - self._capacity
+                    if cut > 0:
+                        self.dropped += cut
+                        batch, n = batch.slice(cut, n), self._capacity
+                self._push(batch, n)
+            elif overflow == "drop-newest":
+                room = min(max(self._capacity - self._depth, 0), n)
+                if room < n:
+                    self.dropped += n - room
+                if room:
+                    self._push(batch.slice(0, room) if room < n else batch, room)
+            elif self._table or self._depth + n > self._capacity:
+                # coalesce: past capacity (and from then on, until the consumer takes the
+                # table, so the order holds) events go to a table of each topic's newest.
+                room = max(0, self._capacity - self._depth) if not self._table else 0
+                if room:
+                    self._push(batch.slice(0, room), room)
+                table = self._table
+                for event in batch.slice(room, n):
+                    key = _key(event)  # type: ignore[arg-type]  # no received in a stream
+                    if table.pop(key, None) is not None:
+                        self.coalesced += 1
+                    table[key] = event  # type: ignore[assignment]
+            else:
+                self._push(batch, n)
+            wake = self._wake_needed()
+        if wake:
+            self._wake()
+
+    def on_stopped(self, event: Stopped) -> None:
+        with self._cond:
+            self._ended = True
+            wake = self._wake_needed()
+        if wake:
+            self._wake()
+
+    def _push(self, item: _Item, n: int) -> None:
+        self._items.append(item)
+        self._depth += n
+
+    def _drop_first(self, count: int) -> None:
+        """Drop up to ``count`` of the oldest queued events (lock held)."""
+        items = self._items
+        while count > 0 and items:
+            head = items[0]
+            size = len(head)
+            if size <= count:
+                items.popleft()
+                gone = size
+            else:
+                items[0] = head[count:] if isinstance(head, list) else head.slice(count, size)
+                gone = count
+            count -= gone
+            self._depth -= gone
+            self.dropped += gone
+
+    def _wake_needed(self) -> bool:
+        """Whether the consumer must be woken (lock held): it waits, and no wake-up is on its
+        way. Marks one as on its way."""
+        if self._waiter is None or self._wake_pending:
+            return False
+        self._wake_pending = True
+        self.wakeups += 1
+        return True
+
+    def _wake(self) -> None:
+        """One loop callback to wake the consumer (lock not held)."""
+        try:
+            self._loop.call_soon_threadsafe(self._woken)
+        except RuntimeError:  # the loop is closed: nobody is left to read, leave the monitor
+            self._finish()
+
+    # -- the loop side ---------------------------------------------------------------------
+
+    def _woken(self) -> None:
+        with self._cond:
+            self._wake_pending = False
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        pos = self._pos
+        if pos < len(self._hand) and not self._closed:  # the common case: no lock
+            self._pos = pos + 1
+            return self._hand[pos]
+        while True:
+            with self._cond:
+                if self._closed:
+                    break
+                if self._items:
+                    item = self._items.popleft()
+                    self._depth -= len(item)
+                    if self._putters:
+                        self._cond.notify_all()  # room for a "block" put
+                elif self._table:
+                    item = list(self._table.values())
+                    self._table = {}
+                elif self._ended:
+                    break
+                else:
+                    item = None
+                    if self._waiter is not None and not self._waiter.done():
+                        raise RuntimeError(
+                            "another task is already waiting on this event stream: one "
+                            "consumer per stream (call mon.events() again for another)"
+                        )
+                    waiter = self._loop.create_future()
+                    self._waiter = waiter
+            if item is not None:
+                # Built here, on the loop, out of the lock: the core's compact batch becomes
+                # event objects in one pass.
+                # (an EventBatch of a stream holds no received event)
+                hand: list[StreamEvent] = item if isinstance(item, list) else list(item)  # type: ignore[arg-type]
+                self._hand = hand
+                self._pos = 1
+                return hand[0]
+            await waiter
+        self._finish()
+        raise StopAsyncIteration
+
+    def _finish(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._items.clear()
+            self._table = {}
+            self._depth = 0
+            self._cond.notify_all()  # a "block" put waiting for room gives up
+            on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close(self)
+
+    async def aclose(self) -> None:
+        """Stop the stream: what is queued is discarded, later batches refused, and the
+        stream leaves the monitor's listeners. Idempotent."""
+        self._finish()
+        self._hand = []
+        with self._cond:
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def closed(self) -> bool:
+        """Ended (the monitor stopped and everything was taken) or :meth:`aclose` d."""
+        return self._closed
+
+    @property
+    def waiting(self) -> bool:
+        """A consumer waits for the next event (the next batch wakes the loop)."""
+        with self._cond:
+            return self._waiter is not None and not self._waiter.done()
+
+    @property
+    def queued(self) -> int:
+        """Events waiting to be taken (queue and coalescing table)."""
+        with self._cond:
+            return self._depth + len(self._table) + max(0, len(self._hand) - self._pos)
+
+
+class TopicWait(SubscriberListener):
+    """Wakes a loop (for ``wait_for``) when ``ready()`` says so after a batch: one call per
+    batch on this listener's thread (a status lookup: nothing per event), no loop callback
+    until it is true. Also on :meth:`poke` (a call that may change a state without an event,
+    as ``resume``) and when the monitor stops (:attr:`stopped`). :class:`ReceivedTopicWait`
+    takes ``received`` events too: a topic going ALIVE from PENDING or from unknown announces
+    itself only by its first beat."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ready: Callable[[], bool]) -> None:
+        self._loop = loop
+        self._ready = ready
+        self._lock = threading.Lock()
+        self._pending = False
+        self.changed = asyncio.Event()  # set on the loop; cleared by the waiter
+        self.stopped = False
+        self.wakeups = 0
+
+    def on_events(self, batch: EventBatch) -> None:
+        if self._ready():
+            self.poke()
+
+    def on_stopped(self, event: Stopped) -> None:
+        self.stopped = True
+        self.poke()
+
+    def poke(self) -> None:
+        """Wake the waiter (from any thread): one loop callback until it has run."""
+        with self._lock:
+            if self._pending:
+                return
+            self._pending = True
+            self.wakeups += 1
+        with contextlib.suppress(RuntimeError):  # loop closed: the waiter is gone
+            self._loop.call_soon_threadsafe(self._set)
+
+    def _set(self) -> None:
+        with self._lock:
+            self._pending = False
+        self.changed.set()
+
+
+class ReceivedTopicWait(TopicWait):
+    wants_received: ClassVar[bool] = True
+
+
+class LoopCheck:
+    """A publisher's coroutine check on ``loop``: :meth:`start` hands the awaitable to the
+    loop and returns at once (no thread waits for it); ``done(result, error, cancelled)`` is
+    called on the loop's thread when it ends. :meth:`cancel` (from any thread) cancels it: a
+    check past its time limit is cancelled, not left to run."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self) -> None:
+        self._future: concurrent.futures.Future[object] | None = None
+
+    def start(
+        self,
+        awaitable: Awaitable[object],
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[object, BaseException | None, bool], None],
+    ) -> None:
+        """Schedule ``awaitable`` on ``loop``; ``RuntimeError`` if the loop is closed."""
+
+        async def run() -> object:
+            return await awaitable
+
+        runner = run()
+        try:
+            future = asyncio.run_coroutine_threadsafe(runner, loop)
+        except RuntimeError:  # the loop is closed: never awaited, and no warning for it
+            runner.close()
+            close = getattr(awaitable, "close", None)
+            if callable(close):
+                close()
+            raise
+        self._future = future
+
+        def finished(fut: concurrent.futures.Future[object]) -> None:
+            if fut.cancelled():
+                done(None, None, True)
+                return
+            error = fut.exception()
+            done(None if error is not None else fut.result(), error, False)
+
+        future.add_done_callback(finished)
+
+    def cancel(self) -> None:
+        """Cancel the coroutine (its ``done`` then reports it cancelled). Call it without
+        holding a lock ``done`` takes: a future not started yet calls ``done`` at once, on the
+        calling thread."""
+        future = self._future
+        if future is not None:
+            future.cancel()
