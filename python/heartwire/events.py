@@ -325,9 +325,14 @@ class Disconnected:
 
 @dataclass(frozen=True)
 class Reconnected:
-    """The transport is connected again, to ``broker``, with every subscription restored."""
+    """The transport is connected again, to ``broker``, with every subscription restored.
+
+    ``switched_from``: set when this was a planned move (the failover option
+    ``priority_backup`` going back to the preferred broker ``broker``): the broker left, with
+    no :class:`Disconnected` before it; None after an outage."""
 
     broker: str
+    switched_from: str | None = None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ def test_the_protocol_names_every_event_and_the_old_names_are_it() -> None:
     assert OBSERVER_METHODS == (
         "on_disconnected",
         "on_reconnected",
+        "on_switched",
         "on_reconnect_failed",
         "on_attached",
         "on_published",
