@@ -1,0 +1,314 @@
+"""The failover options against the real brokers (scripts/brokers), never stopping them: a
+broker that goes away and comes back is a loopback proxy in front of one (tests/proxy.py),
+closed, made to drop connections, and reopened.
+
+- ``priority_backup``: connected to the backup, the transport moves back to the preferred
+  broker once it is reachable again, with its subscriptions and with no reliable send lost, as
+  a planned switch (``on_switched``, ``Reconnected.switched_from``, no ``Disconnected``);
+- ``max_reconnect_attempts``: that many tries, then the transport closes and a monitor's
+  listeners get ``on_exception(reason="reconnect_failed")``;
+- ``startup_max_reconnect_attempts``: retries at start-up, then ``ConnectFailed``;
+- exponential back-off: the tries come no earlier than the schedule says;
+- ``randomize``: connections spread over the list.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+import heartwire as hw
+from heartwire.transport import ConnectFailed, Message, TransportClosed, connect
+from tests import brokers as B
+from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
+from tests.proxy import TcpProxy
+
+pytestmark = pytest.mark.usefixtures("brokers")
+
+# Test-sized timings (heart-beats every second, no self-pings); each test sets its tries' waits.
+QUICK = "heartbeat=1&connect_timeout=2&keepalive_interval=0"
+
+
+def uid() -> str:
+    return "fo" + uuid.uuid4().hex[:10]
+
+
+class Events:
+    """Connection observer and monitor listener: every event with its monotonic time."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: list[tuple[str, float, Any]] = []
+
+    def _add(self, kind: str, what: Any) -> None:
+        with self.lock:
+            self.events.append((kind, time.monotonic(), what))
+
+    def of(self, kind: str, after: float = 0.0) -> list[Any]:
+        with self.lock:
+            return [e for k, t, e in self.events if k == kind and t > after]
+
+    # transport observer
+    def on_disconnected(self, broker: str, reason: str) -> None:
+        self._add("disconnected", broker)
+
+    def on_reconnected(self, broker: Any) -> None:
+        self._add("reconnected", broker)  # a str from a transport, a Reconnected from a monitor
+
+    def on_switched(self, from_broker: str, to_broker: str) -> None:
+        self._add("switched", (from_broker, to_broker))
+
+    def on_reconnect_failed(self, reason: str) -> None:
+        self._add("gave_up", reason)
+
+    def on_exception(self, event: hw.ExceptionEvent) -> None:
+        self._add("exception", event)
+
+
+class MonitorEvents(Events, hw.SubscriberListener):
+    """A monitor's connection events, as its listeners get them."""
+
+    def on_disconnected(self, event: Any) -> None:  # type: ignore[override]
+        self._add("disconnected", event)
+
+
+def _drain(url: str, queue: str, want: set[str], timeout: float) -> set[str]:
+    """The ``hw-message-id``s of the messages a consumer of ``queue`` on ``url`` gets, waited
+    for until ``want`` is covered or ``timeout`` passes."""
+    got: set[str] = set()
+    lock = threading.Lock()
+
+    def on_message(m: hw.ReceivedMessage) -> None:
+        with lock:
+            got.add(m.id)
+
+    t = connect(url + "?" + QUICK)
+    try:
+        consumer = hw.Consumer(t, queue, on_message=on_message)
+        consumer.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with lock:
+                if want <= got:
+                    break
+            time.sleep(0.05)
+        consumer.stop()
+    finally:
+        t.close()
+    with lock:
+        return set(got)
+
+
+@pytest.mark.parametrize("name", ["activemq", "rabbitmq"])
+def test_priority_backup_returns_to_the_preferred_broker_without_losing_reliable_sends(
+    name: str, closing: list[Any]
+) -> None:
+    # ActiveMQ: the preferred broker is 61613 (behind the proxy), the backup the standby.
+    # RabbitMQ (one broker here): the preferred is RabbitMQ behind the proxy, the backup
+    # RabbitMQ reached directly.
+    B.ensure(name, "standby") if name == "activemq" else B.ensure(name)
+    target = B.PORTS[name]
+    backup = B.url("standby") if name == "activemq" else B.url(name)
+    proxy = TcpProxy((B.HOST, target))
+    closing.append(proxy)
+    t = connect(
+        f"failover:({proxy.url},{backup})?{QUICK}&reconnect_interval=0.2&priority_backup=true"
+        "&request_blocking_time=5"
+    )
+    closing.append(t)
+    seen = Events()
+    t.add_observer(seen)
+    root = uid()
+    mon_events = MonitorEvents()
+    mon = hw.HeartbeatMonitor(t, f"{root}.>", period=5.0, listeners=[mon_events])
+    closing.append(mon)
+    mon.start()
+    got: list[Message] = []
+    t.subscribe(f"{root}.direct", got.append)
+    assert t.broker == proxy.url
+
+    # A reliable sender on the transport sends all along: before, during the outage, and
+    # across the switch back.
+    queue = f"/queue/{root}"
+    sender = hw.ReliableSender(t, queue)
+    closing.append(sender)
+    ids: list[str] = []
+    stop = threading.Event()
+
+    def send() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            ids.append(sender.send(f"m{n}"))
+            time.sleep(0.01)
+
+    pump = threading.Thread(target=send, daemon=True)
+    pump.start()
+    try:
+        wait_for(lambda: len(ids) >= 20, 5, "20 reliable sends on the preferred broker")
+        lost = time.monotonic()
+        proxy.close()  # the preferred broker "dies"
+        wait_for(lambda: t.broker == backup, 10, f"the transport to fail over to {backup}")
+        assert seen.of("disconnected", lost) == [proxy.url]
+        on_backup = len(ids)
+        wait_for(lambda: len(ids) >= on_backup + 20, 5, "20 reliable sends on the backup")
+        assert t.stats()["switches"] == 0
+        back = time.monotonic()
+        proxy.open()  # ... and comes back
+        wait_for(lambda: t.broker == proxy.url, 10, "the transport to move back to the preferred")
+        print(f"{name}: on the preferred broker {time.monotonic() - back:.3f} s after it returned")
+        wait_for(lambda: seen.of("switched", back), 5, "on_switched")
+        more = len(ids)
+        wait_for(lambda: len(ids) >= more + 20, 5, "20 reliable sends after the move back")
+    finally:
+        stop.set()
+        pump.join(5)
+    # A planned switch: on_switched, no disconnection; the monitor's listeners get it as a
+    # Reconnected that says where from.
+    assert seen.of("switched", back) == [(backup, proxy.url)]
+    assert seen.of("disconnected", back) == []
+    stats = t.stats()
+    assert stats["switches"] == 1 and stats["priority_probes"] >= 1
+    moved = wait_for(
+        lambda: [e for e in mon_events.of("reconnected", back) if e.switched_from],
+        5,
+        "the monitor's listener to get the switch as a Reconnected",
+    )
+    assert moved == [hw.Reconnected(proxy.url, switched_from=backup)]
+    assert mon_events.of("disconnected", back) == []
+    assert mon.metrics()["connected"] is True
+    # Subscriptions were restored on the preferred broker before the switch.
+    with connect(f"{B.url(name)}?{QUICK}") as direct:
+        direct.publish(f"{root}.direct", b"after the switch")
+        wait_for(lambda: got, 5, "a message through the subscription restored on the preferred")
+    # No reliable send was lost: every one was receipted by a broker, and consumers of the
+    # brokers together got them all (duplicates allowed: a re-send after a switch).
+    assert sender.flush(10), f"flush: {sender.stats()}"
+    assert sender.outstanding == 0 and sender.stats()["refused"] == 0
+    want = set(ids)
+    urls = [B.url(name), B.url("standby")] if name == "activemq" else [B.url(name)]
+    received: set[str] = set()
+    for url in urls:
+        received |= _drain(url, queue, want - received, 10 if url == urls[-1] else 3)
+    assert want <= received, f"{len(want - received)} of {len(want)} reliable sends lost"
+
+
+def test_max_reconnect_attempts_ends_the_transport_with_reconnect_failed(
+    closing: list[Any],
+) -> None:
+    B.ensure("activemq")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
+    closing.append(proxy)
+    t = connect(f"failover:({proxy.url})?{QUICK}&max_reconnect_attempts=3&reconnect_interval=0.05")
+    closing.append(t)
+    seen = Events()
+    t.add_observer(seen)
+    mon_events = MonitorEvents()
+    mon = hw.HeartbeatMonitor(t, f"{uid()}.>", period=5.0, listeners=[mon_events])
+    closing.append(mon)
+    mon.start()
+    assert mon.metrics()["connected"] is True
+    proxy.refuse()  # every new connection is dropped at once: each try counted
+    proxy.cut()
+    (reason,) = wait_for(lambda: seen.of("gave_up"), 10, "on_reconnect_failed")
+    assert len(proxy.refused) == 3, proxy.refused  # the check of the lost broker, then 2 more
+    assert t.stats()["connect_attempts"] == 1 + 3
+    assert "in 3 tries (max_reconnect_attempts=3)" in reason and proxy.url in reason
+    assert t.closed and t.failure == reason
+    with pytest.raises(TransportClosed, match="max_reconnect_attempts=3"):
+        t.publish("x", b"y")
+    # What a monitor's users see: on_exception(reason="reconnect_failed"), and not connected.
+    (event,) = wait_for(lambda: mon_events.of("exception"), 5, "the monitor's on_exception")
+    assert event.reason == "reconnect_failed" and "max_reconnect_attempts=3" in event.detail
+    assert mon.metrics()["connected"] is False
+    time.sleep(0.3)  # no try after giving up (6 x reconnect_interval)
+    assert len(proxy.refused) == 3
+
+
+def test_max_reconnect_attempts_zero_gives_up_at_the_first_loss(closing: list[Any]) -> None:
+    B.ensure("activemq")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
+    closing.append(proxy)
+    t = connect(f"failover:({proxy.url})?{QUICK}&max_reconnect_attempts=0&reconnect_interval=0.05")
+    closing.append(t)
+    seen = Events()
+    t.add_observer(seen)
+    proxy.refuse()
+    proxy.cut()
+    (reason,) = wait_for(lambda: seen.of("gave_up"), 10, "on_reconnect_failed")
+    assert "in 0 tries (max_reconnect_attempts=0)" in reason
+    assert proxy.refused == [] and t.stats()["connect_attempts"] == 1
+
+
+def test_startup_max_reconnect_attempts(closing: list[Any]) -> None:
+    B.ensure("activemq")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
+    closing.append(proxy)
+    url = f"failover:({proxy.url})?{QUICK}&reconnect_interval=0.05"
+    # The default: one try per broker, then ConnectFailed, as before.
+    proxy.refuse()
+    with pytest.raises(ConnectFailed) as info:
+        connect(url)
+    assert len(proxy.refused) == 1 and info.value.attempts == 0
+    assert str(info.value).startswith(f"could not connect to failover:({proxy.url}): ")
+    # Two more tries, then ConnectFailed saying how many.
+    with pytest.raises(ConnectFailed, match=r"in 3 tries") as info:
+        connect(url, startup_max_reconnect_attempts=2)
+    assert len(proxy.refused) == 1 + 3 and info.value.attempts == 3
+    # -1: until one connects (the proxy drops two connections, then forwards).
+    proxy.refuse(count=2)
+    t = connect(url, startup_max_reconnect_attempts=-1)
+    closing.append(t)
+    assert t.connected and len(proxy.refused) == 4 + 2
+    assert t.stats()["connect_attempts"] == 3
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.5])
+def test_exponential_back_off_spaces_the_tries_as_scheduled(
+    jitter: float, closing: list[Any]
+) -> None:
+    B.ensure("activemq")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
+    closing.append(proxy)
+    t = connect(
+        f"failover:({proxy.url})?{QUICK}&reconnect_interval=0.05&use_exponential_back_off=true"
+        f"&back_off_multiplier=2&max_reconnect_delay=0.4&reconnect_jitter={jitter}"
+        "&max_reconnect_attempts=6"
+    )
+    closing.append(t)
+    seen = Events()
+    t.add_observer(seen)
+    proxy.refuse()
+    proxy.cut()
+    wait_for(lambda: seen.of("gave_up"), 10, "on_reconnect_failed after 6 tries")
+    times = proxy.refused
+    assert len(times) == 6
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # The waits of the plan: 0.05, 0.1, 0.2, 0.4, 0.4 (capped), each shortened by jitter by
+    # at most its fraction. A try never comes early; a loaded machine may make it late.
+    for gap, base in zip(gaps, [0.05, 0.1, 0.2, 0.4, 0.4], strict=True):
+        assert base * (1 - jitter) - 0.01 <= gap <= base + 0.5, (gaps, jitter)
+    if jitter == 0:
+        assert gaps[3] >= 0.39 and gaps[4] >= 0.39  # the cap, reached and kept
+
+
+def test_randomize_spreads_connections_over_the_list(closing: list[Any]) -> None:
+    B.ensure("activemq", "standby")
+    first = TcpProxy((B.HOST, B.PORTS["activemq"]))
+    second = TcpProxy((B.HOST, B.PORTS["standby"]))
+    closing.extend([first, second])
+    url = f"failover:({first.url},{second.url})?connect_timeout=2&keepalive_interval=0&heartbeat=0"
+    for _ in range(4):  # in order: always the first
+        closing.append(connect(url))
+    assert (first.accepted, second.accepted) == (4, 0)
+    # Shuffled: 16 connections all on one broker would happen once in 2 ** 15 runs.
+    spread = [connect(url, randomize=True) for _ in range(16)]
+    closing.extend(spread)
+    assert first.accepted > 4 and second.accepted > 0, (first.accepted, second.accepted)
+    assert first.accepted - 4 + second.accepted == 16
+    assert {t.broker for t in spread} == {first.url, second.url}
