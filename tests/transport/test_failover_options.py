@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import heartwire as hw
-from heartwire.transport import ConnectFailed, Message, TransportClosed, connect
+from heartwire.transport import ConnectFailed, Message, StompTransport, TransportClosed, connect
 from tests import brokers as B
 from tests.brokers import brokers, wait_for  # noqa: F401  (brokers: the session fixture)
 from tests.proxy import TcpProxy
@@ -32,6 +32,13 @@ pytestmark = pytest.mark.usefixtures("brokers")
 
 # Test-sized timings (heart-beats every second, no self-pings); each test sets its tries' waits.
 QUICK = "heartbeat=1&connect_timeout=2&keepalive_interval=0"
+
+
+def stomp(url: str, **options: Any) -> StompTransport:
+    """``connect(url)``, typed as the STOMP transport it is."""
+    t = connect(url, **options)
+    assert isinstance(t, StompTransport)
+    return t
 
 
 def uid() -> str:
@@ -87,7 +94,7 @@ def _drain(url: str, queue: str, want: set[str], timeout: float) -> set[str]:
         with lock:
             got.add(m.id)
 
-    t = connect(url + "?" + QUICK)
+    t = stomp(url + "?" + QUICK)
     try:
         consumer = hw.Consumer(t, queue, on_message=on_message)
         consumer.start()
@@ -116,7 +123,7 @@ def test_priority_backup_returns_to_the_preferred_broker_without_losing_reliable
     backup = B.url("standby") if name == "activemq" else B.url(name)
     proxy = TcpProxy((B.HOST, target))
     closing.append(proxy)
-    t = connect(
+    t = stomp(
         f"failover:({proxy.url},{backup})?{QUICK}&reconnect_interval=0.2&priority_backup=true"
         "&request_blocking_time=5"
     )
@@ -183,7 +190,7 @@ def test_priority_backup_returns_to_the_preferred_broker_without_losing_reliable
     assert mon_events.of("disconnected", back) == []
     assert mon.metrics()["connected"] is True
     # Subscriptions were restored on the preferred broker before the switch.
-    with connect(f"{B.url(name)}?{QUICK}") as direct:
+    with stomp(f"{B.url(name)}?{QUICK}") as direct:
         direct.publish(f"{root}.direct", b"after the switch")
         wait_for(lambda: got, 5, "a message through the subscription restored on the preferred")
     # No reliable send was lost: every one was receipted by a broker, and consumers of the
@@ -204,7 +211,7 @@ def test_max_reconnect_attempts_ends_the_transport_with_reconnect_failed(
     B.ensure("activemq")
     proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
     closing.append(proxy)
-    t = connect(f"failover:({proxy.url})?{QUICK}&max_reconnect_attempts=3&reconnect_interval=0.05")
+    t = stomp(f"failover:({proxy.url})?{QUICK}&max_reconnect_attempts=3&reconnect_interval=0.05")
     closing.append(t)
     seen = Events()
     t.add_observer(seen)
@@ -234,7 +241,7 @@ def test_max_reconnect_attempts_zero_gives_up_at_the_first_loss(closing: list[An
     B.ensure("activemq")
     proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
     closing.append(proxy)
-    t = connect(f"failover:({proxy.url})?{QUICK}&max_reconnect_attempts=0&reconnect_interval=0.05")
+    t = stomp(f"failover:({proxy.url})?{QUICK}&max_reconnect_attempts=0&reconnect_interval=0.05")
     closing.append(t)
     seen = Events()
     t.add_observer(seen)
@@ -253,16 +260,16 @@ def test_startup_max_reconnect_attempts(closing: list[Any]) -> None:
     # The default: one try per broker, then ConnectFailed, as before.
     proxy.refuse()
     with pytest.raises(ConnectFailed) as info:
-        connect(url)
+        stomp(url)
     assert len(proxy.refused) == 1 and info.value.attempts == 0
     assert str(info.value).startswith(f"could not connect to failover:({proxy.url}): ")
     # Two more tries, then ConnectFailed saying how many.
     with pytest.raises(ConnectFailed, match=r"in 3 tries") as info:
-        connect(url, startup_max_reconnect_attempts=2)
+        stomp(url, startup_max_reconnect_attempts=2)
     assert len(proxy.refused) == 1 + 3 and info.value.attempts == 3
     # -1: until one connects (the proxy drops two connections, then forwards).
     proxy.refuse(count=2)
-    t = connect(url, startup_max_reconnect_attempts=-1)
+    t = stomp(url, startup_max_reconnect_attempts=-1)
     closing.append(t)
     assert t.connected and len(proxy.refused) == 4 + 2
     assert t.stats()["connect_attempts"] == 3
@@ -275,7 +282,7 @@ def test_exponential_back_off_spaces_the_tries_as_scheduled(
     B.ensure("activemq")
     proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
     closing.append(proxy)
-    t = connect(
+    t = stomp(
         f"failover:({proxy.url})?{QUICK}&reconnect_interval=0.05&use_exponential_back_off=true"
         f"&back_off_multiplier=2&max_reconnect_delay=0.4&reconnect_jitter={jitter}"
         "&max_reconnect_attempts=6"
@@ -304,10 +311,10 @@ def test_randomize_spreads_connections_over_the_list(closing: list[Any]) -> None
     closing.extend([first, second])
     url = f"failover:({first.url},{second.url})?connect_timeout=2&keepalive_interval=0&heartbeat=0"
     for _ in range(4):  # in order: always the first
-        closing.append(connect(url))
+        closing.append(stomp(url))
     assert (first.accepted, second.accepted) == (4, 0)
     # Shuffled: 16 connections all on one broker would happen once in 2 ** 15 runs.
-    spread = [connect(url, randomize=True) for _ in range(16)]
+    spread = [stomp(url, randomize=True) for _ in range(16)]
     closing.extend(spread)
     assert first.accepted > 4 and second.accepted > 0, (first.accepted, second.accepted)
     assert first.accepted - 4 + second.accepted == 16
