@@ -319,3 +319,39 @@ def test_randomize_spreads_connections_over_the_list(closing: list[Any]) -> None
     assert first.accepted > 4 and second.accepted > 0, (first.accepted, second.accepted)
     assert first.accepted - 4 + second.accepted == 16
     assert {t.broker for t in spread} == {first.url, second.url}
+
+
+def test_priority_backup_from_the_start_and_a_switch_whose_old_link_was_lost(
+    closing: list[Any],
+) -> None:
+    """The preferred broker down at start: the transport starts on the backup and moves to the
+    preferred once it listens. And a switch that finds the link it meant to replace no longer
+    current (lost meanwhile: its outage comes next) drops the new link unattached."""
+    B.ensure("activemq", "standby")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]), listening=False)
+    closing.append(proxy)
+    t = stomp(
+        f"failover:({proxy.url},{B.url('standby')})?{QUICK}&reconnect_interval=0.1"
+        "&priority_backup=true"
+    )
+    closing.append(t)
+    seen = Events()
+    t.add_observer(seen)
+    assert t.broker == B.url("standby")
+    # Failed tries of the preferred broker change nothing.
+    wait_for(lambda: t.stats()["priority_probes"] >= 2, 5, "two tries of the preferred broker")
+    assert t.broker == B.url("standby")
+    assert seen.events == []
+    proxy.open()
+    wait_for(lambda: t.broker == proxy.url, 5, "the move to the preferred broker")
+    assert seen.of("switched") == [(B.url("standby"), proxy.url)]
+    assert seen.of("disconnected") == [] and seen.of("reconnected") == []
+    # The guard of a switch (under the connector's lock): replacing a link that is not
+    # current any more publishes nothing and closes the new link.
+    c = t._connector
+    current = c.current
+    stray = t._new_link(c.options.brokers[1])
+    stray.connect()
+    other = t._new_link(c.options.brokers[1])
+    assert not c._install(stray, replacing=other)
+    assert c.current is current and not stray.open
