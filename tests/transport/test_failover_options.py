@@ -63,6 +63,7 @@ class Events:
     # transport observer
     def on_disconnected(self, broker: str, reason: str) -> None:
         self._add("disconnected", broker)
+        self._add("disconnected_why", (broker, reason))
 
     def on_reconnected(self, broker: Any) -> None:
         self._add("reconnected", broker)  # a str from a transport, a Reconnected from a monitor
@@ -355,3 +356,44 @@ def test_priority_backup_from_the_start_and_a_switch_whose_old_link_was_lost(
     other = t._new_link(c.options.brokers[1])
     assert not c._install(stray, replacing=other)
     assert c.current is current and not stray.open
+
+
+def test_a_switch_rejected_after_attaching_reconnects_and_reliable_sends_go_on(
+    closing: list[Any],
+) -> None:
+    """An observer rejects every connection to the preferred broker (on_attached raises): the
+    reliable senders had already moved their re-send to it, so the backup link cannot just go
+    on. It is dropped and reconnected as after a loss, and reliable sends keep being
+    receipted. (Before: the senders waited on the rejected link, and a flush never came.)"""
+    B.ensure("activemq", "standby")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]), listening=False)
+    closing.append(proxy)
+    t = stomp(
+        f"failover:({proxy.url},{B.url('standby')})?{QUICK}&reconnect_interval=0.3"
+        "&priority_backup=true&request_blocking_time=5"
+    )
+    closing.append(t)
+
+    class RejectPreferred:
+        def on_attached(self, link: Any) -> None:
+            if str(link.broker) == proxy.url:
+                raise RuntimeError("test: the preferred broker is refused")
+
+    seen = Events()
+    t.add_observer(seen)
+    t.add_observer(RejectPreferred())
+    sender = hw.ReliableSender(t, f"/queue/{uid()}")
+    closing.append(sender)
+    assert t.broker == B.url("standby")
+    began = time.monotonic()
+    proxy.open()
+    reason = "the move to the preferred broker failed after attaching"
+    wait_for(
+        lambda: (B.url("standby"), reason) in seen.of("disconnected_why", began),
+        5,
+        "a rejected switch to drop and reconnect the backup link",
+    )
+    for n in range(50):
+        sender.send(f"m{n}")
+    assert sender.flush(5), f"reliable sends stalled after a rejected switch: {sender.stats()}"
+    assert t.broker == B.url("standby") and t.stats()["switches"] == 0

@@ -200,17 +200,18 @@ class Connector:
             reasons[str(broker)] = reason
         return None
 
-    def _install(self, link: StompLink, replacing: StompLink | None = None) -> bool:
-        """Attach and publish ``link``; False if it was rejected. ``replacing``: the current
-        link a planned switch replaces; if it is no longer current (lost meanwhile: its
-        outage comes next), ``link`` is closed unattached and False returned."""
+    def _install(self, link: StompLink, replacing: StompLink | None = None) -> bool | None:
+        """Attach and publish ``link``: True once published; False if it was rejected after
+        the attach step ran; None if it was closed unattached: the connector is closed, or
+        ``replacing`` (the current link a planned switch replaces) is no longer current (lost
+        meanwhile: its outage comes next)."""
         with self.cond:
             if self.closed:
                 link.close()
-                return False
+                return None
             if replacing is not None and self.current is not replacing:
                 link.close()
-                return False
+                return None
             try:
                 self._attach(link)
             except LinkRejected as exc:  # the layer above's doing, not the subscriptions'
@@ -383,8 +384,18 @@ class Connector:
         # The old link stays current (and in use) until the new one is published: a planned
         # switch has no outage. If the old one was lost meanwhile, the new link is closed
         # unattached and the loss is handled as any other, right after this.
-        if link is None or not self._install(link, replacing=old):
+        if link is None:
             self._probe_at = time.monotonic() + next(waits)
+            return
+        installed = self._install(link, replacing=old)
+        if installed is None:  # the old link was lost meanwhile: its outage is next
+            self._probe_at = time.monotonic() + next(waits)  # (the outage re-arms anyway)
+            return
+        if not installed:
+            # The attach step ran (the reliable senders moved their re-send to the new link)
+            # and the new link was then rejected: the old one cannot simply go on, so it is
+            # dropped and reconnected as after a loss, which attaches everything again.
+            self.link_lost(old, "the move to the preferred broker failed after attaching")
             return
         self.switches += 1
         self._arm_probe(link)
