@@ -421,7 +421,7 @@ class RecentEvents(SubscriberListener):
         )
 
     def on_reconnected(self, event: Reconnected) -> None:
-        moved = getattr(event, "switched_from", None)
+        moved = event.switched_from
         detail = event.broker if moved is None else f"{event.broker} (moved back from {moved})"
         self._keep([RecentEvent("reconnected", "", time.time(), detail)])
 
