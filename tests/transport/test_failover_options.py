@@ -397,3 +397,35 @@ def test_a_switch_rejected_after_attaching_reconnects_and_reliable_sends_go_on(
         sender.send(f"m{n}")
     assert sender.flush(5), f"reliable sends stalled after a rejected switch: {sender.stats()}"
     assert t.broker == B.url("standby") and t.stats()["switches"] == 0
+
+
+def test_the_default_reconnection_is_as_before_these_options(closing: list[Any]) -> None:
+    """Without the new options the tries are those of before (the proxy stands for the killed
+    standby of test_stomp's kill tests, which stop shared brokers): failover_check_count checks
+    of the lost broker, failover_check_timeout apart, then the next broker of the list; and
+    reconnect_period gives up, closing the transport."""
+    B.ensure("activemq", "standby")
+    standby = TcpProxy((B.HOST, B.PORTS["standby"]))
+    closing.append(standby)
+    checker = stomp(
+        f"failover:({standby.url},{B.url('activemq')})?{QUICK}&reconnect_interval=0.2",
+        failover_check_count=3,
+        failover_check_timeout=0.4,
+    )
+    quitter = stomp(
+        f"failover:({standby.url})?{QUICK}&reconnect_interval=0.2", reconnect_period=0.6
+    )
+    closing.extend([checker, quitter])
+    checks, gave_up = Events(), Events()
+    checker.add_observer(checks)
+    quitter.add_observer(gave_up)
+    killed = time.monotonic()
+    standby.close()
+    (broker,) = wait_for(lambda: checks.of("reconnected"), 5, "the checker to fail over")
+    assert broker == B.url("activemq")
+    took = checks.events[-1][1] - killed
+    assert took >= 2 * 0.4, took  # three checks, 0.4 s apart, before the next broker
+    assert checker.stats()["connect_attempts"] == 1 + 3 + 1
+    (reason,) = wait_for(lambda: gave_up.of("gave_up"), 5, "reconnect_period to give up")
+    assert "reconnect_period=0.6 s" in reason and quitter.closed
+    assert quitter.failure == reason

@@ -12,7 +12,10 @@ may carry credentials (``stomp://user:secret@host:61613``); the port defaults to
 ActiveMQ's ``stomp+ssl`` port, for ``stomp+ssl``); IPv6 hosts go in brackets
 (``stomp://[::1]:61613``). Options may be given in the query string or as keyword arguments to
 :func:`heartwire.connect`; a keyword wins over the query. Times are in seconds (fractions
-allowed). See :data:`OPTIONS` for every option and its default.
+allowed). See :data:`OPTIONS` for every option and its default; the failover options
+(``randomize``, ``priority_backup``, the back-off, the attempt limits) and how they combine with
+``reconnect_interval`` and ``reconnect_period`` are in ``docs/failover.md``. ActiveMQ's
+camelCase names (:data:`ACTIVEMQ_NAMES`) are refused with ours named.
 
 Credentials: a broker's own ``user:secret@`` wins, then ``login=`` / ``passcode=`` (keyword,
 then query), then the environment variables :data:`LOGIN_ENV` (``HEARTWIRE_BROKER_LOGIN``) and
