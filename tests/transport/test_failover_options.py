@@ -429,3 +429,21 @@ def test_the_default_reconnection_is_as_before_these_options(closing: list[Any])
     (reason,) = wait_for(lambda: gave_up.of("gave_up"), 5, "reconnect_period to give up")
     assert "reconnect_period=0.6 s" in reason and quitter.closed
     assert quitter.failure == reason
+
+
+def test_reconnect_period_cuts_a_long_back_off_wait_short(closing: list[Any]) -> None:
+    """With a 5 s wait due and reconnect_period=0.5, the transport gives up at 0.5 s after
+    the loss, not after the wait."""
+    B.ensure("activemq")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
+    closing.append(proxy)
+    t = stomp(f"failover:({proxy.url})?{QUICK}&reconnect_interval=5&reconnect_period=0.5")
+    closing.append(t)
+    seen = Events()
+    t.add_observer(seen)
+    lost = time.monotonic()
+    proxy.close()
+    wait_for(lambda: seen.of("gave_up"), 4, "reconnect_period to give up before the 5 s wait")
+    took = seen.events[-1][1] - lost
+    assert 0.5 <= took < 3, took
+    assert "reconnect_period=0.5 s" in seen.of("gave_up")[0]

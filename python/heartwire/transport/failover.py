@@ -340,6 +340,8 @@ class Connector:
         period = opts.reconnect_period
         tries = 0
         for wait, broker in reconnect_plan(opts, lost, self._rng):
+            if period > 0:  # a long backed-off wait must not carry the outage past the period
+                wait = min(wait, max(0.0, began + period - time.monotonic()))
             if wait and not self._sleep(wait):
                 return None, "closed"
             if self.closed:
