@@ -206,11 +206,12 @@ def test_priority_backup_returns_to_the_preferred_broker_without_losing_reliable
     assert want <= received, f"{len(want - received)} of {len(want)} reliable sends lost"
 
 
+@pytest.mark.parametrize("name", ["activemq", "rabbitmq"])
 def test_max_reconnect_attempts_ends_the_transport_with_reconnect_failed(
-    closing: list[Any],
+    name: str, closing: list[Any]
 ) -> None:
-    B.ensure("activemq")
-    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]))
+    B.ensure(name)
+    proxy = TcpProxy((B.HOST, B.PORTS[name]))
     closing.append(proxy)
     t = stomp(f"failover:({proxy.url})?{QUICK}&max_reconnect_attempts=3&reconnect_interval=0.05")
     closing.append(t)
