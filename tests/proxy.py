@@ -53,8 +53,7 @@ class TcpProxy:
     def refuse(self, count: int | None = None) -> None:
         """Listen, but close each new connection as soon as it is accepted (``count``: only the
         next that many, then forward again). Connections forwarded already stay."""
-        self._refuse_left = count
-        self._listen("refuse")
+        self._listen("refuse", count)
 
     def cut(self) -> None:
         """Cut every forwarded connection, listening on."""
@@ -65,9 +64,10 @@ class TcpProxy:
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
 
-    def _listen(self, mode: str) -> None:
+    def _listen(self, mode: str, refuse: int | None = None) -> None:
         with self._lock:
             self._mode = mode
+            self._refuse_left = refuse
             if self._server is not None:
                 return
             server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -112,14 +112,15 @@ class TcpProxy:
                     client.close()
                     return
                 mode = self._mode
-            if mode == "refuse":
-                self.refused.append(time.monotonic())
-                client.close()
-                with self._lock:
+                if mode == "refuse":
+                    # Counted before the client can see the close (and a test act on it).
+                    self.refused.append(time.monotonic())
                     if self._refuse_left is not None:
                         self._refuse_left -= 1
                         if self._refuse_left <= 0:
                             self._mode, self._refuse_left = "forward", None
+            if mode == "refuse":
+                client.close()
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
