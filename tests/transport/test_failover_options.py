@@ -300,8 +300,11 @@ def test_exponential_back_off_spaces_the_tries_as_scheduled(
     gaps = [b - a for a, b in itertools.pairwise(times)]
     # The waits of the plan: 0.05, 0.1, 0.2, 0.4, 0.4 (capped), each shortened by jitter by
     # at most its fraction. A try never comes early; a loaded machine may make it late.
-    for gap, base in zip(gaps, [0.05, 0.1, 0.2, 0.4, 0.4], strict=True):
-        assert base * (1 - jitter) - 0.01 <= gap <= base + 0.5, (gaps, jitter)
+    # (The times are the proxy's accepts: a late accept may shorten the next gap a little.)
+    bases = [0.05, 0.1, 0.2, 0.4, 0.4]
+    for gap, base in zip(gaps, bases, strict=True):
+        assert base * (1 - jitter) - 0.03 <= gap <= base + 0.5, (gaps, jitter)
+    assert sum(gaps) >= sum(bases) * (1 - jitter) - 0.03, (gaps, jitter)
     if jitter == 0:
         assert gaps[3] >= 0.39 and gaps[4] >= 0.39  # the cap, reached and kept
 
