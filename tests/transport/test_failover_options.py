@@ -451,3 +451,30 @@ def test_reconnect_period_cuts_a_long_back_off_wait_short(closing: list[Any]) ->
     took = seen.events[-1][1] - lost
     assert 0.5 <= took < 3, took
     assert "reconnect_period=0.5 s" in seen.of("gave_up")[0]
+
+
+def test_after_a_switch_the_backup_link_keeps_receiving_for_a_while(closing: list[Any]) -> None:
+    """Clients of the same list move back one by one: a publisher still on the backup right
+    after this transport moved is still heard (the old link lingers one wait plus
+    connect_timeout before its DISCONNECT); after that, the backup is no longer read."""
+    B.ensure("activemq", "standby")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]), listening=False)
+    closing.append(proxy)
+    t = stomp(
+        f"failover:({proxy.url},{B.url('standby')})?heartbeat=1&keepalive_interval=0"
+        "&connect_timeout=1&reconnect_interval=0.2&priority_backup=true"
+    )
+    closing.append(t)
+    laggard = stomp(f"{B.url('standby')}?{QUICK}")
+    closing.append(laggard)
+    topic = f"{uid()}.beats"
+    got: list[bytes] = []
+    t.subscribe(topic, lambda m: got.append(m.body))
+    proxy.open()
+    wait_for(lambda: t.broker == proxy.url, 5, "the move back to the preferred broker")
+    laggard.publish(topic, b"from a client still on the backup")
+    wait_for(lambda: got, 2, "the lingering backup link to deliver the laggard's message")
+    wait_for(lambda: not t._connector._lingering, 5, "the backup link's DISCONNECT")
+    laggard.publish(topic, b"after the linger")
+    time.sleep(0.5)  # a bounded check that nothing more comes
+    assert got == [b"from a client still on the backup"]

@@ -22,8 +22,11 @@ tries follow a plan (:mod:`.backoff`, pure and tested without a clock):
 With ``priority_backup`` the first broker of the list is the preferred one: while connected to
 another, the supervisor tries the preferred one after each back-off wait, and when it accepts,
 the new link is attached (subscriptions restored, reliable senders re-send what is not
-receipted yet) and published *before* the old link is closed with DISCONNECT: a planned switch,
-reported to observers as ``on_switched(from_broker, to_broker)``, with no ``on_disconnected``.
+receipted yet) and published *before* the old link is let go: a planned switch, reported to
+observers as ``on_switched(from_broker, to_broker)``, with no ``on_disconnected``. The old link
+keeps receiving for the wait that preceded the move plus ``connect_timeout`` (other clients of
+the list move back up to about one wait later and publish to the backup until then), then gets
+its DISCONNECT, which is not reported as a loss either.
 A try of the preferred broker holds the supervisor up to ``connect_timeout``: a loss in that
 time is handled right after it.
 
@@ -124,6 +127,10 @@ class Connector:
         # start(), before it runs) touches these.
         self._probe_waits: Iterator[float] | None = None
         self._probe_at: float | None = None
+        self._probe_wait = 0.0  # the wait before the next try (the linger after a switch)
+        # Links switched away from, still receiving until their deadline (time.monotonic()),
+        # soonest first; guarded by ``cond`` (close() takes them from any thread).
+        self._lingering: list[tuple[float, StompLink]] = []
 
     def _emit(self, method: str, *args: object) -> None:
         self.observers.notify(method, *args)
@@ -171,8 +178,11 @@ class Connector:
             if reason is not None:
                 self.failure = reason
             link, self.current = self.current, None
+            lingering, self._lingering = self._lingering, []
             self.cond.notify_all()
         self._wake.set()
+        for _, old in lingering:
+            old.close()
         if link is not None:
             link.close()
 
@@ -293,8 +303,13 @@ class Connector:
         try:
             while not self.closed:
                 due = self._probe_at
+                with self.cond:
+                    if self._lingering:
+                        first = self._lingering[0][0]
+                        due = first if due is None else min(due, first)
                 self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
                 self._wake.clear()
+                self._end_lingering()
                 while True:
                     with self.cond:
                         if self.closed or not self._lost:
@@ -371,7 +386,11 @@ class Connector:
             self._probe_at = None
             return
         self._probe_waits = probe_waits(opts, self._rng)
-        self._probe_at = time.monotonic() + next(self._probe_waits)
+        self._next_probe(self._probe_waits)
+
+    def _next_probe(self, waits: Iterator[float]) -> None:
+        self._probe_wait = next(waits)
+        self._probe_at = time.monotonic() + self._probe_wait
 
     def _probe(self) -> None:
         """Try the preferred broker; if it accepts, switch to it (module docs)."""
@@ -387,11 +406,11 @@ class Connector:
         # switch has no outage. If the old one was lost meanwhile, the new link is closed
         # unattached and the loss is handled as any other, right after this.
         if link is None:
-            self._probe_at = time.monotonic() + next(waits)
+            self._next_probe(waits)
             return
         installed = self._install(link, replacing=old)
         if installed is None:  # the old link was lost meanwhile: its outage is next
-            self._probe_at = time.monotonic() + next(waits)  # (the outage re-arms anyway)
+            self._next_probe(waits)  # (the outage re-arms anyway)
             return
         if not installed:
             # The attach step ran (the reliable senders moved their re-send to the new link)
@@ -400,11 +419,27 @@ class Connector:
             self.link_lost(old, "the move to the preferred broker failed after attaching")
             return
         self.switches += 1
+        # The old link keeps receiving a while before its DISCONNECT (not reported as a
+        # loss): clients of the same list move back up to about one wait later, and until
+        # then publish to the backup. (Beats they send to the preferred broker before this
+        # client moves are lost all the same: the move of each client is its own.)
+        linger = self._probe_wait + self.options.connect_timeout
+        with self.cond:
+            self._lingering.append((time.monotonic() + linger, old))
+            self._lingering.sort(key=lambda item: item[0])
         self._arm_probe(link)
         log.warning("moved back to the preferred broker %s from %s", link.broker, old.broker)
         try:
             self._detach(old, "switched to the preferred broker")
         except Exception:
             log.exception("detaching %s failed", old.broker)
-        old.close()  # DISCONNECT: not reported as a loss
         self._emit("on_switched", str(old.broker), str(link.broker))
+
+    def _end_lingering(self) -> None:
+        """DISCONNECT the links switched away from whose linger is over."""
+        now = time.monotonic()
+        with self.cond:
+            done = [link for at, link in self._lingering if at <= now]
+            self._lingering = [(at, link) for at, link in self._lingering if at > now]
+        for link in done:
+            link.close()

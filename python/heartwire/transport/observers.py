@@ -12,8 +12,9 @@ Connection events, on the failover thread (:mod:`.failover`):
 - ``on_disconnected(broker, reason)``: the link to ``broker`` (``"stomp://host:port"``) was lost;
 - ``on_reconnected(broker)``: connected again (to ``broker``), every subscription restored;
 - ``on_switched(from_broker, to_broker)``: ``priority_backup`` moved the connection back to
-  the preferred broker ``to_broker`` (every subscription restored there first), then closed
-  the one to ``from_broker``: a planned switch, with no ``on_disconnected`` before it;
+  the preferred broker ``to_broker`` (every subscription restored there first); the one to
+  ``from_broker`` is let go (after a short linger): a planned switch, with no
+  ``on_disconnected``;
 - ``on_reconnect_failed(reason)``: ``reconnect_period`` or ``max_reconnect_attempts`` ran out;
   the transport is closed.
 
