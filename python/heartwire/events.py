@@ -71,7 +71,8 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
     and so are fields that say nothing when unset: a :class:`Failed` event's ``reason`` when
     it has none (a failure by missed periods: ``reason`` shows only for an explicit failure)
     and the alerting policy's marks (``silenced`` False, ``suppressed_by`` None): an unmarked
-    event's fields are as they were before silences existed."""
+    event's fields are as they were before silences existed; likewise a
+    :class:`Reconnected` event's ``switched_from`` when None."""
     fields = {
         k: v
         for k, v in vars(event).items()
@@ -79,6 +80,8 @@ def wall_fields(event: object, now: float | None = None) -> dict[str, Any]:
     }
     if "reason" in fields and fields["reason"] is None:
         del fields["reason"]
+    if "switched_from" in fields and fields["switched_from"] is None:  # a Reconnected after
+        del fields["switched_from"]  # an outage: as before planned switches existed
     if "at" in fields and fields["at"] is None:  # a publisher's Started/Stopped: no time
         del fields["at"]
     offset = getattr(event, "wall_offset", None)
@@ -325,9 +328,14 @@ class Disconnected:
 
 @dataclass(frozen=True)
 class Reconnected:
-    """The transport is connected again, to ``broker``, with every subscription restored."""
+    """The transport is connected again, to ``broker``, with every subscription restored.
+
+    ``switched_from``: set when this was a planned move (the failover option
+    ``priority_backup`` going back to the preferred broker ``broker``): the broker left, with
+    no :class:`Disconnected` before it; None after an outage."""
 
     broker: str
+    switched_from: str | None = None
 
 
 @dataclass(frozen=True)

@@ -958,7 +958,8 @@ class ConnectionEvents(ConnectionObserver):
     transport does, or else ``add_connection_listener``, the earlier name); the embedded
     broker has neither, and then nothing happens.
     ``on_reconnect_failed`` (the transport gave up and closed) becomes ``on_exception`` with
-    reason ``"reconnect_failed"``.
+    reason ``"reconnect_failed"``; ``on_switched`` (``priority_backup`` moved back to the
+    preferred broker) becomes ``on_reconnected`` with ``Reconnected.switched_from`` set.
 
     The transport calls these on its own thread (STOMP: the failover supervisor, before it
     reconnects), so ``deliver(method, event)`` must hand events off, never call listeners
@@ -974,9 +975,10 @@ class ConnectionEvents(ConnectionObserver):
     ) -> None:
         self._listeners = listeners
         self._deliver = listeners.emit if deliver is None else deliver
-        #: Connection losses, reconnections and give-ups seen so far.
+        #: Connection losses, reconnections, planned switches and give-ups seen so far.
         self.disconnects = 0
         self.reconnects = 0
+        self.switches = 0
         self.reconnect_failures = 0
 
     def on_disconnected(self, broker: str, reason: str) -> None:
@@ -986,6 +988,10 @@ class ConnectionEvents(ConnectionObserver):
     def on_reconnected(self, broker: str) -> None:
         self.reconnects += 1
         self._deliver("on_reconnected", Reconnected(broker))
+
+    def on_switched(self, from_broker: str, to_broker: str) -> None:
+        self.switches += 1
+        self._deliver("on_reconnected", Reconnected(to_broker, switched_from=from_broker))
 
     def on_reconnect_failed(self, reason: str) -> None:
         self.reconnect_failures += 1

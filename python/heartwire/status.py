@@ -429,7 +429,9 @@ class RecentEvents(SubscriberListener):
         )
 
     def on_reconnected(self, event: Reconnected) -> None:
-        self._keep([RecentEvent("reconnected", "", time.time(), event.broker)])
+        moved = event.switched_from
+        detail = event.broker if moved is None else f"{event.broker} (moved back from {moved})"
+        self._keep([RecentEvent("reconnected", "", time.time(), detail)])
 
     def on_exception(self, event: ExceptionEvent) -> None:
         detail = event.reason + (f": {event.detail}" if event.detail else "")

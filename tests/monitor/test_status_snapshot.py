@@ -173,15 +173,18 @@ def test_exceptions_and_connection_events_are_kept(
 ) -> None:
     recent.on_disconnected(hw.Disconnected("stomp://127.0.0.1:61613", "connection lost"))
     recent.on_reconnected(hw.Reconnected("stomp://127.0.0.1:61613"))
+    # priority_backup's planned move back to the preferred broker says where from.
+    recent.on_reconnected(hw.Reconnected("stomp://a:1", switched_from="stomp://b:2"))
     mon.start()
     mon.handle_message(Message(destination="svc.x", body=b"not a beat"))
     assert mon.drain()
     kinds = [(e.kind, e.detail) for e in recent.events()]
-    assert kinds[:2] == [
+    assert kinds[:3] == [
         ("disconnected", "stomp://127.0.0.1:61613: connection lost"),
         ("reconnected", "stomp://127.0.0.1:61613"),
+        ("reconnected", "stomp://a:1 (moved back from stomp://b:2)"),
     ]
-    assert kinds[2][0] == "exception" and kinds[2][1].startswith("bad_"), kinds
+    assert kinds[3][0] == "exception" and kinds[3][1].startswith("bad_"), kinds
 
 
 @dataclass

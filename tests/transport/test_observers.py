@@ -37,6 +37,7 @@ def test_the_protocol_names_every_event_and_the_old_names_are_it() -> None:
     assert OBSERVER_METHODS == (
         "on_disconnected",
         "on_reconnected",
+        "on_switched",
         "on_reconnect_failed",
         "on_attached",
         "on_published",
@@ -300,3 +301,22 @@ def test_an_observers_error_on_a_new_link_is_logged_once(
         assert t.stats()["listener_errors"] == 1  # still counted
     finally:
         t.close()
+
+
+def test_a_planned_switch_reaches_listeners_as_a_reconnected_that_says_where_from() -> None:
+    from heartwire.events import Reconnected, wall_fields
+
+    seen: list[tuple[str, object]] = []
+    events = ConnectionEvents(
+        ListenerSet(SubscriberListener, "svc.>"), lambda method, event: seen.append((method, event))
+    )
+    events.on_switched("stomp://b:2", "stomp://a:1")
+    events.on_reconnected("stomp://a:1")
+    assert seen == [
+        ("on_reconnected", Reconnected("stomp://a:1", switched_from="stomp://b:2")),
+        ("on_reconnected", Reconnected("stomp://a:1")),
+    ]
+    assert (events.switches, events.reconnects, events.disconnects) == (1, 1, 0)
+    # In JSON lines, a Reconnected after an outage has the fields it had before switches.
+    assert set(wall_fields(seen[1][1], now=1.0)) == {"broker", "at", "at_iso"}
+    assert wall_fields(seen[0][1], now=1.0)["switched_from"] == "stomp://b:2"

@@ -46,16 +46,20 @@ class SendTimeout(TimeoutError):
 
 class ConnectFailed(ConnectionError):
     """No broker of the URL accepted a connection; ``reasons`` maps each broker
-    (``"stomp://host:port"``) to why. Never contains credentials."""
+    (``"stomp://host:port"``) to why (its last try's). ``attempts``: how many tries were made,
+    when more than one per broker was allowed (``startup_max_reconnect_attempts``), else 0.
+    Never contains credentials."""
 
-    def __init__(self, url: str, reasons: dict[str, str]) -> None:
+    def __init__(self, url: str, reasons: dict[str, str], attempts: int = 0) -> None:
         detail = "; ".join(f"{b}: {r}" for b, r in reasons.items())
-        super().__init__(f"could not connect to {url}: {detail}")
+        tries = f" in {attempts} tries" if attempts else ""
+        super().__init__(f"could not connect to {url}{tries}: {detail}")
         self.url = url
         self.reasons = reasons
+        self.attempts = attempts
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.url, self.reasons))
+        return (type(self), (self.url, self.reasons, self.attempts))
 
 
 class LinkRejected(Exception):

@@ -1,15 +1,34 @@
 """Keeping a STOMP transport connected: failover between brokers and reconnection.
 
 A :class:`Connector` holds at most one open :class:`~heartwire.transport.link.StompLink` at a
-time (``current``) and, once started, a supervisor thread that replaces it when it is lost:
+time (``current``) and, once started, a supervisor thread that replaces it when it is lost. The
+tries follow a plan (:mod:`.backoff`, pure and tested without a clock):
 
-1. The lost broker is checked again ``failover_check_count`` times, ``failover_check_timeout``
-   seconds apart (the first check at once): a broker that merely dropped a connection is not
-   abandoned. The first check that connects ends the outage.
-2. Then the brokers of the list are tried in turn, starting with the one after the lost broker
-   and coming back round to it, ``reconnect_interval`` seconds apart.
-3. With ``reconnect_period`` > 0 the supervisor gives up that many seconds after the loss; the
-   transport is then closed. With 0 it never gives up.
+0. At start, each broker once (``randomize``: in a shuffled order), then up to
+   ``startup_max_reconnect_attempts`` more tries (-1: until one connects), else
+   :class:`ConnectFailed`.
+1. After a loss, the lost broker is checked again ``failover_check_count`` times,
+   ``failover_check_timeout`` seconds apart (the first check at once): a broker that merely
+   dropped a connection is not abandoned. The first check that connects ends the outage.
+2. Then the brokers of the list are tried pass after pass (starting after the lost one and
+   coming back round to it, or shuffled anew each pass with ``randomize``), waiting
+   ``reconnect_interval`` before each try, or a growing wait with
+   ``use_exponential_back_off`` (``back_off_multiplier``, ``max_reconnect_delay``,
+   ``reconnect_jitter``: :class:`~.backoff.Backoff`).
+3. The supervisor gives up after ``max_reconnect_attempts`` tries (-1: never) or
+   ``reconnect_period`` seconds (0: never), whichever comes first; the transport is then
+   closed (:attr:`Connector.failure` says why) and observers get ``on_reconnect_failed``.
+
+With ``priority_backup`` the first broker of the list is the preferred one: while connected to
+another, the supervisor tries the preferred one after each back-off wait, and when it accepts,
+the new link is attached (subscriptions restored, reliable senders re-send what is not
+receipted yet) and published *before* the old link is let go: a planned switch, reported to
+observers as ``on_switched(from_broker, to_broker)``, with no ``on_disconnected``. The old link
+keeps receiving for the wait that preceded the move plus ``connect_timeout`` (other clients of
+the list move back up to about one wait later and publish to the backup until then), then gets
+its DISCONNECT, which is not reported as a loss either.
+A try of the preferred broker holds the supervisor up to ``connect_timeout``: a loss in that
+time is handled right after it.
 
 Before a new link becomes ``current`` the connector's ``attach`` callback runs under the lock
 (the transport restores its subscriptions there), so nothing sees a half-restored link. Long work
@@ -19,9 +38,10 @@ a handler on the new link's receiving thread) waits for it. A send never waits f
 a link is current (:meth:`Connector.wait_link`).
 
 The connection events (``on_disconnected(broker, reason)``, ``on_reconnected(broker)``,
-``on_reconnect_failed(reason)``) go to the transport's observers
-(:class:`~heartwire.transport.observers.ConnectionObserver`, :class:`.observers.Observers`),
-called on the supervisor thread (errors are logged and counted, never raised).
+``on_switched(from_broker, to_broker)``, ``on_reconnect_failed(reason)``) go to the
+transport's observers (:class:`~heartwire.transport.observers.ConnectionObserver`,
+:class:`.observers.Observers`), called on the supervisor thread (errors are logged and counted,
+never raised).
 """
 
 from __future__ import annotations
@@ -29,8 +49,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 
+from heartwire.transport.backoff import (
+    Random,
+    new_random,
+    preferred,
+    probe_waits,
+    reconnect_plan,
+    startup_plan,
+)
 from heartwire.transport.errors import ConnectFailed, LinkRejected
 from heartwire.transport.link import LinkError, StompLink
 from heartwire.transport.observers import ConnectionObserver, Observers
@@ -55,8 +83,9 @@ class Connector:
     or rejected (then it is no longer open), and may raise to end it. Either raises
     :class:`~.errors.LinkRejected` for the layer above's refusal (logged here once, as such);
     anything else is logged as their own failure. ``detach(link, reason)`` runs (on the supervisor
-    thread, outside the lock) after a current link was lost. ``observers`` get the connection
-    events (on the supervisor thread).
+    thread, outside the lock) after a current link was lost or switched away from.
+    ``observers`` get the connection events (on the supervisor thread). ``rng``: the random
+    source of ``randomize`` and ``reconnect_jitter`` (default: a private ``random.Random``).
     """
 
     def __init__(
@@ -67,8 +96,10 @@ class Connector:
         detach: Callable[[StompLink, str], None],
         attached: Callable[[StompLink], None] | None = None,
         observers: Observers | None = None,
+        rng: Random | None = None,
     ) -> None:
         self.options = options
+        self._rng = rng if rng is not None else new_random()
         self._make_link = make_link
         self._attach = attach
         self._attached = attached
@@ -77,7 +108,8 @@ class Connector:
         self.cond = threading.Condition(threading.RLock())
         self.current: StompLink | None = None
         self.closed = False
-        #: Why the connector closed itself (reconnect_period ran out), else None.
+        #: Why the connector closed itself (reconnect_period or max_reconnect_attempts ran
+        #: out), else None.
         self.failure: str | None = None
         self._lost: list[tuple[StompLink, str]] = []
         self._wake = threading.Event()
@@ -87,6 +119,18 @@ class Connector:
         self.attempts = 0
         #: (broker, seconds without a link) of each outage that ended, newest last (20 kept).
         self.outages: list[tuple[str, float]] = []
+        #: priority_backup: planned moves back to the preferred broker, and tries of it.
+        self.switches = 0
+        self.probes = 0
+        # The waits between tries of the preferred broker, and when the next one is due
+        # (time.monotonic()); None: not connected to a backup. Only the supervisor thread (and
+        # start(), before it runs) touches these.
+        self._probe_waits: Iterator[float] | None = None
+        self._probe_at: float | None = None
+        self._probe_wait = 0.0  # the wait before the next try (the linger after a switch)
+        # Links switched away from, still receiving until their deadline (time.monotonic()),
+        # soonest first; guarded by ``cond`` (close() takes them from any thread).
+        self._lingering: list[tuple[float, StompLink]] = []
 
     def _emit(self, method: str, *args: object) -> None:
         self.observers.notify(method, *args)
@@ -94,15 +138,32 @@ class Connector:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Connect to the first broker of the list that accepts (each tried once), then start
-        the supervisor. Raises :class:`ConnectFailed` if none does."""
+        """Connect (see the module docs, step 0), then start the supervisor. Raises
+        :class:`ConnectFailed` if no try connects."""
+        opts = self.options
         reasons: dict[str, str] = {}
-        for broker in self.options.brokers:
+        began = time.monotonic()
+        tries = 0
+        connected = False
+        for wait, broker in startup_plan(opts, self._rng):
+            if wait and not self._sleep(wait):
+                break
+            if (
+                tries
+                and opts.reconnect_period > 0
+                and time.monotonic() - began >= opts.reconnect_period
+            ):
+                break
+            tries += 1
             link = self._try(broker, reasons)
             if link is not None and self._install(link):
+                connected = True
                 break
-        else:
-            raise ConnectFailed(self.options.url, reasons)
+        if not connected:
+            raise ConnectFailed(
+                opts.url, reasons, tries if opts.startup_max_reconnect_attempts else 0
+            )
+        self._arm_probe(self.current)
         self._thread = threading.Thread(
             target=self._supervise, name="heartwire-stomp-failover", daemon=True
         )
@@ -117,15 +178,21 @@ class Connector:
             if reason is not None:
                 self.failure = reason
             link, self.current = self.current, None
+            lingering, self._lingering = self._lingering, []
             self.cond.notify_all()
         self._wake.set()
+        for _, old in lingering:
+            old.close()
         if link is not None:
             link.close()
 
     # -- links --------------------------------------------------------------------------------
 
     def _try(
-        self, broker: BrokerAddress, reasons: dict[str, str] | None = None
+        self,
+        broker: BrokerAddress,
+        reasons: dict[str, str] | None = None,
+        level: int = logging.INFO,
     ) -> StompLink | None:
         self.attempts += 1
         link = self._make_link(broker)
@@ -138,16 +205,23 @@ class Connector:
             reason = f"connection failed: {exc!r}"
         else:
             return link
-        log.info("connecting to %s failed: %s", broker, reason)
+        log.log(level, "connecting to %s failed: %s", broker, reason)
         if reasons is not None:
             reasons[str(broker)] = reason
         return None
 
-    def _install(self, link: StompLink) -> bool:
+    def _install(self, link: StompLink, replacing: StompLink | None = None) -> bool | None:
+        """Attach and publish ``link``: True once published; False if it was rejected after
+        the attach step ran; None if it was closed unattached: the connector is closed, or
+        ``replacing`` (the current link a planned switch replaces) is no longer current (lost
+        meanwhile: its outage comes next)."""
         with self.cond:
             if self.closed:
                 link.close()
-                return False
+                return None
+            if replacing is not None and self.current is not replacing:
+                link.close()
+                return None
             try:
                 self._attach(link)
             except LinkRejected as exc:  # the layer above's doing, not the subscriptions'
@@ -228,20 +302,30 @@ class Connector:
     def _supervise(self) -> None:
         try:
             while not self.closed:
-                self._wake.wait()
+                due = self._probe_at
+                with self.cond:
+                    if self._lingering:
+                        first = self._lingering[0][0]
+                        due = first if due is None else min(due, first)
+                self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
                 self._wake.clear()
+                self._end_lingering()
                 while True:
                     with self.cond:
                         if self.closed or not self._lost:
                             break
                         link, reason = self._lost.pop(0)
                     self._outage(link, reason)
+                due = self._probe_at
+                if not self.closed and due is not None and time.monotonic() >= due:
+                    self._probe()
         except Exception:  # pragma: no cover - a bug; never leave the transport without notice
             log.exception("the failover supervisor failed; closing the transport")
             self.close("the failover supervisor failed")
 
     def _outage(self, lost: StompLink, reason: str) -> None:
         broker = str(lost.broker)
+        self._probe_at = None  # (re-armed by the link that ends the outage)
         log.warning("lost the connection to %s: %s", broker, reason)
         self._emit("on_disconnected", broker, reason)
         try:
@@ -249,14 +333,10 @@ class Connector:
         except Exception:
             log.exception("detaching %s failed", broker)
         began = time.monotonic()
-        link = self._reconnect(lost.broker, began)
+        link, why = self._reconnect(lost.broker, began)
         if link is None:
             if not self.closed:
-                why = (
-                    f"no broker of {self.options.url} accepted a connection within "
-                    f"reconnect_period={self.options.reconnect_period:g} s (lost {broker}: "
-                    f"{reason})"
-                )
+                why = f"{why} (lost {broker}: {reason})"
                 log.error("%s; closing the transport", why)
                 self.close(why)
                 self._emit("on_reconnect_failed", why)
@@ -265,40 +345,101 @@ class Connector:
         took = time.monotonic() - began
         self.outages = [*self.outages[-19:], (str(link.broker), took)]
         log.warning("reconnected to %s after %.3f s", link.broker, took)
+        self._arm_probe(link)
         self._emit("on_reconnected", str(link.broker))
 
-    def _order(self, lost: BrokerAddress) -> Sequence[BrokerAddress]:
-        brokers = self.options.brokers
-        i = brokers.index(lost) if lost in brokers else -1
-        return [brokers[(i + 1 + k) % len(brokers)] for k in range(len(brokers))]
-
-    def _reconnect(self, lost: BrokerAddress, began: float) -> StompLink | None:
+    def _reconnect(self, lost: BrokerAddress, began: float) -> tuple[StompLink | None, str]:
+        """Walk the reconnection plan (:func:`~.backoff.reconnect_plan`) on the real clock:
+        the new link, or None and why it gave up."""
         opts = self.options
         period = opts.reconnect_period
-
-        def out_of_time() -> bool:
-            return period > 0 and time.monotonic() - began >= period
-
-        # 1. Is the lost broker really gone?
-        for check in range(opts.failover_check_count):
-            if check and not self._sleep(opts.failover_check_timeout):
-                return None
-            if self.closed or out_of_time():
-                return None
-            link = self._try(lost)
+        tries = 0
+        for wait, broker in reconnect_plan(opts, lost, self._rng):
+            if period > 0:  # a long backed-off wait must not carry the outage past the period
+                wait = min(wait, max(0.0, began + period - time.monotonic()))
+            if wait and not self._sleep(wait):
+                return None, "closed"
+            if self.closed:
+                return None, "closed"
+            if period > 0 and time.monotonic() - began >= period:
+                return None, (
+                    f"no broker of {opts.url} accepted a connection within "
+                    f"reconnect_period={period:g} s"
+                )
+            tries += 1
+            link = self._try(broker)
             if link is not None and self._install(link):
-                return link
-        # 2. Go round the list, starting after the lost broker.
-        order = self._order(lost)
-        first = len(order) > 1  # a lone broker was just checked: wait before the next try
-        while not self.closed:
-            for broker in order:
-                if not first and not self._sleep(opts.reconnect_interval):
-                    return None
-                first = False
-                if self.closed or out_of_time():
-                    return None
-                link = self._try(broker)
-                if link is not None and self._install(link):
-                    return link
-        return None
+                return link, ""
+        return None, (
+            f"no broker of {opts.url} accepted a connection in {tries} tries "
+            f"(max_reconnect_attempts={opts.max_reconnect_attempts})"
+        )
+
+    # -- priority_backup ----------------------------------------------------------------------
+
+    def _arm_probe(self, link: StompLink | None) -> None:
+        """After ``link`` became current: with ``priority_backup`` and ``link`` on a backup,
+        schedule the first try of the preferred broker (a fresh back-off); else none."""
+        opts = self.options
+        if not opts.priority_backup or link is None or link.broker == preferred(opts):
+            self._probe_waits = None
+            self._probe_at = None
+            return
+        self._probe_waits = probe_waits(opts, self._rng)
+        self._next_probe(self._probe_waits)
+
+    def _next_probe(self, waits: Iterator[float]) -> None:
+        self._probe_wait = next(waits)
+        self._probe_at = time.monotonic() + self._probe_wait
+
+    def _probe(self) -> None:
+        """Try the preferred broker; if it accepts, switch to it (module docs)."""
+        target = preferred(self.options)
+        old = self.current
+        waits = self._probe_waits
+        if old is None or waits is None or old.broker == target:
+            self._arm_probe(old)  # an outage re-arms when it ends
+            return
+        self.probes += 1
+        link = self._try(target, level=logging.DEBUG)
+        # The old link stays current (and in use) until the new one is published: a planned
+        # switch has no outage. If the old one was lost meanwhile, the new link is closed
+        # unattached and the loss is handled as any other, right after this.
+        if link is None:
+            self._next_probe(waits)
+            return
+        installed = self._install(link, replacing=old)
+        if installed is None:  # the old link was lost meanwhile: its outage is next
+            self._next_probe(waits)  # (the outage re-arms anyway)
+            return
+        if not installed:
+            # The attach step ran (the reliable senders moved their re-send to the new link)
+            # and the new link was then rejected: the old one cannot simply go on, so it is
+            # dropped and reconnected as after a loss, which attaches everything again.
+            self.link_lost(old, "the move to the preferred broker failed after attaching")
+            return
+        self.switches += 1
+        # The old link keeps receiving a while before its DISCONNECT (not reported as a
+        # loss): clients of the same list move back up to about one wait later, and until
+        # then publish to the backup. (Beats they send to the preferred broker before this
+        # client moves are lost all the same: the move of each client is its own.)
+        linger = self._probe_wait + self.options.connect_timeout
+        with self.cond:
+            self._lingering.append((time.monotonic() + linger, old))
+            self._lingering.sort(key=lambda item: item[0])
+        self._arm_probe(link)
+        log.warning("moved back to the preferred broker %s from %s", link.broker, old.broker)
+        try:
+            self._detach(old, "switched to the preferred broker")
+        except Exception:
+            log.exception("detaching %s failed", old.broker)
+        self._emit("on_switched", str(old.broker), str(link.broker))
+
+    def _end_lingering(self) -> None:
+        """DISCONNECT the links switched away from whose linger is over."""
+        now = time.monotonic()
+        with self.cond:
+            done = [link for at, link in self._lingering if at <= now]
+            self._lingering = [(at, link) for at, link in self._lingering if at > now]
+        for link in done:
+            link.close()

@@ -11,7 +11,12 @@ Connection events, on the failover thread (:mod:`.failover`):
 
 - ``on_disconnected(broker, reason)``: the link to ``broker`` (``"stomp://host:port"``) was lost;
 - ``on_reconnected(broker)``: connected again (to ``broker``), every subscription restored;
-- ``on_reconnect_failed(reason)``: ``reconnect_period`` ran out; the transport is closed.
+- ``on_switched(from_broker, to_broker)``: ``priority_backup`` moved the connection back to
+  the preferred broker ``to_broker`` (every subscription restored there first); the one to
+  ``from_broker`` is let go (after a short linger): a planned switch, with no
+  ``on_disconnected``;
+- ``on_reconnect_failed(reason)``: ``reconnect_period`` or ``max_reconnect_attempts`` ran out;
+  the transport is closed.
 
 Link events, for the layer above (reliable delivery re-sends and routes receipts with them):
 
@@ -51,8 +56,12 @@ class ConnectionObserver:
     def on_reconnected(self, broker: str) -> None:
         """Connected again, to ``broker``, with every subscription restored."""
 
+    def on_switched(self, from_broker: str, to_broker: str) -> None:
+        """``priority_backup``: moved back to the preferred ``to_broker`` (planned, no loss)."""
+
     def on_reconnect_failed(self, reason: str) -> None:
-        """Reconnection gave up (``reconnect_period``); the transport is closed."""
+        """Reconnection gave up (``reconnect_period`` or ``max_reconnect_attempts``); the
+        transport is closed."""
 
     def on_attached(self, link: Any) -> None:
         """A new connection, before it is published (under the connector's lock)."""

@@ -29,10 +29,13 @@ URLs and options: :mod:`heartwire.transport.urls`. Behaviour:
   same broker or the next of a ``failover:`` list; every subscription is restored before
   publishing resumes. During an outage :meth:`~StompTransport.publish` blocks up to
   ``request_blocking_time`` seconds, then raises :class:`~heartwire.transport.SendTimeout`.
+  ``randomize``, ``priority_backup``, exponential back-off with jitter and the attempt limits
+  are URL options (:mod:`heartwire.transport.urls`, ``docs/failover.md``).
 - **Observers** (:meth:`~StompTransport.add_observer`, or its earlier name
   ``add_connection_listener``; :class:`~heartwire.transport.observers.ConnectionObserver`) are
-  told ``on_disconnected(broker, reason)``, ``on_reconnected(broker)`` and
-  ``on_reconnect_failed(reason)``, and the link events the reliable layer uses.
+  told ``on_disconnected(broker, reason)``, ``on_reconnected(broker)``,
+  ``on_switched(from_broker, to_broker)`` and ``on_reconnect_failed(reason)``, and the link
+  events the reliable layer uses.
 
 - **Reliable delivery** (:mod:`heartwire.reliable`, the layer above) uses the session
   interface of :mod:`.session` (:class:`~heartwire.transport.session.StompSession`):
@@ -144,7 +147,8 @@ class StompSubscription(HandlerSubscription):
 class StompTransport:
     """A :class:`~heartwire.transport.Transport` over STOMP (see the module docs).
 
-    Connects in the constructor, to the first broker of the URL that accepts; raises
+    Connects in the constructor, to the first broker of the URL that accepts (``randomize``:
+    in a shuffled order; ``startup_max_reconnect_attempts``: trying again); raises
     :class:`~heartwire.transport.failover.ConnectFailed` (a :class:`ConnectionError`) naming each
     broker and why if none does, and :class:`ValueError` / :class:`TypeError` naming a bad URL
     or option (passwords are never shown).
@@ -250,7 +254,8 @@ class StompTransport:
 
     @property
     def failure(self) -> str | None:
-        """Why the transport closed itself (``reconnect_period`` ran out), else None."""
+        """Why the transport closed itself (``reconnect_period`` or ``max_reconnect_attempts``
+        ran out), else None."""
         return self._connector.failure
 
     @property
@@ -304,7 +309,9 @@ class StompTransport:
         socket, see :meth:`subscribe_intake`; not in ``delivered``), ``unrouted`` (messages no
         subscription took),
         ``handler_errors``, ``subscriptions``, ``reconnects``, ``connect_attempts``,
-        ``keepalive_pings`` / ``keepalive_returned`` / ``keepalive_expirations``,
+        ``switches`` / ``priority_probes`` (``priority_backup``: moves back to the preferred
+        broker, tries of it), ``keepalive_pings`` / ``keepalive_returned`` /
+        ``keepalive_expirations``,
         ``listener_errors`` (observer calls that raised), and ``outages`` (``(broker,
         seconds)`` of the last ones)."""
         c = self._connector
@@ -321,6 +328,8 @@ class StompTransport:
                 "subscriptions": len(self._subs),
                 "reconnects": c.reconnects,
                 "connect_attempts": c.attempts,
+                "switches": c.switches,
+                "priority_probes": c.probes,
                 "keepalive_pings": self._pings_sent,
                 "keepalive_returned": self._pings_received,
                 "keepalive_expirations": self._keepalive_expirations,

@@ -12,7 +12,10 @@ may carry credentials (``stomp://user:secret@host:61613``); the port defaults to
 ActiveMQ's ``stomp+ssl`` port, for ``stomp+ssl``); IPv6 hosts go in brackets
 (``stomp://[::1]:61613``). Options may be given in the query string or as keyword arguments to
 :func:`heartwire.connect`; a keyword wins over the query. Times are in seconds (fractions
-allowed). See :data:`OPTIONS` for every option and its default.
+allowed). See :data:`OPTIONS` for every option and its default; the failover options
+(``randomize``, ``priority_backup``, the back-off, the attempt limits) and how they combine with
+``reconnect_interval`` and ``reconnect_period`` are in ``docs/failover.md``. ActiveMQ's
+camelCase names (:data:`ACTIVEMQ_NAMES`) are refused with ours named.
 
 Credentials: a broker's own ``user:secret@`` wins, then ``login=`` / ``passcode=`` (keyword,
 then query), then the environment variables :data:`LOGIN_ENV` (``HEARTWIRE_BROKER_LOGIN``) and
@@ -43,6 +46,7 @@ always reads as a list: percent-encode it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -53,6 +57,7 @@ from urllib.parse import parse_qsl, unquote, unquote_plus
 from heartwire import _validate
 
 __all__ = [
+    "ACTIVEMQ_NAMES",
     "DEFAULT_PORT",
     "DEFAULT_TLS_PORT",
     "LOGIN_ENV",
@@ -115,6 +120,23 @@ class StompOptions:
     reconnect_interval: float = 1.0
     #: Give up reconnecting after this many seconds without a broker (0: never give up).
     reconnect_period: float = 0.0
+    #: Shuffle the list anew for each pass over it (False: the URL's order; see below).
+    randomize: bool = False
+    #: While connected to any broker but the first of the list, keep trying the first and
+    #: move back to it as soon as it accepts (a planned switch, not an outage).
+    priority_backup: bool = False
+    #: Multiply each wait between reconnection tries by ``back_off_multiplier`` ...
+    use_exponential_back_off: bool = False
+    back_off_multiplier: float = 2.0
+    #: ... up to this many seconds.
+    max_reconnect_delay: float = 30.0
+    #: Take a random fraction, up to this one, off each wait (0: none; 1: down to nothing).
+    reconnect_jitter: float = 0.0
+    #: Connection tries after a loss before the transport gives up and closes (-1: no limit;
+    #: 0: none, give up at the first loss).
+    max_reconnect_attempts: int = -1
+    #: Tries beyond one per broker before the first connection fails (-1: until one connects).
+    startup_max_reconnect_attempts: int = 0
     #: How long a send waits for a connection during an outage before SendTimeout, seconds;
     #: also how long a frame's write may make no progress before the link is dropped.
     request_blocking_time: float = 10.0
@@ -186,6 +208,29 @@ def _count(minimum: int) -> Callable[[str, Any], int]:
     return check
 
 
+def _number(minimum: float, maximum: float | None = None) -> Callable[..., float]:
+    # A plain finite number (not a time) in [minimum, maximum].
+    bound = f">= {minimum:g}" if maximum is None else f"from {minimum:g} to {maximum:g}"
+
+    def check(name: str, value: Any, show: _Show = repr) -> float:
+        raw = value
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ValueError(f"option {name}={show(raw)} is not a number") from None
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"option {name} must be a number, got {type(value).__name__} {raw!r}")
+        number = float(value)
+        if not (math.isfinite(number) and number >= minimum) or (
+            maximum is not None and number > maximum
+        ):
+            raise ValueError(f"option {name}={show(raw)} must be a finite number {bound}")
+        return number
+
+    return check
+
+
 def _text(name: str, value: Any, show: _Show = repr) -> str:
     if not isinstance(value, str):
         raise TypeError(f"option {name} must be a str, got {type(value).__name__} {value!r}")
@@ -246,6 +291,17 @@ OPTIONS: Mapping[str, tuple[Callable[..., Any], str]] = {
     "connect_timeout": (_seconds(positive=True), "bound on opening one connection, seconds"),
     "reconnect_interval": (_seconds(), "wait between reconnection attempts, seconds"),
     "reconnect_period": (_seconds(), "give up reconnecting after this long, seconds (0: never)"),
+    "randomize": (_flag, "shuffle the failover list for each pass over it (default false)"),
+    "priority_backup": (_flag, "come back to the list's first broker when it returns"),
+    "use_exponential_back_off": (_flag, "grow the wait between reconnection tries"),
+    "back_off_multiplier": (_number(1.0), "factor of each wait over the one before (>= 1)"),
+    "max_reconnect_delay": (_seconds(positive=True), "cap on a backed-off wait, seconds"),
+    "reconnect_jitter": (_number(0.0, 1.0), "random fraction (0 to 1) taken off each wait"),
+    "max_reconnect_attempts": (_count(-1), "tries after a loss before giving up (-1: no limit)"),
+    "startup_max_reconnect_attempts": (
+        _count(-1),
+        "tries beyond one per broker at start-up (-1: until one connects)",
+    ),
     "request_blocking_time": (_seconds(), "how long a send waits during an outage, seconds"),
     "failover_check_count": (_count(1), "failed checks that confirm a broker dead"),
     "failover_check_timeout": (_seconds(), "seconds between those checks"),
@@ -259,6 +315,19 @@ OPTIONS: Mapping[str, tuple[Callable[..., Any], str]] = {
 }
 
 _DEFAULTS = {f.name: f.default for f in fields(StompOptions)}
+
+#: ActiveMQ failover transport option names -> ours (an unknown option named like one of these
+#: gets a hint; the values mean the same, times in seconds rather than milliseconds).
+ACTIVEMQ_NAMES: Mapping[str, str] = {
+    "initialReconnectDelay": "reconnect_interval",
+    "maxReconnectDelay": "max_reconnect_delay",
+    "useExponentialBackOff": "use_exponential_back_off",
+    "backOffMultiplier": "back_off_multiplier",
+    "reconnectDelayExponent": "back_off_multiplier",
+    "maxReconnectAttempts": "max_reconnect_attempts",
+    "startupMaxReconnectAttempts": "startup_max_reconnect_attempts",
+    "priorityBackup": "priority_backup",
+}
 
 # Where the passwords of a URL are. They are found before the URL is split anywhere, on the
 # whole text, so that no character in a password ('/', '?', '#', '@', ',', ')', a space...)
@@ -655,6 +724,12 @@ def parse_url(url: str, **options: Any) -> StompOptions:
         if spec is None:
             known = ", ".join(sorted(OPTIONS))
             what = "value not shown" if "pass" in name.lower() else show(value)
+            ours = ACTIVEMQ_NAMES.get(name)
+            if ours is not None:
+                unit = " (in seconds, not ms)" if ours.endswith(("interval", "delay")) else ""
+                raise ValueError(
+                    f"unknown option {name} ({what}): ActiveMQ's {name} is {ours} here{unit}"
+                )
             raise ValueError(f"unknown option {name} ({what}); known options: {known}")
         values[name] = spec[0](name, value, show)
     for name, env in (("login", LOGIN_ENV), ("passcode", PASSCODE_ENV)):
@@ -675,4 +750,22 @@ def parse_url(url: str, **options: Any) -> StompOptions:
         raise ValueError(f"option keepalive_interval={interval!r} must be 0 (off) or >= 0.01")
     if connect_timeout < 0.01:
         raise ValueError(f"option connect_timeout={connect_timeout!r} must be >= 0.01")
+    _check_failover(values, brokers, shown)
     return StompOptions(brokers=brokers, failover=failover, **values)
+
+
+def _check_failover(values: dict[str, Any], brokers: tuple[BrokerAddress, ...], shown: str) -> None:
+    """The failover options that only make sense together."""
+    if values.get("priority_backup") and len(brokers) < 2:
+        raise ValueError(
+            f"option priority_backup=True needs a failover list of two brokers or more; "
+            f"url {shown!r} has one"
+        )
+    if values.get("use_exponential_back_off", _DEFAULTS["use_exponential_back_off"]):
+        interval = values.get("reconnect_interval", _DEFAULTS["reconnect_interval"])
+        cap = values.get("max_reconnect_delay", _DEFAULTS["max_reconnect_delay"])
+        if cap < interval:
+            raise ValueError(
+                f"option max_reconnect_delay={cap!r} is below reconnect_interval={interval!r} "
+                "(the first wait of the exponential back-off)"
+            )
