@@ -902,6 +902,7 @@ class HeartbeatMonitor:
                     if self._control is not None:
                         # Before the beats: on one connection, a beat heard means the control
                         # subscription is in place too (the broker takes frames in order).
+                        self._control.open()
                         self._control_sub = self._broker.subscribe(
                             self._control_topic, self._control.handle
                         )
@@ -946,6 +947,11 @@ class HeartbeatMonitor:
         for the dispatch thread to hand over everything (it only fills the listener queues, a
         lossless one never blocks it; with ``listener_queue=None`` it waits for the calls).
 
+        Control unsilences taken in before stop() (applied on the control receiver's worker)
+        are applied first, within ``timeout``, the detector still running: the alerts they
+        release come before ``on_stopped``. A control message read after the subscription is
+        cancelled is dropped.
+
         Called by a listener on the dispatch thread (``listener_queue=None``), it closes the
         event queue first, as nothing else would make room in it: what the detector still
         pushes is dropped (counted), and so is what the queue holds past the call in progress.
@@ -985,7 +991,18 @@ class HeartbeatMonitor:
                 self._stopping += 1
                 break
         deadline = time.monotonic() + timeout
+        # The control unsilences taken in before the stop (the receiver is closed: none
+        # after), applied while the detector runs, so their alerts come before on_stopped.
+        # Without the lock: the worker's push may wait for room that the dispatch thread,
+        # still running, makes. On the dispatch thread, nothing else makes room: waited for
+        # once the detector's stop has closed the queues (what they push is then refused).
+        control = self._control
+        on_dispatch = self._feed.dispatching
+        if control is not None and not on_dispatch and not control.wait(timeout):
+            log.warning("stopping %r: control unsilences still being applied", self._pattern)
         mark = self._stop_detector(chain)
+        if control is not None and on_dispatch:
+            control.wait(max(0.0, deadline - time.monotonic()))
         # Outside the lock: a listener running on the dispatch thread may need it to finish.
         self._feed.finish(chain, None if self._listeners.lossless else timeout, mark, deadline)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
@@ -1007,7 +1024,10 @@ class HeartbeatMonitor:
             log.warning("listeners of %r still busy when stop() timed out", self._pattern)
 
     def _cancel_control(self) -> None:
-        """Cancel the control subscription, if any (under the lock)."""
+        """Cancel the control subscription, if any, and close the receiver: a handler that
+        runs on after the cancel applies nothing (under the lock)."""
+        if self._control is not None:
+            self._control.close()
         sub, self._control_sub = self._control_sub, None
         if sub is not None:
             try:
