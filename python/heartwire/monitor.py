@@ -908,12 +908,13 @@ class HeartbeatMonitor:
             self._held_paused = set()
             self._resuming.update(resume)
             error: BaseException | None = None
+            if self._control is not None:  # closed by the last stop(): take messages again
+                self._control.open()
             try:
                 if self._broker is not None:
                     if self._control is not None:
                         # Before the beats: on one connection, a beat heard means the control
                         # subscription is in place too (the broker takes frames in order).
-                        self._control.open()
                         self._control_sub = self._broker.subscribe(
                             self._control_topic, self._control.handle
                         )
