@@ -199,3 +199,65 @@ def test_a_worker_that_cannot_start_leaves_its_unsilence_unqueued(
     receiver.handle(_message(ControlMessage.unsilence("s1")))
     assert receiver.wait(5.0)
     assert lifted == [2, 1]
+
+
+class StoppingInside(hw.SubscriberListener):
+    """On the dispatch thread, its first failure waits for ``go`` then stops the monitor."""
+
+    lossless = True  # a "block" feed: the worker waits for room
+
+    def __init__(self) -> None:
+        self.mon: hw.HeartbeatMonitor | None = None
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.took: float | None = None
+
+    def on_failed(self, event: hw.Failed) -> None:
+        if self.entered.is_set():
+            return
+        self.entered.set()
+        self.go.wait(10.0)
+        assert self.mon is not None
+        began = time.monotonic()
+        self.mon.stop(timeout=5.0)
+        self.took = time.monotonic() - began
+
+
+def test_a_stop_on_the_dispatch_thread_does_not_wait_out_its_timeout_for_the_worker(
+    closing: list[Any],
+) -> None:
+    """The control worker waiting for room in the queue that only the dispatch thread
+    empties: a stop() there waits for it only once the detector's stop closed the queues
+    (its push refused and counted), not for the whole timeout."""
+    clock = hw.ManualClock()
+    broker = hw.connect()
+    closing.append(broker)
+    inside = StoppingInside()
+    mon = hw.HeartbeatMonitor(
+        broker,
+        "svc.>",
+        clock=clock,
+        period=1.0,
+        grace=0.0,
+        key=KEY,
+        listeners=[inside],
+        listener_queue=None,
+        capacity=1,
+    )
+    inside.mon = mon
+    closing.append(mon)
+    mon.expect("svc.db.main")
+    mon.expect("svc.api")
+    mon.start()
+    s1 = send_silence(broker, "svc.db.>", duration="30m", key=KEY)
+    send_silence(broker, "svc.api", duration="30m", key=KEY)
+    clock.advance(1.5)
+    assert inside.entered.wait(5.0), "the listener got no failure"
+    send_unsilence(broker, s1.id, key=KEY)  # the worker waits for room in the full feed
+    assert mon._control is not None
+    assert not mon._control.wait(0.05), "the worker did not wait for room"
+    inside.go.set()
+    _until(lambda: inside.took is not None, "the stop() on the dispatch thread", 10.0)
+    assert inside.took is not None and inside.took < 2.0, f"stop() took {inside.took:.1f} s"
+    assert mon._control.wait(0.0) and not mon._det.running
+    assert mon.stats()["control"] == {"silence": 2, "unsilence": 1}
