@@ -498,18 +498,64 @@ _SECRET_PAIR = re.compile(
     rf"""['"]?\s*:\s*){_SECRET_VALUE}""",
     re.IGNORECASE,
 )
-# ``user/password@host`` (Oracle's EZConnect and sqlplus logins): the password.
-_SLASH_LOGIN = re.compile(r"""(?<![\w/:.$#-])([\w.$#-]+/)([^\s/@'"]+)(@[\w\[])""")
+# The host after a login's ``@``: EZConnect's ``//host``, an IPv6 ``[...]``, or a name; not a
+# content digest (``library/redis@sha256:...``) nor a version (``pkg/sub@1.2.3``, ``@v2.1``)
+# unless a port or a path follows (``bob/pw@10.0.0.5:1521``, ``@4.1/orcl``).
+_LOGIN_HOST = (
+    r"""(@(?://|\[|(?!(?:sha\d*|md5|blake\d*):)"""
+    r"""(?!v?\d+(?:\.\d+){0,2}(?:[-+][\w.]*)?(?![\w.:/-]))[A-Za-z0-9]))"""
+)
+# ``user/password@host`` (Oracle's EZConnect and sqlplus logins, ``scott/tiger@orcl`` too) and
+# a URL's ``user:password@host`` written without its scheme: the password. The user starts
+# with a letter and follows no word, path, ``@`` or ``:`` (``@scope/pkg@1.2.3``,
+# ``/usr/lib/x@2``, ``3/5@10s``, ``12:30@host`` are left alone).
+_SLASH_LOGIN = re.compile(
+    rf"""(?<![\w/:.$#@-])([A-Za-z][\w.$#-]*/)([^\s/@'"]+){_LOGIN_HOST}"""
+    rf"""|(?<![\w/:.$#@-])((?!mailto:)[A-Za-z][\w.$#+-]*:)([^\s/@:'"]+){_LOGIN_HOST}"""
+)
+# A weaker secret word (not a password's): ``session: expired after 30 s`` or ``missing keys:
+# host, port`` is prose, not a secret; see _hide_pair.
+_STRONG_NAME = re.compile(r"pass|pwd|secret|cred", re.IGNORECASE)
+_PROSE_WORD = re.compile(r"[a-z]+")
+_PROSE_AFTER = re.compile(r"[ \t]*,|[ \t]+[a-z]+\b(?![:=])")
+
+
+def _hide_login(m: re.Match[str]) -> str:
+    if m.group(1) is not None:
+        return m.group(1) + "***" + m.group(3)
+    return m.group(4) + "***" + m.group(6)
+
+
+def _hide_pair(m: re.Match[str]) -> str:
+    """A secret pair's value as ``***``; but an unquoted ``name: word`` whose name is no
+    password's (``token``, ``key``, ``session``...), the value one lowercase word that runs on
+    into prose or a list (``session: expired after 30 s``, ``keys: host, port``), is left:
+    a secret of lowercase letters only, written so, would show (ambiguous; a password's
+    never does)."""
+    if m.group(1) is not None:
+        return m.group(1) + "***"
+    name, value = m.group(3), m.group(4)
+    if (
+        not _STRONG_NAME.search(name)
+        and _PROSE_WORD.fullmatch(value)
+        and _PROSE_AFTER.match(m.string, m.end())
+    ):
+        return m.group(0)
+    return name + "***"
 
 
 def _scrub(text: str) -> str:
     """``text`` (an exception's, going on the wire) with secret-looking parts as ``***``: the
     secrets of every URL in it (see :func:`_url_secrets`), the values of secret-looking
-    ``name=value`` and ``name: value`` pairs (names quoted or not) and the password of a
-    ``user/password@host`` login."""
+    ``name=value`` and ``name: value`` pairs (names quoted or not; see :func:`_hide_pair`)
+    and the password of a ``user/password@host`` login (EZConnect's ``@//host`` too) or a
+    ``user:password@host`` without a scheme.
+
+    Ambiguous forms are hidden: ``name/word@host`` reads as a login (``docs/guide@home``
+    loses ``guide``), ``word:word@host`` too (``From:alice@example.com`` loses ``alice``)."""
     text = _URL_IN_TEXT.sub(lambda m: _redact_url(m.group(0)), text)
-    text = _SLASH_LOGIN.sub(lambda m: m.group(1) + "***" + m.group(3), text)
-    return _SECRET_PAIR.sub(lambda m: (m.group(1) or m.group(3)) + "***", text)
+    text = _SLASH_LOGIN.sub(_hide_login, text)
+    return _SECRET_PAIR.sub(_hide_pair, text)
 
 
 def _describe(exc: BaseException) -> str:

@@ -2,7 +2,7 @@
 
 One message silences (or lifts a silence on) every monitor that subscribes to the control topic
 (:data:`CONTROL_TOPIC` unless told otherwise) and holds the key: ``heartwire silence 'svc.db.>'
---for 30m --broker URL --key ...`` or :func:`send_silence`. The format (version 1) is one
+--for 30m --broker URL --key ...`` or :func:`send_silence`. The format (version 2) is one
 compact JSON object, signed as beats are (:meth:`heartwire.beat.BeatCodec.seal`: ``sig`` is the
 hex HMAC-SHA256 of the canonical JSON of every other field)::
 
@@ -51,7 +51,10 @@ Where messages are applied: a silence on the thread that read it (the transport'
 a silence emits no event, so it never waits), an unsilence on a worker thread of the receiver's
 (lifting a silence may release alerts, and with an ``overflow="block"`` queue wait for room:
 the transport's thread, which reads the beats and the broker's heart-beats, must not wait).
-:meth:`ControlReceiver.wait` waits for the unsilences handed over (``mon.drain`` does).
+:meth:`ControlReceiver.wait` waits for the unsilences handed over (``mon.drain`` does, and
+``mon.stop`` before it stops the detector: the alerts they release come before ``on_stopped``).
+A message whose handler runs on after ``mon.stop`` cancelled the subscription is dropped
+(:meth:`ControlReceiver.close`), as one sent after it.
 """
 
 from __future__ import annotations
@@ -446,6 +449,13 @@ class ControlReceiver:
         self._queue: deque[int] = deque()
         self._working = False
         self._worker: threading.Thread | None = None
+        # Closed by the monitor's stop() (opened again by start()): a message whose handler
+        # runs on after the subscription was cancelled is dropped. `_busy` counts the
+        # handlers past that check (wait() waits for them too); `_local.handling` marks a
+        # thread inside one (a listener called there that stops the monitor).
+        self._closed = False
+        self._busy = 0
+        self._local = threading.local()
 
     @property
     def topic(self) -> str:
@@ -459,21 +469,49 @@ class ControlReceiver:
 
     def handle(self, message: Message) -> None:
         """Take one message from the control topic (the subscription's handler). Raises
-        nothing: every message is accepted or counted as refused."""
+        nothing: every message is accepted or counted as refused, unless the receiver is
+        closed (:meth:`close`): then it is dropped, neither applied nor counted (the
+        subscription was cancelled: as one sent after it)."""
+        with self._lock:
+            if self._closed:
+                log.debug("control message on %r after the monitor stopped: dropped", self._topic)
+                return
+            self._busy += 1
+        self._local.handling = True
         try:
             self._take(message.body, time.time())
         except ControlError as exc:
             self._refuse(exc, message.destination)
         except Exception as exc:  # a bug: counted, logged whole, reported
             self._fail(exc, message.destination)
+        finally:
+            self._local.handling = False
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def close(self) -> None:
+        """Take no more messages (the monitor's stop(), once the subscription is cancelled:
+        a handler that runs on after it applies nothing). Those already past the check, and
+        the unsilences handed over, still run: :meth:`wait` waits for them."""
+        with self._lock:
+            self._closed = True
+
+    def open(self) -> None:
+        """Take messages again (the monitor's start(), before it subscribes)."""
+        with self._lock:
+            self._closed = False
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the unsilences handed to the worker so far are applied; False if
-        ``timeout`` (seconds) ran out first. True at once when called from the worker."""
+        """Wait until the unsilences handed to the worker so far are applied, and the
+        handlers in progress have returned; False if ``timeout`` (seconds) ran out first.
+        Called from the worker, True at once; from a handler (a listener it reports to),
+        waits for the others and the worker, which never wait for a handler."""
         if threading.current_thread() is self._worker:
             return True
+        own = 1 if getattr(self._local, "handling", False) else 0
         with self._idle:
-            return self._idle.wait_for(lambda: not self._working, timeout)
+            return self._idle.wait_for(lambda: not self._working and self._busy <= own, timeout)
 
     def _fail(self, exc: BaseException, destination: str) -> None:
         with self._lock:
@@ -554,6 +592,10 @@ class ControlReceiver:
             worker.start()
         except BaseException:
             with self._idle:
+                # Not applied (counted as failed by handle): out of the queue, or the next
+                # worker would apply it and count it as accepted too. The queue held only
+                # this one: a worker ends only once it is empty, and none ran.
+                self._queue.clear()
                 self._working = False
                 self._idle.notify_all()
             raise

@@ -7,10 +7,12 @@ monitor's clock (the core's monotonic clock, or a :class:`~heartwire._core.Manua
 is exact for intervals but means nothing to a person or another program (seconds since boot).
 
 For those, each of these carries ``wall_offset``, the seconds to add to the monitor's clock to
-get Unix time (the monitor's :attr:`~heartwire.monitor.HeartbeatMonitor.wall_offset`, measured
-once, when it was made), and offers the times as Unix seconds (``wall_at``, ``Failed.wall_since``,
-``TopicStatus.wall_last_seen``...). :func:`iso_utc` writes Unix seconds as ISO 8601 in UTC. An
-event made without ``wall_offset`` gets the real clock's (``time.time() - time.monotonic()``).
+get Unix time (the monitor's :attr:`~heartwire.monitor.HeartbeatMonitor.wall_offset` when the
+event was delivered: measured when the monitor was made, and on the real clock replaced when
+the wall clock moved by more than a second), and offers the times as Unix seconds
+(``wall_at``, ``Failed.wall_since``, ``TopicStatus.wall_last_seen``...). :func:`iso_utc`
+writes Unix seconds as ISO 8601 in UTC. An event made without ``wall_offset`` gets the real
+clock's (``time.time() - time.monotonic()``).
 """
 
 from __future__ import annotations

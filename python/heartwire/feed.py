@@ -90,7 +90,8 @@ class EventFeed:
       the log lines.
     - ``capacity``, ``overflow``: each subscription's queue size and policy (``"block"``
       instead while a listener is lossless: nothing may be coalesced or dropped before it).
-    - ``wall_offset``: carried by every delivered :class:`~heartwire.events.EventBatch`.
+    - ``wall_offset``: the monitor's current wall offset (a function, read for each batch;
+      or a number, fixed), carried by every delivered :class:`~heartwire.events.EventBatch`.
     - ``after_batch``: called on the dispatch thread after each batch handed to the listeners,
       and about every 0.1 s while no events come
       (the monitor reports beats refused meanwhile there).
@@ -113,7 +114,7 @@ class EventFeed:
         pattern: str,
         capacity: int,
         overflow: Overflow,
-        wall_offset: float,
+        wall_offset: float | Callable[[], float],
         after_batch: Callable[[], None],
         tally: Callable[[CoreBatch], None] | None = None,
     ) -> None:
@@ -123,7 +124,8 @@ class EventFeed:
         self._pattern = pattern
         self._capacity = capacity
         self._overflow = overflow
-        self._wall_offset = wall_offset
+        # The monitor's current offset (read for each batch), or a fixed one.
+        self._wall_offset = wall_offset if callable(wall_offset) else lambda: wall_offset
         self._after_batch = after_batch
         self._current: _Feed | None = None
         self._local = threading.local()
@@ -357,7 +359,7 @@ class EventFeed:
                 return
             fresh = batch.fresh(self._newest, feed.number)
             if len(fresh):
-                self._listeners.emit_batch(EventBatch(fresh, self._wall_offset))
+                self._listeners.emit_batch(EventBatch(fresh, self._wall_offset()))
                 # After the hand-over: listeners' threads get the batch first. Counted before
                 # this batch is marked delivered, so drain() then a scrape see it.
                 if self._tally is not None:

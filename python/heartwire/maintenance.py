@@ -374,15 +374,19 @@ class Windows:
         self._offset = offset
         for entry in self._entries.values():
             kept = [r for r in entry.registered if r[1] <= now + _KEEP_SOON]
-            for sid, start, _, _ in entry.registered:
-                if start > now + _KEEP_SOON:
-                    self._by_silence.pop(sid, None)
-                    self._unsilence(sid)
+            dropped = [r for r in entry.registered if r[1] > now + _KEEP_SOON]
+            for sid, _, _, _ in dropped:
+                self._by_silence.pop(sid, None)
+                self._unsilence(sid)
             entry.registered = kept
-            # Registered from the one after the last kept (by the schedule's wall time).
-            entry.horizon = max((r[3] for r in kept), default=float("-inf"))
+            # Registered again from the one after the last kept (by the schedule's wall
+            # time); with none kept, from the first dropped; with none either, the horizon
+            # stays. Never lower: an occurrence over already is not run again when the wall
+            # clock is stepped back past it.
             if kept:
-                entry.horizon = math.nextafter(entry.horizon, math.inf)
+                entry.horizon = math.nextafter(max(r[3] for r in kept), math.inf)
+            elif dropped:
+                entry.horizon = min(r[3] for r in dropped)
 
     def _next_check(self) -> float:
         if not self._entries:

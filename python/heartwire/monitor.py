@@ -236,8 +236,11 @@ class HeartbeatMonitor:
     - ``wall_offset``: seconds to add to the monitor's clock to get Unix time, for the times
       people and other programs read (each event's and status's ``wall_*`` properties, the
       CLI's output, :class:`~heartwire.alerts.AlertListener`'s alerts). Default: measured
-      once, now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
-      current reading stands for the current wall time).
+      now (``time.time() - time.monotonic()`` for the real clock; for a ManualClock, its
+      current reading stands for the current wall time). On the real clock with none given,
+      the monitor follows the wall clock: when the offset read again (wherever a wall time is
+      shown or placed) moved by more than a second (a suspend, a step), the new one replaces
+      it everywhere: events, statuses, silences, maintenance windows.
 
     - ``control``: the control topic (default :data:`~heartwire.control.CONTROL_TOPIC`,
       ``"_hw.control"``; ``None``: none). A monitor with a ``key`` subscribes to it and takes
@@ -373,9 +376,9 @@ class HeartbeatMonitor:
         wall_offset = _validate.seconds(
             wall_offset, "wall_offset", allow_none=True, allow_negative=True
         )
-        # On the real clock with no offset given, the offset is read again where wall times
-        # are turned into the monitor's clock (maintenance windows, silences until a time):
-        # the monotonic clock stops while the host is suspended, the wall clock may be stepped.
+        # On the real clock with no offset given, the offset is read again wherever wall times
+        # are shown or turned into the monitor's clock (see _offset_now): the monotonic clock
+        # stops while the host is suspended, the wall clock may be stepped.
         self._follow_offset = wall_offset is None and clock is None
         if wall_offset is None:
             wall_offset = real_clock_offset() if clock is None else time.time() - clock.now()
@@ -405,7 +408,7 @@ class HeartbeatMonitor:
             self._det.unsilence,
             self._det.now,
             self._wall_offset,
-            real_clock_offset if self._follow_offset else None,
+            self._offset_now if self._follow_offset else None,
         )
         self._top_up_errors = 0
         self._feed = EventFeed(
@@ -414,7 +417,7 @@ class HeartbeatMonitor:
             pattern=self._pattern,
             capacity=self._capacity,
             overflow=self._overflow,
-            wall_offset=self._wall_offset,
+            wall_offset=self._offset_now,
             after_batch=self._after_batch,
             tally=self._tally.add,
         )
@@ -508,14 +511,20 @@ class HeartbeatMonitor:
             raise
 
     def _offset_now(self) -> float:
-        """The wall clock's offset from the monitor's clock: ``wall_offset``, unless the
-        monitor is on the real clock with none given (see ``_follow_offset``) and the offset
-        read now moved by more than :data:`~heartwire.maintenance.OFFSET_MOVED` since (a
-        suspend, a step of the wall clock): then that one."""
+        """The monitor's one current wall offset, used wherever a wall time is shown (events,
+        statuses, silences, :attr:`wall_offset`) or turned into the monitor's clock (silences
+        until a time, maintenance windows): ``wall_offset`` as given or measured, replaced by
+        the offset read now when the monitor is on the real clock with none given (see
+        ``_follow_offset``) and that moved by more than
+        :data:`~heartwire.maintenance.OFFSET_MOVED` (a suspend, a step of the wall clock).
+        Read from any thread without a lock: one float assigned whole; two threads seeing
+        the same move store offsets a few microseconds apart, either as good."""
         if not self._follow_offset:
             return self._wall_offset
         live = real_clock_offset()
-        return live if abs(live - self._wall_offset) > OFFSET_MOVED else self._wall_offset
+        if abs(live - self._wall_offset) > OFFSET_MOVED:
+            self._wall_offset = live
+        return self._wall_offset
 
     def _control_age(self) -> float:
         """How far a control message's ``sent`` may be from the wall clock: ``max_beat_age``,
@@ -589,12 +598,14 @@ class HeartbeatMonitor:
     @property
     def wall_offset(self) -> float:
         """Seconds to add to a reading of the monitor's clock to get Unix time (see
-        ``wall_offset`` in the class docs; every event and status carries it)."""
-        return self._wall_offset
+        ``wall_offset`` in the class docs; every event and status carries it). On the real
+        clock with none given, it follows the wall clock: replaced when it moved by more than
+        a second (a suspend, a step), as read now."""
+        return self._offset_now()
 
     def wall_time(self, t: float) -> float:
         """A reading ``t`` of the monitor's clock (an event's ``at``...) as Unix seconds."""
-        return t + self._wall_offset
+        return t + self._offset_now()
 
     def __len__(self) -> int:
         return len(self._det)
@@ -684,7 +695,7 @@ class HeartbeatMonitor:
         sid = self._det.silence(pattern, end, reason=reason)
         made = next((s for s in self._silences(None) if s.id == sid), None)
         # Over already (a tiny duration on the real clock, ended by the driver meanwhile).
-        return made or Silence(sid, pattern, now, end, reason, wall_offset=self._wall_offset)
+        return made or Silence(sid, pattern, now, end, reason, wall_offset=offset)
 
     def unsilence(self, silence: int | Silence) -> bool:
         """End a silence now (its id, or the :class:`Silence`); False if it is over already.
@@ -705,7 +716,7 @@ class HeartbeatMonitor:
 
     def _silences(self, now: float | None) -> list[Silence]:
         """The core's silences (those ending after ``now`` if given)."""
-        offset = self._wall_offset
+        offset = self._offset_now()
         window_of = self._windows.window_of
         return [
             Silence(sid, pattern, start, end, reason, wall_offset=offset, window=window_of(sid))
@@ -889,7 +900,7 @@ class HeartbeatMonitor:
             self._listeners.unseal()  # closed by the last stop()'s on_stopped
             self._listeners.emit(
                 "on_started",
-                Started(self._pattern, self._det.now(), self._wall_offset),
+                Started(self._pattern, self._det.now(), self._offset_now()),
             )
             self._feed.open()
             self._det.start()
@@ -906,6 +917,8 @@ class HeartbeatMonitor:
             self._held_paused = set()
             self._resuming.update(resume)
             error: BaseException | None = None
+            if self._control is not None:  # closed by the last stop(): take messages again
+                self._control.open()
             try:
                 if self._broker is not None:
                     if self._control is not None:
@@ -955,6 +968,11 @@ class HeartbeatMonitor:
         for the dispatch thread to hand over everything (it only fills the listener queues, a
         lossless one never blocks it; with ``listener_queue=None`` it waits for the calls).
 
+        Control unsilences taken in before stop() (applied on the control receiver's worker)
+        are applied first, within ``timeout``, the detector still running: the alerts they
+        release come before ``on_stopped``. A control message read after the subscription is
+        cancelled is dropped.
+
         Called by a listener on the dispatch thread (``listener_queue=None``), it closes the
         event queue first, as nothing else would make room in it: what the detector still
         pushes is dropped (counted), and so is what the queue holds past the call in progress.
@@ -994,7 +1012,18 @@ class HeartbeatMonitor:
                 self._stopping += 1
                 break
         deadline = time.monotonic() + timeout
+        # The control unsilences taken in before the stop (the receiver is closed: none
+        # after), applied while the detector runs, so their alerts come before on_stopped.
+        # Without the lock: the worker's push may wait for room that the dispatch thread,
+        # still running, makes. On the dispatch thread, nothing else makes room: waited for
+        # once the detector's stop has closed the queues (what they push is then refused).
+        control = self._control
+        on_dispatch = self._feed.dispatching
+        if control is not None and not on_dispatch and not control.wait(timeout):
+            log.warning("stopping %r: control unsilences still being applied", self._pattern)
         mark = self._stop_detector(chain)
+        if control is not None and on_dispatch:
+            control.wait(max(0.0, deadline - time.monotonic()))
         # Outside the lock: a listener running on the dispatch thread may need it to finish.
         self._feed.finish(chain, None if self._listeners.lossless else timeout, mark, deadline)
         # The last event each listener gets: whatever is emitted later (a dispatch thread that
@@ -1007,7 +1036,7 @@ class HeartbeatMonitor:
         remaining = max(0.0, deadline - time.monotonic())
         self._listeners.emit_last(
             "on_stopped",
-            Stopped(self._pattern, self._det.now(), self._wall_offset),
+            Stopped(self._pattern, self._det.now(), self._offset_now()),
             timeout=remaining,
         )
         # Queued listeners get what was produced, then their threads end (a blocked one ends
@@ -1016,7 +1045,10 @@ class HeartbeatMonitor:
             log.warning("listeners of %r still busy when stop() timed out", self._pattern)
 
     def _cancel_control(self) -> None:
-        """Cancel the control subscription, if any (under the lock)."""
+        """Cancel the control subscription, if any, and close the receiver: a handler that
+        runs on after the cancel applies nothing (under the lock)."""
+        if self._control is not None:
+            self._control.close()
         sub, self._control_sub = self._control_sub, None
         if sub is not None:
             try:
@@ -1314,11 +1346,11 @@ class HeartbeatMonitor:
 
     def status(self, topic: str) -> TopicStatus:
         """A snapshot of one topic (``KeyError`` if it is not watched)."""
-        return TopicStatus.from_core(self._det.status(topic), self._wall_offset)
+        return TopicStatus.from_core(self._det.status(topic), self._offset_now())
 
     def statuses(self) -> list[TopicStatus]:
         """A snapshot of every topic."""
-        offset = self._wall_offset
+        offset = self._offset_now()
         return [TopicStatus.from_core(s, offset) for s in self._det.statuses()]
 
     def worst(self, n: int = 10) -> list[TopicStatus]:
@@ -1328,7 +1360,7 @@ class HeartbeatMonitor:
         ``last_seen``), then handle order. Healthy, paused and stopped topics are left out, so
         fewer than ``n`` may come back. One native pass over the topics (about 1.5 ms for
         100 000): only the chosen become objects, unlike :meth:`statuses`."""
-        offset = self._wall_offset
+        offset = self._offset_now()
         return [TopicStatus.from_core(s, offset) for s in self._det.worst(n)]
 
     def series_topics(self, n: int) -> tuple[list[TopicStatus], int]:
@@ -1336,7 +1368,7 @@ class HeartbeatMonitor:
         topics the monitor watches (removed ones left out). One native pass over the topics
         that keeps only the ``n`` best: for a bounded per-topic export (the Prometheus
         ``per_topic`` series) whose cost must follow ``n``, not the number of topics."""
-        offset = self._wall_offset
+        offset = self._offset_now()
         chosen, total = self._det.series_topics(n)
         return [TopicStatus.from_core(s, offset) for s in chosen], total
 

@@ -8,8 +8,12 @@ function the test moves (as a suspend or a step would)."""
 from __future__ import annotations
 
 import datetime as dt
+import time
+
+import pytest
 
 import heartwire as hw
+import heartwire.monitor as monitor_module
 from heartwire.maintenance import OFFSET_CHECK, Windows
 
 UTC = dt.timezone.utc
@@ -84,3 +88,42 @@ def test_a_real_clock_monitor_hands_windows_the_offset_to_read_again() -> None:
     mon = hw.HeartbeatMonitor(None, "svc.>")
     fixed = hw.HeartbeatMonitor(None, "svc.>", clock=hw.ManualClock())
     assert callable(mon._windows._read_offset) and fixed._windows._read_offset is None
+
+
+def test_a_step_back_does_not_run_an_occurrence_already_over_again() -> None:
+    """Third review of issue 17, finding 4: with no occurrence kept, the horizon was reset to
+    -inf, so a wall clock stepped back past an occurrence's end registered it again (the
+    02:00-03:00 window silenced a second hour)."""
+    clock, det, offset, windows = _rig()
+    windows.add("svc.>", start="02:00", end="03:00", tz="UTC")
+    clock.set(3 * 3600.0 + 30.0)  # wall Fri 03:00:30: Friday's occurrence is over
+    windows.top_up()
+    offset[0] -= 3600.0  # the wall clock is stepped back an hour: it reads 02:00:30 again
+    clock.set(3 * 3600.0 + 90.0)
+    windows.top_up()
+    now = det.now()
+    in_force = [s for s in det.silences() if s[2] <= now < s[3]]
+    assert in_force == [], f"Friday's occurrence, over already, was registered again: {in_force}"
+    # The ones ahead are placed again by the new offset, none lost.
+    assert _walls(det, offset[0])[:2] == [("Sat 02:00", "Sat 03:00"), ("Sun 02:00", "Sun 03:00")]
+
+
+def test_a_silence_until_a_time_reads_back_that_time_after_the_offset_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Third review of issue 17, finding 2: silence(until=T) placed its end with the offset
+    read now, but the Silence returned, silences(), status and events mapped it back with the
+    offset taken at construction (T minus an hour after a suspend of an hour)."""
+    mon = hw.HeartbeatMonitor(None, "svc.>")
+    real = monitor_module.real_clock_offset
+    monkeypatch.setattr(monitor_module, "real_clock_offset", lambda: real() + 3600.0)
+    until = dt.datetime.now(UTC).replace(microsecond=0) + dt.timedelta(hours=5)
+    made = mon.silence("svc.a", until=until)
+    listed = [s for s in mon.silences() if s.id == made.id]
+    assert abs(made.wall_end - until.timestamp()) < 1.0, (
+        f"silence(until={until.isoformat()}) reads back {made.end_utc.isoformat()}"
+    )
+    assert listed and abs(listed[0].wall_end - until.timestamp()) < 1.0
+    # Every wall time shown from now on uses the offset as it moved.
+    assert abs(mon.wall_offset - (real() + 3600.0)) < 1.0
+    assert abs(mon.wall_time(mon.now()) - (time.time() + 3600.0)) < 1.0

@@ -106,3 +106,62 @@ def test_a_factory_raising_its_own_check_failed_keeps_its_reason() -> None:
 )
 def test_colon_quoted_and_slash_login_forms_are_scrubbed(text: str, shown: str) -> None:
     assert checks._scrub(text) == shown
+
+
+def test_an_ezconnect_login_with_a_double_slash_hides_its_password() -> None:
+    """Third review of issue 17, finding 3: Oracle's EZConnect ``user/password@//host:port/
+    service`` (its documented syntax) went on the wire whole."""
+
+    def connect() -> object:
+        raise RuntimeError("ORA-12154: cannot connect with bob/s3cr3t@//db:1521/orcl")
+
+    with pytest.raises(checks.CheckFailed) as err:
+        checks.sql(connect)()
+    assert err.value.reason == (
+        "sql connect: RuntimeError: ORA-12154: cannot connect with bob/***@//db:1521/orcl"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("bob:s3cr3t@db:5432 refused", "bob:***@db:5432 refused"),  # schemeless user:pass@host
+        ("login app:hunter2@10.0.0.5 failed", "login app:***@10.0.0.5 failed"),
+        ("scott/tiger@db.example.com/orcl", "scott/***@db.example.com/orcl"),
+        ("session: s3cr3t", "session: ***"),
+        ("password: hunter2 was refused", "password: *** was refused"),
+    ],
+)
+def test_schemeless_logins_and_secret_values_are_still_hidden(text: str, shown: str) -> None:
+    assert checks._scrub(text) == shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Third review of issue 17, finding 5: no secret in any of these.
+        "pull access denied for library/redis@sha256:0a1b2c",  # an image digest reference
+        "npm ERR! 404 @scope/pkg@1.2.3 not found",
+        "Retries 3/5@10s exhausted",
+        "missing keys: host, port",
+        "session: expired after 30 s",
+        "at 12:30@host ok",
+        "see docs/setup@v2.1",
+    ],
+)
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert checks._scrub(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # Ambiguous: taken for a login, the secret hidden (docs/explicit-failure.md says so).
+        ("docs/guide@home", "docs/***@home"),
+        ("From:alice@example.com", "From:***@example.com"),
+        # A password's name: hidden even when prose follows.
+        ("password: letmein was refused", "password: *** was refused"),
+    ],
+)
+def test_ambiguous_forms_hide_the_would_be_secret(text: str, shown: str) -> None:
+    assert checks._scrub(text) == shown
