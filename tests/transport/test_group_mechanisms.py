@@ -1,0 +1,453 @@
+"""What the brokers here really do with the mechanisms monitor groups build on
+(docs/groups-design.md), proved over STOMP with stomp.py (AMQP 0-9-1 declarations with pika
+where STOMP cannot declare them):
+
+RabbitMQ 3.10 (its STOMP plugin):
+- ``x-single-active-consumer`` and ``x-priority`` given as SUBSCRIBE headers are ignored: the
+  queue is declared without single-active-consumer, the consumer gets no priority;
+- a queue declared over AMQP with ``x-single-active-consumer`` and consumed over STOMP through
+  ``/amq/queue/<name>`` (no declaration) has one active consumer: when its connection dies the
+  next consumer gets the rest in order, the unacknowledged messages first; subscribing through
+  ``/queue/<name>`` (which declares it again without the argument) is refused;
+- the consistent-hash exchange (plugin ``rabbitmq_consistent_hash_exchange``, enabled by
+  ``scripts/brokers``) bound to ``amq.topic`` spreads topics over its queues, each topic on
+  exactly one queue in order, with the ``destination`` header still naming the topic.
+
+ActiveMQ 5.17 (its STOMP connector):
+- ``activemq.exclusive:true``: one consumer gets every message of the queue; when its
+  connection dies the next one gets the rest in order, the unacknowledged messages first;
+- ``activemq.priority`` on an exclusive subscription: a new consumer of higher priority takes
+  the queue over from the exclusive one (what lets members claim shards); without exclusivity
+  the higher priority consumer gets everything while it has room.
+
+Few messages each (2 cores shared): each test runs in about a second.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import stomp
+
+from tests import brokers as B
+from tests.brokers import brokers  # noqa: F401  (the session fixture)
+
+pika = pytest.importorskip("pika", reason="pika declares the AMQP 0-9-1 queues these tests use")
+
+pytestmark = pytest.mark.usefixtures("brokers")
+
+WAIT = 10.0  # bound on any one wait for a delivery, seconds
+
+
+@dataclass
+class Got:
+    """A message as a consumer received it."""
+
+    body: str
+    destination: str
+    message_id: str
+    ack: str | None
+    redelivered: bool
+
+
+@dataclass
+class Consumer:
+    """One STOMP connection with one subscription, its deliveries in a queue."""
+
+    name: str
+    conn: stomp.Connection12
+    got: queue.Queue[Got] = field(default_factory=queue.Queue)
+    errors: list[str] = field(default_factory=list)
+
+    def take(self, n: int, timeout: float = WAIT) -> list[Got]:
+        """The next ``n`` deliveries (fails naming the consumer if they do not come in time)."""
+        out: list[Got] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            left = deadline - time.monotonic()
+            try:
+                out.append(self.got.get(timeout=max(left, 0.001)))
+            except queue.Empty:
+                pytest.fail(
+                    f"{self.name}: got {len(out)} of {n} messages in {timeout:g} s "
+                    f"({[g.body for g in out]}; errors: {self.errors})"
+                )
+        return out
+
+    def quiet(self, within: float = 0.3) -> list[Got]:
+        """What else arrives within ``within`` seconds (expected: nothing)."""
+        time.sleep(within)
+        out = []
+        while True:
+            try:
+                out.append(self.got.get_nowait())
+            except queue.Empty:
+                return out
+
+    def ack(self, got: Got) -> None:
+        self.conn.ack(got.ack or got.message_id)
+
+    def die(self) -> None:
+        """Cut the connection as a killed process would: no DISCONNECT, the socket shut."""
+        transport = self.conn.transport
+        sock = transport.socket
+        assert sock is not None, f"{self.name} has no socket"
+        transport.running = False
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
+class _Collect(stomp.ConnectionListener):
+    def __init__(self, consumer: Consumer) -> None:
+        self.c = consumer
+
+    def on_message(self, frame: stomp.utils.Frame) -> None:
+        h = frame.headers
+        self.c.got.put(
+            Got(
+                body=frame.body if isinstance(frame.body, str) else frame.body.decode(),
+                destination=h.get("destination", ""),
+                message_id=h.get("message-id", ""),
+                ack=h.get("ack"),
+                redelivered=h.get("redelivered") == "true"
+                or int(h.get("JMSXDeliveryCount", "1") or "1") > 1,
+            )
+        )
+
+    def on_error(self, frame: stomp.utils.Frame) -> None:
+        self.c.errors.append(f"{frame.headers.get('message')}: {frame.body}")
+
+
+def _connect(broker: str, name: str) -> stomp.Connection12:
+    conn = stomp.Connection12([(B.HOST, B.PORTS[broker])], heartbeats=(0, 0), vhost="/")
+    conn.connect("guest", "guest", wait=True)
+    return conn
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[Consumer]]:
+    made: list[Consumer] = []
+    yield made
+    for c in made:
+        try:
+            if c.conn.is_connected():
+                c.conn.disconnect()
+        except Exception:
+            pass
+
+
+def _consumer(
+    made: list[Consumer],
+    broker: str,
+    name: str,
+    destination: str,
+    ack: str = "auto",
+    receipt: bool = True,
+    **headers: str,
+) -> Consumer:
+    """A new connection subscribed to ``destination`` with ``headers``; waits for the broker's
+    RECEIPT of the SUBSCRIBE (so the subscription exists before anything is sent)."""
+    conn = _connect(broker, name)
+    c = Consumer(name, conn)
+    made.append(c)
+    conn.set_listener("collect", _Collect(c))
+    receipts: queue.Queue[str] = queue.Queue()
+
+    class _Receipts(stomp.ConnectionListener):
+        def on_receipt(self, frame: stomp.utils.Frame) -> None:
+            receipts.put(frame.headers.get("receipt-id", ""))
+
+        def on_error(self, frame: stomp.utils.Frame) -> None:
+            receipts.put("ERROR")
+
+    conn.set_listener("receipts", _Receipts())
+    rid = f"sub-{name}"
+    conn.subscribe(destination, id=name, ack=ack, headers={**headers, "receipt": rid})
+    if receipt:
+        try:
+            got = receipts.get(timeout=WAIT)
+        except queue.Empty:
+            pytest.fail(f"{name}: no RECEIPT for SUBSCRIBE {destination} in {WAIT:g} s")
+        assert got == rid, f"{name}: SUBSCRIBE {destination} refused: {c.errors}"
+    return c
+
+
+def _send(broker: str, destination: str, bodies: list[str], **headers: str) -> None:
+    """Send ``bodies`` in order on one connection; the DISCONNECT's receipt means every SEND
+    before it was processed by the broker."""
+    conn = _connect(broker, "sender")
+    try:
+        for body in bodies:
+            conn.send(destination, body, headers=headers or None)
+    finally:
+        conn.disconnect(receipt=str(uuid.uuid4()))
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+# -- RabbitMQ ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def amqp() -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+    """An AMQP 0-9-1 channel to the RabbitMQ broker, with its consistent-hash exchange plugin
+    enabled (``scripts/brokers start`` enables it on a running node that lacks it: another
+    checkout's script may have restarted the broker without it)."""
+    B.run("start", "rabbitmq")
+    params = pika.ConnectionParameters(
+        host=B.HOST,
+        port=5672,
+        credentials=pika.PlainCredentials("guest", "guest"),
+        blocked_connection_timeout=WAIT,
+        socket_timeout=WAIT,
+    )
+    conn = pika.BlockingConnection(params)
+    try:
+        yield conn.channel()
+    finally:
+        conn.close()
+
+
+def _sac_queue(ch: pika.adapters.blocking_connection.BlockingChannel, name: str) -> None:
+    """A single-active-consumer queue, deleted when its last consumer goes (tests leave none)."""
+    ch.queue_declare(
+        name, auto_delete=True, arguments={"x-single-active-consumer": True, "x-expires": 60_000}
+    )
+
+
+def test_rabbitmq_stomp_ignores_sac_and_priority_subscribe_headers(
+    amqp: object, consumers: list[Consumer]
+) -> None:
+    """SUBSCRIBE headers ``x-single-active-consumer`` and ``x-priority`` change nothing on
+    RabbitMQ 3.10's STOMP plugin (neither is among the headers it passes on: see
+    rabbit_stomp_headers.hrl's HEADER_ARGUMENTS): both consumers of the queue share its
+    messages, round-robin, the one of priority 10 included."""
+    q = f"/queue/hw-test.sac-header.{_uid()}"
+    hi = _consumer(consumers, "rabbitmq", "hi", q, **{"x-single-active-consumer": "true"})
+    hi_prio = {"x-single-active-consumer": "true", "x-priority": "10"}
+    lo = _consumer(consumers, "rabbitmq", "lo", q, **hi_prio)
+    _send("rabbitmq", q, [str(i) for i in range(10)])
+    a = hi.take(5)
+    b = lo.take(5)
+    assert [g.body for g in a] == ["0", "2", "4", "6", "8"]
+    assert [g.body for g in b] == ["1", "3", "5", "7", "9"]
+
+
+def test_rabbitmq_sac_queue_fails_over_in_order(amqp: object, consumers: list[Consumer]) -> None:
+    """A queue declared over AMQP with x-single-active-consumer, consumed over STOMP through
+    ``/amq/queue/``: the first consumer gets everything; when its connection is cut, the
+    second gets its unacknowledged messages first (redelivered), then the rest, in order."""
+    name = f"hw-test.sac.{_uid()}"
+    ch = amqp
+    _sac_queue(ch, name)  # type: ignore[arg-type]
+    dest = f"/amq/queue/{name}"
+    first = _consumer(consumers, "rabbitmq", "first", dest, ack="client-individual")
+    second = _consumer(consumers, "rabbitmq", "second", dest, ack="client-individual")
+    _send("rabbitmq", dest, [str(i) for i in range(10)])
+    got = first.take(10)
+    assert [g.body for g in got] == [str(i) for i in range(10)]
+    assert second.quiet() == [], "the standby consumer got messages while the active one lived"
+    for g in got[:5]:
+        first.ack(g)
+    time.sleep(0.2)  # the ACKs travel on the connection about to be cut
+    first.die()
+    _send("rabbitmq", dest, [str(i) for i in range(10, 15)])
+    rest = second.take(10)
+    assert [g.body for g in rest] == [str(i) for i in range(5, 15)]
+    assert [g.redelivered for g in rest] == [True] * 5 + [False] * 5
+
+
+def test_rabbitmq_stomp_queue_destination_refuses_a_sac_queue(
+    amqp: object, consumers: list[Consumer]
+) -> None:
+    """``/queue/<name>`` declares the queue again, without the argument: RabbitMQ refuses it
+    (inequivalent arg), so members consume single-active-consumer queues through
+    ``/amq/queue/<name>``."""
+    name = f"hw-test.sac-decl.{_uid()}"
+    # Declared as /queue/ would (durable, not auto-delete; x-expires given on both sides), so
+    # that x-single-active-consumer is the only difference.
+    amqp.queue_declare(  # type: ignore[attr-defined]
+        name, durable=True, arguments={"x-single-active-consumer": True, "x-expires": 60_000}
+    )
+    holder = _consumer(consumers, "rabbitmq", "holder", f"/amq/queue/{name}")
+    c = _consumer(
+        consumers, "rabbitmq", "declarer", f"/queue/{name}", receipt=False, **{"x-expires": "60000"}
+    )
+    B.wait_for(lambda: c.errors, WAIT, "an ERROR frame for SUBSCRIBE /queue/<sac queue>")
+    assert "inequivalent arg 'x-single-active-consumer'" in " ".join(c.errors), c.errors
+    assert holder.conn.is_connected()
+
+
+def test_rabbitmq_consistent_hash_exchange_shards_topics(
+    amqp: object, consumers: list[Consumer]
+) -> None:
+    """amq.topic -> x-consistent-hash exchange (bound with the group's pattern) -> S queues of
+    weight 1: publishers keep sending to ``/topic/<topic>``; each topic lands on exactly one
+    queue, its beats in order; the queues get roughly equal shares; the ``destination`` header
+    still names the topic."""
+    ch = amqp
+    uid = _uid()
+    prefix = f"hwtest{uid}"
+    exchange = f"hw-test.ch.{uid}"
+    shards = 4
+    ch.exchange_declare(exchange, "x-consistent-hash", auto_delete=True)  # type: ignore[attr-defined]
+    ch.exchange_bind(exchange, "amq.topic", routing_key=f"{prefix}.#")  # type: ignore[attr-defined]
+    names = [f"{exchange}.{k}" for k in range(shards)]
+    for name in names:
+        ch.queue_declare(name, auto_delete=True, arguments={"x-expires": 60_000})  # type: ignore[attr-defined]
+        ch.queue_bind(name, exchange, routing_key="1")  # type: ignore[attr-defined]
+    cs = [
+        _consumer(consumers, "rabbitmq", f"shard{k}", f"/amq/queue/{n}")
+        for k, n in enumerate(names)
+    ]
+    topics = [f"{prefix}.svc-{i}" for i in range(200)]
+    conn = _connect("rabbitmq", "sender")
+    try:
+        for seq in range(2):
+            for t in topics:
+                conn.send(f"/topic/{t}", f"{t} {seq}")
+    finally:
+        conn.disconnect(receipt="done")
+    total = 2 * len(topics)
+    seen: dict[int, list[Got]] = {k: [] for k in range(shards)}
+    deadline = time.monotonic() + WAIT
+    while sum(map(len, seen.values())) < total and time.monotonic() < deadline:
+        for k, c in enumerate(cs):
+            seen[k].extend(c.quiet(0.05))
+    assert sum(map(len, seen.values())) == total, {k: len(v) for k, v in seen.items()}
+    where: dict[str, set[int]] = {}
+    order: dict[str, list[int]] = {}
+    for k, msgs in seen.items():
+        for g in msgs:
+            topic, seq = g.body.split()
+            assert g.destination == f"/topic/{topic}", g
+            where.setdefault(topic, set()).add(k)
+            order.setdefault(topic, []).append(int(seq))
+    assert all(len(ks) == 1 for ks in where.values()), "a topic landed on two queues"
+    assert all(seqs == [0, 1] for seqs in order.values()), "a topic's beats out of order"
+    per_queue = [len({t for t, ks in where.items() if k in ks}) for k in range(shards)]
+    assert min(per_queue) >= 25, per_queue  # 50 each expected (jump hash: sd ~6)
+
+
+# -- ActiveMQ ------------------------------------------------------------------------------------
+
+
+def test_activemq_exclusive_consumer_fails_over_in_order(consumers: list[Consumer]) -> None:
+    """``activemq.exclusive:true``: the first consumer gets everything; when its connection is
+    cut, the second gets its unacknowledged messages first (redelivered), then the rest."""
+    dest = f"/queue/hw-test.exclusive.{_uid()}"
+    ex = {"activemq.exclusive": "true"}
+    first = _consumer(consumers, "activemq", "first", dest, ack="client-individual", **ex)
+    second = _consumer(consumers, "activemq", "second", dest, ack="client-individual", **ex)
+    _send("activemq", dest, [str(i) for i in range(10)])
+    got = first.take(10)
+    assert [g.body for g in got] == [str(i) for i in range(10)]
+    assert second.quiet() == [], "the standby consumer got messages while the exclusive one lived"
+    for g in got[:5]:
+        first.ack(g)
+    time.sleep(0.2)
+    first.die()
+    _send("activemq", dest, [str(i) for i in range(10, 15)])
+    rest = second.take(10)
+    assert [g.body for g in rest] == [str(i) for i in range(5, 15)]
+    assert [g.redelivered for g in rest] == [True] * 5 + [False] * 5
+
+
+def test_activemq_exclusive_higher_priority_takes_over(consumers: list[Consumer]) -> None:
+    """An exclusive subscription of higher ``activemq.priority`` arriving later becomes the
+    queue's exclusive consumer; the earlier one gets nothing more, and takes over again when
+    the higher one leaves."""
+    dest = f"/queue/hw-test.exclusive-prio.{_uid()}"
+    low = _consumer(consumers, "activemq", "low", dest, **{"activemq.exclusive": "true"})
+    _send("activemq", dest, ["a", "b"])
+    assert [g.body for g in low.take(2)] == ["a", "b"]
+    high = _consumer(
+        consumers,
+        "activemq",
+        "high",
+        dest,
+        **{"activemq.exclusive": "true", "activemq.priority": "10"},
+    )
+    _send("activemq", dest, ["c", "d"])
+    assert [g.body for g in high.take(2)] == ["c", "d"]
+    assert low.quiet() == []
+    high.conn.unsubscribe(id="high")
+    time.sleep(0.2)
+    _send("activemq", dest, ["e"])
+    assert [g.body for g in low.take(1)] == ["e"]
+
+
+def test_activemq_consumer_priority_without_exclusive(consumers: list[Consumer]) -> None:
+    """Without exclusivity, ``activemq.priority`` orders the queue's consumers: the higher one
+    gets every message while its prefetch has room (here: all ten)."""
+    dest = f"/queue/hw-test.prio.{_uid()}"
+    low = _consumer(consumers, "activemq", "low", dest, **{"activemq.priority": "1"})
+    high = _consumer(consumers, "activemq", "high", dest, **{"activemq.priority": "10"})
+    _send("activemq", dest, [str(i) for i in range(10)])
+    assert [g.body for g in high.take(10)] == [str(i) for i in range(10)]
+    assert low.quiet() == []
+
+
+# -- A member that hangs (SIGSTOP, a network cut): its socket stays open -----------------------
+
+
+def _silent_member(
+    broker: str, destination: str, heart_beat_ms: int, **headers: str
+) -> socket.socket:
+    """A consumer that promises a STOMP heart-beat every ``heart_beat_ms`` and then never sends
+    or reads anything again, as a stopped process: the broker must drop it on the missing
+    heart-beats (its socket stays open). Subscribed with client acks; returns the socket."""
+    sock = socket.create_connection((B.HOST, B.PORTS[broker]), timeout=WAIT)
+    sock.sendall(
+        f"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n"
+        f"heart-beat:{heart_beat_ms},0\n\n\0".encode()
+    )
+    reply = sock.recv(4096)
+    assert reply.startswith(b"CONNECTED"), reply
+    extra = "".join(f"{k}:{v}\n" for k, v in headers.items())
+    sock.sendall(
+        f"SUBSCRIBE\nid:silent\ndestination:{destination}\nack:client-individual\n"
+        f"receipt:r1\n{extra}\n\0".encode()
+    )
+    buf = b""
+    while b"RECEIPT" not in buf:
+        chunk = sock.recv(4096)
+        assert chunk, "the broker closed the silent member's connection before its RECEIPT"
+        buf += chunk
+    return sock
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "activemq"])
+def test_a_hung_active_member_is_dropped_on_missed_heart_beats(
+    broker: str, amqp: object, consumers: list[Consumer]
+) -> None:
+    """The active consumer stops (socket open, silent): the broker drops it once its STOMP
+    heart-beats are missed, and the standby gets the message it held (redelivered), about
+    1-3 heart-beat intervals later (printed; docs/groups-design.md quotes it)."""
+    hb_ms = 500
+    if broker == "rabbitmq":
+        name = f"hw-test.sac-hang.{_uid()}"
+        _sac_queue(amqp, name)  # type: ignore[arg-type]
+        dest, extra = f"/amq/queue/{name}", {}
+    else:
+        dest, extra = f"/queue/hw-test.exclusive-hang.{_uid()}", {"activemq.exclusive": "true"}
+    sock = _silent_member(broker, dest, hb_ms, **extra)
+    try:
+        standby = _consumer(consumers, broker, "standby", dest, **extra)
+        t0 = time.monotonic()
+        _send(broker, dest, ["held"])
+        got = standby.take(1, timeout=10 * hb_ms / 1000)
+        took = time.monotonic() - t0
+    finally:
+        sock.close()
+    assert got[0].body == "held" and got[0].redelivered
+    print(f"{broker}: standby took over {took:.2f} s after the send (heart-beat {hb_ms} ms)")
+    assert took >= hb_ms / 1000, f"taken over in {took:.2f} s, before a heart-beat was missed"
