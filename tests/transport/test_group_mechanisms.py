@@ -12,6 +12,8 @@ RabbitMQ 3.10 (its STOMP plugin):
 - the consistent-hash exchange (plugin ``rabbitmq_consistent_hash_exchange``, enabled by
   ``scripts/brokers``) bound to ``amq.topic`` spreads topics over its queues, each topic on
   exactly one queue in order, with the ``destination`` header still naming the topic.
+- without a plugin, a headers exchange bound to ``amq.topic`` routes each beat on a
+  ``heartwire-shard`` SEND header to its shard's queue (beats without it reach none).
 
 ActiveMQ 5.17 (its STOMP connector):
 - ``activemq.exclusive:true``: one consumer gets every message of the queue; when its
@@ -19,6 +21,10 @@ ActiveMQ 5.17 (its STOMP connector):
 - ``activemq.priority`` on an exclusive subscription: a new consumer of higher priority takes
   the queue over from the exclusive one (what lets members claim shards); without exclusivity
   the higher priority consumer gets everything while it has room.
+
+Both brokers drop a consumer that stops (SIGSTOP, a network cut: its socket stays open) about
+three STOMP heart-beat intervals after its last frame (RabbitMQ counts whole seconds), and its
+unacknowledged messages go to the next consumer.
 
 Few messages each (2 cores shared): each test runs in about a second.
 """
@@ -335,6 +341,48 @@ def test_rabbitmq_consistent_hash_exchange_shards_topics(
     assert all(seqs == [0, 1] for seqs in order.values()), "a topic's beats out of order"
     per_queue = [len({t for t, ks in where.items() if k in ks}) for k in range(shards)]
     assert min(per_queue) >= 25, per_queue  # 50 each expected (jump hash: sd ~6)
+
+
+def test_rabbitmq_headers_exchange_routes_on_a_shard_header(
+    amqp: object, consumers: list[Consumer]
+) -> None:
+    """No plugin: amq.topic -> a headers exchange (bound with the group's pattern) -> one queue
+    per shard, bound with ``x-match: all`` on the STOMP SEND header ``heartwire-shard``. Each
+    beat lands on the queue its header names, in order; a beat without the header reaches no
+    shard queue; a plain ``/topic/`` subscriber still gets every beat."""
+    ch = amqp
+    uid = _uid()
+    prefix = f"hwtest{uid}"
+    exchange = f"hw-test.hdr.{uid}"
+    shards = 3
+    ch.exchange_declare(exchange, "headers", auto_delete=True)  # type: ignore[attr-defined]
+    ch.exchange_bind(exchange, "amq.topic", routing_key=f"{prefix}.#")  # type: ignore[attr-defined]
+    names = [f"{exchange}.{k}" for k in range(shards)]
+    for k, name in enumerate(names):
+        ch.queue_declare(name, auto_delete=True, arguments={"x-expires": 60_000})  # type: ignore[attr-defined]
+        ch.queue_bind(  # type: ignore[attr-defined]
+            name, exchange, arguments={"x-match": "all", "heartwire-shard": str(k)}
+        )
+    cs = [
+        _consumer(consumers, "rabbitmq", f"shard{k}", f"/amq/queue/{n}")
+        for k, n in enumerate(names)
+    ]
+    plain = _consumer(consumers, "rabbitmq", "plain", f"/topic/{prefix}.#")
+    conn = _connect("rabbitmq", "sender")
+    try:
+        for seq in range(2):
+            for i in range(6):
+                conn.send(
+                    f"/topic/{prefix}.t{i}", f"t{i} {seq}", headers={"heartwire-shard": str(i % 3)}
+                )
+        conn.send(f"/topic/{prefix}.legacy", "legacy 0")
+    finally:
+        conn.disconnect(receipt="done")
+    for k, c in enumerate(cs):
+        got = [g.body for g in c.take(4)]
+        assert got == [f"t{k} 0", f"t{k + 3} 0", f"t{k} 1", f"t{k + 3} 1"], (k, got)
+    assert [g.body for g in plain.take(13)][-1] == "legacy 0"
+    assert all(c.quiet(0.2) == [] for c in cs), "a shard queue got the beat without a header"
 
 
 # -- ActiveMQ ------------------------------------------------------------------------------------
