@@ -82,6 +82,7 @@ from heartwire.transport.link import StompLink
 from heartwire.transport.observers import ConnectionObserver, Observers
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
 from heartwire.transport.session import open_transaction
+from heartwire.transport.shards import ShardLayout
 from heartwire.transport.urls import BrokerAddress, StompOptions, parse_url
 
 __all__ = ["MESSAGE_ID_HEADER", "StompSubscription", "StompTransport"]
@@ -348,6 +349,19 @@ class StompTransport:
         """Send ``body`` to ``topic`` (:meth:`send`, without its return value)."""
         self.send(topic, body, headers, timeout=timeout)
 
+    def publish_sharded(
+        self,
+        layout: ShardLayout,
+        topic: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Send a beat of ``topic`` where its shard of ``layout`` is consumed
+        (:meth:`send` with ``layout``, without its return value)."""
+        self.send(topic, body, headers, timeout=timeout, layout=layout)
+
     def send(
         self,
         topic: str,
@@ -355,6 +369,7 @@ class StompTransport:
         headers: Mapping[str, str] | None = None,
         *,
         timeout: float | None = None,
+        layout: ShardLayout | None = None,
     ) -> str:
         """Send ``body`` to ``topic``; returns the message id (the ``hw-message-id`` header).
 
@@ -364,6 +379,11 @@ class StompTransport:
         the message id. Raises
         :class:`~heartwire.transport.TransportClosed` once closed, :class:`ValueError` for an
         invalid topic and :class:`TypeError` for a body that is not bytes.
+
+        With a ``layout`` (:class:`~heartwire.transport.shards.ShardLayout`), the beat of
+        ``topic`` carries its shard's ``heartwire-shard`` header and goes where the group's
+        members consume that shard: the shard's queue on ActiveMQ, the topic on RabbitMQ (chosen
+        on each connection, as the broker's dialect is known only then).
         """
         if self._closed or self._connector.closed:
             raise TransportClosed(self._closed_message(f"send to {topic!r}"))
@@ -379,8 +399,14 @@ class StompTransport:
         )
         if timeout is None:
             timeout = self._options.request_blocking_time
+        if layout is not None:
+            if not isinstance(layout, ShardLayout):
+                raise TypeError(
+                    f"layout must be a ShardLayout or None, got {type(layout).__name__}"
+                )
+            headers = {**(headers or {}), **layout.headers(topic)}
         message_id = f"{self._id}:{next(self._msg_ids)}"
-        return self._send(topic, body, headers, message_id, float(timeout))
+        return self._send(topic, body, headers, message_id, float(timeout), layout)
 
     def _send(
         self,
@@ -389,6 +415,7 @@ class StompTransport:
         headers: Mapping[str, str] | None,
         message_id: str,
         blocking: float,
+        layout: ShardLayout | None = None,
     ) -> str:
         started = time.monotonic()
         deadline = started + blocking
@@ -406,8 +433,13 @@ class StompTransport:
             frame_headers = link.dialect.send_headers(headers)
             frame_headers[MESSAGE_ID_HEADER] = message_id
             try:
+                destination = (
+                    link.dialect.destination(topic)
+                    if layout is None
+                    else layout.destination(topic, link.dialect)
+                )
                 link.send(
-                    link.dialect.destination(topic),
+                    destination,
                     body,
                     frame_headers,
                     timeout=max(0.0, deadline - time.monotonic()),
