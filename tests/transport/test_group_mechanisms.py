@@ -22,11 +22,16 @@ ActiveMQ 5.17 (its STOMP connector):
   the queue over from the exclusive one (what lets members claim shards); without exclusivity
   the higher priority consumer gets everything while it has room.
 
+On both, a member that releases a queue (UNSUBSCRIBE, SUBSCRIBE again) hands it to the next
+member in line and waits at the back (a -> b -> c -> a). A shard's state queue keeps the newest
+snapshot: RabbitMQ with ``x-max-length:1`` given over STOMP, ActiveMQ by per-message
+``expires``.
+
 Both brokers drop a consumer that stops (SIGSTOP, a network cut: its socket stays open) about
 three STOMP heart-beat intervals after its last frame (RabbitMQ counts whole seconds), and its
 unacknowledged messages go to the next consumer.
 
-Few messages each (2 cores shared): each test runs in about a second.
+Few messages each (2 cores shared): a second or so per test, 3 s for RabbitMQ's hung member.
 """
 
 from __future__ import annotations
@@ -499,3 +504,82 @@ def test_a_hung_active_member_is_dropped_on_missed_heart_beats(
     assert got[0].body == "held" and got[0].redelivered
     print(f"{broker}: standby took over {took:.2f} s after the send (heart-beat {hb_ms} ms)")
     assert took >= hb_ms / 1000, f"taken over in {took:.2f} s, before a heart-beat was missed"
+
+
+# -- Balance: a member releasing a shard, and the per-shard state queue ------------------------
+
+
+def _resubscribe(c: Consumer, destination: str, round_: int, **headers: str) -> None:
+    """UNSUBSCRIBE the consumer's subscription and SUBSCRIBE again on the same connection (a
+    member releasing a shard and waiting in line again), confirmed by a RECEIPT."""
+    c.conn.unsubscribe(id=c.name if round_ == 1 else f"{c.name}-{round_ - 1}")
+    done: queue.Queue[str] = queue.Queue()
+
+    class _R(stomp.ConnectionListener):
+        def on_receipt(self, frame: stomp.utils.Frame) -> None:
+            done.put(frame.headers.get("receipt-id", ""))
+
+    c.conn.set_listener("resub", _R())
+    rid = f"resub-{c.name}-{round_}"
+    c.conn.subscribe(
+        destination, id=f"{c.name}-{round_}", ack="auto", headers={**headers, "receipt": rid}
+    )
+    try:
+        assert done.get(timeout=WAIT) == rid
+    except queue.Empty:
+        pytest.fail(f"{c.name}: no RECEIPT for the new SUBSCRIBE in {WAIT:g} s")
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "activemq"])
+def test_a_released_shard_goes_to_the_next_member_in_line(
+    broker: str, amqp: object, consumers: list[Consumer]
+) -> None:
+    """Three members subscribed in the order a, b, c; the active one releases the queue
+    (UNSUBSCRIBE, SUBSCRIBE again): the next in line gets it, the releaser waits at the back.
+    So a release walks a shard along the members: a -> b -> c -> a."""
+    if broker == "rabbitmq":
+        name = f"hw-test.sac-release.{_uid()}"
+        _sac_queue(amqp, name)  # type: ignore[arg-type]
+        dest, extra = f"/amq/queue/{name}", {}
+    else:
+        dest, extra = f"/queue/hw-test.exclusive-release.{_uid()}", {"activemq.exclusive": "true"}
+    members = {n: _consumer(consumers, broker, n, dest, **extra) for n in "abc"}
+    order = []
+    for round_ in range(1, 4):
+        _send(broker, dest, [str(round_)])
+        time.sleep(0.3)  # the delivery to whichever member is active
+        active = [n for n, c in members.items() if c.quiet(0)]
+        assert len(active) == 1, f"round {round_}: active {active}"
+        order.append(active[0])
+        _resubscribe(members[active[0]], dest, order.count(active[0]), **extra)
+    _send(broker, dest, ["4"])
+    time.sleep(0.3)
+    order.append(next(n for n, c in members.items() if c.quiet(0)))
+    assert order == ["a", "b", "c", "a"]
+
+
+def test_rabbitmq_last_value_state_queue_over_stomp(consumers: list[Consumer]) -> None:
+    """A shard's state queue on RabbitMQ: ``x-max-length:1`` given on SEND and SUBSCRIBE (a
+    queue argument the STOMP plugin passes on; overflow drops the head by default) keeps only
+    the newest snapshot for the next owner."""
+    dest = f"/queue/hw-test.state.{_uid()}"
+    # Durable (the /queue/ default: a queue declared durable:false over STOMP went with the
+    # sender's connection), gone a minute after its last use (x-expires).
+    args = {"x-max-length": "1", "x-expires": "60000"}
+    _send("rabbitmq", dest, [f"snapshot {i}" for i in range(5)], **args)
+    reader = _consumer(consumers, "rabbitmq", "reader", dest, **args)
+    assert [g.body for g in reader.take(1)] == ["snapshot 4"]
+    assert reader.quiet() == []
+
+
+def test_activemq_state_snapshots_expire(consumers: list[Consumer]) -> None:
+    """A shard's state queue on ActiveMQ: snapshots sent with a short ``expires`` are gone when
+    the next owner drains the queue; the newest (longer-lived) one is what it reads."""
+    dest = f"/queue/hw-test.state.{_uid()}"
+    now_ms = int(time.time() * 1000)
+    _send("activemq", dest, ["snapshot 0", "snapshot 1"], expires=str(now_ms + 200))
+    _send("activemq", dest, ["snapshot 2"], expires=str(now_ms + 60_000))
+    time.sleep(0.5)
+    reader = _consumer(consumers, "activemq", "reader", dest)
+    assert [g.body for g in reader.take(1)] == ["snapshot 2"]
+    assert reader.quiet() == []
