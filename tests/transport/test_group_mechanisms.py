@@ -242,12 +242,13 @@ def test_rabbitmq_stomp_ignores_sac_and_priority_subscribe_headers(
     rabbit_stomp_headers.hrl's HEADER_ARGUMENTS): both consumers of the queue share its
     messages, round-robin, the one of priority 10 included."""
     q = f"/queue/hw-test.sac-header.{_uid()}"
-    hi = _consumer(consumers, "rabbitmq", "hi", q, **{"x-single-active-consumer": "true"})
-    hi_prio = {"x-single-active-consumer": "true", "x-priority": "10"}
-    lo = _consumer(consumers, "rabbitmq", "lo", q, **hi_prio)
-    _send("rabbitmq", q, [str(i) for i in range(10)])
-    a = hi.take(5)
-    b = lo.take(5)
+    gone = {"x-expires": "60000"}  # a queue argument the plugin passes on: cleaned up after 60 s
+    sac = {**gone, "x-single-active-consumer": "true"}
+    first = _consumer(consumers, "rabbitmq", "first", q, **sac)
+    prio10 = _consumer(consumers, "rabbitmq", "prio10", q, **sac, **{"x-priority": "10"})
+    _send("rabbitmq", q, [str(i) for i in range(10)], **gone)
+    a = first.take(5)
+    b = prio10.take(5)
     assert [g.body for g in a] == ["0", "2", "4", "6", "8"]
     assert [g.body for g in b] == ["1", "3", "5", "7", "9"]
 
