@@ -32,14 +32,18 @@ from heartwire.transport.shards import (
 )
 
 __all__ = [
+    "DEFAULT_BEAT_TTL",
+    "DEFAULT_MAX_BEATS",
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
     "SHARD_HEADER",
     "ShardLayout",
     "declare_rabbitmq",
+    "exchange_name",
     "jump_hash",
     "rabbitmq_definitions",
     "shard_of",
+    "state_queue",
 ]
 
 #: How long a shard queue keeps an unconsumed beat by default (seconds): an old beat is worth
