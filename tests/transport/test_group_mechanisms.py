@@ -20,7 +20,10 @@ ActiveMQ 5.17 (its STOMP connector):
   connection dies the next one gets the rest in order, the unacknowledged messages first;
 - ``activemq.priority`` on an exclusive subscription: a new consumer of higher priority takes
   the queue over from the exclusive one (what lets members claim shards); without exclusivity
-  the higher priority consumer gets everything while it has room.
+  the higher priority consumer gets everything while it has room;
+- virtual topics copy a beat to a queue per consumer group (``Consumer.<g>.VirtualTopic.<t>``),
+  shared by the group's members: a queue per topic per group, no hashing; a client-side
+  composite destination (``/queue/a,/topic/b``) reaches both in one SEND.
 
 On both, a member that releases a queue (UNSUBSCRIBE, SUBSCRIBE again) hands it to the next
 member in line and waits at the back (a -> b -> c -> a). A shard's state queue keeps the newest
@@ -584,3 +587,37 @@ def test_activemq_state_snapshots_expire(consumers: list[Consumer]) -> None:
     reader = _consumer(consumers, "activemq", "reader", dest)
     assert [g.body for g in reader.take(1)] == ["snapshot 2"]
     assert reader.quiet() == []
+
+
+# -- ActiveMQ virtual topics and composite destinations (considered, not chosen) ----------------
+
+
+def test_activemq_virtual_topic_copies_a_beat_to_each_consumer_group(
+    consumers: list[Consumer],
+) -> None:
+    """ActiveMQ's default virtual topics: a SEND to ``/topic/VirtualTopic.<name>`` is copied to
+    each consumer group's queue ``/queue/Consumer.<group>.VirtualTopic.<name>``; the members of
+    one group share it (one gets it), another group gets its own copy. A queue per topic per
+    group: more broker destinations per topic, not fewer, and no hashing."""
+    name = f"VirtualTopic.hwtest{_uid()}.svc-a"
+    g1 = [
+        _consumer(consumers, "activemq", f"g1-{i}", f"/queue/Consumer.G1.{name}") for i in range(2)
+    ]
+    g2 = _consumer(consumers, "activemq", "g2", f"/queue/Consumer.G2.{name}")
+    _send("activemq", f"/topic/{name}", ["beat"])
+    assert [g.body for g in g2.take(1)] == ["beat"]
+    time.sleep(0.3)
+    got = [g.body for c in g1 for g in c.quiet(0)]
+    assert got == ["beat"], f"group G1 got {got}"
+
+
+def test_activemq_composite_destination_in_one_send(consumers: list[Consumer]) -> None:
+    """A client-side composite destination: one SEND to ``/queue/a,/topic/b`` reaches the
+    queue and the topic (what a publisher could use to reach a shard queue and still its topic,
+    at the price of the topic's destination)."""
+    uid = _uid()
+    q = _consumer(consumers, "activemq", "q", f"/queue/hwtest{uid}.shard")
+    t = _consumer(consumers, "activemq", "t", f"/topic/hwtest{uid}.svc-a")
+    _send("activemq", f"/queue/hwtest{uid}.shard,/topic/hwtest{uid}.svc-a", ["beat"])
+    assert [g.body for g in q.take(1)] == ["beat"]
+    assert [g.body for g in t.take(1)] == ["beat"]
