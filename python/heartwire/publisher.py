@@ -151,8 +151,8 @@ class HeartbeatPublisher:
     - ``key``: a shared HMAC key; beats are then signed (see :class:`~heartwire.beat.BeatCodec`).
     - ``shards``: a :class:`~heartwire.groups.ShardLayout`: beats are sent where that monitor
       group consumes the topic's shard (the shard's queue on ActiveMQ; the topic, with a
-      ``heartwire-shard`` header, on RabbitMQ and the embedded broker; see
-      ``docs/groups-design.md``). The broker must offer ``publish_sharded`` (both transports
+      ``heartwire-shard`` header, on RabbitMQ and the embedded broker; see ``docs/shards.md``).
+      The broker must offer ``publish_sharded`` (both transports
       do); :class:`TypeError` otherwise.
     - ``clock``: a :class:`~heartwire.ManualClock` to run on (tests, simulations); default the
       real clock.
