@@ -152,8 +152,8 @@ class HeartbeatPublisher:
     - ``shards``: a :class:`~heartwire.groups.ShardLayout`: beats are sent where that monitor
       group consumes the topic's shard (the shard's queue on ActiveMQ; the topic, with a
       ``heartwire-shard`` header, on RabbitMQ and the embedded broker; see ``docs/shards.md``).
-      The broker must offer ``publish_sharded`` (both transports
-      do); :class:`TypeError` otherwise.
+      The broker must offer ``publish_sharded`` (both transports do); :class:`TypeError`
+      otherwise.
     - ``clock``: a :class:`~heartwire.ManualClock` to run on (tests, simulations); default the
       real clock.
 
