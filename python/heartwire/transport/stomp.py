@@ -575,6 +575,41 @@ class StompTransport:
                 self._receipt_quotes.pop(receipt, None)
         return sub
 
+    def subscribe_destination_intake(
+        self,
+        destination: str,
+        intake: Intake,
+        handler: Callable[[StompLink, Message], None],
+        on_refusals: Callable[[], None],
+        *,
+        headers: Mapping[str, str] | None = None,
+        confirm: float = 0.0,
+    ) -> StompSubscription:
+        """:meth:`subscribe_destination` (``ack:auto``) whose beats the core's ``intake`` decodes
+        and records straight from the bytes read off the socket, each under the topic its body
+        names, whatever the destination: for a queue carrying many topics, a monitor group's
+        shard queue (``/queue/heartwire.<group>.<k>`` on ActiveMQ, ``/amq/queue/...`` on
+        RabbitMQ). The intake's rules apply as to any beat (its pattern included: a beat of
+        another topic is refused and counted). Only what the native path leaves (a body its
+        decoder is not sure of) reaches ``handler(link, message)``; ``on_refusals()`` is called
+        on the receiving thread after a read in which the intake refused beats. The route is
+        set before the SUBSCRIBE goes, so no beat of the subscription takes the Python way."""
+        sub_id = f"hw-{next(self._ids)}"
+        with self._connector.cond:
+            self._native[sub_id] = (intake, on_refusals)
+            self._native_list = tuple(self._native.values())
+            self._routes.add(sub_id, intake, from_body=True)
+        try:
+            return self.subscribe_destination(
+                destination, handler, sub_id=sub_id, headers=headers, confirm=confirm
+            )
+        except BaseException:
+            with self._connector.cond:
+                if self._native.pop(sub_id, None) is not None:
+                    self._native_list = tuple(self._native.values())
+                    self._routes.remove(sub_id)
+            raise
+
     # -- hooks for the reliable layer -------------------------------------------------------------
 
     def request(self, command: str, headers: dict[str, str], timeout: float) -> str | None:
