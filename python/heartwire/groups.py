@@ -9,6 +9,10 @@ Built so far:
   group consumes its shard: the shard's queue ``heartwire.<group>.<k>`` on ActiveMQ (a fixed
   number of broker destinations, not one per topic), the topic itself with a
   ``heartwire-shard`` header on RabbitMQ. See ``docs/shards.md``.
+- a shard's state snapshot (:class:`ShardSnapshot`, :func:`encode_snapshot`,
+  :func:`decode_snapshot`): what a member taking the shard over carries on from (the topics the
+  old owner knew, the FAILED ones with their outage), signed as beats are when the group has a
+  key (``docs/groups-design.md`` §3).
 - the RabbitMQ objects a group needs (RabbitMQ's STOMP plugin cannot declare them):
   :func:`rabbitmq_definitions` (for a definitions file or ``rabbitmqctl import_definitions``)
   and :func:`declare_rabbitmq` (over AMQP 0-9-1 with pika: ``pip install
@@ -17,9 +21,12 @@ Built so far:
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from heartwire import _validate
+from heartwire.beat import MAX_REASON_LEN, BeatCodec, DecodeError
 from heartwire.transport.dialect import RABBITMQ
 from heartwire.transport.patterns import validate_pattern
 from heartwire.transport.shards import (
@@ -36,9 +43,17 @@ __all__ = [
     "DEFAULT_MAX_BEATS",
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
+    "MAX_SNAPSHOT_BYTES",
     "SHARD_HEADER",
+    "SNAPSHOT_REASONS",
+    "SNAPSHOT_VERSION",
     "ShardLayout",
+    "ShardSnapshot",
+    "SnapshotError",
+    "TopicRecord",
     "declare_rabbitmq",
+    "decode_snapshot",
+    "encode_snapshot",
     "exchange_name",
     "jump_hash",
     "rabbitmq_definitions",
@@ -236,3 +251,201 @@ def declare_rabbitmq(
                 )
     finally:
         conn.close()
+
+
+# -- a shard's state snapshot -------------------------------------------------------------------
+
+#: The snapshot format's version (the ``hwshard`` field).
+SNAPSHOT_VERSION = 1
+#: The largest snapshot accepted, in bytes (a shard of 100 000 topics fits).
+MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024
+#: Every :attr:`SnapshotError.reason`.
+SNAPSHOT_REASONS = frozenset(
+    {
+        "too_large",  # longer than max_size bytes
+        "not_utf8",
+        "bad_json",  # not a JSON object
+        "unsigned",  # the group has a key, the snapshot no signature
+        "bad_signature",
+        "malformed",  # a field missing, of the wrong type or out of range (the detail names it)
+        "other_group",  # another group, another shard count, or a shard that is not the one read
+    }
+)
+_MAX_MISSED = 2**32 - 1  # the core counts missed periods in 32 bits
+_MAX_MEMBER_LEN = 128
+
+
+class SnapshotError(ValueError):
+    """A state snapshot refused; ``reason`` is one of :data:`SNAPSHOT_REASONS`, ``detail`` says
+    what exactly (never the key or the signature)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.detail))
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    """One topic of a shard as its owner knows it: ``failed_since`` is when its outage began as
+    Unix seconds (None: not FAILED), ``missed`` the periods counted missed, ``reason`` an
+    explicit failure's reason, ``period`` the period it is watched with (None: the monitor's)."""
+
+    topic: str
+    failed_since: float | None = None
+    missed: int = 0
+    reason: str | None = None
+    period: float | None = None
+
+
+@dataclass(frozen=True)
+class ShardSnapshot:
+    """The state of shard ``shard`` of a group's ``layout`` as member ``member`` saw it at
+    ``sent`` (Unix seconds); ``seq`` counts the member's snapshots of the shard."""
+
+    layout: ShardLayout
+    shard: int
+    member: str
+    seq: int
+    sent: float
+    topics: tuple[TopicRecord, ...] = ()
+
+    @property
+    def failed(self) -> tuple[TopicRecord, ...]:
+        """The topics FAILED in this snapshot."""
+        return tuple(t for t in self.topics if t.failed_since is not None)
+
+
+def _is_int(value: object, n: int) -> bool:
+    """Whether ``value`` is the int ``n`` (JSON ``true`` is no 1 here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value == n
+
+
+def _finite(value: object, field: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SnapshotError("malformed", f"{field} must be a finite number, got {value!r:.60}")
+    if positive and value <= 0:
+        raise SnapshotError("malformed", f"{field} must be > 0, got {value!r}")
+    return float(value)
+
+
+def _count(value: object, field: str, top: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        raise SnapshotError("malformed", f"{field} must be an int in [0, {top}], got {value!r:.60}")
+    return value
+
+
+def _member(value: object, field: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= _MAX_MEMBER_LEN:
+        raise SnapshotError(
+            "malformed", f"{field} must be a str of 1 to {_MAX_MEMBER_LEN} characters"
+        )
+    return value
+
+
+def _record(row: object, i: int, layout: ShardLayout, shard: int) -> TopicRecord:
+    where = f"topics[{i}]"
+    if not isinstance(row, list) or len(row) < 5:
+        raise SnapshotError(
+            "malformed", f"{where} must be [topic, failed_since, missed, reason, period]"
+        )
+    topic, since, missed, reason, period = row[:5]  # later elements: newer fields, ignored
+    try:
+        in_shard = layout.shard_of(topic)
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError("malformed", f"{where}: {exc}") from None
+    if in_shard != shard:
+        raise SnapshotError("malformed", f"{where}: {topic!r} is in shard {in_shard}, not {shard}")
+    if reason is not None and (not isinstance(reason, str) or not reason):
+        raise SnapshotError("malformed", f"{where}: the reason must be a non-empty str or null")
+    if isinstance(reason, str) and len(reason) > MAX_REASON_LEN:
+        raise SnapshotError("malformed", f"{where}: the reason is longer than {MAX_REASON_LEN}")
+    return TopicRecord(
+        topic,
+        None if since is None else _finite(since, f"{where} failed_since"),
+        _count(missed, f"{where} missed", _MAX_MISSED),
+        reason,
+        None if period is None else _finite(period, f"{where} period", positive=True),
+    )
+
+
+def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> bytes:
+    """The bytes of ``snapshot``: one compact JSON object, signed with the group's ``key`` as
+    beats are (``sig``: HMAC-SHA256 of the canonical JSON of the other fields)::
+
+        {"hwshard":1,"group":"payments","shards":16,"shard":3,"member":"m1","seq":7,
+         "sent":1764000000.0,"topics":[["svc.db",1763999990.0,2,null,1.0],
+         ["svc.api",null,0,null,null]],"sig":"<hex>"}
+
+    A topic row is ``[topic, failed_since, missed, reason, period]``. Raises
+    :class:`SnapshotError` (``malformed``) naming a field that would not decode."""
+    if not isinstance(snapshot, ShardSnapshot):
+        raise TypeError(f"snapshot must be a ShardSnapshot, got {type(snapshot).__name__}")
+    layout = snapshot.layout
+    layout.queue(snapshot.shard)  # the shard's range, checked (ValueError naming it)
+    rows = []
+    for i, t in enumerate(snapshot.topics):
+        row = [t.topic, t.failed_since, t.missed, t.reason, t.period]
+        _record(row, i, layout, snapshot.shard)  # what decode would refuse, refused here
+        rows.append(row)
+    obj = {
+        "hwshard": SNAPSHOT_VERSION,
+        "group": layout.group,
+        "shards": layout.shards,
+        "shard": snapshot.shard,
+        "member": _member(snapshot.member, "member"),
+        "seq": _count(snapshot.seq, "seq", 2**63 - 1),
+        "sent": _finite(snapshot.sent, "sent"),
+        "topics": rows,
+    }
+    return BeatCodec(key).seal(obj)
+
+
+def decode_snapshot(
+    body: bytes | bytearray | memoryview,
+    layout: ShardLayout,
+    shard: int,
+    key: bytes | str | None = None,
+    *,
+    max_size: int = MAX_SNAPSHOT_BYTES,
+) -> ShardSnapshot:
+    """The snapshot of ``shard`` of the group ``layout`` in ``body``, checked: its signature
+    when the group has a ``key``, every field, each topic in that shard. Raises
+    :class:`SnapshotError` (reason from :data:`SNAPSHOT_REASONS`) and nothing else for any
+    bytes."""
+    if len(body) > max_size:
+        raise SnapshotError("too_large", f"{len(body)} bytes, more than {max_size}")
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SnapshotError("not_utf8", str(exc)[:200]) from None
+    try:
+        obj = BeatCodec(key).unseal(text, "snapshot")
+    except DecodeError as exc:
+        raise SnapshotError(exc.reason, exc.detail) from None
+    if not _is_int(obj.get("hwshard"), SNAPSHOT_VERSION):
+        raise SnapshotError("malformed", f"'hwshard' must be {SNAPSHOT_VERSION}")
+    if obj.get("group") != layout.group or not _is_int(obj.get("shards"), layout.shards):
+        raise SnapshotError(
+            "other_group",
+            f"a snapshot of group {obj.get('group')!r:.80} with {obj.get('shards')!r:.20} shards,"
+            f" not {layout.group!r} with {layout.shards}",
+        )
+    if not _is_int(obj.get("shard"), shard):
+        raise SnapshotError(
+            "other_group", f"a snapshot of shard {obj.get('shard')!r:.20}, not {shard}"
+        )
+    topics = obj.get("topics")
+    if not isinstance(topics, list):
+        raise SnapshotError("malformed", "'topics' must be a list")
+    return ShardSnapshot(
+        layout,
+        shard,
+        _member(obj.get("member"), "'member'"),
+        _count(obj.get("seq"), "'seq'", 2**63 - 1),
+        _finite(obj.get("sent"), "'sent'"),
+        tuple(_record(row, i, layout, shard) for i, row in enumerate(topics)),
+    )
