@@ -62,7 +62,11 @@ from heartwire.transport import Transport
 from heartwire.transport.patterns import validate_topic
 from heartwire.transport.shards import ShardLayout
 
-__all__ = ["CHECK_GRACE", "EVENT_QUEUE", "MIN_PERIOD", "HeartbeatPublisher"]
+__all__ = ["CHECK_GRACE", "EVENT_QUEUE", "MIN_PERIOD", "SHARD_TTL_PERIODS", "HeartbeatPublisher"]
+
+#: A sharded publisher's default ``ttl``, in periods: a beat older than that is worth nothing
+#: to the member that reads the shard queue late (after a takeover, or none running).
+SHARD_TTL_PERIODS = 10
 
 #: The shortest period accepted, seconds (the executor's resolution).
 MIN_PERIOD = 0.001
@@ -152,8 +156,9 @@ class HeartbeatPublisher:
     - ``shards``: a :class:`~heartwire.groups.ShardLayout`: beats are sent where that monitor
       group consumes the topic's shard (the shard's queue on ActiveMQ; the topic, with a
       ``heartwire-shard`` header, on RabbitMQ and the embedded broker; see ``docs/shards.md``).
-      The broker must offer ``publish_sharded`` (both transports do); :class:`TypeError`
-      otherwise.
+      ``ttl`` then defaults to :data:`SHARD_TTL_PERIODS` periods: a queue keeps the beats no
+      member reads. The broker must offer ``publish_sharded`` (both transports do);
+      :class:`TypeError` otherwise.
     - ``clock``: a :class:`~heartwire.ManualClock` to run on (tests, simulations); default the
       real clock.
 
@@ -199,6 +204,9 @@ class HeartbeatPublisher:
         if dependency is not None and not callable(dependency):
             raise TypeError(f"dependency must be callable or None, got {type(dependency).__name__}")
         self._ttl = _validate.seconds(ttl, "ttl", allow_none=True)
+        if shards is not None and self._ttl is None:
+            # A shard queue keeps beats while no member reads it (a topic drops them): bounded.
+            self._ttl = SHARD_TTL_PERIODS * self._period
         if timeout is None:
             own = _own_timeout(dependency)
             timeout = self._period if own is None else max(self._period, own + CHECK_GRACE)

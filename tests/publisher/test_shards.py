@@ -30,6 +30,7 @@ from heartwire.groups import (
     jump_hash,
     shard_of,
 )
+from heartwire.publisher import SHARD_TTL_PERIODS
 from heartwire.transport.dialect import ACTIVEMQ, RABBITMQ
 from heartwire.transport.memory import MemoryBroker
 from tests import brokers as B
@@ -185,6 +186,16 @@ def test_publisher_sends_with_the_layout_and_checks_it() -> None:
     assert shared_executor(clock).drain(5.0)
     pub.stop()
     assert [m.headers[SHARD_HEADER] for m in seen] == [str(shard_of("svc.db", 8))]
+    # A shard queue keeps unread beats: a sharded beat expires, by default 10 periods on.
+    sent = json.loads(seen[0].body)["sent"]
+    assert int(seen[0].headers["expires"]) == int((sent + SHARD_TTL_PERIODS * 1.0) * 1000)
+    seen.clear()
+    own = hw.HeartbeatPublisher(broker, "svc.db", clock=clock, shards=layout, ttl=3.0)
+    own.start()
+    assert shared_executor(clock).drain(5.0)
+    own.stop()
+    sent = json.loads(seen[0].body)["sent"]
+    assert int(seen[0].headers["expires"]) == int((sent + 3.0) * 1000)  # an explicit ttl wins
     assert hw.HeartbeatPublisher(broker, "svc.db").shards is None
     with pytest.raises(TypeError, match="shards must be a ShardLayout or None, got str 'g'"):
         hw.HeartbeatPublisher(broker, "svc.db", shards="g")  # type: ignore[arg-type]
