@@ -13,6 +13,7 @@ Built so far:
   :func:`decode_snapshot`): what a member taking the shard over carries on from (the topics the
   old owner knew, the FAILED ones with their outage), signed as beats are when the group has a
   key (``docs/groups-design.md`` §3).
+  :func:`publish_snapshot` and :func:`read_snapshot` carry it through the shard's state queue.
 - the RabbitMQ objects a group needs (RabbitMQ's STOMP plugin cannot declare them):
   :func:`rabbitmq_definitions` (for a definitions file or ``rabbitmqctl import_definitions``)
   and :func:`declare_rabbitmq` (over AMQP 0-9-1 with pika: ``pip install
@@ -21,13 +22,16 @@ Built so far:
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from heartwire import _validate
 from heartwire.beat import MAX_REASON_LEN, BeatCodec, DecodeError
-from heartwire.transport.dialect import RABBITMQ
+from heartwire.transport.dialect import RABBITMQ, Dialect, named
 from heartwire.transport.patterns import validate_pattern
 from heartwire.transport.shards import (
     DEFAULT_SHARDS,
@@ -37,6 +41,9 @@ from heartwire.transport.shards import (
     jump_hash,
     shard_of,
 )
+
+if TYPE_CHECKING:
+    from heartwire.transport.stomp import StompTransport
 
 __all__ = [
     "DEFAULT_BEAT_TTL",
@@ -56,8 +63,11 @@ __all__ = [
     "encode_snapshot",
     "exchange_name",
     "jump_hash",
+    "publish_snapshot",
     "rabbitmq_definitions",
+    "read_snapshot",
     "shard_of",
+    "state_destination",
     "state_queue",
 ]
 
@@ -449,3 +459,98 @@ def decode_snapshot(
         _finite(obj.get("sent"), "'sent'"),
         tuple(_record(row, i, layout, shard) for i, row in enumerate(topics)),
     )
+
+
+# -- the state queue ----------------------------------------------------------------------------
+
+
+def state_destination(layout: ShardLayout, shard: int, dialect: Dialect | str | None) -> str:
+    """The STOMP destination of ``shard``'s state queue on a broker of ``dialect``: RabbitMQ's
+    ``/amq/queue/heartwire.<group>.<k>.state`` (the queue :func:`declare_rabbitmq` made, used as
+    is: ``/queue/`` would declare it again), ``/queue/heartwire.<group>.<k>.state`` elsewhere."""
+    if isinstance(dialect, str):
+        dialect = named(dialect)
+    name = state_queue(layout, shard)
+    return f"/amq/queue/{name}" if dialect is RABBITMQ else f"/queue/{name}"
+
+
+def publish_snapshot(
+    transport: StompTransport,
+    snapshot: ShardSnapshot,
+    key: bytes | str | None = None,
+    *,
+    ttl: float | None = None,
+    timeout: float | None = None,
+) -> str:
+    """Send ``snapshot`` (:func:`encode_snapshot`, signed with ``key``) to its shard's state
+    queue; returns the message id. ``ttl``: seconds until the broker drops it (the ``expires``
+    header; ActiveMQ's state queue keeps every snapshot until read, RabbitMQ's only the newest).
+    On RabbitMQ the queue must exist (:func:`declare_rabbitmq`), or the snapshot is dropped.
+    Waits and raises as ``StompTransport.send_to``."""
+    body = encode_snapshot(snapshot, key)
+    headers: dict[str, str] = {}
+    if ttl is not None:
+        ttl = _validate.seconds(ttl, "ttl")
+        headers["expires"] = str(int((time.time() + ttl) * 1000))
+    where = functools.partial(state_destination, snapshot.layout, snapshot.shard)
+    return transport.send_to(where, body, headers, timeout=timeout)
+
+
+def read_snapshot(
+    transport: StompTransport,
+    layout: ShardLayout,
+    shard: int,
+    key: bytes | str | None = None,
+    *,
+    wait: float = 1.0,
+    quiet: float = 0.2,
+) -> tuple[ShardSnapshot | None, list[SnapshotError]]:
+    """Drain ``shard``'s state queue (at takeover) and return its newest valid snapshot (by
+    ``sent``, then ``seq``), or None, with the snapshots refused. Reading takes them off the
+    queue: the caller publishes its own snapshot next. Waits up to ``wait`` seconds for the
+    subscription's receipt, then until no snapshot came for ``quiet`` seconds (at most
+    ``wait`` more). Raises ``RuntimeError`` when the transport has no connection (the broker's
+    dialect picks the destination)."""
+    wait = _validate.seconds(wait, "wait")
+    quiet = _validate.seconds(quiet, "quiet")
+    dialect = transport.dialect
+    if dialect is None:
+        raise RuntimeError(f"read_snapshot: {transport.url!r} has no broker connection")
+    bodies: list[bytes] = []
+    lock = threading.Lock()
+    last = [time.monotonic()]
+
+    def take(_link: Any, message: Any) -> None:
+        with lock:
+            bodies.append(message.body)
+            last[0] = time.monotonic()
+
+    sub = transport.subscribe_destination(
+        state_destination(layout, shard, dialect), take, confirm=wait
+    )
+    try:
+        start = time.monotonic()
+        with lock:
+            last[0] = start
+        while True:
+            now = time.monotonic()
+            with lock:
+                since = now - last[0]
+            if since >= quiet or now - start >= wait:
+                break
+            time.sleep(min(quiet - since, 0.05))
+    finally:
+        sub.cancel()
+    best: ShardSnapshot | None = None
+    refused: list[SnapshotError] = []
+    with lock:
+        taken = list(bodies)
+    for body in taken:
+        try:
+            snap = decode_snapshot(body, layout, shard, key)
+        except SnapshotError as exc:
+            refused.append(exc)
+            continue
+        if best is None or (snap.sent, snap.seq) > (best.sent, best.seq):
+            best = snap
+    return best, refused

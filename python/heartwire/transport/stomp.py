@@ -56,6 +56,7 @@ Connection events run on the failover thread.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -74,6 +75,7 @@ from heartwire.transport import (
     TransportClosed,
     log_handler_error,
 )
+from heartwire.transport.dialect import Dialect
 from heartwire.transport.errors import LinkRejected, SendTimeout, names
 from heartwire.transport.failover import Connector
 from heartwire.transport.headers import MESSAGE_ID_HEADER
@@ -405,8 +407,49 @@ class StompTransport:
                     f"layout must be a ShardLayout or None, got {type(layout).__name__}"
                 )
             headers = {**(headers or {}), **layout.headers(topic)}
+            route: Callable[[Dialect], str] | None = functools.partial(layout.destination, topic)
+        else:
+            route = None
         message_id = f"{self._id}:{next(self._msg_ids)}"
-        return self._send(topic, body, headers, message_id, float(timeout), layout)
+        return self._send(topic, body, headers, message_id, float(timeout), route)
+
+    def send_to(
+        self,
+        destination: str | Callable[[Dialect], str],
+        body: bytes | bytearray | memoryview,
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> str:
+        """Send ``body`` to a raw STOMP ``destination`` (``/queue/x``, RabbitMQ's
+        ``/amq/queue/x``), or to the one ``destination(dialect)`` names for the broker of the
+        connection it goes on (the dialect is known only once connected); returns the message
+        id. Waits, retries and raises as :meth:`send` (:class:`ValueError` for a destination
+        that does not start with ``/``)."""
+        if callable(destination):
+            label, route = "a destination chosen per broker", destination
+        elif isinstance(destination, str) and destination.startswith("/"):
+            label, route = destination, lambda _dialect: destination
+        else:
+            raise ValueError(
+                f"destination must be a STOMP destination ('/queue/x') or a callable of the "
+                f"broker's dialect, got {destination!r:.120}"
+            )
+        if self._closed or self._connector.closed:
+            raise TransportClosed(self._closed_message(f"send to {label!r}"))
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        elif not isinstance(body, bytes):
+            raise TypeError(f"body must be bytes, got {type(body).__name__}")
+        if headers is not None and not isinstance(headers, Mapping):
+            raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
+        timeout = _validate.seconds(
+            timeout, "timeout", allow_none=True, allow_zero=True, allow_inf=True
+        )
+        if timeout is None:
+            timeout = self._options.request_blocking_time
+        message_id = f"{self._id}:{next(self._msg_ids)}"
+        return self._send(label, body, headers, message_id, float(timeout), route)
 
     def _send(
         self,
@@ -415,8 +458,11 @@ class StompTransport:
         headers: Mapping[str, str] | None,
         message_id: str,
         blocking: float,
-        layout: ShardLayout | None = None,
+        route: Callable[[Dialect], str] | None = None,
     ) -> str:
+        """Send on the current connection (waiting for one up to ``blocking`` seconds, again
+        on the next after a failed send): to ``topic``'s destination, or to the one ``route``
+        names for the connection's dialect (``topic`` then only names it in errors)."""
         started = time.monotonic()
         deadline = started + blocking
         last_error: BaseException | None = None
@@ -434,9 +480,7 @@ class StompTransport:
             frame_headers[MESSAGE_ID_HEADER] = message_id
             try:
                 destination = (
-                    link.dialect.destination(topic)
-                    if layout is None
-                    else layout.destination(topic, link.dialect)
+                    link.dialect.destination(topic) if route is None else route(link.dialect)
                 )
                 link.send(
                     destination,
