@@ -43,6 +43,7 @@ from heartwire.transport.shards import (
 )
 
 if TYPE_CHECKING:
+    from heartwire.monitor import HeartbeatMonitor
     from heartwire.transport.stomp import StompTransport
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "rabbitmq_definitions",
     "read_snapshot",
     "shard_of",
+    "snapshot_of",
     "state_destination",
     "state_queue",
 ]
@@ -459,6 +461,39 @@ def decode_snapshot(
         _finite(obj.get("sent"), "'sent'"),
         tuple(_record(row, i, layout, shard) for i, row in enumerate(topics)),
     )
+
+
+def snapshot_of(
+    monitor: HeartbeatMonitor,
+    layout: ShardLayout,
+    shard: int,
+    *,
+    member: str,
+    seq: int,
+    sent: float | None = None,
+) -> ShardSnapshot:
+    """The snapshot of ``shard`` as ``monitor`` sees it now: every topic it watches in the
+    shard (PENDING, ALIVE or FAILED; paused ones are left out), each FAILED one with the start
+    of its outage as Unix seconds (``monitor.wall_time``), its missed periods and its period.
+    ``sent`` defaults to the wall clock now. (The outage's reason is not in the monitor's
+    status yet: left out.) One pass over the monitor's topics, a shard hash each."""
+    layout.queue(shard)  # the shard's range, checked
+    topics = []
+    for st in monitor.statuses():
+        if st.state not in ("PENDING", "ALIVE", "FAILED") or layout.shard_of(st.topic) != shard:
+            continue
+        since = st.failed_since if st.state == "FAILED" else None
+        topics.append(
+            TopicRecord(
+                st.topic,
+                None if since is None else monitor.wall_time(since),
+                0 if since is None else st.missed,
+                None,
+                st.period,
+            )
+        )
+    when = time.time() if sent is None else sent
+    return ShardSnapshot(layout, shard, member, seq, when, tuple(topics))
 
 
 # -- the state queue ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from heartwire.groups import (
     TopicRecord,
     decode_snapshot,
     encode_snapshot,
+    snapshot_of,
 )
 
 LAYOUT = ShardLayout("payments", 4)
@@ -224,3 +225,36 @@ def test_any_json_gives_a_snapshot_error_or_a_snapshot(value: Any) -> None:
         decode_snapshot(body, LAYOUT, SHARD)
     except SnapshotError as exc:
         assert exc.reason in SNAPSHOT_REASONS
+
+
+def test_snapshot_of_a_monitor_lists_its_shard_with_failed_outages_in_wall_time() -> None:
+    from tests.monitor.test_monitor_semantics import make_rig
+
+    for rig in make_rig():
+        rig.mon.start()
+        rig.send(A, period=1.0)
+        rig.send(B, period=1.0)
+        rig.send(OTHER, period=1.0)
+        rig.clock.advance(0.9)
+        rig.send(A, period=1.0)
+        rig.send(OTHER, period=1.0)
+        rig.clock.advance(0.9)  # 1.8: B missed its deadline at 1.0 (grace 0)
+        rig.send(A, period=1.0)
+        rig.mon.pause(OTHER)  # another shard anyway
+        rig.mon.expect(C, period=2.0)  # PENDING
+        rig.mon.drain(5.0)
+        snap = snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=4, sent=99.0)
+        assert (snap.member, snap.seq, snap.sent, snap.shard) == ("m1", 4, 99.0, SHARD)
+        by_topic = {t.topic: t for t in snap.topics}
+        assert sorted(by_topic) == sorted([A, B, C])
+        assert by_topic[A] == TopicRecord(A, None, 0, None, 1.0)
+        assert by_topic[C] == TopicRecord(C, None, 0, None, 2.0)
+        since = rig.mon.status(B).failed_since
+        assert since is not None and round(since, 3) == 1.0
+        assert by_topic[B] == TopicRecord(B, rig.mon.wall_time(since), 1, None, 1.0)
+        assert snap.failed == (by_topic[B],)
+        assert decode_snapshot(encode_snapshot(snap), LAYOUT, SHARD) == snap
+        rig.mon.pause(A)
+        assert A not in {
+            t.topic for t in snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=5).topics
+        }
