@@ -64,8 +64,13 @@ from heartwire.executor import Job, PublisherExecutor, shared_executor
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
 from heartwire.transport import Transport
 from heartwire.transport.patterns import validate_topic
+from heartwire.transport.shards import ShardLayout
 
-__all__ = ["CHECK_GRACE", "EVENT_QUEUE", "MIN_PERIOD", "HeartbeatPublisher"]
+__all__ = ["CHECK_GRACE", "EVENT_QUEUE", "MIN_PERIOD", "SHARD_TTL_PERIODS", "HeartbeatPublisher"]
+
+#: A sharded publisher's default ``ttl``, in periods: a beat older than that is worth nothing
+#: to the member that reads the shard queue late (after a takeover, or none running).
+SHARD_TTL_PERIODS = 10
 
 #: The shortest period accepted, seconds (the executor's resolution).
 MIN_PERIOD = 0.001
@@ -174,6 +179,12 @@ class HeartbeatPublisher:
     - ``ttl``: seconds the broker may keep an undelivered beat (the ``expires`` header, epoch
       milliseconds); ``persistent``: ask the broker to persist beats (``persistent: true``).
     - ``key``: a shared HMAC key; beats are then signed (see :class:`~heartwire.beat.BeatCodec`).
+    - ``shards``: a :class:`~heartwire.groups.ShardLayout`: beats are sent where that monitor
+      group consumes the topic's shard (the shard's queue on ActiveMQ; the topic, with a
+      ``heartwire-shard`` header, on RabbitMQ and the embedded broker; see ``docs/shards.md``).
+      ``ttl`` then defaults to :data:`SHARD_TTL_PERIODS` periods: a queue keeps the beats no
+      member reads. The broker must offer ``publish_sharded`` (both transports do);
+      :class:`TypeError` otherwise.
     - ``clock``: a :class:`~heartwire.ManualClock` to run on (tests, simulations); default the
       real clock.
 
@@ -196,6 +207,7 @@ class HeartbeatPublisher:
         listeners: Iterable[PublisherListener] = (),
         key: bytes | str | None = None,
         clock: _core.ManualClock | None = None,
+        shards: ShardLayout | None = None,
     ) -> None:
         if not callable(getattr(broker, "publish", None)):
             raise TypeError(
@@ -208,10 +220,24 @@ class HeartbeatPublisher:
                 f"topic {topic!r} is under {RESERVED_PREFIX!r}: heartwire's own topics (control "
                 "messages, keep-alive pings) are never beats, no monitor would take these"
             )
+        if shards is not None:
+            if not isinstance(shards, ShardLayout):
+                raise TypeError(
+                    f"shards must be a ShardLayout or None, got {type(shards).__name__} {shards!r}"
+                )
+            if not callable(getattr(broker, "publish_sharded", None)):
+                raise TypeError(
+                    f"shards={shards!r} needs a broker with publish_sharded (the STOMP and "
+                    f"embedded transports), got {type(broker).__name__}"
+                )
+        self._shards = shards
         self._period = _validate.seconds(period, "period", minimum=MIN_PERIOD)
         if dependency is not None and not callable(dependency):
             raise TypeError(f"dependency must be callable or None, got {type(dependency).__name__}")
         self._ttl = _validate.seconds(ttl, "ttl", allow_none=True)
+        if shards is not None and self._ttl is None:
+            # A shard queue keeps beats while no member reads it (a topic drops them): bounded.
+            self._ttl = SHARD_TTL_PERIODS * self._period
         if timeout is None:
             own = _own_timeout(dependency)
             timeout = self._period if own is None else max(self._period, own + CHECK_GRACE)
@@ -270,6 +296,11 @@ class HeartbeatPublisher:
     def topic(self) -> str:
         """The topic beats are published to."""
         return self._topic
+
+    @property
+    def shards(self) -> ShardLayout | None:
+        """The monitor group's shard layout beats are sent to (None: to the topic)."""
+        return self._shards
 
     @property
     def period(self) -> float:
@@ -856,7 +887,10 @@ class HeartbeatPublisher:
         try:
             # A beat that cannot go now is stale by the next one: never wait for a reconnect
             # (that would hold the scheduler thread every publisher in the process shares).
-            self._broker.publish(self._topic, body, headers, timeout=0)
+            if self._shards is None:
+                self._broker.publish(self._topic, body, headers, timeout=0)
+            else:
+                self._broker.publish_sharded(self._shards, self._topic, body, headers, timeout=0)
         except Exception as exc:
             with self._lock:
                 self._send_failures += 1

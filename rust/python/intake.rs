@@ -339,7 +339,17 @@ impl PyIntake {
     }
 }
 
-type RouteMap = HashMap<Vec<u8>, Arc<Intake>>;
+/// Where a routed subscription's beats go, and where their topic is read.
+#[derive(Clone)]
+struct Route {
+    intake: Arc<Intake>,
+    /// The topic is the beat's own (its body), not the frame's destination: a subscription to a
+    /// monitor group's shard queue (`/queue/heartwire.<group>.<k>` on ActiveMQ), whose messages
+    /// carry every topic of the shard.
+    from_body: bool,
+}
+
+type RouteMap = HashMap<Vec<u8>, Route>;
 
 /// Which STOMP subscription id feeds which :class:`Intake` (one per transport, shared by its
 /// connections' :class:`FrameReader`\ s).
@@ -357,11 +367,19 @@ impl PyRoutes {
         }
     }
 
-    /// Route MESSAGE frames of subscription ``sub_id`` to ``intake``.
-    fn add(&self, sub_id: &str, intake: &Bound<'_, PyIntake>) {
+    /// Route MESSAGE frames of subscription ``sub_id`` to ``intake``. ``from_body``: each beat's
+    /// topic is the one its body names (the intake's pattern still applies), whatever the
+    /// frame's destination: for a queue carrying many topics (a monitor group's shard queue).
+    /// Otherwise the destination must be the beat's topic (``/topic/<topic>``).
+    #[pyo3(signature = (sub_id, intake, *, from_body = false))]
+    fn add(&self, sub_id: &str, intake: &Bound<'_, PyIntake>, from_body: bool) {
         let mut map = self.map.lock();
         let mut next = (**map).clone();
-        next.insert(sub_id.as_bytes().to_vec(), intake.get().intake.clone());
+        let route = Route {
+            intake: intake.get().intake.clone(),
+            from_body,
+        };
+        next.insert(sub_id.as_bytes().to_vec(), route);
         *map = Arc::new(next);
     }
 
@@ -455,7 +473,14 @@ impl PyFrameReader {
             // The lag guard's input: every routed intake learns whether this read found a
             // backlog, and how old the freshest beat read for it was (see `note_intake`).
             let mut last = u64::MAX;
-            for intake in routes.values() {
+            // (Several routes may feed one intake, e.g. a group member's shard queues: each
+            // intake is told once.)
+            let mut told: Vec<&Arc<Intake>> = Vec::new();
+            for intake in routes.values().map(|r| &r.intake) {
+                if told.iter().any(|i| Arc::ptr_eq(i, intake)) {
+                    continue;
+                }
+                told.push(intake);
                 match freshest.iter().find(|(i, _)| Arc::ptr_eq(i, intake)) {
                     Some((_, sent)) => {
                         let transit = sent.map(|s| ((now - s).max(0.0) * 1e9) as u64);
@@ -508,9 +533,23 @@ fn route<'r>(
     now: f64,
     freshest: &mut Vec<(&'r Arc<Intake>, Option<f64>)>,
 ) -> Verdict {
-    let Some(intake) = frame.subscription.and_then(|s| routes.get(s)) else {
+    let Some(route) = frame.subscription.and_then(|s| routes.get(s)) else {
         return Verdict::Pass;
     };
+    let intake = &route.intake;
+    if route.from_body {
+        // The topic is the beat's: decoded from the body, checked against the pattern by the
+        // intake like any beat's (a refusal is counted and reported).
+        if !intake.running() {
+            return Verdict::Consumed;
+        }
+        return recorded(
+            intake,
+            intake.ingest_counted(frame.body, None, None, false),
+            now,
+            freshest,
+        );
+    }
     // (Other headers may hold escapes, e.g. ActiveMQ's message-id: only these two matter.)
     let Some(destination) = frame.destination else {
         return Verdict::Pass;
@@ -538,7 +577,23 @@ fn route<'r>(
         // refusal would be reported to the next run.
         return Verdict::Consumed;
     }
-    match intake.ingest_counted(frame.body, Some(topic), None, false) {
+    recorded(
+        intake,
+        intake.ingest_counted(frame.body, Some(topic), None, false),
+        now,
+        freshest,
+    )
+}
+
+/// The verdict on a frame the intake took in (`outcome`), noting a recorded beat's send time
+/// for the read's freshest transit.
+fn recorded<'r>(
+    intake: &'r Arc<Intake>,
+    outcome: Outcome,
+    now: f64,
+    freshest: &mut Vec<(&'r Arc<Intake>, Option<f64>)>,
+) -> Verdict {
+    match outcome {
         Outcome::Recorded { sent } => {
             // A send time in the future (a publisher's clock ahead) says nothing about this
             // reader's lag: left out, so it cannot hide the others' transit.

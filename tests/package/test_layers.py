@@ -67,6 +67,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "heartwire.publisher",
             "heartwire.monitor",
+            "heartwire.groups",
             "heartwire.checks",
             "heartwire.eventlog",
             "heartwire.alerts",

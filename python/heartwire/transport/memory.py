@@ -31,6 +31,7 @@ from heartwire.transport import (
 from heartwire.transport.memory_store import MemoryStore
 from heartwire.transport.patterns import is_wildcard, matcher, validate_pattern, validate_topic
 from heartwire.transport.session import open_transaction
+from heartwire.transport.shards import ShardLayout
 
 __all__ = ["MemoryBroker", "MemorySubscription"]
 
@@ -116,6 +117,23 @@ class MemoryBroker:
         return open_transaction(self, timeout)
 
     # -- publishing -------------------------------------------------------------------------
+
+    def publish_sharded(
+        self,
+        layout: ShardLayout,
+        topic: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """:meth:`publish` a beat of ``topic`` with its shard's ``heartwire-shard`` header of
+        ``layout`` (the embedded broker has no shard queues: the beat goes to its topic, as on
+        RabbitMQ)."""
+        if not isinstance(layout, ShardLayout):
+            raise TypeError(f"layout must be a ShardLayout, got {type(layout).__name__}")
+        validate_topic(topic)
+        self.publish(topic, body, {**(headers or {}), **layout.headers(topic)}, timeout=timeout)
 
     def publish(
         self,

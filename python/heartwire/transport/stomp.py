@@ -59,6 +59,7 @@ Connection events run on the failover thread.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -77,6 +78,7 @@ from heartwire.transport import (
     TransportClosed,
     log_handler_error,
 )
+from heartwire.transport.dialect import Dialect
 from heartwire.transport.errors import LinkRejected, SendTimeout, names
 from heartwire.transport.failover import Connector
 from heartwire.transport.headers import MESSAGE_ID_HEADER
@@ -85,6 +87,7 @@ from heartwire.transport.link import StompLink
 from heartwire.transport.observers import ConnectionObserver, Observers
 from heartwire.transport.patterns import matcher, validate_pattern, validate_topic
 from heartwire.transport.session import open_transaction
+from heartwire.transport.shards import ShardLayout
 from heartwire.transport.urls import BrokerAddress, StompOptions, parse_url
 
 __all__ = ["MESSAGE_ID_HEADER", "StompSubscription", "StompTransport"]
@@ -357,6 +360,19 @@ class StompTransport:
         """Send ``body`` to ``topic`` (:meth:`send`, without its return value)."""
         self.send(topic, body, headers, timeout=timeout)
 
+    def publish_sharded(
+        self,
+        layout: ShardLayout,
+        topic: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Send a beat of ``topic`` where its shard of ``layout`` is consumed
+        (:meth:`send` with ``layout``, without its return value)."""
+        self.send(topic, body, headers, timeout=timeout, layout=layout)
+
     def send(
         self,
         topic: str,
@@ -364,6 +380,7 @@ class StompTransport:
         headers: Mapping[str, str] | None = None,
         *,
         timeout: float | None = None,
+        layout: ShardLayout | None = None,
     ) -> str:
         """Send ``body`` to ``topic``; returns the message id (the ``hw-message-id`` header).
 
@@ -373,6 +390,11 @@ class StompTransport:
         the message id. Raises
         :class:`~heartwire.transport.TransportClosed` once closed, :class:`ValueError` for an
         invalid topic and :class:`TypeError` for a body that is not bytes.
+
+        With a ``layout`` (:class:`~heartwire.transport.shards.ShardLayout`), the beat of
+        ``topic`` carries its shard's ``heartwire-shard`` header and goes where the group's
+        members consume that shard: the shard's queue on ActiveMQ, the topic on RabbitMQ (chosen
+        on each connection, as the broker's dialect is known only then).
         """
         if self._closed or self._connector.closed:
             raise TransportClosed(self._closed_message(f"send to {topic!r}"))
@@ -388,8 +410,55 @@ class StompTransport:
         )
         if timeout is None:
             timeout = self._options.request_blocking_time
+        if layout is not None:
+            if not isinstance(layout, ShardLayout):
+                raise TypeError(
+                    f"layout must be a ShardLayout or None, got {type(layout).__name__}"
+                )
+            headers = {**(headers or {}), **layout.headers(topic)}
+            route: Callable[[Dialect], str] | None = functools.partial(layout.destination, topic)
+        else:
+            route = None
         message_id = f"{self._id}:{next(self._msg_ids)}"
-        return self._send(topic, body, headers, message_id, float(timeout))
+        return self._send(topic, body, headers, message_id, float(timeout), route)
+
+    def send_to(
+        self,
+        destination: str | Callable[[Dialect], str],
+        body: bytes | bytearray | memoryview,
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> str:
+        """Send ``body`` to a raw STOMP ``destination`` (``/queue/x``, RabbitMQ's
+        ``/amq/queue/x``), or to the one ``destination(dialect)`` names for the broker of the
+        connection it goes on (the dialect is known only once connected); returns the message
+        id. Waits, retries and raises as :meth:`send` (:class:`ValueError` for a destination
+        that does not start with ``/``)."""
+        if callable(destination):
+            label, route = "a destination chosen per broker", destination
+        elif isinstance(destination, str) and destination.startswith("/"):
+            label, route = destination, lambda _dialect: destination
+        else:
+            raise ValueError(
+                f"destination must be a STOMP destination ('/queue/x') or a callable of the "
+                f"broker's dialect, got {destination!r:.120}"
+            )
+        if self._closed or self._connector.closed:
+            raise TransportClosed(self._closed_message(f"send to {label!r}"))
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        elif not isinstance(body, bytes):
+            raise TypeError(f"body must be bytes, got {type(body).__name__}")
+        if headers is not None and not isinstance(headers, Mapping):
+            raise TypeError(f"headers must be a mapping or None, got {type(headers).__name__}")
+        timeout = _validate.seconds(
+            timeout, "timeout", allow_none=True, allow_zero=True, allow_inf=True
+        )
+        if timeout is None:
+            timeout = self._options.request_blocking_time
+        message_id = f"{self._id}:{next(self._msg_ids)}"
+        return self._send(label, body, headers, message_id, float(timeout), route)
 
     def _send(
         self,
@@ -398,7 +467,11 @@ class StompTransport:
         headers: Mapping[str, str] | None,
         message_id: str,
         blocking: float,
+        route: Callable[[Dialect], str] | None = None,
     ) -> str:
+        """Send on the current connection (waiting for one up to ``blocking`` seconds, again
+        on the next after a failed send): to ``topic``'s destination, or to the one ``route``
+        names for the connection's dialect (``topic`` then only names it in errors)."""
         started = time.monotonic()
         deadline = started + blocking
         last_error: BaseException | None = None
@@ -415,8 +488,11 @@ class StompTransport:
             frame_headers = link.dialect.send_headers(headers)
             frame_headers[MESSAGE_ID_HEADER] = message_id
             try:
+                destination = (
+                    link.dialect.destination(topic) if route is None else route(link.dialect)
+                )
                 link.send(
-                    link.dialect.destination(topic),
+                    destination,
                     body,
                     frame_headers,
                     timeout=max(0.0, deadline - time.monotonic()),
@@ -551,6 +627,41 @@ class StompTransport:
                 self._receipt_errors.pop(receipt, None)
                 self._receipt_quotes.pop(receipt, None)
         return sub
+
+    def subscribe_destination_intake(
+        self,
+        destination: str,
+        intake: Intake,
+        handler: Callable[[StompLink, Message], None],
+        on_refusals: Callable[[], None],
+        *,
+        headers: Mapping[str, str] | None = None,
+        confirm: float = 0.0,
+    ) -> StompSubscription:
+        """:meth:`subscribe_destination` (``ack:auto``) whose beats the core's ``intake`` decodes
+        and records straight from the bytes read off the socket, each under the topic its body
+        names, whatever the destination: for a queue carrying many topics, a monitor group's
+        shard queue (``/queue/heartwire.<group>.<k>`` on ActiveMQ, ``/amq/queue/...`` on
+        RabbitMQ). The intake's rules apply as to any beat (its pattern included: a beat of
+        another topic is refused and counted). Only what the native path leaves (a body its
+        decoder is not sure of) reaches ``handler(link, message)``; ``on_refusals()`` is called
+        on the receiving thread after a read in which the intake refused beats. The route is
+        set before the SUBSCRIBE goes, so no beat of the subscription takes the Python way."""
+        sub_id = f"hw-{next(self._ids)}"
+        with self._connector.cond:
+            self._native[sub_id] = (intake, on_refusals)
+            self._native_list = tuple(self._native.values())
+            self._routes.add(sub_id, intake, from_body=True)
+        try:
+            return self.subscribe_destination(
+                destination, handler, sub_id=sub_id, headers=headers, confirm=confirm
+            )
+        except BaseException:
+            with self._connector.cond:
+                if self._native.pop(sub_id, None) is not None:
+                    self._native_list = tuple(self._native.values())
+                    self._routes.remove(sub_id)
+            raise
 
     # -- hooks for the reliable layer -------------------------------------------------------------
 

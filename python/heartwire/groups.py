@@ -1,0 +1,591 @@
+"""Monitor groups: several monitors sharing a fleet, standbys taking over (issue 18; the design
+and the broker facts it rests on: ``docs/groups-design.md``).
+
+Built so far:
+
+- the shards on the wire. A group splits its topics over ``shards`` shards by a hash every
+  process and language computes alike (:func:`shard_of`); a publisher given the group's
+  :class:`ShardLayout` (``HeartbeatPublisher(..., shards=layout)``) sends each beat where the
+  group consumes its shard: the shard's queue ``heartwire.<group>.<k>`` on ActiveMQ (a fixed
+  number of broker destinations, not one per topic), the topic itself with a
+  ``heartwire-shard`` header on RabbitMQ. See ``docs/shards.md``.
+- a shard's state snapshot (:class:`ShardSnapshot`, :func:`encode_snapshot`,
+  :func:`decode_snapshot`): what a member taking the shard over carries on from (the topics the
+  old owner knew, the FAILED ones with their outage), signed as beats are when the group has a
+  key (``docs/groups-design.md`` §3).
+  :func:`publish_snapshot` and :func:`read_snapshot` carry it through the shard's state queue.
+- the RabbitMQ objects a group needs (RabbitMQ's STOMP plugin cannot declare them):
+  :func:`rabbitmq_definitions` (for a definitions file or ``rabbitmqctl import_definitions``)
+  and :func:`declare_rabbitmq` (over AMQP 0-9-1 with pika: ``pip install
+  'heartwire[groups]'``). ActiveMQ needs nothing: its queues are made on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from heartwire import _validate
+from heartwire.beat import MAX_REASON_LEN, BeatCodec, DecodeError
+from heartwire.transport.dialect import RABBITMQ, Dialect, named
+from heartwire.transport.patterns import validate_pattern
+from heartwire.transport.shards import (
+    DEFAULT_SHARDS,
+    MAX_SHARDS,
+    SHARD_HEADER,
+    ShardLayout,
+    jump_hash,
+    shard_of,
+)
+
+if TYPE_CHECKING:
+    from heartwire.monitor import HeartbeatMonitor
+    from heartwire.transport.stomp import StompTransport
+
+__all__ = [
+    "DEFAULT_BEAT_TTL",
+    "DEFAULT_MAX_BEATS",
+    "DEFAULT_SHARDS",
+    "MAX_SHARDS",
+    "MAX_SNAPSHOT_BYTES",
+    "SHARD_HEADER",
+    "SNAPSHOT_REASONS",
+    "SNAPSHOT_VERSION",
+    "ShardLayout",
+    "ShardSnapshot",
+    "SnapshotError",
+    "TopicRecord",
+    "declare_rabbitmq",
+    "decode_snapshot",
+    "encode_snapshot",
+    "exchange_name",
+    "jump_hash",
+    "publish_snapshot",
+    "rabbitmq_definitions",
+    "read_snapshot",
+    "shard_of",
+    "snapshot_of",
+    "state_destination",
+    "state_queue",
+]
+
+#: How long a shard queue keeps an unconsumed beat by default (seconds): an old beat is worth
+#: nothing once a newer one of its topic can have come.
+DEFAULT_BEAT_TTL = 60.0
+#: How many beats a shard queue holds at most by default (the oldest are dropped beyond it).
+DEFAULT_MAX_BEATS = 1_000_000
+
+
+def exchange_name(layout: ShardLayout) -> str:
+    """The group's headers exchange on RabbitMQ: ``heartwire.<group>``."""
+    return f"heartwire.{layout.group}"
+
+
+def state_queue(layout: ShardLayout, shard: int) -> str:
+    """The queue keeping the newest state snapshot of ``shard``: ``heartwire.<group>.<k>.state``."""
+    return layout.queue(shard) + ".state"
+
+
+def _shard_queue_arguments(
+    beat_ttl: float, max_beats: int, expires: float | None
+) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "x-single-active-consumer": True,
+        "x-message-ttl": round(beat_ttl * 1000),
+        "x-max-length": max_beats,
+        "x-overflow": "drop-head",
+    }
+    if expires is not None:
+        args["x-expires"] = round(expires * 1000)
+    return args
+
+
+def _state_queue_arguments(expires: float | None) -> dict[str, Any]:
+    # x-max-length 1 (drop-head): the newest snapshot only. The same arguments as the members'
+    # STOMP SEND/SUBSCRIBE headers, or RabbitMQ refuses the declaration as inequivalent.
+    args: dict[str, Any] = {"x-max-length": 1}
+    if expires is not None:
+        args["x-expires"] = round(expires * 1000)
+    return args
+
+
+def rabbitmq_definitions(
+    layout: ShardLayout,
+    pattern: str,
+    *,
+    vhost: str = "/",
+    beat_ttl: float = DEFAULT_BEAT_TTL,
+    max_beats: int = DEFAULT_MAX_BEATS,
+    expires: float | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """The RabbitMQ objects of the group ``layout`` watching ``pattern`` (API syntax, e.g.
+    ``"svc.>"``), as the ``exchanges``, ``queues`` and ``bindings`` of a definitions file
+    (``json.dump`` it; ``load_definitions`` in ``rabbitmq.conf`` or ``rabbitmqctl
+    import_definitions`` loads it):
+
+    - the headers exchange ``heartwire.<group>``, bound to ``amq.topic`` with ``pattern``;
+    - per shard ``k``: the durable queue ``heartwire.<group>.<k>`` with single active consumer,
+      a message TTL of ``beat_ttl`` seconds and at most ``max_beats`` beats (oldest dropped),
+      bound with ``x-match: all, heartwire-shard: "<k>"``; and its state queue
+      ``heartwire.<group>.<k>.state`` (``x-max-length: 1``).
+
+    ``expires`` (seconds, None: never) deletes a queue left unused that long (tests, trials).
+    Bad arguments raise :class:`ValueError` / :class:`TypeError` naming them.
+    """
+    if not isinstance(layout, ShardLayout):
+        raise TypeError(f"layout must be a ShardLayout, got {type(layout).__name__}")
+    validate_pattern(pattern)
+    if not isinstance(vhost, str) or not vhost:
+        raise ValueError(f"vhost must be a non-empty str, got {vhost!r}")
+    beat_ttl = _validate.seconds(beat_ttl, "beat_ttl")
+    if isinstance(max_beats, bool) or not isinstance(max_beats, int) or max_beats < 1:
+        raise ValueError(f"max_beats must be an int >= 1, got {max_beats!r}")
+    if expires is not None:
+        expires = _validate.seconds(expires, "expires")
+    exchange = exchange_name(layout)
+    # RabbitMQ's own wildcards for the pattern ('svc.>' -> 'svc.#'); its '#' also matches zero
+    # words, which the members' pattern check filters out, as for any RabbitMQ subscription.
+    key = RABBITMQ.subscription(pattern).removeprefix("/topic/")
+    queues: list[dict[str, Any]] = []
+    bindings: list[dict[str, Any]] = [
+        {
+            "source": "amq.topic",
+            "vhost": vhost,
+            "destination": exchange,
+            "destination_type": "exchange",
+            "routing_key": key,
+            "arguments": {},
+        }
+    ]
+    for shard in range(layout.shards):
+        queues.append(
+            {
+                "name": layout.queue(shard),
+                "vhost": vhost,
+                "durable": True,
+                "auto_delete": False,
+                "arguments": _shard_queue_arguments(beat_ttl, max_beats, expires),
+            }
+        )
+        queues.append(
+            {
+                "name": state_queue(layout, shard),
+                "vhost": vhost,
+                "durable": True,
+                "auto_delete": False,
+                "arguments": _state_queue_arguments(expires),
+            }
+        )
+        bindings.append(
+            {
+                "source": exchange,
+                "vhost": vhost,
+                "destination": layout.queue(shard),
+                "destination_type": "queue",
+                "routing_key": "",
+                "arguments": {"x-match": "all", SHARD_HEADER: str(shard)},
+            }
+        )
+    exchanges = [
+        {
+            "name": exchange,
+            "vhost": vhost,
+            "type": "headers",
+            "durable": True,
+            "auto_delete": False,
+            "internal": False,
+            "arguments": {},
+        }
+    ]
+    return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+
+
+def declare_rabbitmq(
+    layout: ShardLayout,
+    pattern: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 5672,
+    login: str = "guest",
+    passcode: str = "guest",
+    vhost: str = "/",
+    timeout: float = 10.0,
+    beat_ttl: float = DEFAULT_BEAT_TTL,
+    max_beats: int = DEFAULT_MAX_BEATS,
+    expires: float | None = None,
+) -> None:
+    """Declare :func:`rabbitmq_definitions`' objects on a RabbitMQ broker over AMQP 0-9-1
+    (pika; ``pip install 'heartwire[groups]'``), waiting at most ``timeout`` seconds for each
+    step. Idempotent: every member may call it at start. Raises pika's errors as they come (a
+    queue that exists with other arguments: ``PRECONDITION_FAILED``, naming the argument)."""
+    defs = rabbitmq_definitions(
+        layout, pattern, vhost=vhost, beat_ttl=beat_ttl, max_beats=max_beats, expires=expires
+    )
+    timeout = _validate.seconds(timeout, "timeout")
+    import pika  # the optional dependency, only here
+
+    params = pika.ConnectionParameters(
+        host=host,
+        port=port,
+        virtual_host=vhost,
+        credentials=pika.PlainCredentials(login, passcode),
+        socket_timeout=timeout,
+        blocked_connection_timeout=timeout,
+        connection_attempts=1,
+    )
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        for x in defs["exchanges"]:
+            ch.exchange_declare(
+                x["name"], x["type"], durable=x["durable"], auto_delete=x["auto_delete"]
+            )
+        for q in defs["queues"]:
+            ch.queue_declare(
+                q["name"],
+                durable=q["durable"],
+                auto_delete=q["auto_delete"],
+                arguments=q["arguments"],
+            )
+        for b in defs["bindings"]:
+            if b["destination_type"] == "exchange":
+                ch.exchange_bind(b["destination"], b["source"], routing_key=b["routing_key"])
+            else:
+                ch.queue_bind(
+                    b["destination"],
+                    b["source"],
+                    routing_key=b["routing_key"],
+                    arguments=b["arguments"],
+                )
+    finally:
+        conn.close()
+
+
+# -- a shard's state snapshot -------------------------------------------------------------------
+
+#: The snapshot format's version (the ``hwshard`` field).
+SNAPSHOT_VERSION = 1
+#: The largest snapshot accepted, in bytes (a shard of 100 000 topics fits).
+MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024
+#: Every :attr:`SnapshotError.reason`.
+SNAPSHOT_REASONS = frozenset(
+    {
+        "too_large",  # longer than max_size bytes
+        "not_utf8",
+        "bad_json",  # not a JSON object
+        "unsigned",  # the group has a key, the snapshot no signature
+        "bad_signature",
+        "malformed",  # a field missing, of the wrong type or out of range (the detail names it)
+        "other_group",  # another group, another shard count, or a shard that is not the one read
+    }
+)
+_MAX_MISSED = 2**32 - 1  # the core counts missed periods in 32 bits
+_MAX_MEMBER_LEN = 128
+
+
+class SnapshotError(ValueError):
+    """A state snapshot refused; ``reason`` is one of :data:`SNAPSHOT_REASONS`, ``detail`` says
+    what exactly (never the key or the signature)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.detail))
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    """One topic of a shard as its owner knows it: ``failed_since`` is when its outage began as
+    Unix seconds (None: not FAILED), ``missed`` the periods counted missed, ``reason`` an
+    explicit failure's reason, ``period`` the period it is watched with (None: the monitor's)."""
+
+    topic: str
+    failed_since: float | None = None
+    missed: int = 0
+    reason: str | None = None
+    period: float | None = None
+
+
+@dataclass(frozen=True)
+class ShardSnapshot:
+    """The state of shard ``shard`` of a group's ``layout`` as member ``member`` saw it at
+    ``sent`` (Unix seconds); ``seq`` counts the member's snapshots of the shard."""
+
+    layout: ShardLayout
+    shard: int
+    member: str
+    seq: int
+    sent: float
+    topics: tuple[TopicRecord, ...] = ()
+
+    @property
+    def failed(self) -> tuple[TopicRecord, ...]:
+        """The topics FAILED in this snapshot."""
+        return tuple(t for t in self.topics if t.failed_since is not None)
+
+
+def _is_int(value: object, n: int) -> bool:
+    """Whether ``value`` is the int ``n`` (JSON ``true`` is no 1 here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value == n
+
+
+def _finite(value: object, field: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SnapshotError("malformed", f"{field} must be a finite number, got {value!r:.60}")
+    if positive and value <= 0:
+        raise SnapshotError("malformed", f"{field} must be > 0, got {value!r}")
+    return float(value)
+
+
+def _count(value: object, field: str, top: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        raise SnapshotError("malformed", f"{field} must be an int in [0, {top}], got {value!r:.60}")
+    return value
+
+
+def _member(value: object, field: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= _MAX_MEMBER_LEN:
+        raise SnapshotError(
+            "malformed", f"{field} must be a str of 1 to {_MAX_MEMBER_LEN} characters"
+        )
+    return value
+
+
+def _record(row: object, i: int, layout: ShardLayout, shard: int) -> TopicRecord:
+    where = f"topics[{i}]"
+    if not isinstance(row, list) or len(row) < 5:
+        raise SnapshotError(
+            "malformed", f"{where} must be [topic, failed_since, missed, reason, period]"
+        )
+    topic, since, missed, reason, period = row[:5]  # later elements: newer fields, ignored
+    try:
+        in_shard = layout.shard_of(topic)
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError("malformed", f"{where}: {exc}") from None
+    if in_shard != shard:
+        raise SnapshotError("malformed", f"{where}: {topic!r} is in shard {in_shard}, not {shard}")
+    if reason is not None and (not isinstance(reason, str) or not reason):
+        raise SnapshotError("malformed", f"{where}: the reason must be a non-empty str or null")
+    if isinstance(reason, str) and len(reason) > MAX_REASON_LEN:
+        raise SnapshotError("malformed", f"{where}: the reason is longer than {MAX_REASON_LEN}")
+    return TopicRecord(
+        topic,
+        None if since is None else _finite(since, f"{where} failed_since"),
+        _count(missed, f"{where} missed", _MAX_MISSED),
+        reason,
+        None if period is None else _finite(period, f"{where} period", positive=True),
+    )
+
+
+def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> bytes:
+    """The bytes of ``snapshot``: one compact JSON object, signed with the group's ``key`` as
+    beats are (``sig``: HMAC-SHA256 of the canonical JSON of the other fields)::
+
+        {"hwshard":1,"group":"payments","shards":16,"shard":3,"member":"m1","seq":7,
+         "sent":1764000000.0,"topics":[["svc.db",1763999990.0,2,null,1.0],
+         ["svc.api",null,0,null,null]],"sig":"<hex>"}
+
+    A topic row is ``[topic, failed_since, missed, reason, period]``. Raises
+    :class:`SnapshotError` (``malformed``) naming a field that would not decode."""
+    if not isinstance(snapshot, ShardSnapshot):
+        raise TypeError(f"snapshot must be a ShardSnapshot, got {type(snapshot).__name__}")
+    layout = snapshot.layout
+    layout.queue(snapshot.shard)  # the shard's range, checked (ValueError naming it)
+    rows = []
+    for i, t in enumerate(snapshot.topics):
+        row = [t.topic, t.failed_since, t.missed, t.reason, t.period]
+        _record(row, i, layout, snapshot.shard)  # what decode would refuse, refused here
+        rows.append(row)
+    obj = {
+        "hwshard": SNAPSHOT_VERSION,
+        "group": layout.group,
+        "shards": layout.shards,
+        "shard": snapshot.shard,
+        "member": _member(snapshot.member, "member"),
+        "seq": _count(snapshot.seq, "seq", 2**63 - 1),
+        "sent": _finite(snapshot.sent, "sent"),
+        "topics": rows,
+    }
+    return BeatCodec(key).seal(obj)
+
+
+def decode_snapshot(
+    body: bytes | bytearray | memoryview,
+    layout: ShardLayout,
+    shard: int,
+    key: bytes | str | None = None,
+    *,
+    max_size: int = MAX_SNAPSHOT_BYTES,
+) -> ShardSnapshot:
+    """The snapshot of ``shard`` of the group ``layout`` in ``body``, checked: its signature
+    when the group has a ``key``, every field, each topic in that shard. Raises
+    :class:`SnapshotError` (reason from :data:`SNAPSHOT_REASONS`) and nothing else for any
+    bytes."""
+    if len(body) > max_size:
+        raise SnapshotError("too_large", f"{len(body)} bytes, more than {max_size}")
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SnapshotError("not_utf8", str(exc)[:200]) from None
+    try:
+        obj = BeatCodec(key).unseal(text, "snapshot")
+    except DecodeError as exc:
+        raise SnapshotError(exc.reason, exc.detail) from None
+    if not _is_int(obj.get("hwshard"), SNAPSHOT_VERSION):
+        raise SnapshotError("malformed", f"'hwshard' must be {SNAPSHOT_VERSION}")
+    if obj.get("group") != layout.group or not _is_int(obj.get("shards"), layout.shards):
+        raise SnapshotError(
+            "other_group",
+            f"a snapshot of group {obj.get('group')!r:.80} with {obj.get('shards')!r:.20} shards,"
+            f" not {layout.group!r} with {layout.shards}",
+        )
+    if not _is_int(obj.get("shard"), shard):
+        raise SnapshotError(
+            "other_group", f"a snapshot of shard {obj.get('shard')!r:.20}, not {shard}"
+        )
+    topics = obj.get("topics")
+    if not isinstance(topics, list):
+        raise SnapshotError("malformed", "'topics' must be a list")
+    return ShardSnapshot(
+        layout,
+        shard,
+        _member(obj.get("member"), "'member'"),
+        _count(obj.get("seq"), "'seq'", 2**63 - 1),
+        _finite(obj.get("sent"), "'sent'"),
+        tuple(_record(row, i, layout, shard) for i, row in enumerate(topics)),
+    )
+
+
+def snapshot_of(
+    monitor: HeartbeatMonitor,
+    layout: ShardLayout,
+    shard: int,
+    *,
+    member: str,
+    seq: int,
+    sent: float | None = None,
+) -> ShardSnapshot:
+    """The snapshot of ``shard`` as ``monitor`` sees it now: every topic it watches in the
+    shard (PENDING, ALIVE or FAILED; paused ones are left out), each FAILED one with the start
+    of its outage as Unix seconds (``monitor.wall_time``), its missed periods and its period.
+    ``sent`` defaults to the wall clock now. (The outage's reason is not in the monitor's
+    status yet: left out.) One pass over the monitor's topics, a shard hash each."""
+    layout.queue(shard)  # the shard's range, checked
+    topics = []
+    for st in monitor.statuses():
+        if st.state not in ("PENDING", "ALIVE", "FAILED") or layout.shard_of(st.topic) != shard:
+            continue
+        since = st.failed_since if st.state == "FAILED" else None
+        topics.append(
+            TopicRecord(
+                st.topic,
+                None if since is None else monitor.wall_time(since),
+                0 if since is None else st.missed,
+                None,
+                st.period,
+            )
+        )
+    when = time.time() if sent is None else sent
+    return ShardSnapshot(layout, shard, member, seq, when, tuple(topics))
+
+
+# -- the state queue ----------------------------------------------------------------------------
+
+
+def state_destination(layout: ShardLayout, shard: int, dialect: Dialect | str | None) -> str:
+    """The STOMP destination of ``shard``'s state queue on a broker of ``dialect``: RabbitMQ's
+    ``/amq/queue/heartwire.<group>.<k>.state`` (the queue :func:`declare_rabbitmq` made, used as
+    is: ``/queue/`` would declare it again), ``/queue/heartwire.<group>.<k>.state`` elsewhere."""
+    if isinstance(dialect, str):
+        dialect = named(dialect)
+    name = state_queue(layout, shard)
+    return f"/amq/queue/{name}" if dialect is RABBITMQ else f"/queue/{name}"
+
+
+def publish_snapshot(
+    transport: StompTransport,
+    snapshot: ShardSnapshot,
+    key: bytes | str | None = None,
+    *,
+    ttl: float | None = None,
+    timeout: float | None = None,
+) -> str:
+    """Send ``snapshot`` (:func:`encode_snapshot`, signed with ``key``) to its shard's state
+    queue; returns the message id. ``ttl``: seconds until the broker drops it (the ``expires``
+    header; ActiveMQ's state queue keeps every snapshot until read, RabbitMQ's only the newest).
+    On RabbitMQ the queue must exist (:func:`declare_rabbitmq`), or the snapshot is dropped.
+    Waits and raises as ``StompTransport.send_to``."""
+    body = encode_snapshot(snapshot, key)
+    headers: dict[str, str] = {}
+    if ttl is not None:
+        ttl = _validate.seconds(ttl, "ttl")
+        headers["expires"] = str(int((time.time() + ttl) * 1000))
+    where = functools.partial(state_destination, snapshot.layout, snapshot.shard)
+    return transport.send_to(where, body, headers, timeout=timeout)
+
+
+def read_snapshot(
+    transport: StompTransport,
+    layout: ShardLayout,
+    shard: int,
+    key: bytes | str | None = None,
+    *,
+    wait: float = 1.0,
+    quiet: float = 0.2,
+) -> tuple[ShardSnapshot | None, list[SnapshotError]]:
+    """Drain ``shard``'s state queue (at takeover) and return its newest valid snapshot (by
+    ``sent``, then ``seq``), or None, with the snapshots refused. Reading takes them off the
+    queue: the caller publishes its own snapshot next. Waits up to ``wait`` seconds for the
+    subscription's receipt, then until no snapshot came for ``quiet`` seconds (at most
+    ``wait`` more). Raises ``RuntimeError`` when the transport has no connection (the broker's
+    dialect picks the destination)."""
+    wait = _validate.seconds(wait, "wait")
+    quiet = _validate.seconds(quiet, "quiet")
+    dialect = transport.dialect
+    if dialect is None:
+        raise RuntimeError(f"read_snapshot: {transport.url!r} has no broker connection")
+    bodies: list[bytes] = []
+    lock = threading.Lock()
+    last = [time.monotonic()]
+
+    def take(_link: Any, message: Any) -> None:
+        with lock:
+            bodies.append(message.body)
+            last[0] = time.monotonic()
+
+    sub = transport.subscribe_destination(
+        state_destination(layout, shard, dialect), take, confirm=wait
+    )
+    try:
+        start = time.monotonic()
+        with lock:
+            last[0] = start
+        while True:
+            now = time.monotonic()
+            with lock:
+                since = now - last[0]
+            if since >= quiet or now - start >= wait:
+                break
+            time.sleep(min(quiet - since, 0.05))
+    finally:
+        sub.cancel()
+    best: ShardSnapshot | None = None
+    refused: list[SnapshotError] = []
+    with lock:
+        taken = list(bodies)
+    for body in taken:
+        try:
+            snap = decode_snapshot(body, layout, shard, key)
+        except SnapshotError as exc:
+            refused.append(exc)
+            continue
+        if best is None or (snap.sent, snap.seq) > (best.sent, best.seq):
+            best = snap
+    return best, refused

@@ -1,0 +1,260 @@
+"""A shard's state snapshot (heartwire.groups): what the member taking a shard over carries on
+from. Round trips (signed and not), every refusal by reason, forward-compatible fields, and any
+bytes giving a SnapshotError and nothing else."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heartwire.groups import (
+    SNAPSHOT_REASONS,
+    ShardLayout,
+    ShardSnapshot,
+    SnapshotError,
+    TopicRecord,
+    decode_snapshot,
+    encode_snapshot,
+    snapshot_of,
+)
+
+LAYOUT = ShardLayout("payments", 4)
+KEY = b"group-key"
+
+
+def _in_shard(shard: int, n: int) -> list[str]:
+    out, i = [], 0
+    while len(out) < n:
+        if LAYOUT.shard_of(f"svc.{i}") == shard:
+            out.append(f"svc.{i}")
+        i += 1
+    return out
+
+
+SHARD = 2
+A, B, C = _in_shard(SHARD, 3)
+OTHER = next(f"svc.{i}" for i in range(100) if LAYOUT.shard_of(f"svc.{i}") != SHARD)
+
+
+def _snapshot(**changes: Any) -> ShardSnapshot:
+    fields: dict[str, Any] = {
+        "layout": LAYOUT,
+        "shard": SHARD,
+        "member": "member-1",
+        "seq": 7,
+        "sent": 1_764_000_000.25,
+        "topics": (
+            TopicRecord(A),
+            TopicRecord(B, failed_since=1_763_999_990.5, missed=3, period=2.0),
+            TopicRecord(C, failed_since=1_763_999_000.0, missed=1, reason="db unreachable"),
+        ),
+    }
+    fields.update(changes)
+    return ShardSnapshot(**fields)
+
+
+@pytest.mark.parametrize("key", [None, KEY])
+def test_round_trip(key: bytes | None) -> None:
+    snap = _snapshot()
+    body = encode_snapshot(snap, key)
+    assert (b'"sig":' in body) is (key is not None)
+    assert decode_snapshot(body, LAYOUT, SHARD, key) == snap
+    assert [t.topic for t in snap.failed] == [B, C]
+
+
+def test_the_wire_form_is_compact_rows() -> None:
+    obj = json.loads(encode_snapshot(_snapshot(topics=(TopicRecord(A),))))
+    assert obj == {
+        "hwshard": 1,
+        "group": "payments",
+        "shards": 4,
+        "shard": SHARD,
+        "member": "member-1",
+        "seq": 7,
+        "sent": 1_764_000_000.25,
+        "topics": [[A, None, 0, None, None]],
+    }
+
+
+def test_newer_fields_are_ignored_and_signed() -> None:
+    from heartwire.beat import BeatCodec
+
+    obj = json.loads(encode_snapshot(_snapshot(topics=(TopicRecord(A),))))
+    obj["marks"] = {"x": 1}  # a field a later version adds
+    obj["topics"][0].append(["silenced"])  # a later row element
+    body = BeatCodec(KEY).seal(obj)
+    snap = decode_snapshot(body, LAYOUT, SHARD, KEY)
+    assert snap.topics == (TopicRecord(A),)
+
+
+def _tampered(edit: Any, key: bytes | None = None) -> bytes:
+    from heartwire.beat import BeatCodec
+
+    obj = json.loads(encode_snapshot(_snapshot()))
+    edit(obj)
+    return BeatCodec(key).seal(obj)
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "reason", "detail"),
+    [
+        (b"x" * 101, None, "too_large", "101 bytes, more than 100"),
+        (b"\xff{}", None, "not_utf8", ""),
+        (b"[1,2]", None, "bad_json", "not an object"),
+        (encode_snapshot(_snapshot()), KEY, "unsigned", "no 'sig'"),
+        (
+            encode_snapshot(_snapshot(), KEY).replace(b"member-1", b"member-2"),
+            KEY,
+            "bad_signature",
+            "does not match",
+        ),
+        (_tampered(lambda o: o.update(hwshard=2)), None, "malformed", "'hwshard' must be 1"),
+        (_tampered(lambda o: o.update(hwshard=True)), None, "malformed", "'hwshard'"),
+        (_tampered(lambda o: o.update(group="other")), None, "other_group", "'other'"),
+        (_tampered(lambda o: o.update(shards=8)), None, "other_group", "with 8 shards"),
+        (_tampered(lambda o: o.update(shard=1)), None, "other_group", "shard 1, not 2"),
+        (_tampered(lambda o: o.update(member="")), None, "malformed", "'member'"),
+        (_tampered(lambda o: o.update(seq=-1)), None, "malformed", "'seq'"),
+        (_tampered(lambda o: o.update(sent="now")), None, "malformed", "'sent'"),
+        (_tampered(lambda o: o.update(topics={})), None, "malformed", "'topics' must be a list"),
+        (_tampered(lambda o: o["topics"].append([A])), None, "malformed", "topics[3] must be"),
+        (
+            _tampered(lambda o: o["topics"][0].__setitem__(0, OTHER)),
+            None,
+            "malformed",
+            f"'{OTHER}' is in shard",
+        ),
+        (
+            _tampered(lambda o: o["topics"][0].__setitem__(0, "svc.*")),
+            None,
+            "malformed",
+            "topics[0]: topic 'svc.*'",
+        ),
+        (
+            _tampered(lambda o: o["topics"][1].__setitem__(1, "yesterday")),
+            None,
+            "malformed",
+            "topics[1] failed_since",
+        ),
+        (
+            _tampered(lambda o: o["topics"][1].__setitem__(2, True)),
+            None,
+            "malformed",
+            "topics[1] missed",
+        ),
+        (
+            _tampered(lambda o: o["topics"][1].__setitem__(2, 2**32)),
+            None,
+            "malformed",
+            "topics[1] missed",
+        ),
+        (
+            _tampered(lambda o: o["topics"][2].__setitem__(3, "")),
+            None,
+            "malformed",
+            "topics[2]: the reason",
+        ),
+        (
+            _tampered(lambda o: o["topics"][2].__setitem__(3, "r" * 257)),
+            None,
+            "malformed",
+            "longer than 256",
+        ),
+        (
+            _tampered(lambda o: o["topics"][1].__setitem__(4, 0)),
+            None,
+            "malformed",
+            "topics[1] period must be > 0",
+        ),
+    ],
+)
+def test_refusals(body: bytes, key: bytes | None, reason: str, detail: str) -> None:
+    assert reason in SNAPSHOT_REASONS
+    with pytest.raises(SnapshotError) as info:
+        decode_snapshot(body, LAYOUT, SHARD, key, max_size=100 if reason == "too_large" else 10**6)
+    assert info.value.reason == reason
+    assert detail in info.value.detail, info.value.detail
+    assert KEY.decode() not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "text"),
+    [
+        ({"topics": (TopicRecord(OTHER),)}, SnapshotError, "is in shard"),
+        ({"topics": (TopicRecord(A, failed_since=float("nan")),)}, SnapshotError, "finite"),
+        ({"topics": (TopicRecord(A, missed=-1),)}, SnapshotError, "missed"),
+        ({"shard": 4}, ValueError, r"shard must be in \[0, 4\), got 4"),
+        ({"member": "m" * 129}, SnapshotError, "member must be a str of 1 to 128"),
+        ({"sent": float("inf")}, SnapshotError, "sent must be a finite number"),
+    ],
+)
+def test_encode_refuses_what_decode_would(changes: dict[str, Any], error: type, text: str) -> None:
+    with pytest.raises(error, match=text):
+        encode_snapshot(_snapshot(**changes))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_bytes_give_a_snapshot_error_or_a_snapshot(body: bytes) -> None:
+    try:
+        decode_snapshot(body, LAYOUT, SHARD)
+    except SnapshotError as exc:
+        assert exc.reason in SNAPSHOT_REASONS
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner),
+        max_leaves=30,
+    )
+)
+def test_any_json_gives_a_snapshot_error_or_a_snapshot(value: Any) -> None:
+    obj = json.loads(encode_snapshot(_snapshot()))
+    obj["topics"] = [value] if not isinstance(value, list) else value
+    try:
+        body = json.dumps(obj).encode()
+    except ValueError:
+        return
+    try:
+        decode_snapshot(body, LAYOUT, SHARD)
+    except SnapshotError as exc:
+        assert exc.reason in SNAPSHOT_REASONS
+
+
+def test_snapshot_of_a_monitor_lists_its_shard_with_failed_outages_in_wall_time() -> None:
+    from tests.monitor.test_monitor_semantics import make_rig
+
+    for rig in make_rig():
+        rig.mon.start()
+        rig.send(A, period=1.0)
+        rig.send(B, period=1.0)
+        rig.send(OTHER, period=1.0)
+        rig.clock.advance(0.9)
+        rig.send(A, period=1.0)
+        rig.send(OTHER, period=1.0)
+        rig.clock.advance(0.9)  # 1.8: B missed its deadline at 1.0 (grace 0)
+        rig.send(A, period=1.0)
+        rig.mon.pause(OTHER)  # another shard anyway
+        rig.mon.expect(C, period=2.0)  # PENDING
+        rig.mon.drain(5.0)
+        snap = snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=4, sent=99.0)
+        assert (snap.member, snap.seq, snap.sent, snap.shard) == ("m1", 4, 99.0, SHARD)
+        by_topic = {t.topic: t for t in snap.topics}
+        assert sorted(by_topic) == sorted([A, B, C])
+        assert by_topic[A] == TopicRecord(A, None, 0, None, 1.0)
+        assert by_topic[C] == TopicRecord(C, None, 0, None, 2.0)
+        since = rig.mon.status(B).failed_since
+        assert since is not None and round(since, 3) == 1.0
+        assert by_topic[B] == TopicRecord(B, rig.mon.wall_time(since), 1, None, 1.0)
+        assert snap.failed == (by_topic[B],)
+        assert decode_snapshot(encode_snapshot(snap), LAYOUT, SHARD) == snap
+        rig.mon.pause(A)
+        assert A not in {
+            t.topic for t in snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=5).topics
+        }
