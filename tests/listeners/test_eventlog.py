@@ -269,6 +269,9 @@ def test_monitor_start_stop_and_local_pause_are_logged(tmp_path: Path) -> None:
     mon = monitor(clock, log).start()
     clock.set(6.0)
     mon.beat("svc.a")
+    # on_started reaches the log on its listener thread: let it land first, since the pause
+    # row takes its pattern from it (under load it came after the direct call below)
+    assert mon.drain(5.0), "the monitor's events never reached the log"
     log.on_local_pause(
         hw.LocalPause(7.5, 20.0, wall_offset=T0)
     )  # the monitor stalled from 12.5 to 20 s
