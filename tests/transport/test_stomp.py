@@ -521,7 +521,7 @@ def test_stomp_heartbeat_drops_a_hung_broker(closing: list[Any]) -> None:
         B.url("standby"),
         heartbeat=0.3,
         keepalive_interval=0,
-        connect_timeout=0.5,
+        connect_timeout=2.0,  # the standby JVM, just resumed by an earlier test, may be slow
         reconnect_interval=0.2,
     )
     closing.append(t)
