@@ -207,6 +207,24 @@ def test_probes_of_the_preferred_broker_follow_the_back_off() -> None:
             {"use_exponential_back_off": True, "reconnect_interval": 5, "max_reconnect_delay": 2},
             "option max_reconnect_delay=2.0 is below reconnect_interval=5.0",
         ),
+        # Review 19, finding 2: every wait 0 (0 * multiplier ** n), tries back to back forever.
+        (
+            {"priority_backup": True, "reconnect_interval": 0},
+            "option reconnect_interval=0.0 must be >= 0.01 with priority_backup=True",
+        ),
+        (
+            {"use_exponential_back_off": True, "reconnect_interval": "0"},
+            "option reconnect_interval=0.0 must be >= 0.01 with use_exponential_back_off=True",
+        ),
+        (
+            {"priority_backup": True, "reconnect_interval": 0.001},
+            "option reconnect_interval=0.001 must be >= 0.01 with priority_backup=True",
+        ),
+        # Review 19, finding 8: a wait past threading.TIMEOUT_MAX raised in the supervisor.
+        ({"reconnect_interval": 1e10}, "option reconnect_interval=10000000000.0 must be at most"),
+        ({"max_reconnect_delay": "1e300"}, "option max_reconnect_delay='1e300' must be at most"),
+        ({"reconnect_period": 86400.5}, "option reconnect_period=86400.5 must be at most 86400"),
+        ({"heartbeat": 10**6}, "option heartbeat=1000000 must be at most 86400 seconds"),
     ],
 )
 def test_bad_failover_options_are_named_with_their_value(options: dict, message: str) -> None:
@@ -232,6 +250,14 @@ def test_failover_options_from_the_query_and_their_errors() -> None:
         parse_url(LIST + "?reconnect_jitter=2")
     with pytest.raises(ValueError, match="priority_backup=True needs a failover list of two"):
         parse_url("stomp://127.0.0.1:1?priority_backup=true")
+    with pytest.raises(ValueError, match=r"option failover_check_timeout='1e10' must be at most"):
+        parse_url(LIST + "?failover_check_timeout=1e10")
+    with pytest.raises(ValueError, match=r"reconnect_interval=0.0 must be >= 0.01 with priority_b"):
+        parse_url(LIST + "?priority_backup=true&reconnect_interval=0")
+    # The bounds themselves are accepted; without back-off or priority_backup, 0 still is.
+    edge = parse_url(LIST + "?reconnect_period=86400&priority_backup=1&reconnect_interval=0.01")
+    assert (edge.reconnect_period, edge.reconnect_interval) == (86400.0, 0.01)
+    assert parse_url(LIST + "?reconnect_interval=0").reconnect_interval == 0.0
     with pytest.raises(ValueError, match="priority_backup=True needs a failover list of two"):
         parse_url("failover:(stomp://127.0.0.1:1)", priority_backup=True)
     # ActiveMQ's camelCase names are refused with ours named.
