@@ -26,7 +26,10 @@ receipted yet) and published *before* the old link is let go: a planned switch, 
 observers as ``on_switched(from_broker, to_broker)``, with no ``on_disconnected``. The old link
 keeps receiving for the wait that preceded the move plus ``connect_timeout`` (other clients of
 the list move back up to about one wait later and publish to the backup until then), then gets
-its DISCONNECT, which is not reported as a loss either.
+its DISCONNECT, which is not reported as a loss either (earlier if a reconnection lands on
+that broker: two subscriptions there would deliver each message twice). The tries of a
+preferred broker that stays down are quiet (the first failed one of each stay on a backup is
+logged at INFO, the rest and stomp.py's own warnings about them at DEBUG).
 A try of the preferred broker holds the supervisor up to ``connect_timeout``: a loss in that
 time is handled right after it.
 
