@@ -265,3 +265,37 @@ def test_failover_options_from_the_query_and_their_errors() -> None:
         parse_url(LIST + "?maxReconnectAttempts=3")
     with pytest.raises(ValueError, match=r"initialReconnectDelay is reconnect_interval here \(in"):
         parse_url(LIST, initialReconnectDelay=10)
+
+
+def test_a_wait_past_timeout_max_neither_raises_nor_ends_the_supervisor() -> None:
+    """Review 19, finding 8, behind parse_url's bound (StompOptions can be built directly): a
+    wait longer than threading.TIMEOUT_MAX is waited in pieces. The supervisor with a probe
+    due in 1e10 s keeps running (Event.wait raised OverflowError and it closed the
+    transport), and a 1e300 s sleep ends with close(), not with an error."""
+    import dataclasses
+    import threading
+    import time
+
+    from heartwire.transport.failover import Connector
+
+    options = dataclasses.replace(parse_url(LIST), reconnect_interval=1e300)
+    c = Connector(
+        options,
+        make_link=lambda broker: pytest.fail(f"no connection is made here ({broker})"),
+        attach=lambda link: None,
+        detach=lambda link, reason: None,
+    )
+    c._probe_at = time.monotonic() + 1e10
+    supervisor = threading.Thread(target=c._supervise, daemon=True)
+    supervisor.start()
+    slept: list[bool] = []
+    sleeper = threading.Thread(target=lambda: slept.append(c._sleep(1e300)), daemon=True)
+    sleeper.start()
+    supervisor.join(0.3)
+    assert supervisor.is_alive() and c.failure is None, c.failure
+    assert not c.closed and not slept
+    c.close()
+    supervisor.join(5)
+    sleeper.join(5)
+    assert not supervisor.is_alive() and not sleeper.is_alive()
+    assert slept == [False] and c.failure is None
