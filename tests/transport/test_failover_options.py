@@ -566,6 +566,8 @@ def test_a_loss_right_after_a_switch_back_to_the_backup_does_not_deliver_twice(
     t.subscribe(topic, lambda m: got.append(m.body))
     proxy.open()
     wait_for(lambda: t.broker == proxy.url, 5, "the move back to the preferred broker")
+    # (the old link is put to linger just after the new one is published)
+    wait_for(lambda: t._connector._lingering, 5, "the backup link to linger")
     with t._connector.cond:
         ((_, lingering),) = t._connector._lingering
     proxy.close()  # the preferred broker goes away again at once (refused from now on)
@@ -598,6 +600,8 @@ def test_a_lingering_link_ends_on_time_during_a_long_outage(closing: list[Any]) 
     t.subscribe(f"{uid()}.beats", lambda m: None)
     preferred.open()
     wait_for(lambda: t.broker == preferred.url, 5, "the move back to the preferred broker")
+    # (the old link is put to linger just after the new one is published)
+    wait_for(lambda: t._connector._lingering, 5, "the backup link to linger")
     with t._connector.cond:
         ((deadline, lingering),) = t._connector._lingering
     backup.refuse()  # new connections to the backup fail; the lingering one stays
