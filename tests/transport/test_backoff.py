@@ -207,6 +207,24 @@ def test_probes_of_the_preferred_broker_follow_the_back_off() -> None:
             {"use_exponential_back_off": True, "reconnect_interval": 5, "max_reconnect_delay": 2},
             "option max_reconnect_delay=2.0 is below reconnect_interval=5.0",
         ),
+        # Review 19, finding 2: every wait 0 (0 * multiplier ** n), tries back to back forever.
+        (
+            {"priority_backup": True, "reconnect_interval": 0},
+            "option reconnect_interval=0.0 must be >= 0.01 with priority_backup=True",
+        ),
+        (
+            {"use_exponential_back_off": True, "reconnect_interval": "0"},
+            "option reconnect_interval=0.0 must be >= 0.01 with use_exponential_back_off=True",
+        ),
+        (
+            {"priority_backup": True, "reconnect_interval": 0.001},
+            "option reconnect_interval=0.001 must be >= 0.01 with priority_backup=True",
+        ),
+        # Review 19, finding 8: a wait past threading.TIMEOUT_MAX raised in the supervisor.
+        ({"reconnect_interval": 1e10}, "option reconnect_interval=10000000000.0 must be at most"),
+        ({"max_reconnect_delay": "1e300"}, "option max_reconnect_delay='1e300' must be at most"),
+        ({"reconnect_period": 86400.5}, "option reconnect_period=86400.5 must be at most 86400"),
+        ({"heartbeat": 10**6}, "option heartbeat=1000000 must be at most 86400 seconds"),
     ],
 )
 def test_bad_failover_options_are_named_with_their_value(options: dict, message: str) -> None:
@@ -232,6 +250,14 @@ def test_failover_options_from_the_query_and_their_errors() -> None:
         parse_url(LIST + "?reconnect_jitter=2")
     with pytest.raises(ValueError, match="priority_backup=True needs a failover list of two"):
         parse_url("stomp://127.0.0.1:1?priority_backup=true")
+    with pytest.raises(ValueError, match=r"option failover_check_timeout='1e10' must be at most"):
+        parse_url(LIST + "?failover_check_timeout=1e10")
+    with pytest.raises(ValueError, match=r"reconnect_interval=0.0 must be >= 0.01 with priority_b"):
+        parse_url(LIST + "?priority_backup=true&reconnect_interval=0")
+    # The bounds themselves are accepted; without back-off or priority_backup, 0 still is.
+    edge = parse_url(LIST + "?reconnect_period=86400&priority_backup=1&reconnect_interval=0.01")
+    assert (edge.reconnect_period, edge.reconnect_interval) == (86400.0, 0.01)
+    assert parse_url(LIST + "?reconnect_interval=0").reconnect_interval == 0.0
     with pytest.raises(ValueError, match="priority_backup=True needs a failover list of two"):
         parse_url("failover:(stomp://127.0.0.1:1)", priority_backup=True)
     # ActiveMQ's camelCase names are refused with ours named.
@@ -239,3 +265,37 @@ def test_failover_options_from_the_query_and_their_errors() -> None:
         parse_url(LIST + "?maxReconnectAttempts=3")
     with pytest.raises(ValueError, match=r"initialReconnectDelay is reconnect_interval here \(in"):
         parse_url(LIST, initialReconnectDelay=10)
+
+
+def test_a_wait_past_timeout_max_neither_raises_nor_ends_the_supervisor() -> None:
+    """Review 19, finding 8, behind parse_url's bound (StompOptions can be built directly): a
+    wait longer than threading.TIMEOUT_MAX is waited in pieces. The supervisor with a probe
+    due in 1e10 s keeps running (Event.wait raised OverflowError and it closed the
+    transport), and a 1e300 s sleep ends with close(), not with an error."""
+    import dataclasses
+    import threading
+    import time
+
+    from heartwire.transport.failover import Connector
+
+    options = dataclasses.replace(parse_url(LIST), reconnect_interval=1e300)
+    c = Connector(
+        options,
+        make_link=lambda broker: pytest.fail(f"no connection is made here ({broker})"),
+        attach=lambda link: None,
+        detach=lambda link, reason: None,
+    )
+    c._probe_at = time.monotonic() + 1e10
+    supervisor = threading.Thread(target=c._supervise, daemon=True)
+    supervisor.start()
+    slept: list[bool] = []
+    sleeper = threading.Thread(target=lambda: slept.append(c._sleep(1e300)), daemon=True)
+    sleeper.start()
+    supervisor.join(0.3)
+    assert supervisor.is_alive() and c.failure is None, c.failure
+    assert not c.closed and not slept
+    c.close()
+    supervisor.join(5)
+    sleeper.join(5)
+    assert not supervisor.is_alive() and not sleeper.is_alive()
+    assert slept == [False] and c.failure is None

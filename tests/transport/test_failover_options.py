@@ -15,6 +15,8 @@ closed, made to drop connections, and reopened.
 from __future__ import annotations
 
 import itertools
+import logging
+import socket
 import threading
 import time
 import uuid
@@ -530,3 +532,186 @@ def test_a_fleet_on_priority_backup_fails_over_and_moves_back_without_a_false_al
     assert beats.of("failed") == [] and beats.of("resumed") == []
     assert pub_t.stats()["switches"] == mon_t.stats()["switches"] == 1
     assert mon.status(topic).state == hw.State.ALIVE
+
+
+# -- review 19 (findings 1, 7, 10) ---------------------------------------------------------------
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind((B.HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_loss_right_after_a_switch_back_to_the_backup_does_not_deliver_twice(
+    closing: list[Any],
+) -> None:
+    """priority_backup moved to the preferred broker and the old backup link lingers; the
+    preferred link is lost at once and the outage lands on the backup again. The lingering
+    link to the backup is closed as the new one is installed: each message arrives once (it
+    came twice while both links to the backup were subscribed)."""
+    B.ensure("activemq", "standby")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]), listening=False)
+    closing.append(proxy)
+    t = stomp(
+        f"failover:({proxy.url},{B.url('standby')})?heartbeat=1&keepalive_interval=0"
+        "&connect_timeout=3&reconnect_interval=0.2&priority_backup=true"
+    )
+    closing.append(t)
+    other = stomp(f"{B.url('standby')}?{QUICK}")
+    closing.append(other)
+    topic = f"{uid()}.beats"
+    got: list[bytes] = []
+    t.subscribe(topic, lambda m: got.append(m.body))
+    proxy.open()
+    wait_for(lambda: t.broker == proxy.url, 5, "the move back to the preferred broker")
+    # (the old link is put to linger just after the new one is published)
+    wait_for(lambda: t._connector._lingering, 5, "the backup link to linger")
+    with t._connector.cond:
+        ((_, lingering),) = t._connector._lingering
+    proxy.close()  # the preferred broker goes away again at once (refused from now on)
+    wait_for(
+        lambda: t.broker == B.url("standby") and t.stats()["reconnects"] >= 1,
+        5,
+        "the reconnection to the backup",
+    )
+    assert not lingering.open, "the lingering link to the backup is still open"
+    assert not t._connector._lingering
+    other.publish(topic, b"one message")
+    wait_for(lambda: got, 2, "the message on the backup")
+    time.sleep(0.5)  # a bounded check that no copy follows
+    assert got == [b"one message"], f"delivered {len(got)} times: {got}"
+
+
+def test_a_lingering_link_ends_on_time_during_a_long_outage(closing: list[Any]) -> None:
+    """The linger after a switch ends at its deadline even while the supervisor is busy
+    reconnecting (before, only the top of its loop ended it, which an endless outage never
+    reaches)."""
+    B.ensure("activemq", "standby")
+    preferred = TcpProxy((B.HOST, B.PORTS["activemq"]), listening=False)
+    backup = TcpProxy((B.HOST, B.PORTS["standby"]))
+    closing.extend([preferred, backup])
+    t = stomp(
+        f"failover:({preferred.url},{backup.url})?heartbeat=1&keepalive_interval=0"
+        "&connect_timeout=1&reconnect_interval=0.2&priority_backup=true"
+    )
+    closing.append(t)
+    t.subscribe(f"{uid()}.beats", lambda m: None)
+    preferred.open()
+    wait_for(lambda: t.broker == preferred.url, 5, "the move back to the preferred broker")
+    # (the old link is put to linger just after the new one is published)
+    wait_for(lambda: t._connector._lingering, 5, "the backup link to linger")
+    with t._connector.cond:
+        ((deadline, lingering),) = t._connector._lingering
+    backup.refuse()  # new connections to the backup fail; the lingering one stays
+    preferred.close()  # the preferred link is lost, and it refuses from now on: an outage
+    wait_for(lambda: t.broker is None, 5, "the outage")
+    wait_for(
+        lambda: not lingering.open,
+        deadline - time.monotonic() + 2,
+        "the lingering link to end at its deadline during the outage",
+    )
+    assert time.monotonic() >= deadline - 0.05
+    assert t.broker is None and not t._connector._lingering
+
+
+def test_reconnect_period_cuts_a_startup_wait_short() -> None:
+    """startup_max_reconnect_attempts=-1 with reconnect_period=0.3 and reconnect_interval=3:
+    the start-up gives up 0.3 s in, as an outage would, not after the whole 3 s wait."""
+    began = time.monotonic()
+    with pytest.raises(ConnectFailed):
+        connect(
+            f"stomp://{B.HOST}:{closed_port()}?startup_max_reconnect_attempts=-1"
+            f"&reconnect_interval=3&reconnect_period=0.3&{QUICK}"
+        )
+    took = time.monotonic() - began
+    assert 0.3 <= took < 1.5, f"ConnectFailed after {took:.2f} s for reconnect_period=0.3"
+
+
+def test_probes_of_a_down_preferred_broker_log_once(
+    closing: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client on the backup tries the down preferred broker after each wait: the first
+    failed try is logged once (INFO), the rest and stomp.py's own "could not connect"
+    warnings only at DEBUG (they were one WARNING per wait)."""
+    caplog.set_level(logging.DEBUG)
+    t = stomp(
+        f"failover:(stomp://{B.HOST}:{closed_port()},{B.url('activemq')})"
+        f"?priority_backup=true&reconnect_interval=0.1&{QUICK}"
+    )
+    closing.append(t)
+    wait_for(lambda: t.stats()["priority_probes"] >= 5, 5, "5 probes (4 of them over)")
+    # (the start-up's try of it, on this thread, warns as any failed connection does)
+    records = [r for r in caplog.records if r.threadName == "heartwire-stomp-failover"]
+    loud = [f"{r.name}: {r.getMessage()}" for r in records if r.levelno >= logging.WARNING]
+    assert not loud, f"probes of the down preferred broker logged warnings: {loud[:3]}"
+    told = [r for r in records if r.levelno == logging.INFO and "not back yet" in r.getMessage()]
+    assert len(told) == 1, [r.getMessage() for r in told]
+    quiet = [r for r in records if r.name == "stomp.py" and "could not connect" in r.getMessage()]
+    assert len(quiet) >= 4 and all(r.levelno == logging.DEBUG for r in quiet)
+
+
+def test_priority_backup_and_back_off_refuse_a_zero_reconnect_interval() -> None:
+    """Review 19, finding 2: priority_backup with reconnect_interval=0 probed the down preferred
+    broker back to back (hundreds of tries a second, each with a warning) and the back-off
+    never grew from 0; both are refused, naming the options."""
+    url = f"failover:(stomp://{B.HOST}:{closed_port()},{B.url('activemq')})?{QUICK}"
+    with pytest.raises(ValueError, match=r"reconnect_interval=0\.0 must be >= 0\.01 with priority"):
+        connect(url + "&priority_backup=true&reconnect_interval=0")
+    with pytest.raises(ValueError, match="with use_exponential_back_off=True"):
+        connect(url, use_exponential_back_off=True, reconnect_interval=0)
+    with pytest.raises(ValueError, match="option reconnect_interval='1e10' must be at most 86400"):
+        connect(url + "&priority_backup=true&reconnect_interval=1e10")
+
+
+def test_reliable_sends_racing_a_switch_are_not_lost(closing: list[Any]) -> None:
+    """Review 19, suspected 14: a sender writing on the backup link while the switch attaches
+    the preferred one. Two reliable senders send back to back (their drain threads write
+    batches of up to 512 on the link they took, so writes on the backup go on after the
+    switch's attach re-queued what was outstanding) across the move back: every message is
+    receipted by a broker and received from one of them (the receipts of the backup's frames
+    are dropped after the attach, so those frames go again on the preferred broker: duplicates,
+    never a loss)."""
+    B.ensure("activemq", "standby")
+    proxy = TcpProxy((B.HOST, B.PORTS["activemq"]), listening=False)
+    closing.append(proxy)
+    t = stomp(
+        f"failover:({proxy.url},{B.url('standby')})?{QUICK}&reconnect_interval=0.1"
+        "&priority_backup=true&request_blocking_time=5"
+    )
+    closing.append(t)
+    assert t.broker == B.url("standby")
+    queue = f"/queue/{uid()}"
+    senders = [hw.ReliableSender(t, queue) for _ in range(2)]
+    closing.extend(senders)
+    ids: list[list[str]] = [[], []]
+    switched = threading.Event()
+    after: list[int] = [0, 0]
+
+    def pump(i: int) -> None:
+        while after[i] < 300:  # back to back, until 300 more went after the switch
+            ids[i].append(senders[i].send(f"m{len(ids[i])}"))
+            if switched.is_set():
+                after[i] += 1
+
+    threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(2)]
+    for th in threads:
+        th.start()
+    wait_for(lambda: min(map(len, ids)) >= 200, 10, "200 reliable sends each on the backup")
+    proxy.open()
+    wait_for(lambda: t.broker == proxy.url, 10, "the move back to the preferred broker")
+    switched.set()
+    for th in threads:
+        th.join(30)
+        assert not th.is_alive(), "a sender did not finish"
+    for s in senders:
+        assert s.flush(15), f"flush: {s.stats()}"
+        assert s.outstanding == 0 and s.stats()["refused"] == 0, s.stats()
+    want = set(ids[0]) | set(ids[1])
+    received: set[str] = set()
+    # (the backup first, 2 s: it holds only what was receipted there; then the preferred)
+    received |= _drain(B.url("standby"), queue, want, 2)
+    received |= _drain(B.url("activemq"), queue, want - received, 10)
+    assert want <= received, f"{len(want - received)} of {len(want)} reliable sends lost"
+    print(f"{len(want)} sent, {sum(s.stats()['resent'] for s in senders)} resent")

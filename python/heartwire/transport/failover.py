@@ -26,7 +26,10 @@ receipted yet) and published *before* the old link is let go: a planned switch, 
 observers as ``on_switched(from_broker, to_broker)``, with no ``on_disconnected``. The old link
 keeps receiving for the wait that preceded the move plus ``connect_timeout`` (other clients of
 the list move back up to about one wait later and publish to the backup until then), then gets
-its DISCONNECT, which is not reported as a loss either.
+its DISCONNECT, which is not reported as a loss either (earlier if a reconnection lands on
+that broker: two subscriptions there would deliver each message twice). The tries of a
+preferred broker that stays down are quiet (the first failed one of each stay on a backup is
+logged at INFO, the rest and stomp.py's own warnings about them at DEBUG).
 A try of the preferred broker holds the supervisor up to ``connect_timeout``: a loss in that
 time is handled right after it.
 
@@ -67,6 +70,30 @@ from heartwire.transport.urls import BrokerAddress, StompOptions
 __all__ = ["ConnectFailed", "ConnectionListener", "Connector"]
 
 log = logging.getLogger("heartwire.transport.failover")
+
+# Whether this thread is trying the preferred broker (priority_backup's probes): stomp.py's own
+# records are then lowered to DEBUG (it warns "could not connect to host ..." for every refused
+# try, and the probes of a broker that stays down would log one per wait).
+_probing = threading.local()
+
+
+class _ProbeQuiet(logging.Filter):
+    """On stomp.py's logger: a record made while this thread probes becomes a DEBUG one, kept
+    only if the logger lets DEBUG through (as if it had been logged at DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(_probing, "on", False) or record.levelno <= logging.DEBUG:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return _STOMP_LOG.isEnabledFor(logging.DEBUG)
+
+
+_STOMP_LOG = logging.getLogger("stomp.py")
+_STOMP_LOG.addFilter(_ProbeQuiet())
+
+# The longest single wait on an Event: longer ones are made of several (threading.TIMEOUT_MAX
+# bounds a wait; the options are bounded at a day, but StompOptions can be built directly).
+_MAX_WAIT = 3600.0
 
 #: The connection-listener base class of earlier versions: the one observer protocol.
 ConnectionListener = ConnectionObserver
@@ -128,6 +155,7 @@ class Connector:
         self._probe_waits: Iterator[float] | None = None
         self._probe_at: float | None = None
         self._probe_wait = 0.0  # the wait before the next try (the linger after a switch)
+        self._probe_failed_logged = False  # a failed try was logged since the last arm
         # Links switched away from, still receiving until their deadline (time.monotonic()),
         # soonest first; guarded by ``cond`` (close() takes them from any thread).
         self._lingering: list[tuple[float, StompLink]] = []
@@ -145,14 +173,13 @@ class Connector:
         began = time.monotonic()
         tries = 0
         connected = False
+        period = opts.reconnect_period
         for wait, broker in startup_plan(opts, self._rng):
+            if period > 0:  # as after a loss: a wait never runs past the period
+                wait = min(wait, max(0.0, began + period - time.monotonic()))
             if wait and not self._sleep(wait):
                 break
-            if (
-                tries
-                and opts.reconnect_period > 0
-                and time.monotonic() - began >= opts.reconnect_period
-            ):
+            if tries and period > 0 and time.monotonic() - began >= period:
                 break
             tries += 1
             link = self._try(broker, reasons)
@@ -214,7 +241,14 @@ class Connector:
         """Attach and publish ``link``: True once published; False if it was rejected after
         the attach step ran; None if it was closed unattached: the connector is closed, or
         ``replacing`` (the current link a planned switch replaces) is no longer current (lost
-        meanwhile: its outage comes next)."""
+        meanwhile: its outage comes next).
+
+        A link to the same broker still lingering after a switch away from it (an outage right
+        after the switch came back to it) is closed first: two subscriptions there would
+        deliver each message twice. (Closed before the new one subscribes, outside the lock:
+        the DISCONNECT waits briefly for its receipt. A linger on another broker goes on, as it
+        does after the switch.)"""
+        self._end_lingering(broker=link.broker)
         with self.cond:
             if self.closed:
                 link.close()
@@ -287,16 +321,22 @@ class Connector:
     # -- supervisor ---------------------------------------------------------------------------
 
     def _sleep(self, seconds: float) -> bool:
-        """Sleep unless closed first; False if closed."""
+        """Sleep unless closed first; False if closed. Links whose linger ends meanwhile are
+        closed on time (a long outage wait must not keep one open past its deadline)."""
         if seconds > 0:
             self._wake.clear()
             deadline = time.monotonic() + seconds
             while not self.closed:
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     break
-                self._wake.wait(remaining)
+                with self.cond:
+                    if self._lingering:
+                        remaining = min(remaining, max(0.0, self._lingering[0][0] - now))
+                self._wake.wait(min(remaining, _MAX_WAIT))
                 self._wake.clear()
+                self._end_lingering()
         return not self.closed
 
     def _supervise(self) -> None:
@@ -307,7 +347,10 @@ class Connector:
                     if self._lingering:
                         first = self._lingering[0][0]
                         due = first if due is None else min(due, first)
-                self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
+                # (at most _MAX_WAIT at a time: the loop comes back here when it is not due)
+                self._wake.wait(
+                    _MAX_WAIT if due is None else min(_MAX_WAIT, max(0.0, due - time.monotonic()))
+                )
                 self._wake.clear()
                 self._end_lingering()
                 while True:
@@ -386,6 +429,7 @@ class Connector:
             self._probe_at = None
             return
         self._probe_waits = probe_waits(opts, self._rng)
+        self._probe_failed_logged = False
         self._next_probe(self._probe_waits)
 
     def _next_probe(self, waits: Iterator[float]) -> None:
@@ -401,7 +445,21 @@ class Connector:
             self._arm_probe(old)  # an outage re-arms when it ends
             return
         self.probes += 1
-        link = self._try(target, level=logging.DEBUG)
+        # The first failed try of a stay on the backup is logged (INFO), the rest at DEBUG, and
+        # stomp.py's own warnings about them at DEBUG too (_ProbeQuiet).
+        reasons: dict[str, str] = {}
+        _probing.on = True
+        try:
+            link = self._try(target, reasons, level=logging.DEBUG)
+        finally:
+            _probing.on = False
+        if link is None and not self._probe_failed_logged:
+            self._probe_failed_logged = True
+            log.info(
+                "the preferred broker %s is not back yet (%s); trying it again after each wait",
+                target,
+                reasons.get(str(target), "?"),
+            )
         # The old link stays current (and in use) until the new one is published: a planned
         # switch has no outage. If the old one was lost meanwhile, the new link is closed
         # unattached and the loss is handled as any other, right after this.
@@ -435,11 +493,18 @@ class Connector:
             log.exception("detaching %s failed", old.broker)
         self._emit("on_switched", str(old.broker), str(link.broker))
 
-    def _end_lingering(self) -> None:
-        """DISCONNECT the links switched away from whose linger is over."""
+    def _end_lingering(self, broker: BrokerAddress | None = None) -> None:
+        """DISCONNECT the links switched away from whose linger is over, or (``broker``) every
+        one to that broker."""
         now = time.monotonic()
         with self.cond:
-            done = [link for at, link in self._lingering if at <= now]
-            self._lingering = [(at, link) for at, link in self._lingering if at > now]
-        for link in done:
+            if not self._lingering:
+                return
+            done = [
+                link
+                for at, link in self._lingering
+                if (at <= now if broker is None else link.broker == broker)
+            ]
+            self._lingering = [(at, link) for at, link in self._lingering if link not in done]
+        for link in done:  # (outside the lock: each waits briefly for its receipt)
             link.close()

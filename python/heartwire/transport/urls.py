@@ -61,6 +61,7 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_TLS_PORT",
     "LOGIN_ENV",
+    "MAX_SECONDS",
     "OPTIONS",
     "PASSCODE_ENV",
     "PASSCODE_FILTER",
@@ -80,6 +81,13 @@ LOGIN_ENV = "HEARTWIRE_BROKER_LOGIN"
 PASSCODE_ENV = "HEARTWIRE_BROKER_PASSCODE"
 
 DIALECTS = ("auto", "activemq", "rabbitmq")
+
+#: The most any time option may be, seconds (one day): a wait beyond threading.TIMEOUT_MAX
+#: (about 292 years) cannot even be waited for, and a day is already no reconnection schedule.
+MAX_SECONDS = 86400.0
+#: The least ``reconnect_interval`` may be with ``priority_backup`` or
+#: ``use_exponential_back_off`` (0 would try back to back: a busy loop).
+MIN_BACKED_OFF_INTERVAL = 0.01
 
 
 @dataclass(frozen=True)
@@ -191,7 +199,12 @@ def _seconds(*, positive: bool = False) -> Callable[[str, Any], float]:
             except ValueError:
                 raise ValueError(f"option {name}={show(text)} is not a number of seconds") from None
         field = f"option {name}"
-        return _validate.seconds(value, field, allow_zero=not positive, shown=show(raw))
+        seconds = _validate.seconds(value, field, allow_zero=not positive, shown=show(raw))
+        if seconds > MAX_SECONDS:
+            raise ValueError(
+                f"{field}={show(raw)} must be at most {MAX_SECONDS:g} seconds (one day)"
+            )
+        return seconds
 
     return check
 
@@ -761,8 +774,17 @@ def _check_failover(values: dict[str, Any], brokers: tuple[BrokerAddress, ...], 
             f"option priority_backup=True needs a failover list of two brokers or more; "
             f"url {shown!r} has one"
         )
+    interval = values.get("reconnect_interval", _DEFAULTS["reconnect_interval"])
+    for name in ("priority_backup", "use_exponential_back_off"):
+        # Each wait would be 0 (0 * multiplier ** n), or nearly: tries back to back, forever
+        # (while connected to a backup, for priority_backup).
+        if values.get(name, _DEFAULTS[name]) and interval < MIN_BACKED_OFF_INTERVAL:
+            raise ValueError(
+                f"option reconnect_interval={interval!r} must be >= "
+                f"{MIN_BACKED_OFF_INTERVAL:g} with {name}=True (the first wait between its "
+                "tries; a smaller one would try back to back)"
+            )
     if values.get("use_exponential_back_off", _DEFAULTS["use_exponential_back_off"]):
-        interval = values.get("reconnect_interval", _DEFAULTS["reconnect_interval"])
         cap = values.get("max_reconnect_delay", _DEFAULTS["max_reconnect_delay"])
         if cap < interval:
             raise ValueError(
