@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from heartwire import _validate
 from heartwire.beat import MAX_REASON_LEN, BeatCodec, DecodeError
 from heartwire.transport.dialect import RABBITMQ, Dialect, named
-from heartwire.transport.patterns import validate_pattern
+from heartwire.transport.patterns import validate_pattern, validate_topic
 from heartwire.transport.shards import (
     DEFAULT_SHARDS,
     MAX_SHARDS,
@@ -50,11 +50,17 @@ __all__ = [
     "DEFAULT_BEAT_TTL",
     "DEFAULT_MAX_BEATS",
     "DEFAULT_SHARDS",
+    "DEFAULT_SNAPSHOT_TTL",
     "MAX_SHARDS",
     "MAX_SNAPSHOT_BYTES",
     "SHARD_HEADER",
     "SNAPSHOT_REASONS",
     "SNAPSHOT_VERSION",
+    "STATUS_PREFIX",
+    "TICK_HEADER",
+    "GroupStatus",
+    "MemberStatus",
+    "MonitorGroupMember",
     "ShardLayout",
     "ShardSnapshot",
     "SnapshotError",
@@ -63,14 +69,17 @@ __all__ = [
     "decode_snapshot",
     "encode_snapshot",
     "exchange_name",
+    "group_status",
     "jump_hash",
     "publish_snapshot",
     "rabbitmq_definitions",
     "read_snapshot",
+    "shard_destination",
     "shard_of",
     "snapshot_of",
     "state_destination",
     "state_queue",
+    "status_topic",
 ]
 
 #: How long a shard queue keeps an unconsumed beat by default (seconds): an old beat is worth
@@ -589,3 +598,548 @@ def read_snapshot(
         if best is None or (snap.sent, snap.seq) > (best.sent, best.seq):
             best = snap
     return best, refused
+
+
+# -- the member -------------------------------------------------------------------------------
+
+#: The SEND header that marks a member's ownership tick.
+TICK_HEADER = "heartwire-tick"
+#: The group status topic of ``group`` is ``_hw.group.<group>``: heartwire's own traffic, which a
+#: monitor watching a wide pattern leaves alone (``docs/groups.md``).
+STATUS_PREFIX = "_hw.group."
+#: Seconds a member keeps a dead owner's shard snapshot in the state queue unless told.
+DEFAULT_SNAPSHOT_TTL = 60.0
+# A tick's body: JSON whose first key is escaped ("\u0068wtick" is "hwtick"). The core's beat
+# decoder cannot be sure what an escaped key spells and leaves the frame to Python (``Defer``,
+# rust/ingest/beat.rs), so a tick reaches the member's handler, which learns from it that the
+# broker delivers the shard to it, while every ordinary beat stays on the native path. (Checked by
+# tests/monitor/test_group_member.py::test_a_tick_reaches_the_handler.)
+_TICK_KEY = "hwtick"
+_TICK_PREFIX = b'{"\\u0068wtick":1,'
+
+
+def status_topic(group: str) -> str:
+    """The topic where the members of ``group`` publish their status each period."""
+    validate_topic(group, "group")
+    return STATUS_PREFIX + group
+
+
+def shard_destination(layout: ShardLayout, shard: int, dialect: Dialect | str | None) -> str:
+    """The STOMP destination a member consumes ``shard`` from: RabbitMQ's
+    ``/amq/queue/heartwire.<group>.<k>`` (the single-active-consumer queue
+    :func:`declare_rabbitmq` made), ``/queue/heartwire.<group>.<k>`` elsewhere."""
+    if isinstance(dialect, str):
+        dialect = named(dialect)
+    name = layout.queue(shard)
+    return f"/amq/queue/{name}" if dialect is RABBITMQ else f"/queue/{name}"
+
+
+def _subscribe_headers(dialect: Dialect | None) -> dict[str, str]:
+    # ActiveMQ: an exclusive consumer (one member at a time gets the queue). RabbitMQ: the queue
+    # itself is single-active-consumer (declared so); a SUBSCRIBE header would be ignored.
+    return {"activemq.exclusive": "true"} if dialect is not RABBITMQ else {}
+
+
+@dataclass(frozen=True)
+class MemberStatus:
+    """One member's status message: the shards it owns, its counts by state (of the topics it
+    watches), its period, and when it was sent (Unix seconds)."""
+
+    member: str
+    owned: tuple[int, ...]
+    counts: dict[str, int]
+    period: float
+    sent: float
+
+
+def _encode_status(layout: ShardLayout, status: MemberStatus, codec: BeatCodec) -> bytes:
+    return codec.seal(
+        {
+            "hwgroup": 1,
+            "group": layout.group,
+            "shards": layout.shards,
+            "member": status.member,
+            "owned": list(status.owned),
+            "counts": dict(status.counts),
+            "period": status.period,
+            "sent": status.sent,
+        }
+    )
+
+
+def _decode_status(body: bytes, layout: ShardLayout | str, codec: BeatCodec) -> MemberStatus:
+    """A member's status from ``body``; :class:`SnapshotError` for anything else (``layout`` a
+    group's name: any shard count)."""
+    if len(body) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError("too_large", f"{len(body)} bytes")
+    try:
+        obj = codec.unseal(bytes(body).decode("utf-8"), "group status")
+    except UnicodeDecodeError as exc:
+        raise SnapshotError("not_utf8", str(exc)[:200]) from None
+    except DecodeError as exc:
+        raise SnapshotError(exc.reason, exc.detail) from None
+    group = layout.group if isinstance(layout, ShardLayout) else layout
+    if not _is_int(obj.get("hwgroup"), 1) or obj.get("group") != group:
+        raise SnapshotError("other_group", f"not a status of group {group!r}")
+    shards = obj.get("shards")
+    if isinstance(layout, ShardLayout) and not _is_int(shards, layout.shards):
+        raise SnapshotError("other_group", f"{shards!r:.20} shards, not {layout.shards}")
+    top = _count(shards, "'shards'", MAX_SHARDS) - 1
+    owned = obj.get("owned")
+    counts = obj.get("counts")
+    if not isinstance(owned, list) or not isinstance(counts, dict):
+        raise SnapshotError("malformed", "'owned' must be a list and 'counts' an object")
+    return MemberStatus(
+        _member(obj.get("member"), "'member'"),
+        tuple(sorted({_count(k, "'owned'", top) for k in owned})),
+        {str(k): _count(v, f"counts[{k!r:.30}]", 2**63 - 1) for k, v in counts.items()},
+        _finite(obj.get("period"), "'period'", positive=True),
+        _finite(obj.get("sent"), "'sent'"),
+    )
+
+
+class MonitorGroupMember:
+    """One member of the monitor group ``layout``: a :class:`~heartwire.HeartbeatMonitor`
+    (built with ``broker=None``: the member subscribes for it) fed from every shard queue of the
+    group, of which the broker lets it be the active consumer of some (``docs/groups.md``).
+
+    - It subscribes to every shard queue (RabbitMQ: the single-active-consumer queues of
+      :func:`declare_rabbitmq`, through ``/amq/queue/``; ActiveMQ: ``activemq.exclusive``), each
+      beat recorded by the core straight off the socket under the topic its body names.
+    - Each ``period`` it sends a tick into every shard queue; the member the broker delivers a
+      shard's tick to **owns** the shard (it learns it, it never decides it). Ownership ends
+      with the connection, when it releases the shard, or when no tick came for 3 periods.
+    - Taking a shard over: it reads the shard's state snapshot (:func:`read_snapshot`) and
+      gives each topic there it does not watch yet a fresh start (``monitor.expect``: a full
+      period to beat). A FAILED topic gets a fresh start too until the core can adopt an outage
+      (:meth:`_take_over`'s single call site, marked ``ADOPT``).
+    - A shard it no longer owns: its topics are removed from the monitor without events.
+    - Each period: a snapshot per owned shard (:func:`publish_snapshot`), and a status
+      message on :func:`status_topic` (:class:`MemberStatus`), from which it counts the members
+      alive; owning more than ``ceil(shards / members)`` it releases one shard (unsubscribe and
+      subscribe again: the broker's next consumer in line gets it), at most one per period.
+
+    ``member`` names it in the group (default: a random one); ``key`` signs snapshots and
+    status messages (the group's key); ``balance=False`` never releases shards. Use it as a
+    context manager or call :meth:`start` / :meth:`stop`. Only over a
+    :class:`~heartwire.transport.stomp.StompTransport`.
+    """
+
+    def __init__(
+        self,
+        transport: StompTransport,
+        monitor: HeartbeatMonitor,
+        layout: ShardLayout,
+        *,
+        member: str | None = None,
+        key: bytes | str | None = None,
+        balance: bool = True,
+        snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL,
+    ) -> None:
+        from heartwire.transport.stomp import StompTransport
+
+        if not isinstance(transport, StompTransport):
+            raise TypeError(f"transport must be a StompTransport, got {type(transport).__name__}")
+        if monitor.broker is not None:
+            raise ValueError(
+                "monitor must be built with broker=None: the member subscribes to the shard "
+                f"queues for it (got a monitor on {monitor.broker!r})"
+            )
+        if not isinstance(layout, ShardLayout):
+            raise TypeError(f"layout must be a ShardLayout, got {type(layout).__name__}")
+        if member is None:
+            import uuid
+
+            member = uuid.uuid4().hex[:12]
+        self.member = _member(member, "member")
+        if not isinstance(balance, bool):
+            raise TypeError(f"balance must be a bool, got {balance!r}")
+        self.transport = transport
+        self.monitor = monitor
+        self.layout = layout
+        self._key = key
+        self._codec = BeatCodec(key)
+        self._balance = balance
+        self._snapshot_ttl = _validate.seconds(snapshot_ttl, "snapshot_ttl")
+        self._period = monitor.period
+        self._lock = threading.Lock()
+        # shard -> time.monotonic() of its last delivery to us (we own it)
+        self._owned: dict[int, float] = {}
+        # shard -> when we lost it (its topics are swept out of the monitor)
+        self._lost: dict[int, float] = {}
+        self._taking: list[int] = []  # shards to take over (snapshot read by the worker)
+        self._members: dict[str, tuple[float, MemberStatus]] = {}  # by member: (seen, status)
+        self._subs: dict[int, Any] = {}
+        self._status_sub: Any = None
+        self._seq = 0
+        self._last_release = 0.0
+        self._started_at = 0.0
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self.takeovers = 0
+        self.releases = 0
+        self.refused = 0
+
+    # -- what it knows ----------------------------------------------------------------------
+
+    @property
+    def owned(self) -> frozenset[int]:
+        """The shards this member owns now (the broker delivers them to it)."""
+        with self._lock:
+            return frozenset(self._owned)
+
+    def members(self) -> dict[str, MemberStatus]:
+        """The members heard from in the last 3 periods (this one included), by name."""
+        now = time.monotonic()
+        with self._lock:
+            seen = {m: st for m, (t, st) in self._members.items() if now - t <= 3 * self._period}
+        seen[self.member] = self._own_status()
+        return seen
+
+    def _own_status(self) -> MemberStatus:
+        with self._lock:
+            owned = tuple(sorted(self._owned))
+        counts = dict(self.monitor.counts())
+        return MemberStatus(self.member, owned, counts, self._period, time.time())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> MonitorGroupMember:
+        """Start the monitor, subscribe to the group's status topic and every shard queue, and
+        start the member's worker thread (ticks, snapshots, status, balance); returns self."""
+        self.monitor.start()
+        self.transport.add_observer(self)
+        self._started_at = time.monotonic()
+        self._status_sub = self.transport.subscribe(
+            status_topic(self.layout.group), self._on_status
+        )
+        for shard in range(self.layout.shards):
+            self._subs[shard] = self._subscribe_shard(shard)
+        self._stop.clear()
+        self._worker = threading.Thread(
+            target=self._run, name=f"heartwire-group-{self.member}", daemon=True
+        )
+        self._worker.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the worker, cancel the subscriptions (the broker hands the shards to the next
+        members in line) and stop the monitor."""
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join(timeout)
+            self._worker = None
+        self.transport.remove_observer(self)
+        subs, self._subs = self._subs, {}
+        for sub in subs.values():
+            sub.cancel()
+        if self._status_sub is not None:
+            self._status_sub.cancel()
+            self._status_sub = None
+        with self._lock:
+            self._owned.clear()
+        self.monitor.stop(timeout)
+
+    def __enter__(self) -> MonitorGroupMember:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _subscribe_shard(self, shard: int) -> Any:
+        dialect = self.transport.dialect
+        d = named(dialect) if isinstance(dialect, str) else dialect
+        intake = self.monitor._intake  # the monitor's own intake: beats recorded natively
+        return self.transport.subscribe_destination_intake(
+            shard_destination(self.layout, shard, d),
+            intake,
+            functools.partial(self._on_message, shard),
+            self.monitor._report_refusals,
+            headers=_subscribe_headers(d),
+        )
+
+    # -- the receiving thread -----------------------------------------------------------------
+
+    def _delivered(self, shard: int) -> None:
+        """A delivery of ``shard`` to us: we own it (a takeover if we did not)."""
+        now = time.monotonic()
+        with self._lock:
+            if shard not in self._subs:
+                return  # released or stopping
+            new = shard not in self._owned
+            self._owned[shard] = now
+            if new:
+                self._lost.pop(shard, None)
+                self._taking.append(shard)
+
+    def _on_message(self, shard: int, _link: Any, message: Any) -> None:
+        """What the native path left: a tick, or a beat its decoder was not sure of."""
+        body = message.body
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        if body.startswith(_TICK_PREFIX) or TICK_HEADER in (message.headers or {}):
+            self._delivered(shard)
+            return
+        self._delivered(shard)
+        intake = self.monitor._intake
+        done = intake.ingest(body, None)
+        if done is None:
+            try:
+                beat = self.monitor._codec.decode(body, None)
+            except DecodeError as exc:
+                intake.refuse(exc.reason, f"message to shard {shard}: {str(exc)[:300]}")
+            else:
+                intake.record(
+                    beat.topic,
+                    beat.seq,
+                    beat.boot_id,
+                    beat.sent_at,
+                    beat.period,
+                    beat.state == "down",
+                    beat.reason,
+                )
+        if intake.pending:
+            self.monitor._report_refusals()
+
+    def _on_status(self, message: Any) -> None:
+        try:
+            st = _decode_status(message.body, self.layout, self._codec)
+        except SnapshotError:
+            self.refused += 1
+            return
+        if st.member == self.member:
+            return
+        with self._lock:
+            self._members[st.member] = (time.monotonic(), st)
+
+    # connection observer: every shard is lost with the connection (the broker hands them on)
+    def on_disconnected(self, broker: str, reason: str) -> None:
+        self._lose_all()
+
+    def on_switched(self, from_broker: str, to_broker: str) -> None:
+        self._lose_all()
+
+    def _lose_all(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for shard in self._owned:
+                self._lost[shard] = now
+            self._owned.clear()
+
+    # -- the worker ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        step = self._period / 4
+        next_beat = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            try:
+                self._expire(now)
+                self._sweep(now)
+                self._take_over()
+                if now >= next_beat:
+                    next_beat = now + self._period
+                    self._send_ticks()
+                    self._publish_snapshots()
+                    self._publish_status()
+                    if self._balance:
+                        self._rebalance(now)
+            except Exception:
+                import logging
+
+                logging.getLogger(__name__).exception("group member %s", self.member)
+            self._stop.wait(step)
+
+    def _expire(self, now: float) -> None:
+        # No delivery (not even the ticks every member sends each period) for 3 periods: the
+        # broker gives the shard to someone else (a connection we have not yet seen die).
+        with self._lock:
+            for shard, last in list(self._owned.items()):
+                if now - last > 3 * self._period:
+                    del self._owned[shard]
+                    self._lost[shard] = now
+
+    def _sweep(self, now: float) -> None:
+        """Remove, without events, the topics of the shards lost in the last 3 periods (beats
+        read just before the loss may learn some again: swept again)."""
+        with self._lock:
+            for shard, when in list(self._lost.items()):
+                if shard in self._owned or now - when > 3 * self._period:
+                    del self._lost[shard]
+            lost = set(self._lost)
+        if not lost:
+            return
+        for st in self.monitor.statuses():
+            if self.layout.shard_of(st.topic) in lost:
+                self.monitor.remove(st.topic)
+
+    def _take_over(self) -> None:
+        while True:
+            with self._lock:
+                if not self._taking:
+                    return
+                shard = self._taking.pop(0)
+                if shard not in self._owned:
+                    continue
+            self.takeovers += 1
+            snap, refused = read_snapshot(self.transport, self.layout, shard, self._key)
+            self.refused += len(refused)
+            if snap is None:
+                continue
+            mon = self.monitor
+            for rec in snap.topics:
+                if rec.topic in mon:
+                    continue  # heard since the takeover: known
+                try:
+                    # ADOPT: the one call site to switch to the core's adopt when it lands: a
+                    # FAILED record (rec.failed_since is not None) adopted with its outage, the
+                    # others a fresh start. Until then every topic gets a fresh start: a live one
+                    # a full period to beat, a dead one fails anew one period after the takeover.
+                    mon.expect(rec.topic, rec.period)
+                except ValueError:
+                    self.refused += 1  # not this monitor's pattern
+
+    def _send_ticks(self) -> None:
+        body = _TICK_PREFIX + f'"member":{_json_str(self.member)}}}'.encode()
+        for shard in range(self.layout.shards):
+            where = functools.partial(shard_destination, self.layout, shard)
+            self.transport.send_to(where, body, {TICK_HEADER: self.member}, timeout=self._period)
+
+    def _publish_snapshots(self) -> None:
+        owned = self.owned
+        if not owned:
+            return
+        by_shard: dict[int, list[TopicRecord]] = {k: [] for k in owned}
+        mon = self.monitor
+        for st in mon.statuses():
+            if st.state not in ("PENDING", "ALIVE", "FAILED"):
+                continue
+            rows = by_shard.get(self.layout.shard_of(st.topic))
+            if rows is None:
+                continue
+            since = st.failed_since if st.state == "FAILED" else None
+            rows.append(
+                TopicRecord(
+                    st.topic,
+                    None if since is None else mon.wall_time(since),
+                    0 if since is None else st.missed,
+                    None,
+                    st.period,
+                )
+            )
+        sent = time.time()
+        for shard, rows in by_shard.items():
+            self._seq += 1
+            snap = ShardSnapshot(self.layout, shard, self.member, self._seq, sent, tuple(rows))
+            publish_snapshot(
+                self.transport, snap, self._key, ttl=self._snapshot_ttl, timeout=self._period
+            )
+
+    def _publish_status(self) -> None:
+        body = _encode_status(self.layout, self._own_status(), self._codec)
+        self.transport.publish(status_topic(self.layout.group), body, timeout=self._period)
+
+    def _rebalance(self, now: float) -> None:
+        # Wait until the others' status can have come (2 periods from the start), and one
+        # period after the last release, so the members' view of each other settles.
+        if now - self._started_at < 2 * self._period or now - self._last_release < self._period:
+            return
+        share = math.ceil(self.layout.shards / len(self.members()))
+        with self._lock:
+            if len(self._owned) <= share:
+                return
+            shard = max(self._owned)  # any; the highest, so a test can tell
+        self._release(shard)
+        self._last_release = now
+
+    def _release(self, shard: int) -> None:
+        """Hand ``shard`` to the next member in the broker's line: snapshot first, then
+        unsubscribe and subscribe again (at the back of the line)."""
+        self._publish_snapshots()
+        with self._lock:
+            sub = self._subs.pop(shard, None)
+            self._owned.pop(shard, None)
+            self._lost[shard] = time.monotonic()
+        if sub is not None:
+            sub.cancel()
+        self.releases += 1
+        new = self._subscribe_shard(shard)
+        with self._lock:
+            self._subs[shard] = new
+
+
+def _json_str(text: str) -> str:
+    import json
+
+    return json.dumps(text)
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """A group as its members' status messages show it: each member's last status (by name),
+    the owner of each shard that has one, and the group's counts by state (summed)."""
+
+    group: str
+    shards: int
+    members: dict[str, MemberStatus]
+
+    @property
+    def owners(self) -> dict[int, str]:
+        """The member owning each shard (shards nobody claims are missing)."""
+        out: dict[int, str] = {}
+        for name, st in sorted(self.members.items(), key=lambda m: m[1].sent):
+            for shard in st.owned:
+                out[shard] = name  # the newest status wins a shard claimed twice in passing
+        return out
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The group's counts by state: the members' counts summed."""
+        total: dict[str, int] = {}
+        for st in self.members.values():
+            for state, n in st.counts.items():
+                total[state] = total.get(state, 0) + n
+        return total
+
+    def owner_of(self, topic: str) -> tuple[int, str | None]:
+        """``(shard, member)`` watching ``topic`` (member None: its shard has no owner now)."""
+        shard = shard_of(topic, self.shards)
+        return shard, self.owners.get(shard)
+
+
+def group_status(
+    transport: StompTransport,
+    group: str,
+    *,
+    key: bytes | str | None = None,
+    wait: float = 2.5,
+) -> GroupStatus:
+    """Listen to ``group``'s status topic for ``wait`` seconds (more than one members' period,
+    so that each member alive is heard) and return what the members said (:class:`GroupStatus`;
+    ``shards`` 0 and no members if none spoke). Statuses not signed with ``key`` (when given),
+    or not of this group, are left out."""
+    validate_topic(group, "group")
+    wait = _validate.seconds(wait, "wait")
+    codec = BeatCodec(key)
+    heard: dict[str, MemberStatus] = {}
+    shards = [0]
+    lock = threading.Lock()
+
+    def take(message: Any) -> None:
+        try:
+            st = _decode_status(message.body, group, codec)
+            raw = codec.unseal(bytes(message.body).decode("utf-8"), "group status")
+        except (SnapshotError, DecodeError, UnicodeDecodeError):
+            return
+        with lock:
+            if st.member not in heard or heard[st.member].sent <= st.sent:
+                heard[st.member] = st
+            shards[0] = int(raw["shards"])
+
+    sub = transport.subscribe(status_topic(group), take)
+    try:
+        time.sleep(wait)
+    finally:
+        sub.cancel()
+    with lock:
+        return GroupStatus(group, shards[0], dict(heard))
