@@ -768,17 +768,25 @@ class MonitorGroupMember:
         # shard -> when we lost it (its topics are swept out of the monitor)
         self._lost: dict[int, float] = {}
         self._taking: list[int] = []  # shards to take over (snapshot read by the worker)
+        # Shards whose snapshot is being read: no snapshot of ours for them until it is read,
+        # or the reader could take our own (newer, without the old owner's topics) for it.
+        self._reading: set[int] = set()
         self._members: dict[str, tuple[float, MemberStatus]] = {}  # by member: (seen, status)
         self._subs: dict[int, Any] = {}
+        self._gen: dict[int, int] = {}  # shard -> generation of its current subscription
         self._status_sub: Any = None
         self._seq = 0
         self._last_release = 0.0
         self._started_at = 0.0
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
+        self._last_run = 0.0
+        #: Counters: shards taken over, released, snapshots and statuses refused; the longest
+        #: gap between two runs of the worker (seconds; a quarter period when all is well).
         self.takeovers = 0
         self.releases = 0
         self.refused = 0
+        self.slowest = 0.0
 
     # -- what it knows ----------------------------------------------------------------------
 
@@ -850,37 +858,43 @@ class MonitorGroupMember:
         dialect = self.transport.dialect
         d = named(dialect) if isinstance(dialect, str) else dialect
         intake = self.monitor._intake  # the monitor's own intake: beats recorded natively
+        # Each subscription of a shard gets its own generation: a delivery still in flight to
+        # the one cancelled by a release must not make us the owner again (we would read, and
+        # so take away, the snapshot the new owner needs).
+        with self._lock:
+            gen = self._gen[shard] = self._gen.get(shard, 0) + 1
         return self.transport.subscribe_destination_intake(
             shard_destination(self.layout, shard, d),
             intake,
-            functools.partial(self._on_message, shard),
+            functools.partial(self._on_message, shard, gen),
             self.monitor._report_refusals,
             headers=_subscribe_headers(d),
         )
 
     # -- the receiving thread -----------------------------------------------------------------
 
-    def _delivered(self, shard: int) -> None:
-        """A delivery of ``shard`` to us: we own it (a takeover if we did not)."""
+    def _delivered(self, shard: int, gen: int) -> None:
+        """A delivery of ``shard`` to our subscription ``gen``: we own the shard (a takeover if
+        we did not), unless that subscription is no longer the current one."""
         now = time.monotonic()
         with self._lock:
-            if shard not in self._subs:
-                return  # released or stopping
+            if shard not in self._subs or self._gen.get(shard) != gen:
+                return  # released (a delivery in flight to the old subscription) or stopping
             new = shard not in self._owned
             self._owned[shard] = now
             if new:
                 self._lost.pop(shard, None)
                 self._taking.append(shard)
 
-    def _on_message(self, shard: int, _link: Any, message: Any) -> None:
+    def _on_message(self, shard: int, gen: int, _link: Any, message: Any) -> None:
         """What the native path left: a tick, or a beat its decoder was not sure of."""
         body = message.body
         if isinstance(body, str):
             body = body.encode("utf-8")
         if body.startswith(_TICK_PREFIX) or TICK_HEADER in (message.headers or {}):
-            self._delivered(shard)
+            self._delivered(shard, gen)
             return
-        self._delivered(shard)
+        self._delivered(shard, gen)
         intake = self.monitor._intake
         done = intake.ingest(body, None)
         if done is None:
@@ -925,6 +939,7 @@ class MonitorGroupMember:
             for shard in self._owned:
                 self._lost[shard] = now
             self._owned.clear()
+        self._sweep(now)  # at once: a period from now the detector would fail them
 
     # -- the worker ---------------------------------------------------------------------------
 
@@ -933,6 +948,8 @@ class MonitorGroupMember:
         next_beat = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
+            self.slowest = max(self.slowest, now - self._last_run) if self._last_run else 0.0
+            self._last_run = now
             try:
                 self._expire(now)
                 self._sweep(now)
@@ -951,11 +968,11 @@ class MonitorGroupMember:
             self._stop.wait(step)
 
     def _expire(self, now: float) -> None:
-        # No delivery (not even the ticks every member sends each period) for 3 periods: the
+        # No delivery (not even the ticks every member sends each period) for 5 periods: the
         # broker gives the shard to someone else (a connection we have not yet seen die).
         with self._lock:
             for shard, last in list(self._owned.items()):
-                if now - last > 3 * self._period:
+                if now - last > 5 * self._period:
                     del self._owned[shard]
                     self._lost[shard] = now
 
@@ -963,8 +980,8 @@ class MonitorGroupMember:
         """Remove, without events, the topics of the shards lost in the last 3 periods (beats
         read just before the loss may learn some again: swept again)."""
         with self._lock:
-            for shard, when in list(self._lost.items()):
-                if shard in self._owned or now - when > 3 * self._period:
+            for shard in list(self._lost):
+                if shard in self._owned:
                     del self._lost[shard]
             lost = set(self._lost)
         if not lost:
@@ -972,8 +989,17 @@ class MonitorGroupMember:
         for st in self.monitor.statuses():
             if self.layout.shard_of(st.topic) in lost:
                 self.monitor.remove(st.topic)
+        # Forgotten only once swept 3 periods after the loss (a worker held up, or the process
+        # stopped, sweeps them then, before the detector's wake-up guard runs out).
+        with self._lock:
+            for shard in lost:
+                when = self._lost.get(shard)
+                if when is not None and now - when > 3 * self._period:
+                    del self._lost[shard]
 
     def _take_over(self) -> None:
+        """Start a thread per shard newly owned to read its snapshot (each read waits for the
+        state queue: they go in parallel, and never hold up the ticks and sweeps)."""
         while True:
             with self._lock:
                 if not self._taking:
@@ -982,21 +1008,46 @@ class MonitorGroupMember:
                 if shard not in self._owned:
                     continue
             self.takeovers += 1
-            snap, refused = read_snapshot(self.transport, self.layout, shard, self._key)
+            with self._lock:
+                self._reading.add(shard)
+            threading.Thread(
+                target=self._adopt_snapshot,
+                args=(shard,),
+                name=f"heartwire-group-takeover-{shard}",
+                daemon=True,
+            ).start()
+
+    def _adopt_snapshot(self, shard: int) -> None:
+        try:
+            self._read_and_adopt(shard)
+        except Exception:
+            import logging
+
+            logging.getLogger(__name__).exception("taking shard %d over", shard)
+        finally:
+            with self._lock:
+                self._reading.discard(shard)
+
+    def _read_and_adopt(self, shard: int) -> None:
+        snap, refused = read_snapshot(self.transport, self.layout, shard, self._key)
+        with self._lock:
             self.refused += len(refused)
-            if snap is None:
-                continue
-            mon = self.monitor
-            for rec in snap.topics:
-                if rec.topic in mon:
-                    continue  # heard since the takeover: known
-                try:
-                    # ADOPT: the one call site to switch to the core's adopt when it lands: a
-                    # FAILED record (rec.failed_since is not None) adopted with its outage, the
-                    # others a fresh start. Until then every topic gets a fresh start: a live one
-                    # a full period to beat, a dead one fails anew one period after the takeover.
-                    mon.expect(rec.topic, rec.period)
-                except ValueError:
+        if snap is None:
+            return
+        mon = self.monitor
+        for rec in snap.topics:
+            if shard not in self._owned:  # (a dict lookup: atomic, no lock needed)
+                return  # lost again meanwhile
+            if rec.topic in mon:
+                continue  # heard since the takeover: known
+            try:
+                # ADOPT: the one call site to switch to the core's adopt when it lands: a
+                # FAILED record (rec.failed_since is not None) adopted with its outage, the
+                # others a fresh start. Until then every topic gets a fresh start: a live one
+                # a full period to beat, a dead one fails anew one period after the takeover.
+                mon.expect(rec.topic, rec.period)
+            except ValueError:
+                with self._lock:
                     self.refused += 1  # not this monitor's pattern
 
     def _send_ticks(self) -> None:
@@ -1006,7 +1057,8 @@ class MonitorGroupMember:
             self.transport.send_to(where, body, {TICK_HEADER: self.member}, timeout=self._period)
 
     def _publish_snapshots(self) -> None:
-        owned = self.owned
+        with self._lock:
+            owned = set(self._owned) - self._reading
         if not owned:
             return
         by_shard: dict[int, list[TopicRecord]] = {k: [] for k in owned}
@@ -1062,6 +1114,7 @@ class MonitorGroupMember:
             self._lost[shard] = time.monotonic()
         if sub is not None:
             sub.cancel()
+        self._sweep(time.monotonic())  # at once (beats read meanwhile: swept again later)
         self.releases += 1
         new = self._subscribe_shard(shard)
         with self._lock:
