@@ -203,8 +203,27 @@ def _parser() -> argparse.ArgumentParser:
         help="watch topics and show a live table: states, worst offenders, recent events "
         "(needs heartwire[status])",
     )
-    status.add_argument("pattern", help="topic or wildcard pattern, e.g. svc.> or svc.*")
+    status.add_argument(
+        "pattern",
+        nargs="?",
+        help="topic or wildcard pattern, e.g. svc.> or svc.* (not with --group)",
+    )
     status.add_argument("--broker", default=None, help=BROKER_HELP)
+    status.add_argument(
+        "--group",
+        default=None,
+        help="show the monitor group NAME instead (its members, the shards each owns, the "
+        "group's counts; read from the members' status messages) and exit",
+    )
+    status.add_argument(
+        "--topic", action="append", default=[], help="with --group: which member owns TOPIC"
+    )
+    status.add_argument(
+        "--wait",
+        type=_finite_positive,
+        default=2.5,
+        help="with --group: listen this long for the members' status (default 2.5 s)",
+    )
     status.add_argument("--period", type=_finite_positive, default=1.0, help="default period, s")
     status.add_argument("--allowed-misses", type=_positive(int), default=1)
     status.add_argument("--expect", action="append", default=[], help="a topic to expect")
@@ -589,7 +608,55 @@ def _watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group_status(args: argparse.Namespace) -> int:
+    """``status --group``: the group's members and counts as text, once."""
+    from heartwire.groups import group_status
+    from heartwire.transport import connect
+    from heartwire.transport.patterns import validate_topic
+    from heartwire.transport.stomp import StompTransport
+
+    if args.pattern is not None:
+        print("heartwire status: give a pattern or --group, not both", file=sys.stderr)
+        return 2
+    try:
+        validate_topic(args.group, "--group")
+        for topic in args.topic:
+            validate_topic(topic, "--topic")
+    except ValueError as exc:
+        print(f"heartwire status: {exc}", file=sys.stderr)
+        return 2
+    broker = connect(args.broker)
+    try:
+        if not isinstance(broker, StompTransport):
+            print("heartwire status: --group needs a STOMP broker (--broker)", file=sys.stderr)
+            return 2
+        st = group_status(broker, args.group, key=args.key, wait=args.wait)
+    finally:
+        broker.close()
+    if not st.members:
+        print(f"group {args.group}: no member heard in {args.wait:g} s")
+        return 1
+    owners = st.owners
+    print(f"group {args.group}: {len(st.members)} members, {st.shards} shards, {len(owners)} owned")
+    for name, m in sorted(st.members.items()):
+        counts = " ".join(f"{k}={v}" for k, v in sorted(m.counts.items()) if v)
+        print(f"  {name}: shards {','.join(map(str, m.owned)) or '-'}  {counts}")
+    unowned = sorted(set(range(st.shards)) - set(owners))
+    if unowned:
+        print(f"  no owner: shards {','.join(map(str, unowned))}")
+    print("  counts: " + " ".join(f"{k}={v}" for k, v in sorted(st.counts.items()) if v))
+    for topic in args.topic:
+        shard, member = st.owner_of(topic)
+        print(f"  {topic}: shard {shard}, owner {member or '(none)'}")
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
+    if args.group is not None:
+        return _group_status(args)
+    if args.pattern is None:
+        print("heartwire status: a pattern (or --group NAME) is required", file=sys.stderr)
+        return 2
     from heartwire.status_view import StatusUnavailable, require
 
     try:

@@ -4,9 +4,13 @@ leaves to the member), group_status, bad arguments, forged status messages."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +125,50 @@ def test_a_status_message_is_checked() -> None:
         with pytest.raises(SnapshotError) as info:
             _decode_status(bad, lay, BeatCodec(KEY))
         assert info.value.reason == reason
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(Path(hw.__file__).resolve().parents[1]))
+    return subprocess.run(
+        [sys.executable, "-m", "heartwire", "status", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+@pytest.mark.usefixtures("brokers")
+@pytest.mark.parametrize("layout", ["rabbitmq"], indirect=True)
+def test_status_group_command(layout: tuple[str, ShardLayout]) -> None:
+    """``heartwire status --broker URL --group NAME --topic T``: the members, their shards, and
+    who owns T; exit 1 when no member speaks; 2 for a bad group name or no pattern at all."""
+    broker, lay = layout
+    a = _member(broker, lay, "a")
+    try:
+        _wait("a to own the 4 shards", lambda: a.owned == frozenset(range(4)))
+        out = _cli(
+            "--broker",
+            B.url(broker),
+            "--group",
+            lay.group,
+            "--key",
+            KEY.decode(),
+            "--topic",
+            "svc.db",
+            "--wait",
+            "1.5",
+        )
+        assert out.returncode == 0, out.stderr
+        shard = lay.shard_of("svc.db")
+        assert f"group {lay.group}: 1 members, 4 shards, 4 owned" in out.stdout
+        assert "  a: shards 0,1,2,3" in out.stdout
+        assert f"  svc.db: shard {shard}, owner a" in out.stdout
+    finally:
+        _close(a)
+    quiet = _cli("--broker", B.url(broker), "--group", lay.group, "--wait", "0.5")
+    assert quiet.returncode == 1 and "no member heard" in quiet.stdout
+    bad = _cli("--broker", B.url(broker), "--group", "bad group")
+    assert bad.returncode == 2 and "--group" in bad.stderr
+    none = _cli("--broker", B.url(broker))
+    assert none.returncode == 2 and "a pattern (or --group NAME) is required" in none.stderr
