@@ -18,6 +18,9 @@ Built so far:
   :func:`rabbitmq_definitions` (for a definitions file or ``rabbitmqctl import_definitions``)
   and :func:`declare_rabbitmq` (over AMQP 0-9-1 with pika: ``pip install
   'heartwire[groups]'``). ActiveMQ needs nothing: its queues are made on first use.
+- the member (:class:`MonitorGroupMember`): a monitor fed from every shard queue, owning the
+  shards the broker delivers to it, taking shards over with their snapshot, releasing shards
+  for balance; :func:`group_status` reads the members' status messages (``docs/groups.md``).
 """
 
 from __future__ import annotations
@@ -1027,9 +1030,24 @@ class MonitorGroupMember:
         finally:
             with self._lock:
                 self._reading.discard(shard)
+                owned = shard in self._owned
+        if owned:
+            # The read took the snapshot off the queue: ours goes back at once, so a member
+            # taking the shard from us next (a release, our death) finds the state.
+            try:
+                self._publish_snapshots({shard})
+            except Exception:
+                import logging
+
+                logging.getLogger(__name__).exception("shard %d's snapshot", shard)
 
     def _read_and_adopt(self, shard: int) -> None:
-        snap, refused = read_snapshot(self.transport, self.layout, shard, self._key)
+        # A second of quiet: under load a broker may take over 0.2 s (read_snapshot's default)
+        # to dispatch a queue's messages to a new consumer, and a read that gives up too soon
+        # loses the state (measured on ActiveMQ with 2000 topics beating).
+        snap, refused = read_snapshot(
+            self.transport, self.layout, shard, self._key, wait=3.0, quiet=1.0
+        )
         with self._lock:
             self.refused += len(refused)
         if snap is None:
@@ -1056,9 +1074,12 @@ class MonitorGroupMember:
             where = functools.partial(shard_destination, self.layout, shard)
             self.transport.send_to(where, body, {TICK_HEADER: self.member}, timeout=self._period)
 
-    def _publish_snapshots(self) -> None:
+    def _publish_snapshots(self, only: set[int] | None = None) -> None:
+        """A snapshot of each shard owned (of ``only``), but of none being read."""
         with self._lock:
             owned = set(self._owned) - self._reading
+        if only is not None:
+            owned &= only
         if not owned:
             return
         by_shard: dict[int, list[TopicRecord]] = {k: [] for k in owned}
@@ -1081,8 +1102,10 @@ class MonitorGroupMember:
             )
         sent = time.time()
         for shard, rows in by_shard.items():
-            self._seq += 1
-            snap = ShardSnapshot(self.layout, shard, self.member, self._seq, sent, tuple(rows))
+            with self._lock:
+                self._seq += 1
+                seq = self._seq
+            snap = ShardSnapshot(self.layout, shard, self.member, seq, sent, tuple(rows))
             publish_snapshot(
                 self.transport, snap, self._key, ttl=self._snapshot_ttl, timeout=self._period
             )
@@ -1098,9 +1121,12 @@ class MonitorGroupMember:
             return
         share = math.ceil(self.layout.shards / len(self.members()))
         with self._lock:
-            if len(self._owned) <= share:
+            # Never a shard whose snapshot is being read: its state would be lost between two
+            # readers (ActiveMQ shares a queue's messages among its consumers).
+            free = set(self._owned) - self._reading
+            if len(self._owned) <= share or not free:
                 return
-            shard = max(self._owned)  # any; the highest, so a test can tell
+            shard = max(free)  # any; the highest, so a test can tell
         self._release(shard)
         self._last_release = now
 
