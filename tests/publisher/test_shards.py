@@ -36,8 +36,6 @@ from heartwire.transport.memory import MemoryBroker
 from tests import brokers as B
 from tests.brokers import brokers  # noqa: F401  (the session fixture)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 # (key, buckets) -> bucket, as published with the jump hash's implementations in C, Go
 # (dgryski/go-jump), Python (lithammer/python-jump-consistent-hash) and Elixir (jumper).
 JUMP_VECTORS = [
@@ -83,7 +81,10 @@ def test_shard_of_is_the_same_in_another_process_with_another_hash_seed() -> Non
         "import json, sys; from heartwire.groups import shard_of; "
         "print(json.dumps([shard_of(t, 16) for t in json.loads(sys.argv[1])]))"
     )
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": os.path.join(ROOT, "python")}
+    # the heartwire this process imported (the source tree with its built core, or CI's
+    # installed one: a clean clone's python/ has no compiled core)
+    where = os.path.dirname(os.path.dirname(hw.__file__))
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": where}
     out = subprocess.run(
         [sys.executable, "-c", code, json.dumps(topics)],
         env=env,
