@@ -25,6 +25,7 @@ Built so far:
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import threading
@@ -555,9 +556,10 @@ def read_snapshot(
     """Drain ``shard``'s state queue (at takeover) and return its newest valid snapshot (by
     ``sent``, then ``seq``), or None, with the snapshots refused. Reading takes them off the
     queue: the caller publishes its own snapshot next. Waits up to ``wait`` seconds for the
-    subscription's receipt, then until no snapshot came for ``quiet`` seconds (at most
-    ``wait`` more). Raises ``RuntimeError`` when the transport has no connection (the broker's
-    dialect picks the destination)."""
+    subscription's receipt, then up to ``wait`` seconds for a first snapshot and, once one
+    came, until none came for ``quiet`` seconds (a loaded broker may take a while to dispatch a
+    queue to a new consumer; once it does, the rest follow at once). Raises ``RuntimeError``
+    when the transport has no connection (the broker's dialect picks the destination)."""
     wait = _validate.seconds(wait, "wait")
     quiet = _validate.seconds(quiet, "quiet")
     dialect = transport.dialect
@@ -583,9 +585,10 @@ def read_snapshot(
             now = time.monotonic()
             with lock:
                 since = now - last[0]
-            if since >= quiet or now - start >= wait:
+                got = bool(bodies)
+            if (got and since >= quiet) or now - start >= wait:
                 break
-            time.sleep(min(quiet - since, 0.05))
+            time.sleep(min(quiet - since, 0.05) if got else 0.05)
     finally:
         sub.cancel()
     best: ShardSnapshot | None = None
@@ -790,6 +793,11 @@ class MonitorGroupMember:
         self.releases = 0
         self.refused = 0
         self.slowest = 0.0
+        #: The last 1000 takeovers: (shard, the snapshot's member or None if none was read,
+        #: its topics, its FAILED topics, when read as Unix seconds).
+        self.taken: collections.deque[tuple[int, str | None, int, int, float]] = collections.deque(
+            maxlen=1000
+        )
 
     # -- what it knows ----------------------------------------------------------------------
 
@@ -888,6 +896,10 @@ class MonitorGroupMember:
             if new:
                 self._lost.pop(shard, None)
                 self._taking.append(shard)
+                # Marked being read in the same hold of the lock that makes it owned: else the
+                # worker's next snapshot round (on another thread) could publish ours for it
+                # before the read, and the read would pick ours (newest) over the old owner's.
+                self._reading.add(shard)
 
     def _on_message(self, shard: int, gen: int, _link: Any, message: Any) -> None:
         """What the native path left: a tick, or a beat its decoder was not sure of."""
@@ -1009,10 +1021,9 @@ class MonitorGroupMember:
                     return
                 shard = self._taking.pop(0)
                 if shard not in self._owned:
+                    self._reading.discard(shard)  # lost before the read began
                     continue
-            self.takeovers += 1
-            with self._lock:
-                self._reading.add(shard)
+                self.takeovers += 1
             threading.Thread(
                 target=self._adopt_snapshot,
                 args=(shard,),
@@ -1042,14 +1053,24 @@ class MonitorGroupMember:
                 logging.getLogger(__name__).exception("shard %d's snapshot", shard)
 
     def _read_and_adopt(self, shard: int) -> None:
-        # A second of quiet: under load a broker may take over 0.2 s (read_snapshot's default)
-        # to dispatch a queue's messages to a new consumer, and a read that gives up too soon
-        # loses the state (measured on ActiveMQ with 2000 topics beating).
+        # Up to 2 s for the first snapshot: under load a broker took over 0.2 s to dispatch a
+        # queue to a new consumer (ActiveMQ, 2000 topics beating), and a read that gives up too
+        # soon loses the state. Once one came, the read ends quickly: between the drain and our
+        # snapshot published back (below), a hang or death of ours loses the shard's state.
         snap, refused = read_snapshot(
-            self.transport, self.layout, shard, self._key, wait=3.0, quiet=1.0
+            self.transport, self.layout, shard, self._key, wait=2.0, quiet=0.2
         )
         with self._lock:
             self.refused += len(refused)
+            self.taken.append(
+                (
+                    shard,
+                    None if snap is None else snap.member,
+                    0 if snap is None else len(snap.topics),
+                    0 if snap is None else len(snap.failed),
+                    time.time(),
+                )
+            )
         if snap is None:
             return
         mon = self.monitor

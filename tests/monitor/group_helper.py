@@ -22,6 +22,7 @@ import heartwire as hw
 from heartwire.beat import Beat, BeatCodec
 from heartwire.events import Failed, Resumed
 from heartwire.groups import MonitorGroupMember, ShardLayout
+from heartwire.transport.stomp import StompTransport
 
 _out_lock = threading.Lock()
 
@@ -57,6 +58,7 @@ def member(args: argparse.Namespace) -> None:
     out = Out(args.out)
     layout = ShardLayout(args.group, args.shards)
     transport = hw.connect(args.url)
+    assert isinstance(transport, StompTransport)
     mon = hw.HeartbeatMonitor(
         None, "svc.>", period=args.period, grace=args.grace, listeners=[Reporter(out)]
     )
@@ -65,7 +67,12 @@ def member(args: argparse.Namespace) -> None:
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     last: frozenset[int] | None = None
+    seen = 0
     while not done.wait(0.05):
+        taken = list(m.taken)
+        for shard, by, topics, failed, at in taken[seen:]:
+            out.emit(event="taken", shard=shard, by=by, topics=topics, failed=failed, at=at)
+        seen = len(taken)
         owned = m.owned
         if owned != last:
             out.emit(event="owned", shards=sorted(owned), at=time.time())
@@ -86,6 +93,7 @@ def publisher(args: argparse.Namespace) -> None:
     out = Out(args.out)
     layout = ShardLayout(args.group, args.shards)
     transport = hw.connect(args.url)
+    assert isinstance(transport, StompTransport)
     codec = BeatCodec()
     topics = [f"svc.t{i}" for i in range(args.topics)]
     dead = set(topics[: args.dead])

@@ -122,17 +122,21 @@ def _all_owned(run: Run, names: list[str]) -> bool:
     return sum(len(s) for s in sets) == SHARDS and set().union(*sets) == set(range(SHARDS))
 
 
-def _scenario(run: Run) -> None:
+def _scenario(run: Run, topics: int = TOPICS, dead_n: int = DEAD, period: float = 1.0) -> None:
+    """The scenario of the module docs (``topics`` beating every ``period`` seconds, the
+    first ``dead_n`` stopped); times in ``run.marks``, written to ``marks.json``."""
+    p = ["--period", str(period)]
     for name in MEMBERS:
-        run.spawn("member", name)
+        run.spawn("member", name, *p)
     _wait("three members to start", lambda: all(run.events(n) for n in MEMBERS), 30)
     run.spawn(
         "publisher",
         "pub",
+        *p,
         "--topics",
-        str(TOPICS),
+        str(topics),
         "--dead",
-        str(DEAD),
+        str(dead_n),
         "--stop-file",
         str(run.dir / "stop"),
     )
@@ -141,22 +145,23 @@ def _scenario(run: Run) -> None:
         lambda: (
             _all_owned(run, MEMBERS) and max(len(s) for s in run.owners(MEMBERS).values()) <= SHARE
         ),
-        45,
+        45 * period,
     )
-    time.sleep(3)  # every topic heard by its owner
+    time.sleep(3 * period)  # every topic heard by its owner
     (run.dir / "stop").touch()
     _wait(
         "the publisher to stop the dead topics",
         lambda: any(r["event"] == "stopped" for r in run.events("pub")),
         10,
     )
-    dead = {f"svc.t{i}" for i in range(DEAD)}
+    run.marks["stopped"] = next(r["at"] for r in run.events("pub") if r["event"] == "stopped")
+    dead = {f"svc.t{i}" for i in range(dead_n)}
     _wait(
         "every stopped topic to fail",
         lambda: (
             dead <= {r["topic"] for n in MEMBERS for r in run.events(n) if r["event"] == "failed"}
         ),
-        15,
+        15 * period,
     )
     owners = run.owners(MEMBERS)
     victim = max(MEMBERS, key=lambda n: len(owners[n]))
@@ -166,7 +171,9 @@ def _scenario(run: Run) -> None:
     run.procs[victim].wait()
     survivors = [n for n in MEMBERS if n != victim]
     _wait("the survivors to own every shard", lambda: _all_owned(run, survivors), 20)
-    time.sleep(4)  # the dead topics taken over fail again on their new owners (period + grace)
+    time.sleep(
+        4 * period
+    )  # the dead topics taken over fail again on their new owners (period + grace)
     owners = run.owners(survivors)
     hung = max(survivors, key=lambda n: len(owners[n]))
     other = next(n for n in survivors if n != hung)
@@ -177,8 +184,14 @@ def _scenario(run: Run) -> None:
     finally:
         os.kill(run.procs[hung].pid, signal.SIGCONT)
     run.marks["cont"] = time.time()
-    _wait("the last member to own every shard", lambda: _all_owned(run, [other]), 20)
-    run.spawn("member", victim)
+    # The broker moves the hung member's shards to the other one on missed heart-beats. On
+    # ActiveMQ, with the hung member's socket full of beats, it may not drop it within the 10 s
+    # (docs/groups.md): then the member, woken, carries on with its shards (its local-pause
+    # guard keeps it from failing anything at the wake-up).
+    _wait("the survivors to own every shard", lambda: _all_owned(run, survivors), 20)
+    run.marks["hung_kept"] = float(bool(run.owned(hung)))
+    assert run.owned(hung) or _all_owned(run, [other])
+    run.spawn("member", victim, *p)
     run.marks["restart"] = time.time()
     _wait(
         f"a rebalance after the restart: each member owns 1 to {SHARE} shards",
@@ -186,9 +199,9 @@ def _scenario(run: Run) -> None:
             _all_owned(run, MEMBERS)
             and all(1 <= len(s) <= SHARE for s in run.owners(MEMBERS).values())
         ),
-        60,
+        60 * period,
     )
-    time.sleep(3)
+    time.sleep(3 * period)
     run.marks["end"] = time.time()
     (run.dir / "marks.json").write_text(json.dumps(run.marks))
 
@@ -217,6 +230,63 @@ def takeover(
     yield run
 
 
+def measure(run: Run, dead_n: int = DEAD) -> dict[str, float | None]:
+    """Takeover times from a run's files, seconds: kill -9 -> the first of the victim's shards
+    delivered to a survivor (``kill_first``), -> every shard owned again (``kill_all``), -> the
+    first failure of a stopped topic of the victim's shards reported by a survivor
+    (``kill_failed``); SIGSTOP -> the first of the hung member's shards delivered to the other
+    (``hung_first``: None if only after SIGCONT, ``cont`` seconds after the stop)."""
+
+    def owned_at(name: str, t: float) -> set[int]:
+        last: set[int] = set()
+        for r in run.events(name):
+            if r["event"] == "owned" and r["at"] <= t:
+                last = set(r["shards"])
+        return last
+
+    m = run.marks
+    kill, stop = m["kill"], m["stop"]
+    victim = max(MEMBERS, key=lambda n: len(owned_at(n, kill - 0.01)))
+    vs = owned_at(victim, kill - 0.01)
+    surv = [n for n in MEMBERS if n != victim]
+    moves = sorted(
+        r["at"]
+        for n in surv
+        for r in run.events(n)
+        if r["event"] == "owned" and r["at"] > kill and set(r["shards"]) & vs
+    )
+    all_at = next(
+        (t for t in moves if set().union(*(owned_at(n, t) for n in surv)) == set(range(SHARDS))),
+        None,
+    )
+    dead = {
+        f"svc.t{i}" for i in range(dead_n) if ShardLayout("x", SHARDS).shard_of(f"svc.t{i}") in vs
+    }
+    failed = [
+        r["at"]
+        for n in surv
+        for r in run.events(n)
+        if r["event"] == "failed" and r["topic"] in dead and r["at"] > kill
+    ]
+    hung = max(surv, key=lambda n: len(owned_at(n, stop - 0.01)))
+    other = next(n for n in surv if n != hung)
+    hs = owned_at(hung, stop - 0.01)
+    hmoves = [
+        r["at"]
+        for r in run.events(other)
+        if r["event"] == "owned" and r["at"] > stop and set(r["shards"]) & hs
+    ]
+    return {
+        "kill_shards": float(len(vs)),
+        "kill_first": moves[0] - kill if moves else None,
+        "kill_all": None if all_at is None else all_at - kill,
+        "kill_failed": min(failed) - kill if failed else None,
+        "hung_first": min(hmoves) - stop if hmoves and min(hmoves) < m["cont"] else None,
+        "hung_any": min(hmoves) - stop if hmoves else None,
+        "cont": m["cont"] - stop,
+    }
+
+
 def _failed(run: Run) -> list[dict[str, Any]]:
     """Every failed event of the members until the scenario's end (the teardown's are not)."""
     return [
@@ -239,6 +309,7 @@ def test_no_live_topic_fails_and_every_stopped_topic_does(takeover: Run) -> None
 
 
 def test_publisher_kept_up(takeover: Run) -> None:
+    print(takeover.url, measure(takeover))  # the takeover times (pytest -s shows them)
     late = [r for r in takeover.events("pub") if r["event"] == "late"]
     assert late == [], f"the publisher fell behind its period (results unreliable): {late[:3]}"
 
