@@ -16,11 +16,10 @@ publishers and coroutine ``dependency`` checks build on these (see ``docs/asynci
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import ClassVar
 
 from heartwire import _validate
@@ -442,13 +441,34 @@ class ReceivedTopicWait(TopicWait):
 class LoopCheck:
     """A publisher's coroutine check on ``loop``: :meth:`start` hands the awaitable to the
     loop and returns at once (no thread waits for it); ``done(result, error, cancelled)`` is
-    called on the loop's thread when it ends. :meth:`cancel` (from any thread) cancels it: a
-    check past its time limit is cancelled, not left to run."""
+    called once, when it has really ended: on the loop's thread (as the task finishes), or,
+    if the loop closed with it unfinished, on the thread of the next :meth:`cancel`.
+    :meth:`cancel` (from any thread) cancels it: a check past its time limit is cancelled, not
+    left to run. One that ignores the cancellation (catches ``CancelledError`` and goes on)
+    is still :attr:`running` until it returns, and ``done`` waits for that: its publisher
+    then keeps it as the beat's work in flight, so at most one runs per publisher (each beat
+    due meanwhile fails, counted), instead of starting another each period."""
 
-    __slots__ = ("_future",)
+    __slots__ = (
+        "_awaitable",
+        "_cancelled",
+        "_done",
+        "_ended",
+        "_lock",
+        "_loop",
+        "_runner",
+        "_task",
+    )
 
     def __init__(self) -> None:
-        self._future: concurrent.futures.Future[object] | None = None
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: Coroutine[object, None, object] | None = None
+        self._awaitable: Awaitable[object] | None = None  # until the task has it
+        self._task: asyncio.Task[object] | None = None
+        self._done: Callable[[object, BaseException | None, bool], None] | None = None
+        self._cancelled = False  # cancel() was called
+        self._ended = False  # done was called
 
     def start(
         self,
@@ -462,29 +482,85 @@ class LoopCheck:
             return await awaitable
 
         runner = run()
+        self._loop, self._runner, self._awaitable, self._done = loop, runner, awaitable, done
         try:
-            future = asyncio.run_coroutine_threadsafe(runner, loop)
+            loop.call_soon_threadsafe(self._begin)
         except RuntimeError:  # the loop is closed: never awaited, and no warning for it
-            runner.close()
-            close = getattr(awaitable, "close", None)
-            if callable(close):
-                close()
+            self._close_unstarted()
             raise
-        self._future = future
 
-        def finished(fut: concurrent.futures.Future[object]) -> None:
-            if fut.cancelled():
-                done(None, None, True)
+    def _close_unstarted(self) -> None:
+        """Close a check that never ran: no "coroutine was never awaited" warning."""
+        with self._lock:
+            runner, self._runner = self._runner, None
+            awaitable, self._awaitable = self._awaitable, None
+        if runner is None:
+            return
+        runner.close()
+        close = getattr(awaitable, "close", None)
+        if callable(close):
+            close()
+
+    def _begin(self) -> None:
+        """On the loop: the task, unless a cancel came first."""
+        with self._lock:
+            if self._ended:
                 return
-            error = fut.exception()
-            done(None if error is not None else fut.result(), error, False)
+            if not self._cancelled:
+                runner, self._runner = self._runner, None
+                self._awaitable = None
+                assert runner is not None and self._loop is not None
+                self._task = self._loop.create_task(runner)
+                self._task.add_done_callback(self._task_done)
+                return
+        self._close_unstarted()
+        self._end(None, None, True)
 
-        future.add_done_callback(finished)
+    def _task_done(self, task: asyncio.Task[object]) -> None:
+        if task.cancelled():
+            self._end(None, None, True)
+            return
+        error = task.exception()
+        self._end(None if error is not None else task.result(), error, False)
+
+    def _end(self, result: object, error: BaseException | None, cancelled: bool) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            done, self._done = self._done, None
+        if done is not None:
+            done(result, error, cancelled)
+
+    @property
+    def running(self) -> bool:
+        """Started and not ended (cancelled or not)."""
+        return self._loop is not None and not self._ended
 
     def cancel(self) -> None:
-        """Cancel the coroutine (its ``done`` then reports it cancelled). Call it without
-        holding a lock ``done`` takes: a future not started yet calls ``done`` at once, on the
-        calling thread."""
-        future = self._future
-        if future is not None:
-            future.cancel()
+        """Cancel the coroutine (its ``done`` then reports it cancelled, once it has ended).
+        Called again, only looks whether the loop has closed with the check unfinished:
+        nothing will run it any more, and ``done`` is called here. Call it without holding a
+        lock ``done`` takes: it may call ``done`` at once, on the calling thread."""
+        with self._lock:
+            if self._ended or self._loop is None:
+                return
+            first = not self._cancelled
+            self._cancelled = True
+            loop = self._loop
+        if loop.is_closed():  # (a task left pending by a loop closed without running it)
+            self._close_unstarted()
+            self._end(None, None, True)
+            return
+        if first:
+            try:
+                loop.call_soon_threadsafe(self._cancel_task)
+            except RuntimeError:  # closed meanwhile
+                self._close_unstarted()
+                self._end(None, None, True)
+
+    def _cancel_task(self) -> None:
+        """On the loop, after :meth:`_begin` (callbacks run in order): cancel the task."""
+        task = self._task
+        if task is not None:
+            task.cancel()
