@@ -288,7 +288,7 @@ class _SlowSubscription:
 
 
 @pytest.mark.asyncio
-async def test_a_cancel_after_start_returned_stops_the_monitor_too() -> None:
+async def test_a_cancel_while_start_is_on_a_slow_broker_waits_for_it_then_stops_it() -> None:
     broker = SlowBroker()
     mon = hw.HeartbeatMonitor(broker, "svc.>", clock=hw.ManualClock(), period=1.0)
 
