@@ -174,7 +174,7 @@ impl Detector {
         }
         // A good beat stamped at or before the down beat is old news: it does not resume.
         slot.known_until = slot.known_until.max(t);
-        slot.since = t;
+        slot.since = self.abs(t);
         let missed = slot.missed;
         let serial = self.reasons.lock().put(id, reason);
         inner.down.insert(id, serial);

@@ -136,6 +136,22 @@ impl Flaps {
         }
     }
 
+    /// Topic `id` flaps from `at` (relative ns) on, carried over from another monitor
+    /// (`adopt.rs`): it settles one window later unless another outage begins or ends.
+    pub(super) fn carry_flapping(&mut self, id: TopicId, at: u64) {
+        let f = self.topics.entry(id).or_insert_with(|| Flap {
+            resumes: VecDeque::new(),
+            flapping: false,
+            last: 0,
+            ended: (0, 0),
+        });
+        f.last = f.last.max(at);
+        if !f.flapping {
+            f.flapping = true;
+            self.flapping.push(id);
+        }
+    }
+
     /// Drop the topics with no outage in the window, once they pile up (amortized).
     fn sweep(&mut self, now: u64) {
         if self.topics.len() < self.sweep_at.max(1024) {
