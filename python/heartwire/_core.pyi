@@ -427,6 +427,12 @@ class Detector:
         or a None item: the default; a None or NaN ``since``: a fresh start), in one call.
         A bad row raises naming it and changes nothing. The handles in order."""
 
+    def marks(self) -> list[tuple[str, bool, bool, str | None, bool]]:
+        """``(name, alerted, silenced, suppressed_by, flapping)`` of each FAILED topic whose
+        outage's events all went out marked (or held back while flapping) and each flapping
+        topic: what :meth:`adopt` carries. Empty while no silence, dependency or flapping was
+        declared."""
+
     def handle(self, name: str) -> int | None: ...
     def handles(self) -> list[int]:
         """The handles of every topic held (not removed)."""

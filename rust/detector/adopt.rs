@@ -163,6 +163,40 @@ impl Detector {
         })
     }
 
+    /// The marks of every topic whose marks are not an alerted outage's or nothing (what a
+    /// snapshot carries for [`adopt`](Detector::adopt) on another monitor), in id order:
+    /// FAILED topics whose listeners were told only marked events (or none, all held back
+    /// while flapping), and flapping topics. Empty while no silence, dependency or flapping
+    /// was ever declared (then every FAILED topic was alerted). The parent is a name.
+    pub fn marks(&self) -> Vec<(Handle, Marks)> {
+        let inner = self.inner.lock();
+        if inner.policy.is_idle() {
+            return Vec::new();
+        }
+        let flapping = inner.policy.flapping_ids();
+        let mut out = Vec::new();
+        for id in 0..inner.slots.len() as TopicId {
+            let state = word::state(self.word(id).load(Ordering::Acquire));
+            let failed = matches!(state, State::Failed | State::PausedFailed);
+            let flaps = flapping.contains(&id);
+            let outage = inner.policy.outage(id);
+            if state == State::Removed || !(flaps || failed && outage != Outage::Alerted) {
+                continue;
+            }
+            let mut marks = Marks {
+                flapping: flaps,
+                alerted: !failed || outage == Outage::Alerted,
+                ..Marks::default()
+            };
+            if let (true, Outage::Quiet { silenced, by }) = (failed, outage) {
+                marks.silenced = silenced;
+                marks.suppressed_by = (by != NO_TOPIC).then(|| self.registry.name(by));
+            }
+            out.push((self.handle_of(id), marks));
+        }
+        out
+    }
+
     fn check_adoption(i: usize, t: &Adoption<'_>, now_abs: u64) -> Result<(), DetectorError> {
         let bad = |what: String| Err(DetectorError::Invalid(format!("topics[{i}]: {what}")));
         if t.name.is_empty() || t.name.len() > MAX_NAME_LEN {

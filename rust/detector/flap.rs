@@ -163,6 +163,11 @@ impl Flaps {
         self.sweep_at = self.topics.len() * 2;
     }
 
+    /// The topics flapping now.
+    pub(super) fn flapping_ids(&self) -> &[TopicId] {
+        &self.flapping
+    }
+
     /// How many topics flap now.
     pub(super) fn count(&self) -> usize {
         self.flapping.len()

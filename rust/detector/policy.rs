@@ -149,7 +149,7 @@ impl Policy {
         self.per.get(id as usize).map_or(0, |p| p.until)
     }
 
-    fn outage(&self, id: TopicId) -> Outage {
+    pub(super) fn outage(&self, id: TopicId) -> Outage {
         self.per.get(id as usize).map_or(Outage::None, |p| p.outage)
     }
 
@@ -163,6 +163,11 @@ impl Policy {
     pub(super) fn set_outage(&mut self, id: TopicId, o: Outage) {
         self.grow(id);
         self.per[id as usize].outage = o;
+    }
+
+    /// The topics flapping now.
+    pub(super) fn flapping_ids(&self) -> &[TopicId] {
+        self.flaps.flapping_ids()
     }
 
     /// Whether flapping is detected.

@@ -550,6 +550,25 @@ impl PyDetector {
         py.detach(|| self.det.adopt(&rows, now)).map_err(to_py)
     }
 
+    /// What this detector's listeners were told, for the topics whose marks are not plain
+    /// (what :meth:`adopt` carries to another monitor): ``(name, alerted, silenced,
+    /// suppressed_by, flapping)`` for each FAILED topic whose outage's events all went out
+    /// marked (or were all held back while it flapped) and each flapping topic. Empty while
+    /// no silence, dependency or flapping was declared: every FAILED topic is then alerted.
+    #[allow(clippy::type_complexity)]
+    fn marks(&self, py: Python<'_>) -> Vec<(String, bool, bool, Option<String>, bool)> {
+        let det = self.det.clone();
+        py.detach(move || {
+            det.marks()
+                .into_iter()
+                .filter_map(|(h, m)| {
+                    let name = det.name(h)?;
+                    Some((name, m.alerted, m.silenced, m.suppressed_by, m.flapping))
+                })
+                .collect()
+        })
+    }
+
     /// The handle of ``name``, or None.
     fn handle(&self, name: &str) -> Option<Handle> {
         self.det.lookup_handle(name)
