@@ -324,7 +324,8 @@ class TopicRecord:
     @property
     def plain_marks(self) -> bool:
         """The default marks (an alerted outage or none, not flapping): not encoded."""
-        return self.alerted and not self.silenced and not self.flapping and self.suppressed_by is None
+        quiet = self.silenced or self.suppressed_by is not None
+        return self.alerted and not quiet and not self.flapping
 
 
 @dataclass(frozen=True)
