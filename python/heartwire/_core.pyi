@@ -396,6 +396,7 @@ class Detector:
         *,
         since: float | None = None,
         missed: int = 1,
+        reason: str | None = None,
         alerted: bool = True,
         silenced: bool = False,
         suppressed_by: str | None = None,
@@ -406,7 +407,8 @@ class Detector:
         """Take ``name`` over from another monitor at ``now``: ``since=None`` is a fresh start
         (as :meth:`add`); with ``since`` (this clock's seconds, may be before this detector
         started) its outage is carried over: FAILED with no ``failed`` event, ``missed`` kept,
-        the next ``failed(missed + 1)`` one period after ``now``, its next beat a ``resumed``
+        the next ``failed(missed + 1)`` one period after ``now`` (with ``reason``, an explicit
+        failure's, at every missed period), its next beat a ``resumed``
         with the downtime from ``since``. ``alerted``/``silenced``/``suppressed_by``: what the
         old owner's listeners were told; ``flapping``: it flaps on here. Its handle."""
 
@@ -416,6 +418,7 @@ class Detector:
         *,
         since: Sequence[float | None] | Any | None = None,
         missed: Sequence[int | None] | Any | None = None,
+        reason: Sequence[str | None] | Any | None = None,
         alerted: Sequence[bool | None] | Any | None = None,
         silenced: Sequence[bool | None] | Any | None = None,
         suppressed_by: Sequence[str | None] | Any | None = None,

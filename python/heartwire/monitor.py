@@ -677,7 +677,8 @@ class HeartbeatMonitor:
         start: a full period (plus grace) from now. A FAILED one (``failed_since`` set, Unix
         seconds) carries its outage over without a new first ``failed``: FAILED at once,
         ``missed`` kept, the next ``failed(missed + 1)`` one period from now with the same
-        ``since``, its next beat a ``resumed`` whose downtime runs from ``failed_since``; a
+        ``since`` (and the record's ``reason``, an explicit failure's, as after a ``down``
+        beat), its next beat a ``resumed`` whose downtime runs from ``failed_since``; a
         known topic heard after ``failed_since`` gets that ``resumed`` now. The record's marks
         (``alerted``, ``silenced``, ``suppressed_by``, ``flapping``, when it has them; else an
         alerted outage) say what the old owner's listeners were told.
@@ -705,6 +706,7 @@ class HeartbeatMonitor:
         periods: list[float | None] = []
         since: list[float | None] = []
         missed: list[int | None] = []
+        reasons: list[str | None] = []
         defaults: dict[str, Any] = {
             "alerted": True,
             "silenced": False,
@@ -729,9 +731,15 @@ class HeartbeatMonitor:
             names.append(topic)
             periods.append(None if period is None else _validate.seconds(period, f"{where}.period"))
             wall = getattr(rec, "failed_since", None)
+            reason = getattr(rec, "reason", None)
+            if reason is not None and not isinstance(reason, str):
+                raise TypeError(
+                    f"{where}.reason must be a str or None, got {type(reason).__name__}"
+                )
             if wall is None:
                 since.append(None)
                 missed.append(None)
+                reasons.append(None)
             else:
                 wall = _validate.seconds(
                     wall, f"{where}.failed_since", allow_zero=True, allow_negative=True
@@ -742,6 +750,9 @@ class HeartbeatMonitor:
                         getattr(rec, "missed", 1), f"{where}.missed", 1, maximum=2**32 - 1
                     )
                 )
+                if reason is not None and not 1 <= len(reason) <= 256:
+                    raise ValueError(f"{where}.reason must be 1 to 256 characters")
+                reasons.append(reason)
             for key, default in defaults.items():
                 value = getattr(rec, key, default)
                 if key == "suppressed_by":
@@ -756,7 +767,9 @@ class HeartbeatMonitor:
                 self._intake.expect(topic, None if known else period, None, None, None)
             # Known now: the detector carries the outages over (one hold of its lock); fresh
             # rows (since None) were started by `expect` and are left as they are.
-            return self._det.adopt_many(names, since=since, missed=missed, now=now, **marks)
+            return self._det.adopt_many(
+                names, since=since, missed=missed, reason=reasons, now=now, **marks
+            )
 
     # -- alerting policy: silences and dependencies (in the core: rust/detector/policy.rs) --
 

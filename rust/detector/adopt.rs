@@ -16,6 +16,7 @@
 use super::policy::Outage;
 use super::*;
 use crate::event::NO_TOPIC;
+use crate::ingest::beat::MAX_REASON_LEN;
 use crate::registry::MAX_NAME_LEN;
 
 /// What the old owner's listeners were told of a topic (see `policy.rs`).
@@ -54,6 +55,10 @@ pub struct Carried {
     pub since_ns: u64,
     /// Periods missed so far (>= 1).
     pub missed: u32,
+    /// An explicit failure's reason (the sender said `down`): the outage's `failed` events go
+    /// on carrying it, one at every missed period as after a `down` beat (1 to
+    /// [`MAX_REASON_LEN`] characters). None: a failure by missed periods.
+    pub reason: Option<String>,
     pub marks: Marks,
 }
 
@@ -86,6 +91,7 @@ impl<'a> Adoption<'a> {
             failed: Some(Carried {
                 since_ns,
                 missed,
+                reason: None,
                 marks: Marks::alerted(),
             }),
             ..Self::fresh(name)
@@ -224,6 +230,15 @@ impl Detector {
                 t.name, c.since_ns
             ));
         }
+        if let Some(r) = &c.reason {
+            let n = r.chars().count();
+            if n == 0 || n > MAX_REASON_LEN {
+                return bad(format!(
+                    "{:?}: reason must be 1 to {MAX_REASON_LEN} characters, got {n}",
+                    t.name
+                ));
+            }
+        }
         if let Some(p) = &c.marks.suppressed_by {
             if !crate::ingest::topic::valid_topic(p) {
                 return bad(format!(
@@ -282,6 +297,10 @@ impl Detector {
             inner.policy.set_outage(id, outage);
         }
         Self::clear_down(inner, id);
+        if let Some(reason) = &c.reason {
+            let serial = self.reasons.lock().put(id, reason);
+            inner.down.insert(id, serial);
+        }
         let step = self.step(inner, id);
         let slot = &mut inner.slots[id as usize];
         slot.missed = c.missed;

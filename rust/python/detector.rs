@@ -421,7 +421,8 @@ impl PyDetector {
     /// ``now``. With ``since`` (seconds on this detector's clock, as events' ``since``; it may
     /// be before this detector started), its outage is carried over: FAILED at once without a
     /// ``failed`` event, ``missed`` periods counted, the next ``failed(missed + 1)`` one
-    /// period after ``now`` with the same ``since``, and its first beat after ``now`` a
+    /// period after ``now`` with the same ``since`` (and ``reason``: an explicit failure's,
+    /// then one ``failed`` at every missed period as after a ``down`` beat), and its first beat after ``now`` a
     /// ``resumed`` with the downtime from ``since``. ``alerted``: the old owner's listeners got
     /// an unmarked ``failed`` (False: only ones marked ``silenced`` and/or ``suppressed_by``
     /// that parent, so the alert is owed: it goes out when it would be unmarked here).
@@ -429,7 +430,7 @@ impl PyDetector {
     /// only with flapping detection on). A known topic keeps its handle and deadlines; if it is
     /// FAILED here already it is kept so; if it was heard after ``since``, ``resumed`` is
     /// emitted now at that beat. Returns its handle.
-    #[pyo3(signature = (name, *, since = None, missed = 1, alerted = true, silenced = false, suppressed_by = None, flapping = false, period = None, now = None))]
+    #[pyo3(signature = (name, *, since = None, missed = 1, reason = None, alerted = true, silenced = false, suppressed_by = None, flapping = false, period = None, now = None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn adopt(
         &self,
@@ -437,6 +438,7 @@ impl PyDetector {
         name: &str,
         since: Option<f64>,
         missed: i64,
+        reason: Option<String>,
         alerted: bool,
         silenced: bool,
         suppressed_by: Option<String>,
@@ -451,6 +453,7 @@ impl PyDetector {
             Some(s) => Some(Carried {
                 since_ns: since_ns("since", s)?,
                 missed: missed_count("missed", missed)?,
+                reason,
                 marks: Marks {
                     alerted,
                     silenced,
@@ -477,7 +480,7 @@ impl PyDetector {
     /// Arrow or NumPy array; a None item is the default: in ``since``, a fresh start; a NaN
     /// ``since`` too). Every row is checked first: a bad one raises (naming it) and changes
     /// nothing. Returns the handles in order.
-    #[pyo3(signature = (names, *, since = None, missed = None, alerted = None, silenced = None, suppressed_by = None, flapping = None, period = None, now = None))]
+    #[pyo3(signature = (names, *, since = None, missed = None, reason = None, alerted = None, silenced = None, suppressed_by = None, flapping = None, period = None, now = None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn adopt_many(
         &self,
@@ -485,6 +488,7 @@ impl PyDetector {
         names: &Bound<'_, PyAny>,
         since: Option<&Bound<'_, PyAny>>,
         missed: Option<&Bound<'_, PyAny>>,
+        reason: Option<&Bound<'_, PyAny>>,
         alerted: Option<&Bound<'_, PyAny>>,
         silenced: Option<&Bound<'_, PyAny>>,
         suppressed_by: Option<&Bound<'_, PyAny>>,
@@ -512,6 +516,7 @@ impl PyDetector {
         let n = names.len();
         let since = column::<f64>("since", since, n)?;
         let missed = column::<i64>("missed", missed, n)?;
+        let reason = column::<String>("reason", reason, n)?;
         let alerted = column::<bool>("alerted", alerted, n)?;
         let silenced = column::<bool>("silenced", silenced, n)?;
         let suppressed_by = column::<String>("suppressed_by", suppressed_by, n)?;
@@ -525,6 +530,7 @@ impl PyDetector {
                 Some(s) => Some(Carried {
                     since_ns: since_ns(&format!("since[{i}]"), s)?,
                     missed: missed_count(&format!("missed[{i}]"), missed[i].unwrap_or(1))?,
+                    reason: reason[i].clone(),
                     marks: Marks {
                         alerted: alerted[i].unwrap_or(true),
                         silenced: silenced[i].unwrap_or(false),

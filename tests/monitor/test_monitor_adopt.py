@@ -249,3 +249,26 @@ def test_adopt_needs_a_started_monitor_and_records() -> None:
         with pytest.raises(TypeError, match="records must be a ShardSnapshot or an iterable"):
             rig.mon.adopt(3)
         assert rig.mon.adopt([]) == []
+
+
+class Reasons(hw.SubscriberListener):
+    def __init__(self) -> None:
+        self.seen: list[Failed] = []
+
+    def on_failed(self, event: Failed) -> None:
+        self.seen.append(event)
+
+
+def test_an_explicit_failure_keeps_its_reason() -> None:
+    for rig in _member(allowed_misses=3):
+        reasons = Reasons()
+        rig.mon.add_listener(reasons)
+        rec = TopicRecord("svc.db", rig.mon.wall_time(5.0), 2, "disk full", 1.0)
+        rig.mon.adopt([rec])
+        rig.advance(2.001)  # a `down` outage fails at every period, whatever allowed_misses
+        assert [(e.missed, ms(e.at), ms(e.since), e.reason) for e in reasons.seen] == [
+            (3, 11000, 5000, "disk full"),
+            (4, 12000, 5000, "disk full"),
+        ]
+        with pytest.raises(ValueError, match=r"records\[0\]\.reason must be 1 to 256"):
+            rig.mon.adopt([TopicRecord("svc.x", 1.0, 1, "x" * 257)])

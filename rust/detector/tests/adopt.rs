@@ -7,6 +7,7 @@ fn carried(since_ns: u64, missed: u32, marks: Marks) -> Option<Carried> {
     Some(Carried {
         since_ns,
         missed,
+        reason: None,
         marks,
     })
 }
@@ -306,4 +307,35 @@ fn bad_rows_are_refused_by_index_and_change_nothing() {
     let err = r.det.adopt(&[Adoption::fresh("x")], None).unwrap_err();
     assert!(err.to_string().contains("stopped"), "{err}");
     assert_eq!(r.det.len(), 1);
+}
+
+#[test]
+fn an_explicit_failure_carries_its_reason_and_fails_at_every_missed_period() {
+    let r = Rig::new(S, 3); // three misses to fail by periods; a `down` outage fires at each
+    r.at(10 * S);
+    let mut row = Adoption::failed("a", 5 * S, 2);
+    if let Some(c) = row.failed.as_mut() {
+        c.reason = Some("disk full".to_owned());
+    }
+    let h = r.det.adopt(&[row], None).unwrap();
+    let a = r.det.resolve(h[0]).unwrap();
+    r.at(12 * S + MS);
+    let got = r.take();
+    let reasons: Vec<_> = got.iter().map(|e| r.det.reason_of(e).unwrap()).collect();
+    assert_eq!(
+        got.iter()
+            .map(|e| (e.kind, e.topic, e.missed, e.at_ns / MS, e.detail / MS))
+            .collect::<Vec<_>>(),
+        vec![(Failed, a, 3, 11_000, 5_000), (Failed, a, 4, 12_000, 5_000)]
+    );
+    assert!(reasons.iter().all(|t| &**t == "disk full"));
+    let mut bad = Adoption::failed("b", 5 * S, 2);
+    if let Some(c) = bad.failed.as_mut() {
+        c.reason = Some(String::new());
+    }
+    let err = r.det.adopt(&[bad], None).unwrap_err().to_string();
+    assert!(
+        err.contains("reason must be 1 to 256 characters, got 0"),
+        "{err}"
+    );
 }
