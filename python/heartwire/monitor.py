@@ -744,6 +744,8 @@ class HeartbeatMonitor:
                 wall = _validate.seconds(
                     wall, f"{where}.failed_since", allow_zero=True, allow_negative=True
                 )
+                if topic in self._det and self._det.status(topic).state == "PAUSED":
+                    raise ValueError(f"{where}.topic {topic!r} is paused: resume it first")
                 since.append(min(max(wall - offset, 0.0), now))
                 missed.append(
                     _validate.count(

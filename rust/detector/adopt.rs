@@ -116,8 +116,11 @@ impl Detector {
     ///   `since`, marked as the carried outage was;
     /// - else: FAILED as a new one would be.
     ///
+    /// A fresh start for a known topic paused leaves it paused.
+    ///
     /// Refused (`Invalid`): an empty or too long name, `missed` 0, `since` after `now`, a
-    /// `suppressed_by` that is no topic name, a known topic paused, a stopped detector.
+    /// `suppressed_by` that is no topic name, an outage carried to a known topic paused, a
+    /// stopped detector.
     pub fn adopt(
         &self,
         topics: &[Adoption<'_>],
@@ -134,7 +137,11 @@ impl Detector {
                     "cannot adopt topics while the detector is stopped".to_owned(),
                 ));
             }
-            for (i, t) in topics.iter().enumerate() {
+            for (i, t) in topics
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.failed.is_some())
+            {
                 let Some(id) = self.registry.lookup(t.name) else {
                     continue;
                 };

@@ -272,3 +272,13 @@ def test_an_explicit_failure_keeps_its_reason() -> None:
         ]
         with pytest.raises(ValueError, match=r"records\[0\]\.reason must be 1 to 256"):
             rig.mon.adopt([TopicRecord("svc.x", 1.0, 1, "x" * 257)])
+
+
+def test_an_outage_is_not_carried_to_a_paused_topic(member: Rig) -> None:
+    member.mon.expect("svc.p", period=1.0)
+    member.mon.pause("svc.p")
+    with pytest.raises(ValueError, match=r"records\[1\]\.topic 'svc\.p' is paused"):
+        member.mon.adopt([TopicRecord("svc.ok"), failed(member, "svc.p", 5.0, 2)])
+    assert "svc.ok" not in member.mon
+    member.mon.adopt([TopicRecord("svc.p")])  # a fresh start leaves it paused
+    assert member.mon.status("svc.p").state == "PAUSED"

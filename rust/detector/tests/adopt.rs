@@ -303,6 +303,8 @@ fn bad_rows_are_refused_by_index_and_change_nothing() {
         "{err}"
     );
     assert_eq!(r.det.len(), 1);
+    r.det.adopt(&[Adoption::fresh("p")], None).unwrap(); // a fresh start leaves it paused
+    assert_eq!(r.det.status(p).unwrap().state, State::Paused);
     r.det.stop();
     let err = r.det.adopt(&[Adoption::fresh("x")], None).unwrap_err();
     assert!(err.to_string().contains("stopped"), "{err}");
