@@ -390,6 +390,52 @@ class Detector:
         grace: float | None = None,
         now: float | None = None,
     ) -> list[int]: ...
+    def adopt(
+        self,
+        name: str,
+        *,
+        since: float | None = None,
+        missed: int = 1,
+        reason: str | None = None,
+        alerted: bool = True,
+        silenced: bool = False,
+        suppressed_by: str | None = None,
+        flapping: bool = False,
+        period: float | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Take ``name`` over from another monitor at ``now``: ``since=None`` is a fresh start
+        (as :meth:`add`); with ``since`` (this clock's seconds, may be before this detector
+        started) its outage is carried over: FAILED with no ``failed`` event, ``missed`` kept,
+        the next ``failed(missed + 1)`` one period after ``now`` (with ``reason``, an explicit
+        failure's, at every missed period), its next beat a ``resumed``
+        with the downtime from ``since``. ``alerted``/``silenced``/``suppressed_by``: what the
+        old owner's listeners were told; ``flapping``: it flaps on here. Its handle."""
+
+    def adopt_many(
+        self,
+        names: Iterable[str] | Any,
+        *,
+        since: Sequence[float | None] | Any | None = None,
+        missed: Sequence[int | None] | Any | None = None,
+        reason: Sequence[str | None] | Any | None = None,
+        alerted: Sequence[bool | None] | Any | None = None,
+        silenced: Sequence[bool | None] | Any | None = None,
+        suppressed_by: Sequence[str | None] | Any | None = None,
+        flapping: Sequence[bool | None] | Any | None = None,
+        period: Sequence[float | None] | Any | None = None,
+        now: float | None = None,
+    ) -> list[int]:
+        """:meth:`adopt` by columns as long as ``names`` (lists, Arrow or NumPy arrays; None
+        or a None item: the default; a None or NaN ``since``: a fresh start), in one call.
+        A bad row raises naming it and changes nothing. The handles in order."""
+
+    def marks(self) -> list[tuple[str, bool, bool, str | None, bool]]:
+        """``(name, alerted, silenced, suppressed_by, flapping)`` of each FAILED topic whose
+        outage's events all went out marked (or held back while flapping) and each flapping
+        topic: what :meth:`adopt` carries. Empty while no silence, dependency or flapping was
+        declared."""
+
     def handle(self, name: str) -> int | None: ...
     def handles(self) -> list[int]:
         """The handles of every topic held (not removed)."""

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from heartwire import _validate
 from heartwire.beat import MAX_REASON_LEN, BeatCodec, DecodeError
 from heartwire.transport.dialect import RABBITMQ, Dialect, named
-from heartwire.transport.patterns import validate_pattern
+from heartwire.transport.patterns import validate_pattern, validate_topic
 from heartwire.transport.shards import (
     DEFAULT_SHARDS,
     MAX_SHARDS,
@@ -304,13 +304,28 @@ class SnapshotError(ValueError):
 class TopicRecord:
     """One topic of a shard as its owner knows it: ``failed_since`` is when its outage began as
     Unix seconds (None: not FAILED), ``missed`` the periods counted missed, ``reason`` an
-    explicit failure's reason, ``period`` the period it is watched with (None: the monitor's)."""
+    explicit failure's reason, ``period`` the period it is watched with (None: the monitor's).
+
+    The marks say what the owner's listeners were told (``HeartbeatMonitor.adopt`` carries
+    them on): ``alerted`` an unmarked ``Failed`` of the outage went out (else only ones marked
+    ``silenced`` and/or ``suppressed_by`` that parent, or none while it flapped), ``flapping``
+    the topic flaps."""
 
     topic: str
     failed_since: float | None = None
     missed: int = 0
     reason: str | None = None
     period: float | None = None
+    alerted: bool = True
+    silenced: bool = False
+    suppressed_by: str | None = None
+    flapping: bool = False
+
+    @property
+    def plain_marks(self) -> bool:
+        """The default marks (an alerted outage or none, not flapping): not encoded."""
+        quiet = self.silenced or self.suppressed_by is not None
+        return self.alerted and not quiet and not self.flapping
 
 
 @dataclass(frozen=True)
@@ -365,6 +380,7 @@ def _record(row: object, i: int, layout: ShardLayout, shard: int) -> TopicRecord
             "malformed", f"{where} must be [topic, failed_since, missed, reason, period]"
         )
     topic, since, missed, reason, period = row[:5]  # later elements: newer fields, ignored
+    alerted, silenced, parent, flapping = _marks(row[5] if len(row) > 5 else None, where)
     try:
         in_shard = layout.shard_of(topic)
     except (TypeError, ValueError) as exc:
@@ -381,7 +397,34 @@ def _record(row: object, i: int, layout: ShardLayout, shard: int) -> TopicRecord
         _count(missed, f"{where} missed", _MAX_MISSED),
         reason,
         None if period is None else _finite(period, f"{where} period", positive=True),
+        alerted,
+        silenced,
+        parent,
+        flapping,
     )
+
+
+def _marks(value: object, where: str) -> tuple[bool, bool, str | None, bool]:
+    """A row's marks, ``[alerted, silenced, suppressed_by, flapping]`` (absent: the default)."""
+    if value is None:
+        return True, False, None, False
+    if (
+        not isinstance(value, list)
+        or len(value) != 4
+        or not all(isinstance(value[i], bool) for i in (0, 1, 3))
+    ):
+        raise SnapshotError(
+            "malformed", f"{where} marks must be [alerted, silenced, suppressed_by, flapping]"
+        )
+    parent = value[2]
+    if parent is not None:
+        try:
+            validate_topic(parent, "suppressed_by")
+        except (TypeError, ValueError):
+            raise SnapshotError(
+                "malformed", f"{where} suppressed_by must be a topic name or null"
+            ) from None
+    return value[0], value[1], parent, value[3]
 
 
 def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> bytes:
@@ -392,7 +435,9 @@ def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> 
          "sent":1764000000.0,"topics":[["svc.db",1763999990.0,2,null,1.0],
          ["svc.api",null,0,null,null]],"sig":"<hex>"}
 
-    A topic row is ``[topic, failed_since, missed, reason, period]``. Raises
+    A topic row is ``[topic, failed_since, missed, reason, period]``, followed by its marks
+    ``[alerted, silenced, suppressed_by, flapping]`` unless they are the default (alerted or
+    up, not flapping: :attr:`TopicRecord.plain_marks`). Raises
     :class:`SnapshotError` (``malformed``) naming a field that would not decode."""
     if not isinstance(snapshot, ShardSnapshot):
         raise TypeError(f"snapshot must be a ShardSnapshot, got {type(snapshot).__name__}")
@@ -400,7 +445,9 @@ def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> 
     layout.queue(snapshot.shard)  # the shard's range, checked (ValueError naming it)
     rows = []
     for i, t in enumerate(snapshot.topics):
-        row = [t.topic, t.failed_since, t.missed, t.reason, t.period]
+        row: list[Any] = [t.topic, t.failed_since, t.missed, t.reason, t.period]
+        if not t.plain_marks:
+            row.append([t.alerted, t.silenced, t.suppressed_by, t.flapping])
         _record(row, i, layout, snapshot.shard)  # what decode would refuse, refused here
         rows.append(row)
     obj = {
@@ -475,14 +522,18 @@ def snapshot_of(
     """The snapshot of ``shard`` as ``monitor`` sees it now: every topic it watches in the
     shard (PENDING, ALIVE or FAILED; paused ones are left out), each FAILED one with the start
     of its outage as Unix seconds (``monitor.wall_time``), its missed periods and its period.
-    ``sent`` defaults to the wall clock now. (The outage's reason is not in the monitor's
-    status yet: left out.) One pass over the monitor's topics, a shard hash each."""
+    ``sent`` defaults to the wall clock now. Each topic's marks come from the monitor's
+    detector (``Detector.marks``: what its listeners were told). (The outage's reason is not
+    in the monitor's status yet: left out.) One pass over the monitor's topics, a shard hash
+    each."""
     layout.queue(shard)  # the shard's range, checked
+    marks = {m[0]: m[1:] for m in monitor.detector.marks()}
     topics = []
     for st in monitor.statuses():
         if st.state not in ("PENDING", "ALIVE", "FAILED") or layout.shard_of(st.topic) != shard:
             continue
         since = st.failed_since if st.state == "FAILED" else None
+        alerted, silenced, parent, flapping = marks.get(st.topic, (True, False, None, False))
         topics.append(
             TopicRecord(
                 st.topic,
@@ -490,6 +541,10 @@ def snapshot_of(
                 0 if since is None else st.missed,
                 None,
                 st.period,
+                alerted or since is None,
+                silenced and since is not None,
+                parent if since is not None else None,
+                flapping,
             )
         )
     when = time.time() if sent is None else sent

@@ -674,6 +674,112 @@ class HeartbeatMonitor:
         with self._lock:
             return self._intake.expect(topic, period, allowed_misses, phi, grace)
 
+    def adopt(self, records: Any) -> list[int]:
+        """Take topics over from another monitor of a group (``docs/groups-design.md`` §3):
+        ``records`` is a :class:`~heartwire.groups.ShardSnapshot` or an iterable of
+        :class:`~heartwire.groups.TopicRecord`. Returns their handles in order.
+
+        Each topic is watched from now on as by :meth:`expect` (a new one with the record's
+        ``period``; a known one keeps its settings and deadlines). One not FAILED gets a fresh
+        start: a full period (plus grace) from now. A FAILED one (``failed_since`` set, Unix
+        seconds) carries its outage over without a new first ``failed``: FAILED at once,
+        ``missed`` kept, the next ``failed(missed + 1)`` one period from now with the same
+        ``since`` (and the record's ``reason``, an explicit failure's, as after a ``down``
+        beat), its next beat a ``resumed`` whose downtime runs from ``failed_since``; a
+        known topic heard after ``failed_since`` gets that ``resumed`` now. The record's marks
+        (``alerted``, ``silenced``, ``suppressed_by``, ``flapping``, when it has them; else an
+        alerted outage) say what the old owner's listeners were told.
+
+        ``failed_since`` is turned into the monitor's clock with :attr:`wall_offset`; a time
+        after now (the other host's clock ahead) counts as now, and one before the clock's zero
+        (the host's boot, on the real clock) as that zero. Every record is checked first:
+        a bad one raises (``TypeError``/``ValueError`` naming it) and changes nothing.
+        """
+        from heartwire.control import RESERVED_PREFIX
+
+        if not self._det.running:
+            raise RuntimeError("adopt needs a started monitor (start it first)")
+        topics = getattr(records, "topics", records)
+        try:
+            rows = list(topics)
+        except TypeError:
+            raise TypeError(
+                "records must be a ShardSnapshot or an iterable of TopicRecord, got "
+                f"{type(records).__name__}"
+            ) from None
+        offset = self._offset_now()
+        now = self._det.now()
+        names: list[str] = []
+        periods: list[float | None] = []
+        since: list[float | None] = []
+        missed: list[int | None] = []
+        reasons: list[str | None] = []
+        defaults: dict[str, Any] = {
+            "alerted": True,
+            "silenced": False,
+            "suppressed_by": None,
+            "flapping": False,
+        }
+        marks: dict[str, list[Any]] = {k: [] for k in defaults}
+        for i, rec in enumerate(rows):
+            where = f"records[{i}]"
+            topic = getattr(rec, "topic", None)
+            if not isinstance(topic, str):
+                raise TypeError(f"{where} must be a TopicRecord, got {type(rec).__name__}")
+            validate_topic(topic, f"{where}.topic")
+            if topic.startswith(RESERVED_PREFIX):
+                raise ValueError(f"{where}.topic {topic!r} is one of heartwire's own")
+            if not self._intake.matches(topic):
+                raise ValueError(
+                    f"{where}.topic {topic!r} does not match the monitor's pattern "
+                    f"{self._pattern!r}"
+                )
+            period = getattr(rec, "period", None)
+            names.append(topic)
+            periods.append(None if period is None else _validate.seconds(period, f"{where}.period"))
+            wall = getattr(rec, "failed_since", None)
+            reason = getattr(rec, "reason", None)
+            if reason is not None and not isinstance(reason, str):
+                raise TypeError(
+                    f"{where}.reason must be a str or None, got {type(reason).__name__}"
+                )
+            if wall is None:
+                since.append(None)
+                missed.append(None)
+                reasons.append(None)
+            else:
+                wall = _validate.seconds(
+                    wall, f"{where}.failed_since", allow_zero=True, allow_negative=True
+                )
+                if topic in self._det and self._det.status(topic).state == "PAUSED":
+                    raise ValueError(f"{where}.topic {topic!r} is paused: resume it first")
+                since.append(min(max(wall - offset, 0.0), now))
+                missed.append(
+                    _validate.count(
+                        getattr(rec, "missed", 1), f"{where}.missed", 1, maximum=2**32 - 1
+                    )
+                )
+                if reason is not None and not 1 <= len(reason) <= 256:
+                    raise ValueError(f"{where}.reason must be 1 to 256 characters")
+                reasons.append(reason)
+            for key, default in defaults.items():
+                value = getattr(rec, key, default)
+                if key == "suppressed_by":
+                    if value is not None:
+                        validate_topic(value, f"{where}.suppressed_by")
+                elif not isinstance(value, bool):
+                    raise TypeError(f"{where}.{key} must be a bool, got {type(value).__name__}")
+                marks[key].append(value)
+        with self._lock:
+            for topic, period in zip(names, periods, strict=True):
+                known = topic in self._det
+                self._intake.expect(topic, None if known else period, None, None, None)
+            # Known now: the detector carries the outages over (one hold of its lock); fresh
+            # rows (since None) were started by `expect` and are left as they are.
+            return self._det.adopt_many(
+                names, since=since, missed=missed, reason=reasons, now=now, **marks
+            )
+
     # -- alerting policy: silences and dependencies (in the core: rust/detector/policy.rs) --
 
     def silence(

@@ -85,7 +85,7 @@ def test_newer_fields_are_ignored_and_signed() -> None:
 
     obj = json.loads(encode_snapshot(_snapshot(topics=(TopicRecord(A),))))
     obj["marks"] = {"x": 1}  # a field a later version adds
-    obj["topics"][0].append(["silenced"])  # a later row element
+    obj["topics"][0] += [None, ["later"]]  # no marks (the 6th element), a later row element
     body = BeatCodec(KEY).seal(obj)
     snap = decode_snapshot(body, LAYOUT, SHARD, KEY)
     assert snap.topics == (TopicRecord(A),)
@@ -258,3 +258,63 @@ def test_snapshot_of_a_monitor_lists_its_shard_with_failed_outages_in_wall_time(
         assert A not in {
             t.topic for t in snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=5).topics
         }
+
+
+# -- marks: what the owner's listeners were told (HeartbeatMonitor.adopt carries them on) ----
+
+
+def test_marks_travel_as_a_sixth_row_element_only_when_not_plain() -> None:
+    quiet = TopicRecord(B, 1_763_999_990.5, 3, None, 1.0, False, True, A, True)
+    snap = _snapshot(topics=(TopicRecord(A), quiet))
+    obj = json.loads(encode_snapshot(snap))
+    assert obj["topics"] == [
+        [A, None, 0, None, None],
+        [B, 1_763_999_990.5, 3, None, 1.0, [False, True, A, True]],
+    ]
+    assert decode_snapshot(encode_snapshot(snap, KEY), LAYOUT, SHARD, KEY) == snap
+    assert TopicRecord(A).plain_marks and not quiet.plain_marks
+
+
+@pytest.mark.parametrize(
+    ("marks", "detail"),
+    [
+        (
+            [True, False, None],
+            "topics[0] marks must be [alerted, silenced, suppressed_by, flapping]",
+        ),
+        ([1, False, None, False], "topics[0] marks must be"),
+        ({"alerted": True}, "topics[0] marks must be"),
+        ([False, False, "db.>", False], "topics[0] suppressed_by must be a topic name or null"),
+        ([False, False, 7, False], "topics[0] suppressed_by must be a topic name or null"),
+    ],
+)
+def test_malformed_marks_are_refused_naming_the_row(marks: Any, detail: str) -> None:
+    body = _tampered(lambda o: o["topics"][0].append(marks))
+    with pytest.raises(SnapshotError) as err:
+        decode_snapshot(body, LAYOUT, SHARD)
+    assert err.value.reason == "malformed"
+    assert err.value.detail.startswith(detail)
+
+
+def test_snapshot_of_carries_the_marks_of_a_silenced_outage() -> None:
+    from tests.monitor.test_monitor_semantics import make_rig
+
+    for rig in make_rig():
+        rig.mon.start()
+        rig.mon.silence(B, duration=60)
+        rig.mon.expect(A, period=1.0)
+        rig.mon.expect(B, period=1.0)
+        rig.clock.advance(1.001)  # both FAILED: A alerted, B only silenced
+        rig.mon.drain(5.0)
+        by_topic = {
+            t.topic: t for t in snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=1).topics
+        }
+        assert by_topic[A].plain_marks
+        b = by_topic[B]
+        assert (b.alerted, b.silenced, b.suppressed_by, b.flapping, b.missed) == (
+            False,
+            True,
+            None,
+            False,
+            1,
+        )
