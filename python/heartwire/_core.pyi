@@ -8,6 +8,7 @@ __all__ = [
     "BEAT_AGE_SKEW",
     "MAX_BEAT_PERIOD",
     "MAX_NAME_LEN",
+    "MAX_SHARDS",
     "MAX_TOPICS",
     "MIN_BEAT_PERIOD",
     "REPLAY_BOOTS",
@@ -32,6 +33,7 @@ __all__ = [
     "freshness_kernel",
     "outages_kernel",
     "partition_kernel",
+    "shard_of",
     "split_frames",
 ]
 
@@ -43,6 +45,7 @@ MAX_BEAT_PERIOD: float
 BEAT_AGE_PERIODS: float
 BEAT_AGE_SKEW: float
 REPLAY_BOOTS: int
+MAX_SHARDS: int
 
 _Topic = str | int
 _Overflow = Literal["block", "drop-oldest", "drop-newest", "coalesce"]
@@ -545,7 +548,9 @@ class Intake:
     bounds, running, signed-beat age, learning with pattern and ``max_topics`` (never a topic
     under ``"_hw."``: ``bad_topic``), replays, re-tuning), however the beat arrives. Refusals
     are counted by reason; the first 1024 not yet taken are kept with details
-    (:meth:`take_refusals`)."""
+    (:meth:`take_refusals`). ``shard=(shards, k)`` (:meth:`ingest`, :meth:`record`): the beat
+    came from shard ``k``'s queue of a monitor group of ``shards`` shards, and a beat of
+    another shard's topic is refused (``wrong_shard``)."""
 
     running: bool
     paused_all: bool
@@ -578,7 +583,11 @@ class Intake:
     def beat(self, topic: str, *, seq: int | None = None, latency: float | None = None) -> bool: ...
     def beat_many(self, names: Any) -> int: ...
     def ingest(
-        self, body: bytes | bytearray | memoryview, destination: str | None = None
+        self,
+        body: bytes | bytearray | memoryview,
+        destination: str | None = None,
+        *,
+        shard: tuple[int, int] | None = None,
     ) -> bool | None: ...
     def record(
         self,
@@ -589,6 +598,8 @@ class Intake:
         period: float | None = None,
         down: bool = False,
         reason: str | None = None,
+        *,
+        shard: tuple[int, int] | None = None,
     ) -> bool: ...
     def refuse(self, reason: str, detail: str) -> None: ...
     @property
@@ -600,10 +611,20 @@ class Intake:
 
 @final
 class Routes:
-    """Which STOMP subscription id feeds which :class:`Intake` (one per transport)."""
+    """Which STOMP subscription id feeds which :class:`Intake` (one per transport).
+    ``from_body``: each beat's topic is its body's (a shard queue); ``shard=(shards, k)`` (with
+    ``from_body``): the queue is shard ``k``'s, a beat of another shard's topic is refused
+    (``wrong_shard``)."""
 
     def __new__(cls) -> Routes: ...
-    def add(self, sub_id: str, intake: Intake, *, from_body: bool = False) -> None: ...
+    def add(
+        self,
+        sub_id: str,
+        intake: Intake,
+        *,
+        from_body: bool = False,
+        shard: tuple[int, int] | None = None,
+    ) -> None: ...
     def remove(self, sub_id: str) -> bool: ...
     def __len__(self) -> int: ...
 
@@ -671,6 +692,11 @@ def decode_beat(
     """Decode one message body natively, as ``BeatCodec(key, max_size).decode(body,
     destination)`` would: ``("beat", topic, seq, boot, sent, period, legacy, state, reason)``,
     ``("reject", reason, detail)``, or ``("defer",)`` when only the Python codec can tell."""
+
+def shard_of(topic: str, shards: int) -> int:
+    """The shard in ``[0, shards)`` of ``topic`` in a monitor group of ``shards`` (1 to
+    :data:`MAX_SHARDS`) shards, as ``heartwire.transport.shards.shard_of`` computes it:
+    ``jump_hash(crc32(topic as UTF-8), shards)`` (``topic`` is hashed, not validated)."""
 
 def split_frames(
     chunks: list[bytes], subscription: bytes

@@ -1683,8 +1683,8 @@ class HeartbeatMonitor:
           while flapping not);
         - ``ingest_lag``: how far the intake is behind its feed now, seconds;
         - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
-          ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``), ``rejected_total``
-          their sum;
+          ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``, ``wrong_shard``: a
+          group member's beat of another shard), ``rejected_total`` their sum;
         - ``dropped``: events lost, by where: ``dispatch`` (the detector's queue overflow
           policy) and ``listeners`` (the listener queues');
         - ``listener_late``: events refused because they came after ``on_stopped``;
