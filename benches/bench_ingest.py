@@ -17,6 +17,9 @@
   (``Detector.count_intervals``), alternating on the same detector, best of the rounds: the cost
   of the histogram per beat. (The pure-Rust figure, without a Python call: ``cargo test
   --release --lib -- --ignored --nocapture interval_timing``.)
+- shard check (issue 18): the same read path over a group's shard queue (``from_body``), its
+  route given the queue's shard (the ``wrong_shard`` check: a CRC-32 and a jump hash per beat)
+  and not, alternating on the same intake: the check's cost per beat.
 
 Figures are medians of interleaved rounds; read the ratios, the absolute numbers come from a
 shared, noisy machine.
@@ -42,6 +45,7 @@ from heartwire._core import (
     split_frames,
 )
 from heartwire.beat import Beat, BeatCodec
+from heartwire.transport.shards import shard_of
 
 KEY = b"bench-key"
 
@@ -144,6 +148,57 @@ def main() -> None:
     )
 
     histogram_cost(n, args.rounds)
+    shard_check_cost(n, args.rounds)
+
+
+def shard_check_cost(n: int, rounds: int, topics: int = 1000) -> None:
+    """The shard check of a group's shard queue (issue 18, ``wrong_shard``): the native read
+    path with the route given its shard (``Routes.add(..., from_body=True, shard=(16, 3))``:
+    a CRC-32 and a jump hash per beat) against the same route without, on the same intake and
+    the same frames (every topic in shard 3: nothing refused)."""
+    clock = ManualClock()
+    det = Detector(period=3600.0, clock=clock)
+    intake = Intake(det, "svc.>", 3600.0)
+    intake.running = True
+    readers = {}
+    for checked in (False, True):
+        routes = Routes()
+        routes.add("1", intake, from_body=True, shard=(16, 3) if checked else None)
+        readers[checked] = FrameReader(routes)
+    codec = BeatCodec()
+    names = [f"svc.t{i}" for i in range(16 * topics) if shard_of(f"svc.t{i}", 16) == 3][:topics]
+    frames = []
+    for name in names:
+        body = codec.encode(Beat(name, period=3600.0))
+        frames.append(
+            b"MESSAGE\ncontent-length:%d\ndestination:/queue/heartwire.g.3\nsubscription:1\n"
+            b"message-id:ID:host-1:1:1:1:%d\n\n" % (len(body), len(frames)) + body + b"\0\n"
+        )
+    stream = b"".join(frames) * max(1, n // len(names))
+    beats = len(frames) * max(1, n // len(names))
+    chunks = [stream[i : i + 65536] for i in range(0, len(stream), 65536)]
+    assert intake.beat_many(names) == len(names)
+
+    def fed(checked: bool) -> None:
+        reader = readers[checked]
+        for chunk in chunks:
+            reader.feed(chunk)
+        clock.advance(0.001)
+
+    best: dict[bool, float] = {}
+    for r in range(rounds + 1):
+        for checked in (r % 2 == 0, r % 2 != 0):
+            t0 = time.perf_counter()
+            fed(checked)
+            took = time.perf_counter() - t0
+            if r:
+                best[checked] = min(best.get(checked, took), took)
+    assert not intake.stats()["rejected"], intake.stats()["rejected"]
+    off, on = best[False] / beats * 1e9, best[True] / beats * 1e9
+    print(
+        f"shard check, read ({len(names)} topics of shard 3 of 16): unchecked {off:6.1f} "
+        f"ns/beat  checked {on:6.1f} ns/beat  = {on / off:5.3f}x (+{on - off:4.1f} ns)"
+    )
 
 
 def histogram_cost(n: int, rounds: int, topics: int = 1000) -> None:

@@ -8,6 +8,7 @@ __all__ = [
     "BEAT_AGE_SKEW",
     "MAX_BEAT_PERIOD",
     "MAX_NAME_LEN",
+    "MAX_SHARDS",
     "MAX_TOPICS",
     "MIN_BEAT_PERIOD",
     "REPLAY_BOOTS",
@@ -32,6 +33,7 @@ __all__ = [
     "freshness_kernel",
     "outages_kernel",
     "partition_kernel",
+    "shard_of",
     "split_frames",
 ]
 
@@ -43,6 +45,7 @@ MAX_BEAT_PERIOD: float
 BEAT_AGE_PERIODS: float
 BEAT_AGE_SKEW: float
 REPLAY_BOOTS: int
+MAX_SHARDS: int
 
 _Topic = str | int
 _Overflow = Literal["block", "drop-oldest", "drop-newest", "coalesce"]
@@ -390,6 +393,52 @@ class Detector:
         grace: float | None = None,
         now: float | None = None,
     ) -> list[int]: ...
+    def adopt(
+        self,
+        name: str,
+        *,
+        since: float | None = None,
+        missed: int = 1,
+        reason: str | None = None,
+        alerted: bool = True,
+        silenced: bool = False,
+        suppressed_by: str | None = None,
+        flapping: bool = False,
+        period: float | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Take ``name`` over from another monitor at ``now``: ``since=None`` is a fresh start
+        (as :meth:`add`); with ``since`` (this clock's seconds, may be before this detector
+        started) its outage is carried over: FAILED with no ``failed`` event, ``missed`` kept,
+        the next ``failed(missed + 1)`` one period after ``now`` (with ``reason``, an explicit
+        failure's, at every missed period), its next beat a ``resumed``
+        with the downtime from ``since``. ``alerted``/``silenced``/``suppressed_by``: what the
+        old owner's listeners were told; ``flapping``: it flaps on here. Its handle."""
+
+    def adopt_many(
+        self,
+        names: Iterable[str] | Any,
+        *,
+        since: Sequence[float | None] | Any | None = None,
+        missed: Sequence[int | None] | Any | None = None,
+        reason: Sequence[str | None] | Any | None = None,
+        alerted: Sequence[bool | None] | Any | None = None,
+        silenced: Sequence[bool | None] | Any | None = None,
+        suppressed_by: Sequence[str | None] | Any | None = None,
+        flapping: Sequence[bool | None] | Any | None = None,
+        period: Sequence[float | None] | Any | None = None,
+        now: float | None = None,
+    ) -> list[int]:
+        """:meth:`adopt` by columns as long as ``names`` (lists, Arrow or NumPy arrays; None
+        or a None item: the default; a None or NaN ``since``: a fresh start), in one call.
+        A bad row raises naming it and changes nothing. The handles in order."""
+
+    def marks(self) -> list[tuple[str, bool, bool, str | None, bool]]:
+        """``(name, alerted, silenced, suppressed_by, flapping)`` of each FAILED topic whose
+        outage's events all went out marked (or held back while flapping) and each flapping
+        topic: what :meth:`adopt` carries. Empty while no silence, dependency or flapping was
+        declared."""
+
     def handle(self, name: str) -> int | None: ...
     def handles(self) -> list[int]:
         """The handles of every topic held (not removed)."""
@@ -499,7 +548,9 @@ class Intake:
     bounds, running, signed-beat age, learning with pattern and ``max_topics`` (never a topic
     under ``"_hw."``: ``bad_topic``), replays, re-tuning), however the beat arrives. Refusals
     are counted by reason; the first 1024 not yet taken are kept with details
-    (:meth:`take_refusals`)."""
+    (:meth:`take_refusals`). ``shard=(shards, k)`` (:meth:`ingest`, :meth:`record`): the beat
+    came from shard ``k``'s queue of a monitor group of ``shards`` shards, and a beat of
+    another shard's topic is refused (``wrong_shard``)."""
 
     running: bool
     paused_all: bool
@@ -532,7 +583,11 @@ class Intake:
     def beat(self, topic: str, *, seq: int | None = None, latency: float | None = None) -> bool: ...
     def beat_many(self, names: Any) -> int: ...
     def ingest(
-        self, body: bytes | bytearray | memoryview, destination: str | None = None
+        self,
+        body: bytes | bytearray | memoryview,
+        destination: str | None = None,
+        *,
+        shard: tuple[int, int] | None = None,
     ) -> bool | None: ...
     def record(
         self,
@@ -543,6 +598,8 @@ class Intake:
         period: float | None = None,
         down: bool = False,
         reason: str | None = None,
+        *,
+        shard: tuple[int, int] | None = None,
     ) -> bool: ...
     def refuse(self, reason: str, detail: str) -> None: ...
     @property
@@ -554,10 +611,20 @@ class Intake:
 
 @final
 class Routes:
-    """Which STOMP subscription id feeds which :class:`Intake` (one per transport)."""
+    """Which STOMP subscription id feeds which :class:`Intake` (one per transport).
+    ``from_body``: each beat's topic is its body's (a shard queue); ``shard=(shards, k)`` (with
+    ``from_body``): the queue is shard ``k``'s, a beat of another shard's topic is refused
+    (``wrong_shard``)."""
 
     def __new__(cls) -> Routes: ...
-    def add(self, sub_id: str, intake: Intake, *, from_body: bool = False) -> None: ...
+    def add(
+        self,
+        sub_id: str,
+        intake: Intake,
+        *,
+        from_body: bool = False,
+        shard: tuple[int, int] | None = None,
+    ) -> None: ...
     def remove(self, sub_id: str) -> bool: ...
     def __len__(self) -> int: ...
 
@@ -625,6 +692,11 @@ def decode_beat(
     """Decode one message body natively, as ``BeatCodec(key, max_size).decode(body,
     destination)`` would: ``("beat", topic, seq, boot, sent, period, legacy, state, reason)``,
     ``("reject", reason, detail)``, or ``("defer",)`` when only the Python codec can tell."""
+
+def shard_of(topic: str, shards: int) -> int:
+    """The shard in ``[0, shards)`` of ``topic`` in a monitor group of ``shards`` (1 to
+    :data:`MAX_SHARDS`) shards, as ``heartwire.transport.shards.shard_of`` computes it:
+    ``jump_hash(crc32(topic as UTF-8), shards)`` (``topic`` is hashed, not validated)."""
 
 def split_frames(
     chunks: list[bytes], subscription: bytes

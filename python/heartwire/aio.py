@@ -16,11 +16,10 @@ publishers and coroutine ``dependency`` checks build on these (see ``docs/asynci
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import ClassVar
 
 from heartwire import _validate
@@ -31,9 +30,11 @@ from heartwire.events import (
     Flapping,
     Lagging,
     LocalPause,
+    Received,
     Resumed,
     State,
     Stopped,
+    TopicStatus,
 )
 from heartwire.feed import Overflow
 from heartwire.listeners import SubscriberListener
@@ -67,6 +68,10 @@ WAITABLE: tuple[State, ...] = (State.ALIVE, State.FAILED)
 # A queue item: a batch from the monitor or the events taken from the coalescing table.
 _Item = EventBatch | list[StreamEvent]
 
+# Seconds a "block" put waits for room before it looks again whether its loop has closed (a
+# closed loop calls nothing back: its stream is closed from this side).
+_LOOP_LOOK = 0.25
+
 
 def _key(event: StreamEvent) -> tuple[int, str]:
     """The coalescing key: the topic, or the kind for topicless events."""
@@ -83,8 +88,14 @@ class EventStream(SubscriberListener):
     stops (after the events produced before the stop) or when :meth:`aclose` is called
     (``async with`` does).
 
+    A stream whose event loop has closed (made in a task that returned unread, after
+    ``asyncio.run`` returned) has no reader left: it closes itself at its next batch or at the
+    monitor's stop, and a ``"block"`` put waiting for room gives up within a quarter second,
+    so it never holds its listener thread or :meth:`~heartwire.monitor.HeartbeatMonitor.stop`;
+    what it held then is counted in ``dropped``.
+
     Made by :meth:`HeartbeatMonitor.events <heartwire.monitor.HeartbeatMonitor.events>`; its
-    counters: ``dropped`` (``"drop-oldest"``, ``"drop-newest"``), ``coalesced``
+    counters: ``dropped`` (``"drop-oldest"``, ``"drop-newest"``, a closed loop), ``coalesced``
     (``"coalesce"``: events replaced by a newer one of their topic), ``wakeups`` (loop
     callbacks made: at most one per batch), ``batches`` (batches taken in).
     """
@@ -134,6 +145,9 @@ class EventStream(SubscriberListener):
         n = len(batch)
         if not n:
             return
+        if self._loop.is_closed():  # nobody is left to read (see the class docs)
+            self._finish(lost=n)
+            return
         with self._cond:
             if self._closed:
                 return
@@ -142,16 +156,24 @@ class EventStream(SubscriberListener):
             if overflow == "block":
                 # The wait lets go of the lock; the consumer and aclose() notify. A batch put
                 # in an empty queue goes in whole, whatever its size (each put makes progress).
+                # Timed: a loop that closes notifies nobody, so the put looks for that itself.
                 while self._depth and self._depth + n > self._capacity and not self._closed:
+                    if self._loop.is_closed():
+                        break
                     self._putters += 1
                     try:
-                        self._cond.wait()
+                        self._cond.wait(_LOOP_LOOK)
                     finally:
                         self._putters -= 1
                 if self._closed:
                     return
-                self._push(batch, n)
+                if self._depth and self._depth + n > self._capacity:  # the loop closed
+                    gone = True
+                else:
+                    gone = False
+                    self._push(batch, n)
             elif overflow == "drop-oldest":
+                gone = False
                 # The newest `capacity` events stay: the queued ones go first, then the new
                 # batch's oldest.
                 excess = self._depth + n - self._capacity
@@ -163,12 +185,14 @@ class EventStream(SubscriberListener):
                         batch, n = batch.slice(cut, n), self._capacity
                 self._push(batch, n)
             elif overflow == "drop-newest":
+                gone = False
                 room = min(max(self._capacity - self._depth, 0), n)
                 if room < n:
                     self.dropped += n - room
                 if room:
                     self._push(batch.slice(0, room) if room < n else batch, room)
             elif self._table or self._depth + n > self._capacity:
+                gone = False
                 # coalesce: past capacity (and from then on, until the consumer takes the
                 # table, so the order holds) events go to a table of each topic's newest.
                 room = max(0, self._capacity - self._depth) if not self._table else 0
@@ -181,12 +205,18 @@ class EventStream(SubscriberListener):
                         self.coalesced += 1
                     table[key] = event  # type: ignore[assignment]
             else:
+                gone = False
                 self._push(batch, n)
-            wake = self._wake_needed()
-        if wake:
+            wake = not gone and self._wake_needed()
+        if gone:
+            self._finish(lost=n)
+        elif wake:
             self._wake()
 
     def on_stopped(self, event: Stopped) -> None:
+        if self._loop.is_closed():  # no reader to end for: close now (see the class docs)
+            self._finish(lost=0)
+            return
         with self._cond:
             self._ended = True
             wake = self._wake_needed()
@@ -227,7 +257,7 @@ class EventStream(SubscriberListener):
         try:
             self._loop.call_soon_threadsafe(self._woken)
         except RuntimeError:  # the loop is closed: nobody is left to read, leave the monitor
-            self._finish()
+            self._finish(lost=0)
 
     # -- the loop side ---------------------------------------------------------------------
 
@@ -281,8 +311,13 @@ class EventStream(SubscriberListener):
         self._finish()
         raise StopAsyncIteration
 
-    def _finish(self) -> None:
+    def _finish(self, lost: int | None = None) -> None:
+        """Close the stream and leave the monitor. ``lost``: closed because the loop did
+        (from the listener's side): what is queued and ``lost`` more events are counted in
+        ``dropped``; None: the reader's own end or close, nothing counted."""
         with self._cond:
+            if lost is not None and not self._closed:
+                self.dropped += self._depth + len(self._table) + lost
             self._closed = True
             self._items.clear()
             self._table = {}
@@ -328,24 +363,56 @@ class EventStream(SubscriberListener):
 
 class TopicWait(SubscriberListener):
     """Wakes a loop (for ``wait_for``) when ``ready()`` says so after a batch: one call per
-    batch on this listener's thread (a status lookup: nothing per event), no loop callback
-    until it is true. Also on :meth:`poke` (a call that may change a state without an event,
-    as ``resume``) and when the monitor stops (:attr:`stopped`). :class:`ReceivedTopicWait`
-    takes ``received`` events too: a topic going ALIVE from PENDING or from unknown announces
-    itself only by its first beat."""
+    batch on this listener's thread (a status lookup), no loop callback until it is true.
+    Also when the batch announces the state for ``topic`` though the topic has left it again
+    by the time of the lookup (a ``Failed`` then a ``Resumed`` in a row): the events of the
+    ``announce`` kinds in the batch (``failed`` for FAILED; ``resumed``, ``received`` for
+    ALIVE) are looked through for the topic (natively filtered: nothing per event of other
+    kinds), and the last one kept in :attr:`announced`. Also on :meth:`poke` (a call that may
+    change a state without an event, as ``resume`` or ``remove``) and when the monitor stops
+    (:attr:`stopped`). :class:`ReceivedTopicWait` takes ``received`` events too: a topic going
+    ALIVE from PENDING or from unknown announces itself only by its first beat."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        ready: Callable[[], bool],
+        topic: str = "",
+        announce: tuple[str, ...] = (),
+        status: Callable[[], TopicStatus | None] | None = None,
+    ) -> None:
         self._loop = loop
         self._ready = ready
+        self._topic = topic
+        self._announce = announce
+        self._status = status
         self._lock = threading.Lock()
         self._pending = False
         self.changed = asyncio.Event()  # set on the loop; cleared by the waiter
         self.stopped = False
         self.wakeups = 0
+        #: The last event that announced the state for the topic, with the topic's status
+        #: looked up when it was seen (None if it was not watched any more); None until then.
+        self.announced: tuple[Failed | Resumed | Received, TopicStatus | None] | None = None
 
     def on_events(self, batch: EventBatch) -> None:
         if self._ready():
             self.poke()
+            return
+        if not self._announce:
+            return
+        mine = batch.of_kinds(self._announce)
+        if not len(mine):
+            return
+        topics = mine.topic_list()
+        topic = self._topic
+        for i in range(len(topics) - 1, -1, -1):
+            if topics[i] == topic:
+                event = mine[i]
+                status = self._status() if self._status is not None else None
+                self.announced = (event, status)  # type: ignore[assignment]
+                self.poke()
+                return
 
     def on_stopped(self, event: Stopped) -> None:
         self.stopped = True
@@ -374,13 +441,34 @@ class ReceivedTopicWait(TopicWait):
 class LoopCheck:
     """A publisher's coroutine check on ``loop``: :meth:`start` hands the awaitable to the
     loop and returns at once (no thread waits for it); ``done(result, error, cancelled)`` is
-    called on the loop's thread when it ends. :meth:`cancel` (from any thread) cancels it: a
-    check past its time limit is cancelled, not left to run."""
+    called once, when it has really ended: on the loop's thread (as the task finishes), or,
+    if the loop closed with it unfinished, on the thread of the next :meth:`cancel`.
+    :meth:`cancel` (from any thread) cancels it: a check past its time limit is cancelled, not
+    left to run. One that ignores the cancellation (catches ``CancelledError`` and goes on)
+    is still :attr:`running` until it returns, and ``done`` waits for that: its publisher
+    then keeps it as the beat's work in flight, so at most one runs per publisher (each beat
+    due meanwhile fails, counted), instead of starting another each period."""
 
-    __slots__ = ("_future",)
+    __slots__ = (
+        "_awaitable",
+        "_cancelled",
+        "_done",
+        "_ended",
+        "_lock",
+        "_loop",
+        "_runner",
+        "_task",
+    )
 
     def __init__(self) -> None:
-        self._future: concurrent.futures.Future[object] | None = None
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: Coroutine[object, None, object] | None = None
+        self._awaitable: Awaitable[object] | None = None  # until the task has it
+        self._task: asyncio.Task[object] | None = None
+        self._done: Callable[[object, BaseException | None, bool], None] | None = None
+        self._cancelled = False  # cancel() was called
+        self._ended = False  # done was called
 
     def start(
         self,
@@ -394,29 +482,85 @@ class LoopCheck:
             return await awaitable
 
         runner = run()
+        self._loop, self._runner, self._awaitable, self._done = loop, runner, awaitable, done
         try:
-            future = asyncio.run_coroutine_threadsafe(runner, loop)
+            loop.call_soon_threadsafe(self._begin)
         except RuntimeError:  # the loop is closed: never awaited, and no warning for it
-            runner.close()
-            close = getattr(awaitable, "close", None)
-            if callable(close):
-                close()
+            self._close_unstarted()
             raise
-        self._future = future
 
-        def finished(fut: concurrent.futures.Future[object]) -> None:
-            if fut.cancelled():
-                done(None, None, True)
+    def _close_unstarted(self) -> None:
+        """Close a check that never ran: no "coroutine was never awaited" warning."""
+        with self._lock:
+            runner, self._runner = self._runner, None
+            awaitable, self._awaitable = self._awaitable, None
+        if runner is None:
+            return
+        runner.close()
+        close = getattr(awaitable, "close", None)
+        if callable(close):
+            close()
+
+    def _begin(self) -> None:
+        """On the loop: the task, unless a cancel came first."""
+        with self._lock:
+            if self._ended:
                 return
-            error = fut.exception()
-            done(None if error is not None else fut.result(), error, False)
+            if not self._cancelled:
+                runner, self._runner = self._runner, None
+                self._awaitable = None
+                assert runner is not None and self._loop is not None
+                self._task = self._loop.create_task(runner)
+                self._task.add_done_callback(self._task_done)
+                return
+        self._close_unstarted()
+        self._end(None, None, True)
 
-        future.add_done_callback(finished)
+    def _task_done(self, task: asyncio.Task[object]) -> None:
+        if task.cancelled():
+            self._end(None, None, True)
+            return
+        error = task.exception()
+        self._end(None if error is not None else task.result(), error, False)
+
+    def _end(self, result: object, error: BaseException | None, cancelled: bool) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            done, self._done = self._done, None
+        if done is not None:
+            done(result, error, cancelled)
+
+    @property
+    def running(self) -> bool:
+        """Started and not ended (cancelled or not)."""
+        return self._loop is not None and not self._ended
 
     def cancel(self) -> None:
-        """Cancel the coroutine (its ``done`` then reports it cancelled). Call it without
-        holding a lock ``done`` takes: a future not started yet calls ``done`` at once, on the
-        calling thread."""
-        future = self._future
-        if future is not None:
-            future.cancel()
+        """Cancel the coroutine (its ``done`` then reports it cancelled, once it has ended).
+        Called again, only looks whether the loop has closed with the check unfinished:
+        nothing will run it any more, and ``done`` is called here. Call it without holding a
+        lock ``done`` takes: it may call ``done`` at once, on the calling thread."""
+        with self._lock:
+            if self._ended or self._loop is None:
+                return
+            first = not self._cancelled
+            self._cancelled = True
+            loop = self._loop
+        if loop.is_closed():  # (a task left pending by a loop closed without running it)
+            self._close_unstarted()
+            self._end(None, None, True)
+            return
+        if first:
+            try:
+                loop.call_soon_threadsafe(self._cancel_task)
+            except RuntimeError:  # closed meanwhile
+                self._close_unstarted()
+                self._end(None, None, True)
+
+    def _cancel_task(self) -> None:
+        """On the loop, after :meth:`_begin` (callbacks run in order): cancel the task."""
+        task = self._task
+        if task is not None:
+            task.cancel()

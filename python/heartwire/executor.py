@@ -46,6 +46,7 @@ round of the scheduler thread raises ends that thread: it is logged and counted.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
@@ -243,7 +244,7 @@ _QUEUED, _RUNNING, _ABANDONED, _DONE = "queued", "running", "abandoned", "done"
 class Job:
     """A job handed to the check threads by :meth:`PublisherExecutor.submit`."""
 
-    __slots__ = ("fn", "held", "state")
+    __slots__ = ("fn", "held", "loop", "orphaned", "state")
 
     def __init__(self, fn: Callable[[], object]) -> None:
         self.fn = fn
@@ -251,6 +252,10 @@ class Job:
         self.state = _QUEUED
         #: Run elsewhere, holding no thread (:meth:`PublisherExecutor.hold`).
         self.held = False
+        #: The event loop a held job runs on, if any.
+        self.loop: asyncio.AbstractEventLoop | None = None
+        #: A held job abandoned while running, not finished yet (``abandoned_held``).
+        self.orphaned = False
 
     def __repr__(self) -> str:
         return f"<Job {self.fn!r} {self.state}>"
@@ -306,6 +311,10 @@ class PublisherExecutor:
         self._pool_inflight = 0  # jobs submitted, not finished and not abandoned
         self._pool_done = 0
         self._abandoned_running = 0  # abandoned jobs still holding a thread
+        self._abandoned_held = 0  # abandoned held jobs not finished (a check ignoring cancel)
+        # Running held jobs per event loop: drain() on that loop's thread would wait for them
+        # while blocking the only thread that can run them.
+        self._held_on: dict[asyncio.AbstractEventLoop, int] = {}
         self._closed = False
         self._ran = 0
         self._errors = 0
@@ -396,20 +405,36 @@ class PublisherExecutor:
         self._pool.submit(job, functools.partial(self._run_job, job))
         return job
 
-    def hold(self, what: object = None) -> Job:
+    def hold(self, what: object = None, loop: asyncio.AbstractEventLoop | None = None) -> Job:
         """A job that runs elsewhere, holding no check thread (a coroutine check awaited on
-        an event loop): counted as running, so :meth:`drain` waits for it, until
-        :meth:`finish`; :meth:`abandon` gives up on it as on any running job. Abandoned at
-        once if the executor is closed."""
+        ``loop``): counted as running, so :meth:`drain` waits for it, until :meth:`finish`;
+        :meth:`abandon` gives up on it as on any running job (one abandoned and not finished
+        yet, a check that ignores its cancellation, is counted in ``stats()["abandoned_held"]``).
+        :meth:`drain` called on ``loop``'s thread meanwhile raises. Abandoned at once if the
+        executor is closed."""
         job = Job(lambda: what)
         job.held = True
-        with self._lock:
+        job.loop = loop
+        with self._cond:
             if self._closed:
                 job.state = _ABANDONED
                 return job
             job.state = _RUNNING
             self._pool_inflight += 1
+            if loop is not None:
+                self._held_on[loop] = self._held_on.get(loop, 0) + 1
+                self._cond.notify_all()  # a drain() on that loop's thread must see it
         return job
+
+    def _unhold(self, job: Job) -> None:
+        """A running held job stops being waited for (lock held)."""
+        loop = job.loop
+        if loop is not None:
+            left = self._held_on.get(loop, 0) - 1
+            if left > 0:
+                self._held_on[loop] = left
+            else:
+                self._held_on.pop(loop, None)
 
     def finish(self, job: Job) -> None:
         """A :meth:`hold` job ended (idempotent; nothing for another job)."""
@@ -419,6 +444,10 @@ class PublisherExecutor:
             if job.state == _RUNNING:
                 self._pool_inflight -= 1
                 self._pool_done += 1
+                self._unhold(job)
+            elif job.orphaned:
+                job.orphaned = False
+                self._abandoned_held -= 1
             job.state = _DONE
             self._cond.notify_all()
 
@@ -434,6 +463,10 @@ class PublisherExecutor:
             if found == _RUNNING:
                 if not job.held:  # (a held job holds no thread)
                     self._abandoned_running += 1
+                else:
+                    job.orphaned = True
+                    self._abandoned_held += 1
+                    self._unhold(job)
             else:  # out of the pool's queue at once: each replaced job would pile up there
                 self._pool.discard(job)
             job.state = _ABANDONED
@@ -554,13 +587,25 @@ class PublisherExecutor:
 
         With a manual clock, after ``clock.advance(dt)`` this returns once every beat due by the
         new time has been sent. Calling it from a task (on the scheduler thread) raises
-        :class:`RuntimeError`.
+        :class:`RuntimeError`; so does calling it on the thread of an event loop that runs a
+        coroutine check it would wait for (the check can only go on once this returns): use
+        :meth:`adrain` there.
         """
         if threading.current_thread() is self._thread:
             raise RuntimeError("drain() called from the scheduler thread would wait for itself")
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+
+        def self_wait() -> bool:  # (lock held)
+            return here is not None and here in self._held_on
+
         until = time.monotonic() + timeout
         while True:
             with self._cond:
+                if self_wait():
+                    raise self._self_wait_error()
                 if self._thread is None and self._pool_inflight == 0:
                     return True
                 self._requested += 1
@@ -573,17 +618,37 @@ class PublisherExecutor:
                 return thread_done and self._pool_inflight == 0
 
             with self._cond:
-                if not self._cond.wait_for(settled, max(0.0, until - time.monotonic())):
+                # A check held on this thread's loop while waiting (its beat came due): the
+                # wait would last its whole timeout, so it ends at once.
+                if not self._cond.wait_for(
+                    lambda: settled() or self_wait(), max(0.0, until - time.monotonic())
+                ):
                     return False
+                if self_wait():
+                    raise self._self_wait_error()
                 if self._pool_done == done_before:
                     return True
             # Blocking tasks finished meanwhile and may have rescheduled: one more pass.
+
+    def _self_wait_error(self) -> RuntimeError:
+        return RuntimeError(
+            f"{self.name}: drain() called on the thread of the event loop running a coroutine "
+            f"check would wait for that check, which cannot run while this blocks the loop: "
+            f"`await executor.adrain()` instead"
+        )
+
+    async def adrain(self, timeout: float = 5.0) -> bool:
+        """:meth:`drain` on a worker thread, for a coroutine: the loop goes on meanwhile, so
+        the coroutine checks it runs can finish."""
+        return await asyncio.to_thread(self.drain, timeout)
 
     def stats(self) -> dict[str, int]:
         """``tasks``, ``scheduled`` (with a pending deadline), ``ran``, ``errors`` (tasks and
         jobs that raised, and scheduler rounds that raised), ``check_threads`` (running now),
         ``jobs`` (submitted, not finished nor abandoned), ``abandoned`` (abandoned jobs still
-        holding a thread), ``spawn_failures`` (check threads that could not be started)."""
+        holding a thread), ``abandoned_held`` (coroutine checks given up on, cancelled, and
+        still running on their loop: they ignore the cancellation), ``spawn_failures`` (check
+        threads that could not be started)."""
         return {
             "tasks": len(self._tasks),
             "scheduled": len(self._armed),
@@ -592,6 +657,7 @@ class PublisherExecutor:
             "check_threads": self._pool.threads,
             "jobs": self._pool_inflight,
             "abandoned": self._abandoned_running,
+            "abandoned_held": self._abandoned_held,
             "spawn_failures": self._pool.spawn_failures,
         }
 

@@ -33,8 +33,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from heartwire import _validate
+from heartwire import _core, _validate
 from heartwire.beat import MAX_REASON_LEN, BeatCodec, DecodeError
+from heartwire.control import RESERVED_PREFIX
 from heartwire.transport.dialect import RABBITMQ, Dialect, named
 from heartwire.transport.patterns import validate_pattern, validate_topic
 from heartwire.transport.shards import (
@@ -91,6 +92,11 @@ __all__ = [
 DEFAULT_BEAT_TTL = 60.0
 #: How many beats a shard queue holds at most by default (the oldest are dropped beyond it).
 DEFAULT_MAX_BEATS = 1_000_000
+#: The longest queue TTL and expiry RabbitMQ takes (ten years, in ms: its own cap; beyond it a
+#: declaration is refused with ``value_too_large``).
+_RABBITMQ_MAX_MS = 315_360_000_000
+#: The largest count an AMQP 0-9-1 table holds (a signed 64-bit integer).
+_AMQP_MAX_INT = 2**63 - 1
 
 
 def exchange_name(layout: ShardLayout) -> str:
@@ -103,26 +109,39 @@ def state_queue(layout: ShardLayout, shard: int) -> str:
     return layout.queue(shard) + ".state"
 
 
+def _milliseconds(value: object, field: str) -> int:
+    """``value`` seconds as the whole milliseconds RabbitMQ takes: at least 1 ms (0 means
+    "expire at once" for a TTL and is refused for an expiry), at most RabbitMQ's ten years."""
+    seconds = _validate.seconds(value, field)
+    ms = round(seconds * 1000) if seconds <= _RABBITMQ_MAX_MS / 1000 else _RABBITMQ_MAX_MS + 1
+    if not 1 <= ms <= _RABBITMQ_MAX_MS:
+        raise ValueError(
+            f"{field} must be between 0.001 and {_RABBITMQ_MAX_MS // 1000} seconds (RabbitMQ "
+            f"counts whole milliseconds, up to ten years), got {value!r}"
+        )
+    return ms
+
+
 def _shard_queue_arguments(
-    beat_ttl: float, max_beats: int, expires: float | None
+    beat_ttl_ms: int, max_beats: int, expires_ms: int | None
 ) -> dict[str, Any]:
     args: dict[str, Any] = {
         "x-single-active-consumer": True,
-        "x-message-ttl": round(beat_ttl * 1000),
+        "x-message-ttl": beat_ttl_ms,
         "x-max-length": max_beats,
         "x-overflow": "drop-head",
     }
-    if expires is not None:
-        args["x-expires"] = round(expires * 1000)
+    if expires_ms is not None:
+        args["x-expires"] = expires_ms
     return args
 
 
-def _state_queue_arguments(expires: float | None) -> dict[str, Any]:
+def _state_queue_arguments(expires_ms: int | None) -> dict[str, Any]:
     # x-max-length 1 (drop-head): the newest snapshot only. The same arguments as the members'
     # STOMP SEND/SUBSCRIBE headers, or RabbitMQ refuses the declaration as inequivalent.
     args: dict[str, Any] = {"x-max-length": 1}
-    if expires is not None:
-        args["x-expires"] = round(expires * 1000)
+    if expires_ms is not None:
+        args["x-expires"] = expires_ms
     return args
 
 
@@ -147,6 +166,8 @@ def rabbitmq_definitions(
       ``heartwire.<group>.<k>.state`` (``x-max-length: 1``).
 
     ``expires`` (seconds, None: never) deletes a queue left unused that long (tests, trials).
+    RabbitMQ counts ``beat_ttl`` and ``expires`` in whole milliseconds: each must be between
+    1 ms and ten years (its cap), and ``max_beats`` at most 2**63 - 1 (an AMQP integer).
     Bad arguments raise :class:`ValueError` / :class:`TypeError` naming them.
     """
     if not isinstance(layout, ShardLayout):
@@ -154,11 +175,14 @@ def rabbitmq_definitions(
     validate_pattern(pattern)
     if not isinstance(vhost, str) or not vhost:
         raise ValueError(f"vhost must be a non-empty str, got {vhost!r}")
-    beat_ttl = _validate.seconds(beat_ttl, "beat_ttl")
-    if isinstance(max_beats, bool) or not isinstance(max_beats, int) or max_beats < 1:
-        raise ValueError(f"max_beats must be an int >= 1, got {max_beats!r}")
-    if expires is not None:
-        expires = _validate.seconds(expires, "expires")
+    beat_ttl_ms = _milliseconds(beat_ttl, "beat_ttl")
+    if (
+        isinstance(max_beats, bool)
+        or not isinstance(max_beats, int)
+        or not 1 <= max_beats <= _AMQP_MAX_INT
+    ):
+        raise ValueError(f"max_beats must be an int in [1, 2**63 - 1], got {max_beats!r:.60}")
+    expires_ms = None if expires is None else _milliseconds(expires, "expires")
     exchange = exchange_name(layout)
     # RabbitMQ's own wildcards for the pattern ('svc.>' -> 'svc.#'); its '#' also matches zero
     # words, which the members' pattern check filters out, as for any RabbitMQ subscription.
@@ -181,7 +205,7 @@ def rabbitmq_definitions(
                 "vhost": vhost,
                 "durable": True,
                 "auto_delete": False,
-                "arguments": _shard_queue_arguments(beat_ttl, max_beats, expires),
+                "arguments": _shard_queue_arguments(beat_ttl_ms, max_beats, expires_ms),
             }
         )
         queues.append(
@@ -190,7 +214,7 @@ def rabbitmq_definitions(
                 "vhost": vhost,
                 "durable": True,
                 "auto_delete": False,
-                "arguments": _state_queue_arguments(expires),
+                "arguments": _state_queue_arguments(expires_ms),
             }
         )
         bindings.append(
@@ -284,6 +308,10 @@ def declare_rabbitmq(
 SNAPSHOT_VERSION = 1
 #: The largest snapshot accepted, in bytes (a shard of 100 000 topics fits).
 MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024
+#: How long a published snapshot lives by default (seconds), and how old a snapshot read may be
+#: (either way: the hosts' clocks may differ): a member publishes on change and every period, so
+#: a live owner's newest is always younger; an older one is a dead owner's or a replay.
+DEFAULT_SNAPSHOT_TTL = 600.0
 #: Every :attr:`SnapshotError.reason`.
 SNAPSHOT_REASONS = frozenset(
     {
@@ -294,6 +322,7 @@ SNAPSHOT_REASONS = frozenset(
         "bad_signature",
         "malformed",  # a field missing, of the wrong type or out of range (the detail names it)
         "other_group",  # another group, another shard count, or a shard that is not the one read
+        "stale",  # sent longer ago (or further ahead) than max_age: a dead owner's, or a replay
     }
 )
 _MAX_MISSED = 2**32 - 1  # the core counts missed periods in 32 bits
@@ -317,13 +346,28 @@ class SnapshotError(ValueError):
 class TopicRecord:
     """One topic of a shard as its owner knows it: ``failed_since`` is when its outage began as
     Unix seconds (None: not FAILED), ``missed`` the periods counted missed, ``reason`` an
-    explicit failure's reason, ``period`` the period it is watched with (None: the monitor's)."""
+    explicit failure's reason, ``period`` the period it is watched with (None: the monitor's).
+
+    The marks say what the owner's listeners were told (``HeartbeatMonitor.adopt`` carries
+    them on): ``alerted`` an unmarked ``Failed`` of the outage went out (else only ones marked
+    ``silenced`` and/or ``suppressed_by`` that parent, or none while it flapped), ``flapping``
+    the topic flaps."""
 
     topic: str
     failed_since: float | None = None
     missed: int = 0
     reason: str | None = None
     period: float | None = None
+    alerted: bool = True
+    silenced: bool = False
+    suppressed_by: str | None = None
+    flapping: bool = False
+
+    @property
+    def plain_marks(self) -> bool:
+        """The default marks (an alerted outage or none, not flapping): not encoded."""
+        quiet = self.silenced or self.suppressed_by is not None
+        return self.alerted and not quiet and not self.flapping
 
 
 @dataclass(frozen=True)
@@ -349,12 +393,28 @@ def _is_int(value: object, n: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value == n
 
 
-def _finite(value: object, field: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+def _finite(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SnapshotError("malformed", f"{field} must be a finite number, got {value!r:.60}")
-    if positive and value <= 0:
-        raise SnapshotError("malformed", f"{field} must be > 0, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer beyond a float's range
+        number = math.inf
+    if not math.isfinite(number):
+        raise SnapshotError("malformed", f"{field} must be a finite number, got {value!r:.60}")
+    return number
+
+
+def _period(value: object, field: str) -> float:
+    """A topic's period: one the core can watch (as a beat's, ``bad_period`` there)."""
+    period = _finite(value, field)
+    if not _core.MIN_BEAT_PERIOD <= period <= _core.MAX_BEAT_PERIOD:
+        raise SnapshotError(
+            "malformed",
+            f"{field} must be between {_core.MIN_BEAT_PERIOD} and {_core.MAX_BEAT_PERIOD:g} "
+            f"seconds, got {period!r}",
+        )
+    return period
 
 
 def _count(value: object, field: str, top: int) -> int:
@@ -378,10 +438,15 @@ def _record(row: object, i: int, layout: ShardLayout, shard: int) -> TopicRecord
             "malformed", f"{where} must be [topic, failed_since, missed, reason, period]"
         )
     topic, since, missed, reason, period = row[:5]  # later elements: newer fields, ignored
+    alerted, silenced, parent, flapping = _marks(row[5] if len(row) > 5 else None, where)
     try:
         in_shard = layout.shard_of(topic)
     except (TypeError, ValueError) as exc:
         raise SnapshotError("malformed", f"{where}: {exc}") from None
+    if topic.startswith(RESERVED_PREFIX):  # heartwire's own: never watched as a topic
+        raise SnapshotError(
+            "malformed", f"{where}: {topic!r:.130} is under {RESERVED_PREFIX!r}, never a beat"
+        )
     if in_shard != shard:
         raise SnapshotError("malformed", f"{where}: {topic!r} is in shard {in_shard}, not {shard}")
     if reason is not None and (not isinstance(reason, str) or not reason):
@@ -393,8 +458,53 @@ def _record(row: object, i: int, layout: ShardLayout, shard: int) -> TopicRecord
         None if since is None else _finite(since, f"{where} failed_since"),
         _count(missed, f"{where} missed", _MAX_MISSED),
         reason,
-        None if period is None else _finite(period, f"{where} period", positive=True),
+        None if period is None else _period(period, f"{where} period"),
+        alerted,
+        silenced,
+        parent,
+        flapping,
     )
+
+
+def _marks(value: object, where: str) -> tuple[bool, bool, str | None, bool]:
+    """A row's marks, ``[alerted, silenced, suppressed_by, flapping]`` (absent: the default)."""
+    if value is None:
+        return True, False, None, False
+    if (
+        not isinstance(value, list)
+        or len(value) != 4
+        or not all(isinstance(value[i], bool) for i in (0, 1, 3))
+    ):
+        raise SnapshotError(
+            "malformed", f"{where} marks must be [alerted, silenced, suppressed_by, flapping]"
+        )
+    parent = value[2]
+    if parent is not None:
+        try:
+            validate_topic(parent, "suppressed_by")
+        except (TypeError, ValueError):
+            raise SnapshotError(
+                "malformed", f"{where} suppressed_by must be a topic name or null"
+            ) from None
+    return value[0], value[1], parent, value[3]
+
+
+def _records(rows: list[Any], layout: ShardLayout, shard: int) -> tuple[TopicRecord, ...]:
+    """The rows checked one by one, and each topic listed once (two rows of one topic would
+    leave the state a new owner adopts to its loop order)."""
+    records = tuple(_record(row, i, layout, shard) for i, row in enumerate(rows))
+    seen: set[str] = set()
+    for i, record in enumerate(records):
+        if record.topic in seen:
+            raise SnapshotError("malformed", f"topics[{i}]: {record.topic!r} is listed twice")
+        seen.add(record.topic)
+    return records
+
+
+def _check_shard(layout: object, shard: object) -> None:
+    if not isinstance(layout, ShardLayout):
+        raise TypeError(f"layout must be a ShardLayout, got {type(layout).__name__}")
+    layout.queue(shard)  # type: ignore[arg-type]  # the shard's range (ValueError naming it)
 
 
 def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> bytes:
@@ -405,17 +515,21 @@ def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> 
          "sent":1764000000.0,"topics":[["svc.db",1763999990.0,2,null,1.0],
          ["svc.api",null,0,null,null]],"sig":"<hex>"}
 
-    A topic row is ``[topic, failed_since, missed, reason, period]``. Raises
+    A topic row is ``[topic, failed_since, missed, reason, period]``, followed by its marks
+    ``[alerted, silenced, suppressed_by, flapping]`` unless they are the default (alerted or
+    up, not flapping: :attr:`TopicRecord.plain_marks`). Raises
     :class:`SnapshotError` (``malformed``) naming a field that would not decode."""
     if not isinstance(snapshot, ShardSnapshot):
         raise TypeError(f"snapshot must be a ShardSnapshot, got {type(snapshot).__name__}")
     layout = snapshot.layout
     layout.queue(snapshot.shard)  # the shard's range, checked (ValueError naming it)
     rows = []
-    for i, t in enumerate(snapshot.topics):
-        row = [t.topic, t.failed_since, t.missed, t.reason, t.period]
-        _record(row, i, layout, snapshot.shard)  # what decode would refuse, refused here
+    for t in snapshot.topics:
+        row: list[Any] = [t.topic, t.failed_since, t.missed, t.reason, t.period]
+        if not t.plain_marks:
+            row.append([t.alerted, t.silenced, t.suppressed_by, t.flapping])
         rows.append(row)
+    _records(rows, layout, snapshot.shard)  # what decode would refuse, refused here
     obj = {
         "hwshard": SNAPSHOT_VERSION,
         "group": layout.group,
@@ -436,13 +550,26 @@ def decode_snapshot(
     key: bytes | str | None = None,
     *,
     max_size: int = MAX_SNAPSHOT_BYTES,
+    max_age: float | None = DEFAULT_SNAPSHOT_TTL,
+    now: float | None = None,
 ) -> ShardSnapshot:
     """The snapshot of ``shard`` of the group ``layout`` in ``body``, checked: its signature
-    when the group has a ``key``, every field, each topic in that shard. Raises
-    :class:`SnapshotError` (reason from :data:`SNAPSHOT_REASONS`) and nothing else for any
-    bytes."""
-    if len(body) > max_size:
-        raise SnapshotError("too_large", f"{len(body)} bytes, more than {max_size}")
+    when the group has a ``key``, every field, each topic in that shard (a valid name, not one
+    of heartwire's own, listed once, its period one the core can watch), and its age: ``sent``
+    within ``max_age`` seconds of the wall clock ``now`` (default ``time.time()``) either way
+    (``stale``, checked last; None: no bound). Raises :class:`SnapshotError` (reason from
+    :data:`SNAPSHOT_REASONS`) and nothing else for any bytes; bad arguments (a shard outside
+    the layout, ``max_size`` < 1, ``max_age`` <= 0) raise :class:`ValueError` /
+    :class:`TypeError` naming them."""
+    _check_shard(layout, shard)
+    if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
+        raise ValueError(f"max_size must be an int >= 1, got {max_size!r:.60}")
+    max_age = _validate.seconds(max_age, "max_age", allow_none=True, allow_inf=True)
+    if now is not None:
+        now = _validate.seconds(now, "now", allow_zero=True)
+    size = memoryview(body).nbytes  # bytes, whatever the item size of a memoryview
+    if size > max_size:
+        raise SnapshotError("too_large", f"{size} bytes, more than {max_size}")
     try:
         text = bytes(body).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -466,14 +593,24 @@ def decode_snapshot(
     topics = obj.get("topics")
     if not isinstance(topics, list):
         raise SnapshotError("malformed", "'topics' must be a list")
-    return ShardSnapshot(
+    snapshot = ShardSnapshot(
         layout,
         shard,
         _member(obj.get("member"), "'member'"),
         _count(obj.get("seq"), "'seq'", 2**63 - 1),
         _finite(obj.get("sent"), "'sent'"),
-        tuple(_record(row, i, layout, shard) for i, row in enumerate(topics)),
+        _records(topics, layout, shard),
     )
+    if max_age is not None:
+        age = (time.time() if now is None else now) - snapshot.sent
+        if not abs(age) <= max_age:
+            when = f"{age:.3f} s ago" if age >= 0 else f"{-age:.3f} s ahead"
+            raise SnapshotError(
+                "stale",
+                f"sent {when} by {snapshot.member!r} (seq {snapshot.seq}), more than max_age "
+                f"{max_age:g} s: a dead owner's old state, or a replay",
+            )
+    return snapshot
 
 
 def snapshot_of(
@@ -488,14 +625,18 @@ def snapshot_of(
     """The snapshot of ``shard`` as ``monitor`` sees it now: every topic it watches in the
     shard (PENDING, ALIVE or FAILED; paused ones are left out), each FAILED one with the start
     of its outage as Unix seconds (``monitor.wall_time``), its missed periods and its period.
-    ``sent`` defaults to the wall clock now. (The outage's reason is not in the monitor's
-    status yet: left out.) One pass over the monitor's topics, a shard hash each."""
+    ``sent`` defaults to the wall clock now. Each topic's marks come from the monitor's
+    detector (``Detector.marks``: what its listeners were told). (The outage's reason is not
+    in the monitor's status yet: left out.) One pass over the monitor's topics, a shard hash
+    each."""
     layout.queue(shard)  # the shard's range, checked
+    marks = {m[0]: m[1:] for m in monitor.detector.marks()}
     topics = []
     for st in monitor.statuses():
         if st.state not in ("PENDING", "ALIVE", "FAILED") or layout.shard_of(st.topic) != shard:
             continue
         since = st.failed_since if st.state == "FAILED" else None
+        alerted, silenced, parent, flapping = marks.get(st.topic, (True, False, None, False))
         topics.append(
             TopicRecord(
                 st.topic,
@@ -503,6 +644,10 @@ def snapshot_of(
                 0 if since is None else st.missed,
                 None,
                 st.period,
+                alerted or since is None,
+                silenced and since is not None,
+                parent if since is not None else None,
+                flapping,
             )
         )
     when = time.time() if sent is None else sent
@@ -527,19 +672,22 @@ def publish_snapshot(
     snapshot: ShardSnapshot,
     key: bytes | str | None = None,
     *,
-    ttl: float | None = None,
+    ttl: float | None = DEFAULT_SNAPSHOT_TTL,
     timeout: float | None = None,
 ) -> str:
     """Send ``snapshot`` (:func:`encode_snapshot`, signed with ``key``) to its shard's state
     queue; returns the message id. ``ttl``: seconds until the broker drops it (the ``expires``
-    header; ActiveMQ's state queue keeps every snapshot until read, RabbitMQ's only the newest).
-    On RabbitMQ the queue must exist (:func:`declare_rabbitmq`), or the snapshot is dropped.
-    Waits and raises as ``StompTransport.send_to``."""
+    header; RabbitMQ's ``expiration``): ActiveMQ's state queue keeps every snapshot
+    until one is read, so a member publishing every period needs it (give a few periods);
+    RabbitMQ's keeps only the newest. None: kept until read. On RabbitMQ the queue must exist
+    (:func:`declare_rabbitmq`), or the snapshot is dropped. Waits and raises as
+    ``StompTransport.send_to``."""
     body = encode_snapshot(snapshot, key)
     headers: dict[str, str] = {}
     if ttl is not None:
         ttl = _validate.seconds(ttl, "ttl")
-        headers["expires"] = str(int((time.time() + ttl) * 1000))
+        # Epoch ms; on RabbitMQ the transport adds ``expiration`` (the TTL it honours).
+        headers["expires"] = str(int(time.time() * 1000) + max(1, round(ttl * 1000)))
     where = functools.partial(state_destination, snapshot.layout, snapshot.shard)
     return transport.send_to(where, body, headers, timeout=timeout)
 
@@ -552,57 +700,87 @@ def read_snapshot(
     *,
     wait: float = 1.0,
     quiet: float = 0.2,
+    max_age: float | None = DEFAULT_SNAPSHOT_TTL,
 ) -> tuple[ShardSnapshot | None, list[SnapshotError]]:
     """Drain ``shard``'s state queue (at takeover) and return its newest valid snapshot (by
-    ``sent``, then ``seq``), or None, with the snapshots refused. Reading takes them off the
-    queue: the caller publishes its own snapshot next. Waits up to ``wait`` seconds for the
-    subscription's receipt, then up to ``wait`` seconds for a first snapshot and, once one
-    came, until none came for ``quiet`` seconds (a loaded broker may take a while to dispatch a
-    queue to a new consumer; once it does, the rest follow at once). Raises ``RuntimeError``
-    when the transport has no connection (the broker's dialect picks the destination)."""
+    ``sent``, then ``seq``), or None, with the snapshots refused (:func:`decode_snapshot`: one
+    sent more than ``max_age`` seconds from now either way is ``stale``, so a replayed old
+    snapshot cannot pass for the owner's state). Reading takes them off the queue: the caller
+    publishes its own snapshot next. Each is decoded as it comes (only the best is kept).
+    Waits up to ``wait`` seconds for the broker's receipt of the subscription, then up to
+    ``wait`` seconds for a first snapshot and, once one came, until none came for ``quiet``
+    seconds (a loaded broker may take a while to dispatch a queue to a new consumer; once it
+    does, the rest follow at once).
+
+    Raises ``RuntimeError`` when the transport has no connection (the broker's dialect picks
+    the destination), and when the broker refuses the subscription or does not confirm it in
+    ``wait`` seconds (naming the queue and the broker's ERROR): on RabbitMQ, a state queue
+    never declared or gone with its ``expires`` (RabbitMQ also closes the connection then, so
+    declare the group, :func:`declare_rabbitmq`, before reading). Never "no snapshot" for a
+    queue it could not read."""
+    _check_shard(layout, shard)
     wait = _validate.seconds(wait, "wait")
     quiet = _validate.seconds(quiet, "quiet")
+    max_age = _validate.seconds(max_age, "max_age", allow_none=True, allow_inf=True)
     dialect = transport.dialect
     if dialect is None:
         raise RuntimeError(f"read_snapshot: {transport.url!r} has no broker connection")
-    bodies: list[bytes] = []
+    destination = state_destination(layout, shard, dialect)
+    arrived: collections.deque[bytes] = collections.deque()
     lock = threading.Lock()
     last = [time.monotonic()]
+    came = [0]  # snapshots delivered so far
+    best: ShardSnapshot | None = None
+    refused: list[SnapshotError] = []
 
     def take(_link: Any, message: Any) -> None:
         with lock:
-            bodies.append(message.body)
+            arrived.append(message.body)
+            came[0] += 1
             last[0] = time.monotonic()
 
-    sub = transport.subscribe_destination(
-        state_destination(layout, shard, dialect), take, confirm=wait
-    )
+    def decode_arrived() -> None:
+        nonlocal best
+        while True:
+            with lock:
+                if not arrived:
+                    return
+                body = arrived.popleft()
+            try:
+                snap = decode_snapshot(body, layout, shard, key, max_age=max_age)
+            except SnapshotError as exc:
+                refused.append(exc)
+                continue
+            if best is None or (snap.sent, snap.seq) > (best.sent, best.seq):
+                best = snap
+
+    sub = transport.subscribe_destination(destination, take, confirm=wait)
     try:
+        if not sub.confirmed:
+            why = (
+                f"the broker refused it: {sub.refused}"
+                if sub.refused is not None
+                else f"no receipt from the broker within {wait:g} s"
+            )
+            raise RuntimeError(
+                f"read_snapshot: could not read the state queue {destination!r} of shard "
+                f"{shard}: {why}"
+            )
         start = time.monotonic()
         with lock:
             last[0] = start
         while True:
+            decode_arrived()
             now = time.monotonic()
             with lock:
                 since = now - last[0]
-                got = bool(bodies)
+                got = came[0] > 0
             if (got and since >= quiet) or now - start >= wait:
                 break
             time.sleep(min(quiet - since, 0.05) if got else 0.05)
     finally:
         sub.cancel()
-    best: ShardSnapshot | None = None
-    refused: list[SnapshotError] = []
-    with lock:
-        taken = list(bodies)
-    for body in taken:
-        try:
-            snap = decode_snapshot(body, layout, shard, key)
-        except SnapshotError as exc:
-            refused.append(exc)
-            continue
-        if best is None or (snap.sent, snap.seq) > (best.sent, best.seq):
-            best = snap
+    decode_arrived()  # what came before the cancel
     return best, refused
 
 
@@ -613,8 +791,9 @@ TICK_HEADER = "heartwire-tick"
 #: The group status topic of ``group`` is ``_hw.group.<group>``: heartwire's own traffic, which a
 #: monitor watching a wide pattern leaves alone (``docs/groups.md``).
 STATUS_PREFIX = "_hw.group."
-#: Seconds a member keeps a dead owner's shard snapshot in the state queue unless told.
-DEFAULT_SNAPSHOT_TTL = 60.0
+#: Seconds a member's snapshots live in the state queue unless told (shorter than
+#: :data:`DEFAULT_SNAPSHOT_TTL`, the longest a reader takes: a member publishes every period).
+MEMBER_SNAPSHOT_TTL = 60.0
 # A tick's body: JSON whose first key is escaped ("\u0068wtick" is "hwtick"). The core's beat
 # decoder cannot be sure what an escaped key spells and leaves the frame to Python (``Defer``,
 # rust/ingest/beat.rs), so a tick reaches the member's handler, which learns from it that the
@@ -699,7 +878,7 @@ def _decode_status(body: bytes, layout: ShardLayout | str, codec: BeatCodec) -> 
         _member(obj.get("member"), "'member'"),
         tuple(sorted({_count(k, "'owned'", top) for k in owned})),
         {str(k): _count(v, f"counts[{k!r:.30}]", 2**63 - 1) for k, v in counts.items()},
-        _finite(obj.get("period"), "'period'", positive=True),
+        _period(obj.get("period"), "'period'"),
         _finite(obj.get("sent"), "'sent'"),
     )
 
@@ -740,7 +919,7 @@ class MonitorGroupMember:
         member: str | None = None,
         key: bytes | str | None = None,
         balance: bool = True,
-        snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL,
+        snapshot_ttl: float = MEMBER_SNAPSHOT_TTL,
     ) -> None:
         from heartwire.transport.stomp import StompTransport
 
@@ -879,6 +1058,8 @@ class MonitorGroupMember:
             intake,
             functools.partial(self._on_message, shard, gen),
             self.monitor._report_refusals,
+            layout=self.layout,
+            shard=shard,
             headers=_subscribe_headers(d),
         )
 
@@ -911,7 +1092,8 @@ class MonitorGroupMember:
             return
         self._delivered(shard, gen)
         intake = self.monitor._intake
-        done = intake.ingest(body, None)
+        # The same shard check as on the native path: a beat of another shard's topic is refused.
+        done = intake.ingest(body, None, shard=(self.layout.shards, shard))
         if done is None:
             try:
                 beat = self.monitor._codec.decode(body, None)
@@ -926,6 +1108,7 @@ class MonitorGroupMember:
                     beat.period,
                     beat.state == "down",
                     beat.reason,
+                    shard=(self.layout.shards, shard),
                 )
         if intake.pending:
             self.monitor._report_refusals()

@@ -44,8 +44,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as _dt
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable
@@ -68,6 +70,9 @@ from heartwire.control import (
 )
 from heartwire.events import (
     ExceptionEvent,
+    Failed,
+    Received,
+    Resumed,
     Started,
     State,
     Stopped,
@@ -394,9 +399,11 @@ class HeartbeatMonitor:
         # Handles being resumed in the detector by a thread that let go of the lock for it.
         self._resuming: set[int] = set()
         # asyncio: the event streams open (closed by ``async with``'s exit) and the wait_for
-        # calls waiting (poked by resume(), which changes states without an event), under a
-        # lock of their own: the loop's thread never waits for the monitor's lock there.
+        # calls waiting (poked by resume() and remove(), which change states without an
+        # event), under a lock of their own: the loop's thread never waits for the monitor's
+        # lock, which start() and stop() hold across network calls (see _register).
         self._aio_lock = threading.Lock()
+        self._aio_open = False  # asyncio listeners may register: running, stop() not begun
         self._streams: set[EventStream] = set()
         self._waits: set[TopicWait] = set()
         self._subscription: Subscription | None = None
@@ -667,6 +674,112 @@ class HeartbeatMonitor:
         with self._lock:
             return self._intake.expect(topic, period, allowed_misses, phi, grace)
 
+    def adopt(self, records: Any) -> list[int]:
+        """Take topics over from another monitor of a group (``docs/groups-design.md`` §3):
+        ``records`` is a :class:`~heartwire.groups.ShardSnapshot` or an iterable of
+        :class:`~heartwire.groups.TopicRecord`. Returns their handles in order.
+
+        Each topic is watched from now on as by :meth:`expect` (a new one with the record's
+        ``period``; a known one keeps its settings and deadlines). One not FAILED gets a fresh
+        start: a full period (plus grace) from now. A FAILED one (``failed_since`` set, Unix
+        seconds) carries its outage over without a new first ``failed``: FAILED at once,
+        ``missed`` kept, the next ``failed(missed + 1)`` one period from now with the same
+        ``since`` (and the record's ``reason``, an explicit failure's, as after a ``down``
+        beat), its next beat a ``resumed`` whose downtime runs from ``failed_since``; a
+        known topic heard after ``failed_since`` gets that ``resumed`` now. The record's marks
+        (``alerted``, ``silenced``, ``suppressed_by``, ``flapping``, when it has them; else an
+        alerted outage) say what the old owner's listeners were told.
+
+        ``failed_since`` is turned into the monitor's clock with :attr:`wall_offset`; a time
+        after now (the other host's clock ahead) counts as now, and one before the clock's zero
+        (the host's boot, on the real clock) as that zero. Every record is checked first:
+        a bad one raises (``TypeError``/``ValueError`` naming it) and changes nothing.
+        """
+        from heartwire.control import RESERVED_PREFIX
+
+        if not self._det.running:
+            raise RuntimeError("adopt needs a started monitor (start it first)")
+        topics = getattr(records, "topics", records)
+        try:
+            rows = list(topics)
+        except TypeError:
+            raise TypeError(
+                "records must be a ShardSnapshot or an iterable of TopicRecord, got "
+                f"{type(records).__name__}"
+            ) from None
+        offset = self._offset_now()
+        now = self._det.now()
+        names: list[str] = []
+        periods: list[float | None] = []
+        since: list[float | None] = []
+        missed: list[int | None] = []
+        reasons: list[str | None] = []
+        defaults: dict[str, Any] = {
+            "alerted": True,
+            "silenced": False,
+            "suppressed_by": None,
+            "flapping": False,
+        }
+        marks: dict[str, list[Any]] = {k: [] for k in defaults}
+        for i, rec in enumerate(rows):
+            where = f"records[{i}]"
+            topic = getattr(rec, "topic", None)
+            if not isinstance(topic, str):
+                raise TypeError(f"{where} must be a TopicRecord, got {type(rec).__name__}")
+            validate_topic(topic, f"{where}.topic")
+            if topic.startswith(RESERVED_PREFIX):
+                raise ValueError(f"{where}.topic {topic!r} is one of heartwire's own")
+            if not self._intake.matches(topic):
+                raise ValueError(
+                    f"{where}.topic {topic!r} does not match the monitor's pattern "
+                    f"{self._pattern!r}"
+                )
+            period = getattr(rec, "period", None)
+            names.append(topic)
+            periods.append(None if period is None else _validate.seconds(period, f"{where}.period"))
+            wall = getattr(rec, "failed_since", None)
+            reason = getattr(rec, "reason", None)
+            if reason is not None and not isinstance(reason, str):
+                raise TypeError(
+                    f"{where}.reason must be a str or None, got {type(reason).__name__}"
+                )
+            if wall is None:
+                since.append(None)
+                missed.append(None)
+                reasons.append(None)
+            else:
+                wall = _validate.seconds(
+                    wall, f"{where}.failed_since", allow_zero=True, allow_negative=True
+                )
+                if topic in self._det and self._det.status(topic).state == "PAUSED":
+                    raise ValueError(f"{where}.topic {topic!r} is paused: resume it first")
+                since.append(min(max(wall - offset, 0.0), now))
+                missed.append(
+                    _validate.count(
+                        getattr(rec, "missed", 1), f"{where}.missed", 1, maximum=2**32 - 1
+                    )
+                )
+                if reason is not None and not 1 <= len(reason) <= 256:
+                    raise ValueError(f"{where}.reason must be 1 to 256 characters")
+                reasons.append(reason)
+            for key, default in defaults.items():
+                value = getattr(rec, key, default)
+                if key == "suppressed_by":
+                    if value is not None:
+                        validate_topic(value, f"{where}.suppressed_by")
+                elif not isinstance(value, bool):
+                    raise TypeError(f"{where}.{key} must be a bool, got {type(value).__name__}")
+                marks[key].append(value)
+        with self._lock:
+            for topic, period in zip(names, periods, strict=True):
+                known = topic in self._det
+                self._intake.expect(topic, None if known else period, None, None, None)
+            # Known now: the detector carries the outages over (one hold of its lock); fresh
+            # rows (since None) were started by `expect` and are left as they are.
+            return self._det.adopt_many(
+                names, since=since, missed=missed, reason=reasons, now=now, **marks
+            )
+
     # -- alerting policy: silences and dependencies (in the core: rust/detector/policy.rs) --
 
     def silence(
@@ -795,6 +908,8 @@ class HeartbeatMonitor:
         with self._lock:
             removed = self._intake.remove(topic)
         self._push_put_aside()
+        if removed:
+            self._poke_waits()  # a wait_for(ALIVE) must now hear of the topic's first beat
         return removed
 
     def _push_put_aside(self) -> None:
@@ -939,6 +1054,8 @@ class HeartbeatMonitor:
                 self._stopping += 1
             else:
                 _running.add(self)
+                with self._aio_lock:  # (lock order: self._lock, then _aio_lock, never back)
+                    self._aio_open = True
         if error is not None:  # undone as stop() does, the detector's stop without the lock
             mark = self._stop_detector(chain)
             self._feed.finish(chain, 1.0, mark, time.monotonic() + 1.0)
@@ -998,6 +1115,8 @@ class HeartbeatMonitor:
                 self._held_paused = self._paused_handles() | self._resuming
                 self._running = False
                 self._paused = False
+                with self._aio_lock:  # no asyncio listener registers after this: see _register
+                    self._aio_open = False
                 _running.discard(self)
                 subscription, self._subscription = self._subscription, None
                 self._cancel_control()
@@ -1138,11 +1257,15 @@ class HeartbeatMonitor:
                 resume = [h for h in self._det.handles() if h not in keep]
             self._resuming.update(resume)
         self._resume_in_detector(resume)
+        self._poke_waits()  # a resumed topic may be ALIVE now, with no event to say so
+        return True
+
+    def _poke_waits(self) -> None:
+        """Wake the wait_for calls waiting: a state changed with no event to say so."""
         with self._aio_lock:
             waits = list(self._waits)
-        for wait in waits:  # a resumed topic may be ALIVE now, with no event to say so
+        for wait in waits:
             wait.poke()
-        return True
 
     def _resume_in_detector(self, handles: list[int]) -> None:
         """Resume ``handles`` in the detector (noted in ``_resuming`` by the caller, under the
@@ -1195,8 +1318,34 @@ class HeartbeatMonitor:
 
     async def __aenter__(self) -> HeartbeatMonitor:
         """``async with``: :meth:`start` on a worker thread (over STOMP it subscribes over the
-        network), so the loop is not blocked."""
-        await asyncio.to_thread(self.start)
+        network), so the loop is not blocked. Cancelled meanwhile (a TaskGroup sibling failed,
+        an ``asyncio.wait_for`` ran out), it stops what that start() started before the
+        ``CancelledError`` goes on (``__aexit__`` never runs then): no monitor is left running
+        with no owner."""
+        lock = threading.Lock()
+        state = {"abandoned": False, "started": False}
+
+        def start() -> None:
+            self.start()
+            with lock:  # either the entry was abandoned first (stop here) or it was not
+                undo = state["abandoned"]
+                state["started"] = not undo
+            if undo:
+                self.stop()
+
+        starting = asyncio.ensure_future(asyncio.to_thread(start))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            with lock:
+                state["abandoned"] = True
+                started = state["started"]
+            # Not started yet: the thread stops it once it has. Started: stop it here.
+            undo = asyncio.ensure_future(asyncio.to_thread(self.stop)) if started else starting
+            # Waited for under a shield: a second cancel ends the wait, not the undo.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(undo)
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -1231,26 +1380,52 @@ class HeartbeatMonitor:
         holds that thread, and the monitor's own queue (``overflow``) takes the back-pressure."""
         loop = asyncio.get_running_loop()
         stream = EventStream(loop, capacity, overflow, on_close=self._stream_closed)
-        with self._aio_lock:
-            self._streams.add(stream)
         self._register(stream)
         return stream
 
-    def _register(self, listener: SubscriberListener) -> None:
-        """Add an asyncio listener that must get ``on_stopped`` (so its waiter ends):
-        ``RuntimeError`` if the monitor is not running. Under the monitor's lock: stop()
-        marks the monitor stopped under it before it emits ``on_stopped``, so the listener
-        is either added in time for it or refused (adding takes no other lock, calls no
-        listener; the lock is held across network calls only by start() and stop())."""
-        with self._lock:
-            if not self._running:
+    def _register(self, listener: EventStream | TopicWait) -> None:
+        """Add an asyncio listener that must get ``on_stopped`` (so its waiter ends), noted
+        among the streams or the waits: ``RuntimeError`` if the monitor is not running.
+
+        Under ``_aio_lock`` only, never the monitor's lock: start() and stop() hold that
+        across network calls (a subscribe, an unsubscribe waiting for a reconnection), and
+        this runs on the loop. Safe: stop() closes ``_aio_open`` under ``_aio_lock`` before
+        it emits ``on_stopped``, so the listener is either added in time for that or
+        refused; start() opens it once running. Adding calls no listener and takes only the
+        listener set's own short lock. The feed switch a ``received`` waiter needs is made
+        by the caller off the loop (:meth:`_sync_off_loop`)."""
+        with self._aio_lock:
+            if not self._aio_open:
                 raise RuntimeError(f"monitor of {self._pattern!r} is not running: start it first")
-            self.add_listener(listener)
+            self._listeners.add(listener)
+            if isinstance(listener, EventStream):
+                self._streams.add(listener)
+            else:
+                self._waits.add(listener)
+
+    def _unregister(self, listener: EventStream | TopicWait) -> None:
+        """Remove an asyncio listener (from the loop or its own listener thread: no monitor
+        lock); a ``received`` waiter's feed switch back is handed to a worker thread."""
+        with self._aio_lock:
+            if isinstance(listener, EventStream):
+                self._streams.discard(listener)
+            else:
+                self._waits.discard(listener)
+        if self._listeners.remove(listener) and listener.wants_received:
+            try:
+                asyncio.get_running_loop().run_in_executor(None, self._sync_received)
+            except RuntimeError:  # no loop running here (a stream closed from its thread)
+                threading.Thread(
+                    target=self._sync_received, name="heartwire-feed-sync", daemon=True
+                ).start()
+
+    async def _sync_off_loop(self) -> None:
+        """Switch the feed for the listeners' interest on a worker thread (it takes the
+        monitor's lock), the loop running meanwhile."""
+        await asyncio.to_thread(self._sync_received)
 
     def _stream_closed(self, stream: EventStream) -> None:
-        with self._aio_lock:
-            self._streams.discard(stream)
-        self.remove_listener(stream)
+        self._unregister(stream)
 
     async def wait_for(
         self,
@@ -1264,9 +1439,15 @@ class HeartbeatMonitor:
         topic, the state and the state it has after ``timeout`` seconds (real time, also
         under a ManualClock; ``None``: no limit); ``RuntimeError`` if the monitor is not
         running, or stops before. The state is looked up once per event batch (on a listener
-        thread), and the loop woken when it is reached (or at :meth:`resume`); waiting for
-        ALIVE a topic not watched yet or never heard (PENDING), the monitor asks the core for
-        ``received`` events meanwhile (one batch per dispatch round, not a call per beat)."""
+        thread), and the loop woken when it is reached (or at :meth:`resume` and
+        :meth:`remove`); waiting for ALIVE a topic not watched yet or never heard (PENDING),
+        the monitor asks the core for ``received`` events meanwhile (one batch per dispatch
+        round, not a call per beat; switched to when the topic becomes so after a resume or a
+        removal). A state announced by an event (a ``Failed`` for FAILED; a ``Resumed`` or a
+        ``Received`` for ALIVE) counts even if the topic has left it again by the time it is
+        looked up (a failure and a recovery in a row): the status returned then has the state
+        and what the event tells (``missed``, ``failed_since``; ``last_seen`` for ALIVE), the
+        rest as looked up when the event was seen."""
         topic = validate_topic(topic, "topic")
         if not isinstance(state, State):
             raise TypeError(
@@ -1288,40 +1469,108 @@ class HeartbeatMonitor:
             )
         # Registered before the next look: a change after it wakes the waiter. A topic not
         # watched or never heard (PENDING) becomes ALIVE by a beat, with no event to say so:
-        # only then are received events asked for (a feed switch: a new dispatch thread, and
-        # another when the wait ends). A FAILED one resumes with an event; a PAUSED one with
-        # resume(), which pokes the waiters.
-        now = self._state_or_none(topic)
-        beats = state is State.ALIVE and now in (None, State.PENDING)
-        kind = ReceivedTopicWait if beats else TopicWait
-        waiter = kind(loop, lambda: self._in_state(topic, state) is not None)
-        self._register(waiter)
-        with self._aio_lock:
-            self._waits.add(waiter)
+        # only then are received events asked for (a feed switch, off the loop: a new
+        # dispatch thread, and another when the wait ends). A FAILED one resumes with an
+        # event; a PAUSED one with resume(), which pokes the waiters (the wait loop then
+        # switches to received events if the topic is PENDING again).
+        box = [self._waiter(loop, topic, state, self._state_or_none(topic))]
         try:
-            return await asyncio.wait_for(self._wait_loop(waiter, topic, state), timeout)
+            return await asyncio.wait_for(self._wait_loop(box, topic, state), timeout)
         except asyncio.TimeoutError:  # (TimeoutError itself from Python 3.11 on)
             raise TimeoutError(
                 f"topic {topic!r} not {state.name} after {timeout:g} s "
                 f"(it is {self._state_of(topic)})"
             ) from None
         finally:
-            with self._aio_lock:
-                self._waits.discard(waiter)
-            self.remove_listener(waiter)
+            self._unregister(box[0])
 
-    async def _wait_loop(self, waiter: TopicWait, topic: str, state: State) -> TopicStatus:
+    def _waiter(
+        self, loop: asyncio.AbstractEventLoop, topic: str, state: State, now: State | None
+    ) -> TopicWait:
+        """A registered waiter for ``topic`` to reach ``state`` (``now``: its state)."""
+        beats = state is State.ALIVE and now in (None, State.PENDING)
+        kind = ReceivedTopicWait if beats else TopicWait
+        announce = ("failed",) if state is State.FAILED else ("resumed", "received")
+        waiter = kind(
+            loop,
+            lambda: self._in_state(topic, state) is not None,
+            topic,
+            announce,
+            lambda: self._status_or_none(topic),
+        )
+        self._register(waiter)
+        return waiter
+
+    async def _wait_loop(self, box: list[TopicWait], topic: str, state: State) -> TopicStatus:
+        """Look, wait for a wake-up, look again; ``box[0]``: the waiter, replaced by one
+        taking ``received`` events when a wait for ALIVE finds the topic PENDING or unknown
+        (after a resume or a removal: its first beat announces it only so)."""
+        if isinstance(box[0], ReceivedTopicWait):
+            await self._sync_off_loop()  # received events asked for: then the look
         while True:
+            waiter = box[0]
             waiter.changed.clear()
             status = self._in_state(topic, state)
             if status is not None:
                 return status
+            if waiter.announced is not None:
+                return self._announced_status(topic, state, *waiter.announced)
             if waiter.stopped:
                 raise RuntimeError(
                     f"monitor of {self._pattern!r} stopped while waiting for topic {topic!r} "
                     f"to be {state.name} (it is {self._state_of(topic)})"
                 )
+            now = self._state_or_none(topic)
+            if (
+                state is State.ALIVE
+                and not isinstance(waiter, ReceivedTopicWait)
+                and now in (None, State.PENDING)
+            ):
+                try:
+                    box[0] = self._waiter(asyncio.get_running_loop(), topic, state, now)
+                except RuntimeError:  # stopped meanwhile: the old waiter says so next round
+                    await waiter.changed.wait()
+                    continue
+                self._unregister(waiter)
+                await self._sync_off_loop()
+                continue  # looked at again: a beat before the switch made it ALIVE already
             await waiter.changed.wait()
+
+    def _announced_status(
+        self,
+        topic: str,
+        state: State,
+        event: Failed | Resumed | Received,
+        seen: TopicStatus | None,
+    ) -> TopicStatus:
+        """The status of ``topic`` as ``event`` announced it reached ``state`` (see
+        :meth:`wait_for`): ``seen`` (looked up when the event was seen) with what the event
+        tells; for a topic no longer watched then, period NaN and allowed_misses 0."""
+        if seen is None:
+            seen = TopicStatus(
+                topic,
+                state,
+                0,
+                None,
+                math.nan,
+                0,
+                None,
+                None,
+                wall_offset=self._offset_now(),
+            )
+        if isinstance(event, Failed):
+            return dataclasses.replace(
+                seen, state=State.FAILED, missed=event.missed, failed_since=event.since
+            )
+        return dataclasses.replace(
+            seen, state=State.ALIVE, missed=0, failed_since=None, last_seen=event.at
+        )
+
+    def _status_or_none(self, topic: str) -> TopicStatus | None:
+        try:
+            return self.status(topic)
+        except KeyError:
+            return None
 
     def _in_state(self, topic: str, state: State) -> TopicStatus | None:
         try:
@@ -1434,8 +1683,8 @@ class HeartbeatMonitor:
           while flapping not);
         - ``ingest_lag``: how far the intake is behind its feed now, seconds;
         - ``rejected``: refused beats by reason (decode reasons, ``pattern_mismatch``,
-          ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``), ``rejected_total``
-          their sum;
+          ``too_many_topics``, ``bad_topic``, ``replayed``, ``stale``, ``wrong_shard``: a
+          group member's beat of another shard), ``rejected_total`` their sum;
         - ``dropped``: events lost, by where: ``dispatch`` (the detector's queue overflow
           policy) and ``listeners`` (the listener queues');
         - ``listener_late``: events refused because they came after ``on_stopped``;

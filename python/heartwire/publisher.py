@@ -167,9 +167,12 @@ class HeartbeatPublisher:
       the event loop that was running when :meth:`start` was called (``async with pub``),
       where the resources it uses live (an aiohttp session, an asyncpg pool are bound to
       their loop), and no thread waits for it meanwhile; past ``timeout`` it is cancelled
-      (a failed beat, "timed out"). Starting a publisher with an ``async def`` check with no
-      loop running raises :class:`RuntimeError`; a check whose loop is closed fails its
-      beats. See ``docs/asyncio.md``.
+      (a failed beat, "timed out"). One that ignores the cancellation is still the beat's
+      check until it returns: each beat due meanwhile fails ("timed out, still running") and
+      no second one starts (the executor counts it in ``stats()["abandoned_held"]``).
+      Starting a publisher with an ``async def`` check with no loop running raises
+      :class:`RuntimeError`; a check whose loop is closed fails its beats. See
+      ``docs/asyncio.md``.
     - ``payload``: a JSON-able value sent with each beat, or a zero-argument callable evaluated
       for each beat (if it raises, the beat is not sent: reason ``"payload_failed"``).
     - ``timeout``: seconds the dependency check and the payload callable may take for one beat,
@@ -648,7 +651,10 @@ class HeartbeatPublisher:
             if callable(close):
                 close()  # never awaited: no "coroutine was never awaited" warning
             return False
-        held = sched.hold(awaitable)  # drain() waits for it; the time limit abandons it
+        # drain() waits for it (and refuses to on this loop's thread); the time limit abandons
+        # it. It stays the attempt in flight until it has really ended (LoopCheck): a check
+        # ignoring its cancellation is one per publisher, its beats failing meanwhile.
+        held = sched.hold(awaitable, loop)
         check = LoopCheck()
         with self._lock:
             attempt.job = held

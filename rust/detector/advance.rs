@@ -170,12 +170,12 @@ impl Detector {
             slot.next_deadline = d.saturating_add(step);
             if failing {
                 if st != State::Failed {
-                    slot.since = d;
+                    slot.since = self.abs(d);
                 }
                 let since = slot.since;
                 emitted += 1;
                 // Only `advance` runs `judge_due`, and it wakes the consumers when done.
-                let mut ev = Event::failed(id, missed, self.abs(d), self.abs(since));
+                let mut ev = Event::failed(id, missed, self.abs(d), since);
                 if let Some(serial) = down {
                     ev = ev.with_reason(serial);
                 }
@@ -262,7 +262,7 @@ impl Detector {
         let first = self.first_offset(inner, id);
         let resumed = (word::state(w) == State::Failed).then(|| {
             let slot = &inner.slots[id as usize];
-            let downtime = beat_at.saturating_sub(slot.since);
+            let downtime = self.abs(beat_at).saturating_sub(slot.since);
             Event::resumed(id, slot.missed, self.abs(beat_at), downtime)
         });
         let slot = &mut inner.slots[id as usize];

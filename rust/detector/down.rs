@@ -31,7 +31,7 @@ pub(super) struct Reasons {
 
 impl Reasons {
     /// The serial of `text` for topic `id`: the newest one if it has the same text.
-    fn put(&mut self, id: TopicId, text: &str) -> u64 {
+    pub(super) fn put(&mut self, id: TopicId, text: &str) -> u64 {
         let kept = self.by_topic.entry(id).or_default();
         if let Some(last) = kept.back() {
             if self.by_serial.get(last).is_some_and(|t| &**t == text) {
@@ -174,7 +174,7 @@ impl Detector {
         }
         // A good beat stamped at or before the down beat is old news: it does not resume.
         slot.known_until = slot.known_until.max(t);
-        slot.since = t;
+        slot.since = self.abs(t);
         let missed = slot.missed;
         let serial = self.reasons.lock().put(id, reason);
         inner.down.insert(id, serial);

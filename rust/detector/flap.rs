@@ -136,6 +136,22 @@ impl Flaps {
         }
     }
 
+    /// Topic `id` flaps from `at` (relative ns) on, carried over from another monitor
+    /// (`adopt.rs`): it settles one window later unless another outage begins or ends.
+    pub(super) fn carry_flapping(&mut self, id: TopicId, at: u64) {
+        let f = self.topics.entry(id).or_insert_with(|| Flap {
+            resumes: VecDeque::new(),
+            flapping: false,
+            last: 0,
+            ended: (0, 0),
+        });
+        f.last = f.last.max(at);
+        if !f.flapping {
+            f.flapping = true;
+            self.flapping.push(id);
+        }
+    }
+
     /// Drop the topics with no outage in the window, once they pile up (amortized).
     fn sweep(&mut self, now: u64) {
         if self.topics.len() < self.sweep_at.max(1024) {
@@ -145,6 +161,11 @@ impl Flaps {
         self.topics
             .retain(|_, f| f.flapping || f.last.saturating_add(window) >= now);
         self.sweep_at = self.topics.len() * 2;
+    }
+
+    /// The topics flapping now.
+    pub(super) fn flapping_ids(&self) -> &[TopicId] {
+        &self.flapping
     }
 
     /// How many topics flap now.

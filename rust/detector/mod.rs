@@ -35,6 +35,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
+mod adopt;
 mod advance;
 mod beats;
 mod down;
@@ -49,6 +50,7 @@ mod status;
 mod tests;
 mod topics;
 
+pub use adopt::{Adoption, Carried, Marks};
 pub use beats::Batch;
 pub use down::{Down, LOST_REASON, REASONS_PER_TOPIC};
 pub use flap::FlapConfig;
@@ -170,7 +172,9 @@ struct Slot {
     /// Watched: when the next missed period is counted. PAUSED: when the topic was first heard
     /// after a failure the pause interrupted, or `NOT_HEARD` (see `topics.rs`).
     next_deadline: u64,
-    /// When the current outage began.
+    /// When the current outage began: absolute clock ns (what events carry), not relative
+    /// like the other times here, so that an outage carried over from another monitor
+    /// ([`Detector::adopt`]) may have begun before this detector's epoch.
     since: u64,
     /// Up to when the topic's state is known: the deadline of the latest period counted as
     /// missed (the `at` of the latest `failed` while FAILED), or just before the moment it was

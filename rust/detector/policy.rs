@@ -94,7 +94,7 @@ struct Rule {
 /// What a topic's listeners were told of its current outage: the `failed` events delivered
 /// since its latest `resumed` delivered. Events held back (flapping) change nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Outage {
+pub(super) enum Outage {
     /// None delivered: up, or every `failed` of the outage held back. (Topics already down
     /// when the policy is first used are set `Alerted`: see [`Detector::activate`].)
     #[default]
@@ -149,7 +149,7 @@ impl Policy {
         self.per.get(id as usize).map_or(0, |p| p.until)
     }
 
-    fn outage(&self, id: TopicId) -> Outage {
+    pub(super) fn outage(&self, id: TopicId) -> Outage {
         self.per.get(id as usize).map_or(Outage::None, |p| p.outage)
     }
 
@@ -160,9 +160,24 @@ impl Policy {
         }
     }
 
-    fn set_outage(&mut self, id: TopicId, o: Outage) {
+    pub(super) fn set_outage(&mut self, id: TopicId, o: Outage) {
         self.grow(id);
         self.per[id as usize].outage = o;
+    }
+
+    /// The topics flapping now.
+    pub(super) fn flapping_ids(&self) -> &[TopicId] {
+        self.flaps.flapping_ids()
+    }
+
+    /// Whether flapping is detected.
+    pub(super) fn flaps_on(&self) -> bool {
+        self.flaps.on()
+    }
+
+    /// Topic `id` flaps from `at` (relative) on: carried over (`adopt.rs`).
+    pub(super) fn carry_flapping(&mut self, id: TopicId, at: u64) {
+        self.flaps.carry_flapping(id, at);
     }
 
     /// Whether a flapping topic's events are held back.
@@ -406,7 +421,7 @@ impl Detector {
 
     /// The policy is used from now on (a silence, a dependency or flapping declared). Topics
     /// down now had their `failed` handed out unmarked: alerted. One pass over the topics, once.
-    fn activate(&self, inner: &mut Inner) {
+    pub(super) fn activate(&self, inner: &mut Inner) {
         if inner.policy.active {
             return;
         }
@@ -919,7 +934,7 @@ impl Detector {
     /// failed it, its reason serial, as the deadlines' `failed` events of the outage carry.
     fn failed_again(&self, inner: &Inner, id: TopicId, at: u64) -> Event {
         let slot = &inner.slots[id as usize];
-        let ev = Event::failed(id, slot.missed, self.abs(at), self.abs(slot.since));
+        let ev = Event::failed(id, slot.missed, self.abs(at), slot.since);
         match Self::down_serial(inner, id) {
             Some(serial) => ev.with_reason(serial),
             None => ev,

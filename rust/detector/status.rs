@@ -228,7 +228,7 @@ impl Detector {
             period_ns: slot.period_ns,
             allowed_misses: slot.allowed,
             grace_ns: slot.grace_ns,
-            failed_since_ns: (state == State::Failed).then(|| self.abs(slot.since)),
+            failed_since_ns: (state == State::Failed).then_some(slot.since),
             next_deadline_ns: state.is_watched().then(|| self.abs(next_deadline)),
             phi,
         }

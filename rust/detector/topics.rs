@@ -24,7 +24,7 @@ impl Detector {
         self.add_locked(&mut inner, name, config, now)
     }
 
-    fn add_locked(
+    pub(super) fn add_locked(
         &self,
         inner: &mut Inner,
         name: &str,
@@ -509,7 +509,7 @@ impl Detector {
                 id,
                 slot.missed,
                 self.abs(back_at),
-                back_at.saturating_sub(slot.since),
+                self.abs(back_at).saturating_sub(slot.since),
             );
             self.emit(inner, subs, ev);
             Self::clear_down(inner, id);

@@ -7,6 +7,8 @@
 //! 1. the period a beat carries is within [`MIN_BEAT_PERIOD`]..=[`MAX_BEAT_PERIOD`]
 //!    (`bad_period`);
 //! 2. nothing is recorded while the monitor is not running;
+//!    and a beat taken from a group's shard queue must be of a topic in that shard
+//!    (`wrong_shard`; see [`InShard`]);
 //! 3. with a key, a signed beat's send time is within the allowed age of the wall clock
 //!    (`stale`);
 //! 4. an unknown topic is learned: it must not be one of heartwire's own (under
@@ -24,6 +26,7 @@
 
 use super::beat::{Beat, Decoded, Decoder};
 use super::replay::ReplayGuard;
+use super::shard::shard_of;
 use super::topic::{reserved_topic, valid_topic, Pattern, RESERVED_PREFIX};
 use crate::detector::{Beat as Recorded, Detector};
 use crate::event::{NO_LATENCY, NO_SEQ};
@@ -49,7 +52,7 @@ pub const DEFAULT_DOWN_REASON: &str = "down";
 pub const PENDING_LIMIT: usize = 1024;
 
 /// Every reason a beat is refused, decode reasons first (as `heartwire.beat.DECODE_REASONS`).
-pub const REASONS: [&str; 13] = [
+pub const REASONS: [&str; 14] = [
     "too_large",
     "not_utf8",
     "bad_json",
@@ -63,6 +66,7 @@ pub const REASONS: [&str; 13] = [
     "bad_topic",
     "replayed",
     "stale",
+    "wrong_shard",
 ];
 
 fn reason_index(reason: &str) -> usize {
@@ -78,6 +82,18 @@ pub enum MaxAge {
     Seconds(f64),
     /// No bound.
     Unbounded,
+}
+
+/// The shard a beat must be in: one taken from shard `shard` of a group of `shards` shards
+/// (its shard queue). A beat of another shard's topic is refused (`wrong_shard`): taken in, it
+/// would have two members watch its topic, the wrong one raising a false FAILED when the stray
+/// beats stop, and leave it out of every snapshot of its shard. It comes from a publisher whose
+/// layout has another shard count, a forged shard header (RabbitMQ routes on it alone), or a
+/// captured beat sent to another queue (a signature does not cover the destination).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InShard {
+    pub shards: u32,
+    pub shard: u32,
 }
 
 /// A monitor's settings, as the intake needs them. (No `Debug`: it holds the key.)
@@ -551,24 +567,28 @@ impl Intake {
 
     // -- beats ------------------------------------------------------------------------------
 
-    /// Decode and record one message body that arrived on `destination` (a topic).
+    /// Decode and record one message body that arrived on `destination` (a topic). (The
+    /// callers use [`ingest_counted`](Intake::ingest_counted), which takes the shard too.)
+    #[cfg(test)]
     pub fn ingest(&self, body: &[u8], destination: Option<&str>, now: Option<u64>) -> Outcome {
-        self.ingest_counted(body, destination, now, true)
+        self.ingest_counted(body, destination, now, true, None)
     }
 
     /// [`ingest`](Intake::ingest); `count_defer`: count a deferred body (the socket reader
-    /// does not: the body reaches the monitor's Python path, which counts it there).
+    /// does not: the body reaches the monitor's Python path, which counts it there);
+    /// `in_shard`: the beat came from that shard's queue.
     pub fn ingest_counted(
         &self,
         body: &[u8],
         destination: Option<&str>,
         now: Option<u64>,
         count_defer: bool,
+        in_shard: Option<InShard>,
     ) -> Outcome {
         match self.decoder.decode(body, destination) {
             Decoded::Beat(beat) => {
                 self.native.fetch_add(1, Ordering::Relaxed);
-                self.record(&beat, now)
+                self.record_in(&beat, now, in_shard)
             }
             Decoded::Reject { reason, detail } => {
                 self.native.fetch_add(1, Ordering::Relaxed);
@@ -585,8 +605,21 @@ impl Intake {
         }
     }
 
-    /// Record a decoded beat by the rules in the module docs.
+    /// Record a decoded beat by the rules in the module docs (no shard: [`record_in`]'s).
+    ///
+    /// [`record_in`]: Intake::record_in
+    #[cfg(test)]
     pub fn record(&self, beat: &Beat<'_>, now: Option<u64>) -> Outcome {
+        self.record_in(beat, now, None)
+    }
+
+    /// [`record`](Intake::record) a beat that came from the shard queue `in_shard` (if any).
+    pub fn record_in(
+        &self,
+        beat: &Beat<'_>,
+        now: Option<u64>,
+        in_shard: Option<InShard>,
+    ) -> Outcome {
         let topic = beat.topic;
         if let Some(p) = beat.period {
             if !(MIN_BEAT_PERIOD..=MAX_BEAT_PERIOD).contains(&p) {
@@ -601,6 +634,12 @@ impl Intake {
         }
         if !self.running() {
             return Outcome::Refused; // not recorded while stopped: nor may it re-tune its topic
+        }
+        if let Some(expected) = in_shard {
+            // (heartwire's own topics are in no shard: refused below as ever, `bad_topic`.)
+            if !reserved_topic(topic) && !self.in_shard(topic, expected) {
+                return Outcome::Refused;
+            }
         }
         let now = now.unwrap_or_else(|| self.det.now_ns());
         let mut handle = self.det.lookup_handle(topic);
@@ -656,6 +695,24 @@ impl Intake {
             self.det.complete(handle, result, now, seq, latency);
         }
         matches!(result, Recorded::Recorded { .. })
+    }
+
+    /// Whether `topic` is in the shard `expected`; refused (`wrong_shard`) if not.
+    fn in_shard(&self, topic: &str, expected: InShard) -> bool {
+        let InShard { shards, shard } = expected;
+        let actual = shard_of(topic, shards);
+        if actual == shard {
+            return true;
+        }
+        self.refuse("wrong_shard", || {
+            format!(
+                "beat for {} refused: its topic is in shard {actual} of {shards}, not in shard \
+                 {shard}, whose queue it came on (a publisher with another shard count, a forged \
+                 heartwire-shard header, or a beat sent to another shard's queue)",
+                short(topic, 120)
+            )
+        });
+        false
     }
 
     /// Whether a signed beat sent at `sent` is within the allowed age; refused if not.
@@ -879,6 +936,104 @@ mod tests {
         let reasons: Vec<_> = intake.take_refusals().iter().map(|r| r.reason).collect();
         assert_eq!(reasons, ["pattern_mismatch", "too_many_topics"]);
         assert_eq!(intake.counters().0, 3);
+    }
+
+    #[test]
+    fn a_beat_of_another_shard_is_refused_before_anything_changes() {
+        let (det, intake, _) = intake(None);
+        let of = |k: u32| {
+            (0..)
+                .map(|i| format!("svc.{i}"))
+                .find(|t| shard_of(t, 4) == k)
+                .unwrap()
+        };
+        let (own, stray) = (of(1), of(2));
+        let queue = Some(InShard {
+            shards: 4,
+            shard: 1,
+        });
+        let b = Beat {
+            period: Some(2.0),
+            ..beat(&own)
+        };
+        assert!(matches!(
+            intake.record_in(&b, None, queue),
+            Outcome::Recorded { .. }
+        ));
+        // Learned or not, a topic of shard 2 is refused on shard 1's queue, and re-tunes nothing.
+        for _ in 0..2 {
+            let b = Beat {
+                period: Some(5.0),
+                ..beat(&stray)
+            };
+            assert_eq!(intake.record_in(&b, None, queue), Outcome::Refused);
+            assert!(det.lookup_handle(&stray).is_none());
+        }
+        let b = Beat {
+            period: Some(5.0),
+            ..beat(&own)
+        };
+        assert!(matches!(
+            intake.record(&beat(&stray), None),
+            Outcome::Recorded { .. }
+        ));
+        let h = det.lookup_handle(&stray).unwrap();
+        assert_eq!(
+            intake.record_in(
+                &b,
+                None,
+                Some(InShard {
+                    shards: 4,
+                    shard: 3
+                })
+            ),
+            Outcome::Refused
+        );
+        assert_eq!(
+            intake.record_in(
+                &Beat {
+                    period: Some(5.0),
+                    ..beat(&stray)
+                },
+                None,
+                queue
+            ),
+            Outcome::Refused
+        );
+        assert_eq!(det.config(h).unwrap().period_ns, 1_000_000_000); // not re-tuned to 5 s
+        let refused = intake.take_refusals();
+        let reasons: Vec<_> = refused.iter().map(|r| (r.reason, r.count)).collect();
+        assert_eq!(
+            reasons,
+            [
+                ("wrong_shard", 1),
+                ("wrong_shard", 2),
+                ("wrong_shard", 3),
+                ("wrong_shard", 4)
+            ]
+        );
+        assert!(
+            refused[0]
+                .detail
+                .contains("in shard 2 of 4, not in shard 1"),
+            "{}",
+            refused[0].detail
+        );
+        assert_eq!(intake.rejected(), [("wrong_shard", 4)]);
+        // The same body through the decoder: refused on the wrong queue, taken on its own.
+        let body = format!("{{\"v\":1,\"topic\":\"{own}\"}}");
+        let wrong = Some(InShard {
+            shards: 4,
+            shard: 0,
+        });
+        assert_eq!(
+            intake.ingest_counted(body.as_bytes(), None, None, true, wrong),
+            Outcome::Refused
+        );
+        assert!(matches!(
+            intake.ingest_counted(body.as_bytes(), None, None, true, queue),
+            Outcome::Recorded { .. }
+        ));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use super::batch::{self, Names};
 use super::clock::{clock_source, spawn_driver, PyManualClock};
 use super::events::{PyEventQueue, PyTopicStatus};
 use super::time::{opt_time, to_ns, to_seconds};
-use crate::detector::{Beat, Detector, DetectorError, TopicConfig};
+use crate::detector::{Adoption, Beat, Carried, Detector, DetectorError, Marks, TopicConfig};
 use crate::driver::Driver;
 use crate::event::{NO_LATENCY, NO_SEQ};
 use crate::phi::PhiConfig;
@@ -74,6 +74,70 @@ fn beat_unknown(py: Python<'_>, det: &Detector, name: &str, now: u64) -> bool {
         py.detach(|| det.beat_name(name, Some(now))),
         Beat::Recorded { .. }
     )
+}
+
+/// One column of `adopt_many` (None: `n` times the default), as Python values: a list or
+/// tuple, or anything with `to_pylist` (Arrow) or `tolist` (NumPy). Its length must be `n`.
+fn column<'py, T: for<'a> FromPyObject<'a, 'py>>(
+    what: &str,
+    obj: Option<&Bound<'py, PyAny>>,
+    n: usize,
+) -> PyResult<Vec<Option<T>>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok((0..n).map(|_| None).collect());
+    };
+    let list = if obj.hasattr("to_pylist")? {
+        obj.call_method0("to_pylist")?
+    } else if obj.hasattr("tolist")? {
+        obj.call_method0("tolist")?
+    } else {
+        obj.clone()
+    };
+    let values: Vec<Bound<'py, PyAny>> = list.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} must be a sequence (or an Arrow or NumPy array), got {}",
+            super::type_name(obj)
+        ))
+    })?;
+    if values.len() != n {
+        return Err(PyValueError::new_err(format!(
+            "{what} has {} items, names {n}",
+            values.len()
+        )));
+    }
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if v.is_none() {
+                return Ok(None);
+            }
+            v.extract::<T>().map(Some).map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{what}[{i}] has the wrong type: {}",
+                    super::type_name(v)
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A carried outage's `since` (seconds on the detector's clock) in ns; `what` names it.
+fn since_ns(what: &str, since: f64) -> PyResult<u64> {
+    to_ns(what, since, true)
+}
+
+/// A carried outage's `missed` (>= 1, 32 bits).
+fn missed_count(what: &str, missed: i64) -> PyResult<u32> {
+    u32::try_from(missed)
+        .ok()
+        .filter(|&m| m >= 1)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{what} must be an int in [1, {}], got {missed}",
+                u32::MAX
+            ))
+        })
 }
 
 /// Phi-accrual settings for a topic (Akka's defaults). Times in seconds.
@@ -350,6 +414,165 @@ impl PyDetector {
                     .map_err(to_py)
             }
         }
+    }
+
+    /// Take ``name`` over from another monitor (a group's takeover) at ``now``. With
+    /// ``since=None``, a fresh start as :meth:`add`: a full first period (plus grace) from
+    /// ``now``. With ``since`` (seconds on this detector's clock, as events' ``since``; it may
+    /// be before this detector started), its outage is carried over: FAILED at once without a
+    /// ``failed`` event, ``missed`` periods counted, the next ``failed(missed + 1)`` one
+    /// period after ``now`` with the same ``since`` (and ``reason``: an explicit failure's,
+    /// then one ``failed`` at every missed period as after a ``down`` beat), and its first beat after ``now`` a
+    /// ``resumed`` with the downtime from ``since``. ``alerted``: the old owner's listeners got
+    /// an unmarked ``failed`` (False: only ones marked ``silenced`` and/or ``suppressed_by``
+    /// that parent, so the alert is owed: it goes out when it would be unmarked here).
+    /// ``flapping``: the topic goes on flapping here (settling one flap window after ``now``;
+    /// only with flapping detection on). A known topic keeps its handle and deadlines; if it is
+    /// FAILED here already it is kept so; if it was heard after ``since``, ``resumed`` is
+    /// emitted now at that beat. Returns its handle.
+    #[pyo3(signature = (name, *, since = None, missed = 1, reason = None, alerted = true, silenced = false, suppressed_by = None, flapping = false, period = None, now = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn adopt(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        since: Option<f64>,
+        missed: i64,
+        reason: Option<String>,
+        alerted: bool,
+        silenced: bool,
+        suppressed_by: Option<String>,
+        flapping: bool,
+        period: Option<f64>,
+        now: Option<f64>,
+    ) -> PyResult<Handle> {
+        let now = opt_time("now", now)?;
+        let config = self.given_config(period, None, None, None)?;
+        let failed = match since {
+            None => None,
+            Some(s) => Some(Carried {
+                since_ns: since_ns("since", s)?,
+                missed: missed_count("missed", missed)?,
+                reason,
+                marks: Marks {
+                    alerted,
+                    silenced,
+                    suppressed_by,
+                    flapping,
+                },
+            }),
+        };
+        let row = Adoption {
+            name,
+            config,
+            failed,
+            flapping,
+        };
+        let handles = py
+            .detach(|| self.det.adopt(std::slice::from_ref(&row), now))
+            .map_err(to_py)?;
+        Ok(handles[0])
+    }
+
+    /// :meth:`adopt` for many topics in one call (one hold of the detector lock), by columns:
+    /// ``names`` (a list of str or an Arrow string array) and, for each other argument, None
+    /// (every row gets :meth:`adopt`'s default) or a column as long as ``names`` (a list, an
+    /// Arrow or NumPy array; a None item is the default: in ``since``, a fresh start; a NaN
+    /// ``since`` too). Every row is checked first: a bad one raises (naming it) and changes
+    /// nothing. Returns the handles in order.
+    #[pyo3(signature = (names, *, since = None, missed = None, reason = None, alerted = None, silenced = None, suppressed_by = None, flapping = None, period = None, now = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn adopt_many(
+        &self,
+        py: Python<'_>,
+        names: &Bound<'_, PyAny>,
+        since: Option<&Bound<'_, PyAny>>,
+        missed: Option<&Bound<'_, PyAny>>,
+        reason: Option<&Bound<'_, PyAny>>,
+        alerted: Option<&Bound<'_, PyAny>>,
+        silenced: Option<&Bound<'_, PyAny>>,
+        suppressed_by: Option<&Bound<'_, PyAny>>,
+        flapping: Option<&Bound<'_, PyAny>>,
+        period: Option<&Bound<'_, PyAny>>,
+        now: Option<f64>,
+    ) -> PyResult<Vec<Handle>> {
+        let now = opt_time("now", now)?;
+        let names: Vec<String> = match batch::names(names)? {
+            Names::Arrow(chunks) => {
+                let (v, nulls) =
+                    batch::for_arrow_strs(&chunks, |it| it.map(str::to_owned).collect::<Vec<_>>());
+                if nulls > 0 {
+                    return Err(PyValueError::new_err(format!(
+                        "names holds {nulls} null(s)"
+                    )));
+                }
+                v
+            }
+            Names::Python(obj) => {
+                let items = batch::borrow_names(&obj)?;
+                items.iter().map(str::to_owned).collect()
+            }
+        };
+        let n = names.len();
+        let since = column::<f64>("since", since, n)?;
+        let missed = column::<i64>("missed", missed, n)?;
+        let reason = column::<String>("reason", reason, n)?;
+        let alerted = column::<bool>("alerted", alerted, n)?;
+        let silenced = column::<bool>("silenced", silenced, n)?;
+        let suppressed_by = column::<String>("suppressed_by", suppressed_by, n)?;
+        let flapping = column::<bool>("flapping", flapping, n)?;
+        let period = column::<f64>("period", period, n)?;
+        let mut rows = Vec::with_capacity(n);
+        for (i, name) in names.iter().enumerate() {
+            let flaps = flapping[i].unwrap_or(false);
+            let failed = match since[i].filter(|s| !s.is_nan()) {
+                None => None,
+                Some(s) => Some(Carried {
+                    since_ns: since_ns(&format!("since[{i}]"), s)?,
+                    missed: missed_count(&format!("missed[{i}]"), missed[i].unwrap_or(1))?,
+                    reason: reason[i].clone(),
+                    marks: Marks {
+                        alerted: alerted[i].unwrap_or(true),
+                        silenced: silenced[i].unwrap_or(false),
+                        suppressed_by: suppressed_by[i].clone(),
+                        flapping: flaps,
+                    },
+                }),
+            };
+            let config = match period[i] {
+                None => None,
+                Some(p) => Some(TopicConfig {
+                    period_ns: to_ns(&format!("period[{i}]"), p, false)?,
+                    ..self.det.defaults()
+                }),
+            };
+            rows.push(Adoption {
+                name,
+                config,
+                failed,
+                flapping: flaps,
+            });
+        }
+        py.detach(|| self.det.adopt(&rows, now)).map_err(to_py)
+    }
+
+    /// What this detector's listeners were told, for the topics whose marks are not plain
+    /// (what :meth:`adopt` carries to another monitor): ``(name, alerted, silenced,
+    /// suppressed_by, flapping)`` for each FAILED topic whose outage's events all went out
+    /// marked (or were all held back while it flapped) and each flapping topic. Empty while
+    /// no silence, dependency or flapping was declared: every FAILED topic is then alerted.
+    #[allow(clippy::type_complexity)]
+    fn marks(&self, py: Python<'_>) -> Vec<(String, bool, bool, Option<String>, bool)> {
+        let det = self.det.clone();
+        py.detach(move || {
+            det.marks()
+                .into_iter()
+                .filter_map(|(h, m)| {
+                    let name = det.name(h)?;
+                    Some((name, m.alerted, m.silenced, m.suppressed_by, m.flapping))
+                })
+                .collect()
+        })
     }
 
     /// The handle of ``name``, or None.

@@ -9,7 +9,8 @@ use super::time::to_ns;
 use crate::event::{NO_LATENCY, NO_SEQ};
 use crate::ingest::beat::Beat;
 use crate::ingest::frames::{MessageFrame, Splitter, Verdict};
-use crate::ingest::intake::{wall_now, Intake, IntakeConfig, MaxAge, Outcome};
+use crate::ingest::intake::{wall_now, InShard, Intake, IntakeConfig, MaxAge, Outcome};
+use crate::ingest::shard::MAX_SHARDS;
 use crate::ingest::topic::reserved_topic;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -26,6 +27,35 @@ use std::sync::Arc;
 #[pyclass(name = "Intake", module = "heartwire._core", frozen)]
 pub struct PyIntake {
     pub(crate) intake: Arc<Intake>,
+}
+
+/// `shard`, a `(shards, k)` pair: shard `k` of a group of `shards` shards.
+fn in_shard(shard: Option<(i64, i64)>) -> PyResult<Option<InShard>> {
+    let Some((shards, k)) = shard else {
+        return Ok(None);
+    };
+    if !(1..=i64::from(MAX_SHARDS)).contains(&shards) || !(0..shards).contains(&k) {
+        return Err(PyValueError::new_err(format!(
+            "shard must be a pair (shards, k) with 1 <= shards <= {MAX_SHARDS} and \
+             0 <= k < shards, got ({shards}, {k})"
+        )));
+    }
+    Ok(Some(InShard {
+        shards: shards as u32,
+        shard: k as u32,
+    }))
+}
+
+/// The shard in ``[0, shards)`` of ``topic`` in a monitor group, as
+/// ``heartwire.transport.shards.shard_of`` computes it (``topic`` is hashed, not validated).
+#[pyfunction]
+pub fn shard_of(topic: &str, shards: i64) -> PyResult<u32> {
+    if !(1..=i64::from(MAX_SHARDS)).contains(&shards) {
+        return Err(PyValueError::new_err(format!(
+            "shards must be between 1 and {MAX_SHARDS}, got {shards}"
+        )));
+    }
+    Ok(crate::ingest::shard::shard_of(topic, shards as u32))
 }
 
 fn refusals_list<'py>(py: Python<'py>, intake: &Intake) -> PyResult<Bound<'py, PyList>> {
@@ -240,18 +270,31 @@ impl PyIntake {
     /// Decode and record one message body that arrived on topic ``destination``: True if
     /// recorded, False if refused (counted) or ignored (not running), None if the native
     /// decoder is not sure (decode it with ``BeatCodec`` and call :meth:`record`).
-    #[pyo3(signature = (body, destination = None))]
-    fn ingest(&self, py: Python<'_>, body: &[u8], destination: Option<&str>) -> Option<bool> {
-        match py.detach(|| self.intake.ingest(body, destination, None)) {
+    /// ``shard``: ``(shards, k)``, the body came from shard ``k``'s queue of a group of
+    /// ``shards``: a beat of another shard's topic is refused (``wrong_shard``).
+    #[pyo3(signature = (body, destination = None, *, shard = None))]
+    fn ingest(
+        &self,
+        py: Python<'_>,
+        body: &[u8],
+        destination: Option<&str>,
+        shard: Option<(i64, i64)>,
+    ) -> PyResult<Option<bool>> {
+        let shard = in_shard(shard)?;
+        let outcome = py.detach(|| {
+            self.intake
+                .ingest_counted(body, destination, None, true, shard)
+        });
+        Ok(match outcome {
             Outcome::Recorded { .. } => Some(true),
             Outcome::Refused => Some(false),
             Outcome::Defer => None,
-        }
+        })
     }
 
     /// Record a beat decoded elsewhere (its fields as :class:`heartwire.beat.Beat`'s);
-    /// ``down``: it says ``"state":"down"`` (with ``reason``).
-    #[pyo3(signature = (topic, seq = None, boot = None, sent = None, period = None, down = false, reason = None))]
+    /// ``down``: it says ``"state":"down"`` (with ``reason``); ``shard``: as :meth:`ingest`'s.
+    #[pyo3(signature = (topic, seq = None, boot = None, sent = None, period = None, down = false, reason = None, *, shard = None))]
     #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
@@ -263,7 +306,9 @@ impl PyIntake {
         period: Option<f64>,
         down: bool,
         reason: Option<&str>,
-    ) -> bool {
+        shard: Option<(i64, i64)>,
+    ) -> PyResult<bool> {
+        let shard = in_shard(shard)?;
         let beat = Beat {
             topic,
             seq,
@@ -274,10 +319,10 @@ impl PyIntake {
             down,
             reason: reason.map(std::borrow::Cow::Borrowed),
         };
-        matches!(
-            py.detach(|| self.intake.record(&beat, None)),
+        Ok(matches!(
+            py.detach(|| self.intake.record_in(&beat, None, shard)),
             Outcome::Recorded { .. }
-        )
+        ))
     }
 
     /// Count a refusal found in Python (e.g. a body ``BeatCodec`` rejected), kept like the
@@ -347,6 +392,8 @@ struct Route {
     /// monitor group's shard queue (`/queue/heartwire.<group>.<k>` on ActiveMQ), whose messages
     /// carry every topic of the shard.
     from_body: bool,
+    /// With `from_body`: the shard of that queue (a beat of another shard's topic is refused).
+    shard: Option<InShard>,
 }
 
 type RouteMap = HashMap<Vec<u8>, Route>;
@@ -370,17 +417,33 @@ impl PyRoutes {
     /// Route MESSAGE frames of subscription ``sub_id`` to ``intake``. ``from_body``: each beat's
     /// topic is the one its body names (the intake's pattern still applies), whatever the
     /// frame's destination: for a queue carrying many topics (a monitor group's shard queue).
-    /// Otherwise the destination must be the beat's topic (``/topic/<topic>``).
-    #[pyo3(signature = (sub_id, intake, *, from_body = false))]
-    fn add(&self, sub_id: &str, intake: &Bound<'_, PyIntake>, from_body: bool) {
+    /// Otherwise the destination must be the beat's topic (``/topic/<topic>``). ``shard``
+    /// (with ``from_body``): ``(shards, k)``, the queue is shard ``k``'s of a group of
+    /// ``shards``: a beat of another shard's topic is refused (``wrong_shard``, counted).
+    #[pyo3(signature = (sub_id, intake, *, from_body = false, shard = None))]
+    fn add(
+        &self,
+        sub_id: &str,
+        intake: &Bound<'_, PyIntake>,
+        from_body: bool,
+        shard: Option<(i64, i64)>,
+    ) -> PyResult<()> {
+        let shard = in_shard(shard)?;
+        if shard.is_some() && !from_body {
+            return Err(PyValueError::new_err(
+                "shard is for a route with from_body=True (a shard queue), got from_body=False",
+            ));
+        }
         let mut map = self.map.lock();
         let mut next = (**map).clone();
         let route = Route {
             intake: intake.get().intake.clone(),
             from_body,
+            shard,
         };
         next.insert(sub_id.as_bytes().to_vec(), route);
         *map = Arc::new(next);
+        Ok(())
     }
 
     /// Stop routing ``sub_id`` (its frames go to stomp.py again); False if it was not routed.
@@ -538,14 +601,14 @@ fn route<'r>(
     };
     let intake = &route.intake;
     if route.from_body {
-        // The topic is the beat's: decoded from the body, checked against the pattern by the
-        // intake like any beat's (a refusal is counted and reported).
+        // The topic is the beat's: decoded from the body, checked against the pattern and the
+        // queue's shard by the intake like any beat's (a refusal is counted and reported).
         if !intake.running() {
             return Verdict::Consumed;
         }
         return recorded(
             intake,
-            intake.ingest_counted(frame.body, None, None, false),
+            intake.ingest_counted(frame.body, None, None, false, route.shard),
             now,
             freshest,
         );
@@ -579,7 +642,7 @@ fn route<'r>(
     }
     recorded(
         intake,
-        intake.ingest_counted(frame.body, Some(topic), None, false),
+        intake.ingest_counted(frame.body, Some(topic), None, false, None),
         now,
         freshest,
     )

@@ -46,6 +46,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark::partition_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::decode_beat, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::split_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(intake::shard_of, m)?)?;
+    m.add("MAX_SHARDS", crate::ingest::shard::MAX_SHARDS)?;
     m.add("MAX_TOPICS", crate::registry::MAX_TOPICS)?;
     m.add("MAX_NAME_LEN", crate::registry::MAX_NAME_LEN)?;
     // A monitor's beat rules live in the intake; Python reads their bounds from here (one copy).

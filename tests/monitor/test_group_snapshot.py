@@ -24,6 +24,8 @@ from heartwire.groups import (
 
 LAYOUT = ShardLayout("payments", 4)
 KEY = b"group-key"
+SENT = 1_764_000_000.25  # the snapshots' send time; decoded as if read a second later
+NOW = SENT + 1.0
 
 
 def _in_shard(shard: int, n: int) -> list[str]:
@@ -46,7 +48,7 @@ def _snapshot(**changes: Any) -> ShardSnapshot:
         "shard": SHARD,
         "member": "member-1",
         "seq": 7,
-        "sent": 1_764_000_000.25,
+        "sent": SENT,
         "topics": (
             TopicRecord(A),
             TopicRecord(B, failed_since=1_763_999_990.5, missed=3, period=2.0),
@@ -62,7 +64,7 @@ def test_round_trip(key: bytes | None) -> None:
     snap = _snapshot()
     body = encode_snapshot(snap, key)
     assert (b'"sig":' in body) is (key is not None)
-    assert decode_snapshot(body, LAYOUT, SHARD, key) == snap
+    assert decode_snapshot(body, LAYOUT, SHARD, key, now=NOW) == snap
     assert [t.topic for t in snap.failed] == [B, C]
 
 
@@ -75,7 +77,7 @@ def test_the_wire_form_is_compact_rows() -> None:
         "shard": SHARD,
         "member": "member-1",
         "seq": 7,
-        "sent": 1_764_000_000.25,
+        "sent": SENT,
         "topics": [[A, None, 0, None, None]],
     }
 
@@ -85,9 +87,9 @@ def test_newer_fields_are_ignored_and_signed() -> None:
 
     obj = json.loads(encode_snapshot(_snapshot(topics=(TopicRecord(A),))))
     obj["marks"] = {"x": 1}  # a field a later version adds
-    obj["topics"][0].append(["silenced"])  # a later row element
+    obj["topics"][0] += [None, ["later"]]  # no marks (the 6th element), a later row element
     body = BeatCodec(KEY).seal(obj)
-    snap = decode_snapshot(body, LAYOUT, SHARD, KEY)
+    snap = decode_snapshot(body, LAYOUT, SHARD, KEY, now=NOW)
     assert snap.topics == (TopicRecord(A),)
 
 
@@ -168,14 +170,16 @@ def _tampered(edit: Any, key: bytes | None = None) -> bytes:
             _tampered(lambda o: o["topics"][1].__setitem__(4, 0)),
             None,
             "malformed",
-            "topics[1] period must be > 0",
+            "topics[1] period must be between 0.001 and 1e+09 seconds, got 0.0",
         ),
     ],
 )
 def test_refusals(body: bytes, key: bytes | None, reason: str, detail: str) -> None:
     assert reason in SNAPSHOT_REASONS
     with pytest.raises(SnapshotError) as info:
-        decode_snapshot(body, LAYOUT, SHARD, key, max_size=100 if reason == "too_large" else 10**6)
+        decode_snapshot(
+            body, LAYOUT, SHARD, key, max_size=100 if reason == "too_large" else 10**6, now=NOW
+        )
     assert info.value.reason == reason
     assert detail in info.value.detail, info.value.detail
     assert KEY.decode() not in str(info.value)
@@ -253,8 +257,133 @@ def test_snapshot_of_a_monitor_lists_its_shard_with_failed_outages_in_wall_time(
         assert since is not None and round(since, 3) == 1.0
         assert by_topic[B] == TopicRecord(B, rig.mon.wall_time(since), 1, None, 1.0)
         assert snap.failed == (by_topic[B],)
-        assert decode_snapshot(encode_snapshot(snap), LAYOUT, SHARD) == snap
+        assert decode_snapshot(encode_snapshot(snap), LAYOUT, SHARD, max_age=None) == snap
         rig.mon.pause(A)
         assert A not in {
             t.topic for t in snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=5).topics
         }
+
+
+# -- marks: what the owner's listeners were told (HeartbeatMonitor.adopt carries them on) ----
+
+
+def test_marks_travel_as_a_sixth_row_element_only_when_not_plain() -> None:
+    quiet = TopicRecord(B, 1_763_999_990.5, 3, None, 1.0, False, True, A, True)
+    snap = _snapshot(topics=(TopicRecord(A), quiet))
+    obj = json.loads(encode_snapshot(snap))
+    assert obj["topics"] == [
+        [A, None, 0, None, None],
+        [B, 1_763_999_990.5, 3, None, 1.0, [False, True, A, True]],
+    ]
+    assert decode_snapshot(encode_snapshot(snap, KEY), LAYOUT, SHARD, KEY, now=NOW) == snap
+    assert TopicRecord(A).plain_marks and not quiet.plain_marks
+
+
+@pytest.mark.parametrize(
+    ("marks", "detail"),
+    [
+        (
+            [True, False, None],
+            "topics[0] marks must be [alerted, silenced, suppressed_by, flapping]",
+        ),
+        ([1, False, None, False], "topics[0] marks must be"),
+        ({"alerted": True}, "topics[0] marks must be"),
+        ([False, False, "db.>", False], "topics[0] suppressed_by must be a topic name or null"),
+        ([False, False, 7, False], "topics[0] suppressed_by must be a topic name or null"),
+    ],
+)
+def test_malformed_marks_are_refused_naming_the_row(marks: Any, detail: str) -> None:
+    body = _tampered(lambda o: o["topics"][0].append(marks))
+    with pytest.raises(SnapshotError) as err:
+        decode_snapshot(body, LAYOUT, SHARD, now=NOW)
+    assert err.value.reason == "malformed"
+    assert err.value.detail.startswith(detail)
+
+
+def test_snapshot_of_carries_the_marks_of_a_silenced_outage() -> None:
+    from tests.monitor.test_monitor_semantics import make_rig
+
+    for rig in make_rig():
+        rig.mon.start()
+        rig.mon.silence(B, duration=60)
+        rig.mon.expect(A, period=1.0)
+        rig.mon.expect(B, period=1.0)
+        rig.clock.advance(1.001)  # both FAILED: A alerted, B only silenced
+        rig.mon.drain(5.0)
+        by_topic = {
+            t.topic: t for t in snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=1).topics
+        }
+        assert by_topic[A].plain_marks
+        b = by_topic[B]
+        assert (b.alerted, b.silenced, b.suppressed_by, b.flapping, b.missed) == (
+            False,
+            True,
+            None,
+            False,
+            1,
+        )
+
+
+@pytest.mark.parametrize(
+    ("now", "max_age", "ok"),
+    [
+        (SENT + 600.0, 600.0, True),  # as old as allowed
+        (SENT + 600.5, 600.0, False),  # older
+        (SENT - 600.5, 600.0, False),  # further ahead of the reader's clock
+        (SENT + 10.0, 5.0, False),
+        (SENT + 365 * 86400.0, None, True),  # no bound
+        (SENT + 365 * 86400.0, float("inf"), True),
+    ],
+)
+def test_a_snapshot_older_than_max_age_is_stale(
+    now: float, max_age: float | None, ok: bool
+) -> None:
+    body = encode_snapshot(_snapshot(), KEY)
+    if ok:
+        assert decode_snapshot(body, LAYOUT, SHARD, KEY, max_age=max_age, now=now) == _snapshot()
+        return
+    with pytest.raises(SnapshotError) as info:
+        decode_snapshot(body, LAYOUT, SHARD, KEY, max_age=max_age, now=now)
+    assert info.value.reason == "stale"
+    assert "member-1" in info.value.detail and "seq 7" in info.value.detail
+
+
+def test_the_default_max_age_is_the_default_ttl() -> None:
+    from heartwire.groups import DEFAULT_SNAPSHOT_TTL
+
+    body = encode_snapshot(_snapshot())
+    decode_snapshot(body, LAYOUT, SHARD, now=SENT + DEFAULT_SNAPSHOT_TTL)
+    with pytest.raises(SnapshotError, match="stale"):
+        decode_snapshot(body, LAYOUT, SHARD, now=SENT + DEFAULT_SNAPSHOT_TTL + 1)
+    with pytest.raises(SnapshotError, match="stale"):
+        decode_snapshot(body, LAYOUT, SHARD)  # the wall clock now: a year and more later
+
+
+def test_a_malformed_snapshot_is_malformed_before_it_is_stale() -> None:
+    body = _tampered(lambda o: o.update(member=""))
+    with pytest.raises(SnapshotError) as info:
+        decode_snapshot(body, LAYOUT, SHARD, now=SENT + 10**6)
+    assert info.value.reason == "malformed"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "text"),
+    [
+        ({"shard": -1}, ValueError, r"shard must be in \[0, 4\), got -1"),
+        ({"shard": True}, TypeError, "shard must be an int, got bool"),
+        ({"layout": "payments"}, TypeError, "layout must be a ShardLayout, got str"),
+        ({"max_size": 0}, ValueError, "max_size must be an int >= 1, got 0"),
+        ({"max_size": -1}, ValueError, "max_size must be an int >= 1, got -1"),
+        ({"max_age": 0}, ValueError, "max_age must be"),
+        ({"max_age": "1"}, TypeError, "max_age must be a number of seconds or None"),
+    ],
+)
+def test_decode_refuses_bad_arguments(kwargs: dict[str, Any], error: type, text: str) -> None:
+    args: dict[str, Any] = {"layout": LAYOUT, "shard": SHARD, **kwargs}
+    with pytest.raises(error, match=text):
+        decode_snapshot(encode_snapshot(_snapshot()), args.pop("layout"), args.pop("shard"), **args)
+
+
+def test_encode_refuses_a_topic_listed_twice() -> None:
+    with pytest.raises(SnapshotError, match=r"topics\[1\]: .* is listed twice"):
+        encode_snapshot(_snapshot(topics=(TopicRecord(A), TopicRecord(A, failed_since=SENT))))

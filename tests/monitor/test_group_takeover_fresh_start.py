@@ -2,8 +2,8 @@
 the manual clock: the member taking a shard over watches the shard's topics from the takeover
 on (``expect``: the fresh start), so a live topic gets a full period and no false failure, and
 a topic that died during the handover is reported one period after the takeover. A topic the
-old owner had already reported FAILED must stay FAILED without a new first failure: that needs
-the core's ``adopt`` (not built yet), so its test is a strict xfail that turns green with it."""
+old owner had already reported FAILED stays FAILED without a new first failure: the monitor's
+``adopt`` carries its outage over (the exact streams of every case: test_monitor_adopt.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from heartwire.groups import TopicRecord
 from tests.monitor.test_monitor_semantics import Rig, make_rig
 
 TAKEOVER = 10.0
@@ -48,15 +49,11 @@ def test_takeover_gives_live_topics_a_full_period_and_reports_the_dead_one_perio
     assert (st.state.name, st.missed) == ("ALIVE", 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a FAILED topic taken over fails anew (since = the takeover + a period): carrying "
-    "its outage on needs Detector.adopt (docs/groups-design.md §3)",
-)
 def test_a_topic_failed_before_the_takeover_fails_on_without_a_new_first_failure(
     member: Rig,
 ) -> None:
     # The old owner's snapshot: svc.old FAILED since 5.0, 5 periods missed.
-    _take_over(member, "svc.old")
+    member.mon.adopt([TopicRecord("svc.old", member.mon.wall_time(5.0), 5, None, 1.0)])
+    assert member.take() == []  # no new first failure at the takeover
     events = member.advance(1.001)
     assert events == [("failed", "svc.old", 6, 11000, 5000)]

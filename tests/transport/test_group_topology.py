@@ -73,7 +73,7 @@ def test_definitions_shape() -> None:
         ({"layout": "payments"}, TypeError, "layout must be a ShardLayout, got str"),
         ({"pattern": "svc.#"}, ValueError, "pattern 'svc.#'"),
         ({"beat_ttl": 0}, ValueError, "beat_ttl"),
-        ({"max_beats": 0}, ValueError, "max_beats must be an int >= 1, got 0"),
+        ({"max_beats": 0}, ValueError, "max_beats must be an int in "),
         ({"expires": -1}, ValueError, "expires"),
         ({"vhost": ""}, ValueError, "vhost must be a non-empty str"),
     ],

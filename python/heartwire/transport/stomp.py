@@ -635,6 +635,8 @@ class StompTransport:
         handler: Callable[[StompLink, Message], None],
         on_refusals: Callable[[], None],
         *,
+        layout: ShardLayout | None = None,
+        shard: int | None = None,
         headers: Mapping[str, str] | None = None,
         confirm: float = 0.0,
     ) -> StompSubscription:
@@ -643,15 +645,36 @@ class StompTransport:
         names, whatever the destination: for a queue carrying many topics, a monitor group's
         shard queue (``/queue/heartwire.<group>.<k>`` on ActiveMQ, ``/amq/queue/...`` on
         RabbitMQ). The intake's rules apply as to any beat (its pattern included: a beat of
-        another topic is refused and counted). Only what the native path leaves (a body its
-        decoder is not sure of) reaches ``handler(link, message)``; ``on_refusals()`` is called
-        on the receiving thread after a read in which the intake refused beats. The route is
-        set before the SUBSCRIBE goes, so no beat of the subscription takes the Python way."""
+        another topic is refused and counted).
+
+        ``layout`` and ``shard`` (given together): the queue is shard ``shard`` of the group
+        ``layout``, and a beat whose topic is in another shard is refused (``wrong_shard``,
+        counted and reported like the other refusals): from a publisher whose layout has
+        another shard count, a forged ``heartwire-shard`` header, or a beat sent to another
+        shard's queue. Without them any topic is taken.
+
+        Only what the native path leaves (a body its decoder is not sure of) reaches
+        ``handler(link, message)``: record it with ``intake.ingest(body, None,
+        shard=(layout.shards, shard))`` (or, decoded by ``BeatCodec``, ``intake.record(...,
+        shard=...)``) so that the same check applies. ``on_refusals()`` is called on the
+        receiving thread after a read in which the intake refused beats. The route is set before
+        the SUBSCRIBE goes, so no beat of the subscription takes the Python way."""
+        in_shard: tuple[int, int] | None = None
+        if layout is not None or shard is not None:
+            if layout is None or shard is None:
+                raise ValueError(
+                    f"layout and shard go together (the queue's group and shard), got "
+                    f"layout={layout!r} and shard={shard!r}"
+                )
+            if not isinstance(layout, ShardLayout):
+                raise TypeError(f"layout must be a ShardLayout, got {type(layout).__name__}")
+            layout.queue(shard)  # the shard's range and type, checked (naming it)
+            in_shard = (layout.shards, shard)
         sub_id = f"hw-{next(self._ids)}"
         with self._connector.cond:
             self._native[sub_id] = (intake, on_refusals)
             self._native_list = tuple(self._native.values())
-            self._routes.add(sub_id, intake, from_body=True)
+            self._routes.add(sub_id, intake, from_body=True, shard=in_shard)
         try:
             return self.subscribe_destination(
                 destination, handler, sub_id=sub_id, headers=headers, confirm=confirm

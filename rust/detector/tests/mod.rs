@@ -1,6 +1,7 @@
 //! Detector semantics under the manual clock: exact times, counts and order. The general cases
 //! are here; each area has its own file beside it, sharing this file's `Rig` and units.
 
+mod adopt;
 mod down;
 mod emit;
 mod grace;
