@@ -10,7 +10,8 @@ Prints one JSON object: the times of ``measure`` (seconds; ``kill_first``: kill 
 of the victim's shards delivered to a survivor; ``kill_all``: to every shard owned again;
 ``kill_failed``: to the first failure of a stopped topic taken over; ``hung_first``: SIGSTOP to
 the first of the hung member's shards on the other member, None if only after SIGCONT), the
-live topics that failed (0 expected) and the stopped topics never reported. One Python
+live topics that failed (0 expected), the stopped topics never reported and the first
+failures (``missed`` 1) of stopped topics reported again after a handover (0 expected). One Python
 publisher process sends every beat: ``--period`` must leave it time (20 000 topics: 5 s).
 """
 
@@ -46,6 +47,7 @@ def main() -> None:
         run.close()
     dead = {f"svc.t{i}" for i in range(args.dead)}
     failed = {r["topic"] for r in T._failed(run)}
+    firsts = [r["topic"] for r in T._failed(run) if r["missed"] == 1]
     late = [r for r in run.events("pub") if r["event"] == "late"]
     print(
         json.dumps(
@@ -57,6 +59,7 @@ def main() -> None:
                 **T.measure(run, args.dead),
                 "live_failed": len(failed - dead),
                 "dead_never_reported": len(dead - failed),
+                "dead_reported_anew": len(firsts) - len(set(firsts)),
                 "publisher_late_rounds": len(late),
                 "files": str(run.dir),
             }

@@ -895,11 +895,15 @@ class MonitorGroupMember:
       shard's tick to **owns** the shard (it learns it, it never decides it). Ownership ends
       with the connection, when it releases the shard, or when no tick came for 3 periods.
     - Taking a shard over: it reads the shard's state snapshot (:func:`read_snapshot`) and
-      gives each topic there it does not watch yet a fresh start (``monitor.expect``: a full
-      period to beat). A FAILED topic gets a fresh start too until the core can adopt an outage
-      (:meth:`_take_over`'s single call site, marked ``ADOPT``).
+      adopts each topic there it does not watch yet (``monitor.adopt``, one batch): one not
+      FAILED gets a fresh start (a full period to beat); a FAILED one keeps its outage, with
+      no new first ``failed`` (the next is ``failed(missed + 1)`` one period on, with the
+      original ``since``; its next beat a ``resumed`` with the downtime from that ``since``).
+      A record the monitor refuses (another pattern, a paused topic) is counted in
+      :attr:`refused` and the others adopted.
     - A shard it no longer owns: its topics are removed from the monitor without events.
-    - Each period: a snapshot per owned shard (:func:`publish_snapshot`), and a status
+    - Each period, and a quarter period at most after a topic failed or resumed: a snapshot
+      per owned shard (:func:`publish_snapshot`). Each period: a status
       message on :func:`status_topic` (:class:`MemberStatus`), from which it counts the members
       alive; owning more than ``ceil(shards / members)`` it releases one shard (unsubscribe and
       subscribe again: the broker's next consumer in line gets it), at most one per period.
@@ -966,8 +970,10 @@ class MonitorGroupMember:
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         self._last_run = 0.0
-        #: Counters: shards taken over, released, snapshots and statuses refused; the longest
-        #: gap between two runs of the worker (seconds; a quarter period when all is well).
+        self._outages = (0, 0)  # FAILED topics, resumed events, at the worker's last look
+        #: Counters: shards taken over, released, snapshots, statuses and topic records
+        #: refused; the longest gap between two runs of the worker (seconds; a quarter period
+        #: when all is well).
         self.takeovers = 0
         self.releases = 0
         self.refused = 0
@@ -1152,6 +1158,7 @@ class MonitorGroupMember:
                 self._expire(now)
                 self._sweep(now)
                 self._take_over()
+                moved = self._outages_moved()
                 if now >= next_beat:
                     next_beat = now + self._period
                     self._send_ticks()
@@ -1159,11 +1166,25 @@ class MonitorGroupMember:
                     self._publish_status()
                     if self._balance:
                         self._rebalance(now)
+                elif moved:
+                    # A topic failed or resumed: the snapshots go out now (a quarter period at
+                    # most after it), not at the next round, so that a member dying within
+                    # the period leaves its outages to the next owner.
+                    self._publish_snapshots()
             except Exception:
                 import logging
 
                 logging.getLogger(__name__).exception("group member %s", self.member)
             self._stop.wait(step)
+
+    def _outages_moved(self) -> bool:
+        """Whether a topic failed or resumed since the last call: the FAILED count or the
+        resumed events changed (two native counters: no pass over the topics)."""
+        det = self.monitor.detector
+        key = (det.counts().get("FAILED", 0), det.stats().get("resumed", 0))
+        moved = key != self._outages
+        self._outages = key
+        return moved
 
     def _expire(self, now: float) -> None:
         # No delivery (not even the ticks every member sends each period) for 5 periods: the
@@ -1257,20 +1278,30 @@ class MonitorGroupMember:
         if snap is None:
             return
         mon = self.monitor
-        for rec in snap.topics:
-            if shard not in self._owned:  # (a dict lookup: atomic, no lock needed)
-                return  # lost again meanwhile
-            if rec.topic in mon:
-                continue  # heard since the takeover: known
-            try:
-                # ADOPT: the one call site to switch to the core's adopt when it lands: a
-                # FAILED record (rec.failed_since is not None) adopted with its outage, the
-                # others a fresh start. Until then every topic gets a fresh start: a live one
-                # a full period to beat, a dead one fails anew one period after the takeover.
-                mon.expect(rec.topic, rec.period)
-            except ValueError:
-                with self._lock:
-                    self.refused += 1  # not this monitor's pattern
+        # Topics heard since the takeover are left as they are: their beats are newer than
+        # the snapshot (a concurrent first beat between this filter and adopt is handled by
+        # adopt itself: a known topic keeps its deadlines, or resumes if its outage was older).
+        rows = [rec for rec in snap.topics if rec.topic not in mon]
+        if not rows or shard not in self._owned:  # (a dict lookup: atomic, no lock needed)
+            return  # nothing new, or lost again meanwhile (the sweep removes what we adopt)
+        # One batch: FAILED records carry their outage over (no new first failed; the next
+        # failed(missed + 1) one period on; a beat -> resumed, downtime from failed_since),
+        # the others a fresh start (a full period to beat). adopt checks every record first
+        # and refuses the whole batch for one bad record (another pattern than ours, a paused
+        # topic with an outage, ...): then each record is adopted alone, the bad ones counted
+        # as refused. A fallback rather than our own validation: adopt's checks stay the one
+        # rule, and the per-record path runs only for a snapshot holding a bad record.
+        try:
+            mon.adopt(rows)
+        except (TypeError, ValueError):
+            bad = 0
+            for rec in rows:
+                try:
+                    mon.adopt([rec])
+                except (TypeError, ValueError):
+                    bad += 1
+            with self._lock:
+                self.refused += bad
 
     def _send_ticks(self) -> None:
         body = _TICK_PREFIX + f'"member":{_json_str(self.member)}}}'.encode()
