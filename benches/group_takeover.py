@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     group = f"hwbench{uuid.uuid4().hex[:8]}"
     if args.broker == "rabbitmq":
-        declare_rabbitmq(ShardLayout(group, T.SHARDS), "svc.>", expires=600)
+        declare_rabbitmq(ShardLayout(group, T.SHARDS), f"{group}.>", expires=600)
     run = T.Run(
         Path(tempfile.mkdtemp(prefix="group-bench-")), B.url(args.broker) + "?heartbeat=1", group
     )
@@ -45,7 +45,7 @@ def main() -> None:
         T._scenario(run, args.topics, args.dead, args.period)
     finally:
         run.close()
-    dead = {f"svc.t{i}" for i in range(args.dead)}
+    dead = {f"{group}.t{i}" for i in range(args.dead)}
     failed = {r["topic"] for r in T._failed(run)}
     firsts = [r["topic"] for r in T._failed(run) if r["missed"] == 1]
     late = [r for r in run.events("pub") if r["event"] == "late"]

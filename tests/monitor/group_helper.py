@@ -1,11 +1,12 @@
 """Processes of the monitor group takeover test (``python -m tests.monitor.group_helper``).
 
-``member``: a :class:`~heartwire.groups.MonitorGroupMember` of ``svc.>`` (period 1 s) on a real
+``member``: a :class:`~heartwire.groups.MonitorGroupMember` of ``<group>.>`` (period 1 s) on a real
 broker; writes JSON lines to ``--out``: its ``failed`` / ``resumed`` events (wall times) and
 ``owned`` each time the shards it owns change (wall time of the change seen, polled every
-50 ms). ``publisher``: beats ``--topics`` topics ``svc.t<i>`` every period to the group's
-shards; once the file ``--stop-file`` exists it stops beating ``svc.t0`` ... ``svc.t<dead-1>``
-and writes ``{"event": "stopped", "at": <wall>}``. Both run until killed (SIGTERM ends them).
+50 ms). ``publisher``: beats ``--topics`` topics ``<group>.t<i>`` every period to the group's
+shards; once the file ``--stop-file`` exists it stops beating ``<group>.t0`` ...
+``<group>.t<dead-1>`` and writes ``{"event": "stopped", "at": <wall>}``. Both run until
+killed (SIGTERM ends them).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def member(args: argparse.Namespace) -> None:
     transport = hw.connect(args.url)
     assert isinstance(transport, StompTransport)
     mon = hw.HeartbeatMonitor(
-        None, "svc.>", period=args.period, grace=args.grace, listeners=[Reporter(out)]
+        None, f"{args.group}.>", period=args.period, grace=args.grace, listeners=[Reporter(out)]
     )
     m = MonitorGroupMember(transport, mon, layout, member=args.name).start()
     out.emit(event="started", at=time.time(), pid=os.getpid())
@@ -95,7 +96,7 @@ def publisher(args: argparse.Namespace) -> None:
     transport = hw.connect(args.url)
     assert isinstance(transport, StompTransport)
     codec = BeatCodec()
-    topics = [f"svc.t{i}" for i in range(args.topics)]
+    topics = [f"{args.group}.t{i}" for i in range(args.topics)]
     dead = set(topics[: args.dead])
     stopped = False
     done = threading.Event()

@@ -1,8 +1,10 @@
 """Monitor group takeover with real processes on each real broker (issue 18's scenario, sized
 for CI; the 20 000-topic run is ``benches/group_takeover.py``).
 
-Three member processes (``tests/monitor/group_helper.py``) of a 16-shard group watch ``svc.>``
-(period 1 s, STOMP heart-beat 1 s); one publisher process beats 2000 topics. Then, in order:
+Three member processes (``tests/monitor/group_helper.py``) of a 16-shard group watch
+``<group>.>`` (topics named after the run's group: runs sharing a broker never hear each
+other's beats; period 1 s, STOMP heart-beat 1 s); one publisher process beats 2000 topics.
+Then, in order:
 20 topics stop beating at a known time; the member owning the most shards is killed (kill -9);
 another is stopped (SIGSTOP) for 10 s; the killed one is started again. Asserted from the
 members' event files: no live topic ever failed; each stopped topic failed; every shard is
@@ -155,7 +157,7 @@ def _scenario(run: Run, topics: int = TOPICS, dead_n: int = DEAD, period: float 
         10,
     )
     run.marks["stopped"] = next(r["at"] for r in run.events("pub") if r["event"] == "stopped")
-    dead = {f"svc.t{i}" for i in range(dead_n)}
+    dead = {f"{run.group}.t{i}" for i in range(dead_n)}
     _wait(
         "every stopped topic to fail",
         lambda: (
@@ -219,7 +221,7 @@ def takeover(
     group = f"hwt{uuid.uuid4().hex[:8]}"
     if broker == "rabbitmq":
         pytest.importorskip("pika")
-        declare_rabbitmq(ShardLayout(group, SHARDS), "svc.>", expires=300)
+        declare_rabbitmq(ShardLayout(group, SHARDS), f"{group}.>", expires=300)
     run = Run(tmp_path_factory.mktemp(f"group-{broker}"), B.url(broker) + "?heartbeat=1", group)
     try:
         _scenario(run)
@@ -263,7 +265,9 @@ def measure(run: Run, dead_n: int = DEAD) -> dict[str, float | None]:
         None,
     )
     dead = {
-        f"svc.t{i}" for i in range(dead_n) if ShardLayout("x", SHARDS).shard_of(f"svc.t{i}") in vs
+        f"{run.group}.t{i}"
+        for i in range(dead_n)
+        if ShardLayout("x", SHARDS).shard_of(f"{run.group}.t{i}") in vs
     }
     failed = [
         r["at"]
@@ -301,7 +305,7 @@ def _failed(run: Run) -> list[dict[str, Any]]:
 
 
 def test_no_live_topic_fails_and_every_stopped_topic_does(takeover: Run) -> None:
-    dead = {f"svc.t{i}" for i in range(DEAD)}
+    dead = {f"{takeover.group}.t{i}" for i in range(DEAD)}
     failed = _failed(takeover)
     live_failed = sorted({r["topic"] for r in failed} - dead)
     assert live_failed == [], f"live topics failed: {live_failed[:20]}"
