@@ -47,7 +47,7 @@ def main() -> None:
         run.close()
     dead = {f"{group}.t{i}" for i in range(args.dead)}
     failed = {r["topic"] for r in T._failed(run)}
-    firsts = [r["topic"] for r in T._failed(run) if r["missed"] == 1]
+    firsts = [r["topic"] for r in T._failed(run) if r["missed"] == 1 and r["topic"] in dead]
     late = [r for r in run.events("pub") if r["event"] == "late"]
     print(
         json.dumps(

@@ -62,7 +62,7 @@ from heartwire.control import RESERVED_PREFIX
 from heartwire.events import ExceptionEvent, Sent, Started, Stopped
 from heartwire.executor import Job, PublisherExecutor, shared_executor
 from heartwire.listeners import ConnectionEvents, ListenerSet, PublisherListener
-from heartwire.transport import Transport
+from heartwire.transport import ShardedPublish, Transport
 from heartwire.transport.patterns import validate_topic
 from heartwire.transport.shards import ShardLayout
 
@@ -223,17 +223,20 @@ class HeartbeatPublisher:
                 f"topic {topic!r} is under {RESERVED_PREFIX!r}: heartwire's own topics (control "
                 "messages, keep-alive pings) are never beats, no monitor would take these"
             )
+        sharded: ShardedPublish | None = None  # the same broker, typed for publish_sharded
         if shards is not None:
             if not isinstance(shards, ShardLayout):
                 raise TypeError(
                     f"shards must be a ShardLayout or None, got {type(shards).__name__} {shards!r}"
                 )
-            if not callable(getattr(broker, "publish_sharded", None)):
+            if not isinstance(broker, ShardedPublish) or not callable(broker.publish_sharded):
                 raise TypeError(
                     f"shards={shards!r} needs a broker with publish_sharded (the STOMP and "
                     f"embedded transports), got {type(broker).__name__}"
                 )
+            sharded = broker
         self._shards = shards
+        self._sharded = sharded
         self._period = _validate.seconds(period, "period", minimum=MIN_PERIOD)
         if dependency is not None and not callable(dependency):
             raise TypeError(f"dependency must be callable or None, got {type(dependency).__name__}")
@@ -893,10 +896,10 @@ class HeartbeatPublisher:
         try:
             # A beat that cannot go now is stale by the next one: never wait for a reconnect
             # (that would hold the scheduler thread every publisher in the process shares).
-            if self._shards is None:
+            if self._shards is None or self._sharded is None:
                 self._broker.publish(self._topic, body, headers, timeout=0)
             else:
-                self._broker.publish_sharded(self._shards, self._topic, body, headers, timeout=0)
+                self._sharded.publish_sharded(self._shards, self._topic, body, headers, timeout=0)
         except Exception as exc:
             with self._lock:
                 self._send_failures += 1

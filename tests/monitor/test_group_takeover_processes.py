@@ -181,7 +181,6 @@ def _scenario(run: Run, topics: int = TOPICS, dead_n: int = DEAD, period: float 
     )  # the dead topics taken over fail again on their new owners (period + grace)
     owners = run.owners(survivors)
     hung = max(survivors, key=lambda n: len(owners[n]))
-    other = next(n for n in survivors if n != hung)
     os.kill(run.procs[hung].pid, signal.SIGSTOP)
     run.marks["stop"] = time.time()
     try:
@@ -193,9 +192,10 @@ def _scenario(run: Run, topics: int = TOPICS, dead_n: int = DEAD, period: float 
     # ActiveMQ, with the hung member's socket full of beats, it may not drop it within the 10 s
     # (docs/groups.md): then the member, woken, carries on with its shards (its local-pause
     # guard keeps it from failing anything at the wake-up).
+    # (Whether the hung member kept shards is noted at this one look: a woken member can lose
+    # them a moment later, when the broker drops its stale connection.)
     _wait("the survivors to own every shard", lambda: _all_owned(run, survivors), 20)
     run.marks["hung_kept"] = float(bool(run.owned(hung)))
-    assert run.owned(hung) or _all_owned(run, [other])
     run.spawn("member", victim, *p)
     run.marks["restart"] = time.time()
     _wait(

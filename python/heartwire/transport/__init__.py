@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "ConnectFailed",
@@ -30,6 +30,7 @@ __all__ = [
     "Message",
     "MessageHandler",
     "SendTimeout",
+    "ShardedPublish",
     "StompTransport",
     "Subscription",
     "Transport",
@@ -40,6 +41,9 @@ __all__ = [
 from heartwire._throttle import worth_logging
 from heartwire.transport.errors import ConnectFailed, SendTimeout
 from heartwire.transport.keepalive import KeepAliveMonitor
+
+if TYPE_CHECKING:
+    from heartwire.transport.shards import ShardLayout
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
@@ -139,6 +143,24 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Release the connection; idempotent. Publishing afterwards raises TransportClosed."""
+        ...
+
+
+@runtime_checkable
+class ShardedPublish(Protocol):
+    """A transport that can send a beat where a monitor group consumes the topic's shard (the
+    STOMP and embedded transports): what ``HeartbeatPublisher(..., shards=layout)`` needs."""
+
+    def publish_sharded(
+        self,
+        layout: ShardLayout,
+        topic: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Send a beat of ``topic`` where its shard of ``layout`` is consumed."""
         ...
 
 
