@@ -653,6 +653,8 @@ def _group_status(args: argparse.Namespace) -> int:
     finally:
         broker.close()
     refused = ", ".join(f"{n} {why}" for why, n in sorted(st.refused.items()))
+    if len(st.refused) == 1:
+        refused = next(iter(st.refused))  # "3 status messages refused (bad_signature)"
     if not st.members:
         print(f"group {args.group}: no member heard in {st.waited:.3g} s")
         if st.refused:
