@@ -1077,8 +1077,7 @@ class MonitorGroupMember:
         with self._lock:
             owned = tuple(sorted(self._owned))
         counts = dict(self.monitor.counts())
-        by_shard = _shard_counts(self.monitor, self.layout, owned)
-        return MemberStatus(self.member, owned, counts, self._period, time.time(), by_shard)
+        return MemberStatus(self.member, owned, counts, self._period, time.time())
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -1395,7 +1394,11 @@ class MonitorGroupMember:
             )
 
     def _publish_status(self) -> None:
-        body = _encode_status(self.layout, self._own_status(), self._codec)
+        st = self._own_status()
+        st = dataclasses.replace(
+            st, shard_counts=_shard_counts(self.monitor, self.layout, st.owned)
+        )
+        body = _encode_status(self.layout, st, self._codec)
         self.transport.publish(status_topic(self.layout.group), body, timeout=self._period)
 
     def _rebalance(self, now: float) -> None:
