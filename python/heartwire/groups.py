@@ -983,7 +983,8 @@ class MonitorGroupMember:
       alive; owning more than ``ceil(shards / members)`` it releases one shard (unsubscribe and
       subscribe again: the broker's next consumer in line gets it), at most one per period.
 
-    ``member`` names it in the group (default: a random one); ``key`` signs snapshots and
+    ``member`` names it in the group (1 to 128 ASCII letters, digits and ``_-:.``, else
+    ValueError; default: a random one); ``key`` signs snapshots and
     status messages (the group's key); ``balance=False`` never releases shards. Use it as a
     context manager or call :meth:`start` / :meth:`stop`. Only over a
     :class:`~heartwire.transport.stomp.StompTransport`.
