@@ -61,6 +61,23 @@ def _finite_positive(text: str) -> float:
     return value
 
 
+def _wait_seconds(text: str) -> float:
+    """``status --group --wait``: a number of seconds > 0, at most one day (as the URL's time
+    options: beyond it a wait overflows the platform's sleep)."""
+    from heartwire.transport.urls import MAX_SECONDS
+
+    value = _finite_positive(text)
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:g} seconds (one day)")
+    return value
+
+
+def _shown(text: str) -> str:
+    """``text`` from a message, safe to print: what is not printable ASCII escaped (no newline
+    to forge a line with, no terminal escape sequence)."""
+    return "".join(c if " " <= c <= "~" else ascii(c)[1:-1] for c in text)
+
+
 def _control_topic(text: str) -> str | None:
     """--control: a topic name, or ``none``."""
     if text.strip().lower() == "none":
@@ -220,9 +237,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument(
         "--wait",
-        type=_finite_positive,
-        default=2.5,
-        help="with --group: listen this long for the members' status (default 2.5 s)",
+        type=_wait_seconds,
+        default=None,
+        help="with --group: listen this long for the members' status (at most one day; "
+        "default 2.5 s, up to 10 s until a first status, and 1.25 times the longest period "
+        "heard, up to 60 s)",
     )
     status.add_argument("--period", type=_finite_positive, default=1.0, help="default period, s")
     status.add_argument("--allowed-misses", type=_positive(int), default=1)
@@ -633,21 +652,35 @@ def _group_status(args: argparse.Namespace) -> int:
         st = group_status(broker, args.group, key=args.key, wait=args.wait)
     finally:
         broker.close()
+    refused = ", ".join(f"{n} {why}" for why, n in sorted(st.refused.items()))
+    if len(st.refused) == 1:
+        refused = next(iter(st.refused))  # "3 status messages refused (bad_signature)"
     if not st.members:
-        print(f"group {args.group}: no member heard in {args.wait:g} s")
+        print(f"group {args.group}: no member heard in {st.waited:.3g} s")
+        if st.refused:
+            n = sum(st.refused.values())
+            hint = ""
+            if st.refused.keys() & {"bad_signature", "unsigned"}:
+                hint = ": check --key / HEARTWIRE_KEY"
+            print(f"{n} status messages refused ({refused}){hint}")
         return 1
     owners = st.owners
     print(f"group {args.group}: {len(st.members)} members, {st.shards} shards, {len(owners)} owned")
-    for name, m in sorted(st.members.items()):
-        counts = " ".join(f"{k}={v}" for k, v in sorted(m.counts.items()) if v)
-        print(f"  {name}: shards {','.join(map(str, m.owned)) or '-'}  {counts}")
+    for name in sorted(st.members):
+        counts = " ".join(f"{k}={v}" for k, v in sorted(st.counts_of(name).items()) if v)
+        shards = ",".join(map(str, st.shards_of(name))) or "-"
+        print(f"  {_shown(name)}: shards {shards}  {_shown(counts)}".rstrip())
     unowned = sorted(set(range(st.shards)) - set(owners))
     if unowned:
         print(f"  no owner: shards {','.join(map(str, unowned))}")
-    print("  counts: " + " ".join(f"{k}={v}" for k, v in sorted(st.counts.items()) if v))
+    print("  counts: " + _shown(" ".join(f"{k}={v}" for k, v in sorted(st.counts.items()) if v)))
     for topic in args.topic:
         shard, member = st.owner_of(topic)
-        print(f"  {topic}: shard {shard}, owner {member or '(none)'}")
+        print(f"  {topic}: shard {shard}, owner {_shown(member) if member else '(none)'}")
+    if st.refused:
+        print(f"  refused: {sum(st.refused.values())} status messages ({refused})")
+    if st.unknown_states:
+        print(f"  {st.unknown_states} counts of unknown states left out")
     return 0
 
 

@@ -192,7 +192,7 @@ def test_refusals(body: bytes, key: bytes | None, reason: str, detail: str) -> N
         ({"topics": (TopicRecord(A, failed_since=float("nan")),)}, SnapshotError, "finite"),
         ({"topics": (TopicRecord(A, missed=-1),)}, SnapshotError, "missed"),
         ({"shard": 4}, ValueError, r"shard must be in \[0, 4\), got 4"),
-        ({"member": "m" * 129}, SnapshotError, "member must be a str of 1 to 128"),
+        ({"member": "m" * 129}, SnapshotError, "member must be 1 to 128 ASCII letters"),
         ({"sent": float("inf")}, SnapshotError, "sent must be a finite number"),
     ],
 )
