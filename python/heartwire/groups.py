@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import math
 import threading
@@ -1570,6 +1571,16 @@ class MonitorGroupMember:
         rows = [rec for rec in snap.topics if rec.topic not in mon]
         if not rows:
             return
+        if mon.paused:
+            # The whole monitor paused (the group's pause): the core carries no outage to a
+            # paused topic, so FAILED ones come in as a fresh start, paused, rather than be
+            # refused and forgotten (after the resume: a full period, then a first failed).
+            rows = [
+                dataclasses.replace(rec, failed_since=None, missed=0, reason=None)
+                if rec.failed_since is not None
+                else rec
+                for rec in rows
+            ]
         # One batch: FAILED records carry their outage over (no new first failed; the next
         # failed(missed + 1) one period on; a beat -> resumed, downtime from failed_since),
         # the others a fresh start (a full period to beat). adopt checks every record first

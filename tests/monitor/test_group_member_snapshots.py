@@ -367,3 +367,28 @@ def test_activemq_state_queue_does_not_keep_a_snapshot_per_period() -> None:
     assert len(got) == 1, f"{len(got)} snapshots of one shard held by the broker"
     snap = decode_snapshot(got[0], lay, 0, KEY)
     assert snap.member == "a" and [t.topic for t in snap.topics] == ["svc.one"]
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_paused_monitor_takes_a_failed_topic_over_as_a_fresh_start() -> None:
+    """The member's monitor paused as a whole (the group's pause): the core carries no outage
+    to a paused topic, so a FAILED record comes in as a fresh start, paused (before: refused,
+    the topic forgotten); resumed, it is PENDING."""
+    lay = _layout("activemq", 1)
+    feeder = _transport("activemq")
+    mon = hw.HeartbeatMonitor(None, "svc.>", period=0.5)
+    mon.start()
+    mon.pause()
+    a = None
+    try:
+        recs = (TopicRecord("svc.down", time.time() - 5.0, 3, None, 0.5),)
+        publish_snapshot(feeder, ShardSnapshot(lay, 0, "old", 1, time.time(), recs), KEY, ttl=60)
+        a = MonitorGroupMember(_transport("activemq"), mon, lay, member="a", key=KEY).start()
+        _wait("a to take svc.down over", lambda: "svc.down" in mon)
+        assert mon.status("svc.down").state == "PAUSED" and a.refused == 0
+        mon.resume()
+        assert mon.status("svc.down").state == "PENDING"
+    finally:
+        if a is not None:
+            _close(a)
+        feeder.close()
