@@ -26,6 +26,7 @@ Built so far:
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import math
@@ -51,6 +52,8 @@ from heartwire.transport.shards import (
 from heartwire.transport.urls import MAX_SECONDS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from heartwire.monitor import HeartbeatMonitor
     from heartwire.transport.stomp import StompTransport
 
@@ -355,7 +358,8 @@ class TopicRecord:
     The marks say what the owner's listeners were told (``HeartbeatMonitor.adopt`` carries
     them on): ``alerted`` an unmarked ``Failed`` of the outage went out (else only ones marked
     ``silenced`` and/or ``suppressed_by`` that parent, or none while it flapped), ``flapping``
-    the topic flaps."""
+    the topic flaps. ``paused``: the topic was paused by name (``monitor.pause(topic)``); a
+    member taking it over adopts it, then pauses it."""
 
     topic: str
     failed_since: float | None = None
@@ -366,6 +370,7 @@ class TopicRecord:
     silenced: bool = False
     suppressed_by: str | None = None
     flapping: bool = False
+    paused: bool = False
 
     @property
     def plain_marks(self) -> bool:
@@ -452,6 +457,9 @@ def _record(row: object, i: int, layout: ShardLayout, shard: int) -> TopicRecord
         )
     topic, since, missed, reason, period = row[:5]  # later elements: newer fields, ignored
     alerted, silenced, parent, flapping = _marks(row[5] if len(row) > 5 else None, where)
+    # The 7th element, after the marks (or null): paused if true (anything else, as an element a
+    # later version may put there for another use, is not).
+    paused = len(row) > 6 and row[6] is True
     try:
         in_shard = layout.shard_of(topic)
     except (TypeError, ValueError) as exc:
@@ -476,6 +484,7 @@ def _record(row: object, i: int, layout: ShardLayout, shard: int) -> TopicRecord
         silenced,
         parent,
         flapping,
+        paused,
     )
 
 
@@ -530,7 +539,9 @@ def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> 
 
     A topic row is ``[topic, failed_since, missed, reason, period]``, followed by its marks
     ``[alerted, silenced, suppressed_by, flapping]`` unless they are the default (alerted or
-    up, not flapping: :attr:`TopicRecord.plain_marks`). Raises
+    up, not flapping: :attr:`TopicRecord.plain_marks`), then ``true`` for a topic paused by
+    name (its marks ``null`` if default; decoders before ``paused`` ignore the element).
+    Raises
     :class:`SnapshotError` (``malformed``) naming a field that would not decode."""
     if not isinstance(snapshot, ShardSnapshot):
         raise TypeError(f"snapshot must be a ShardSnapshot, got {type(snapshot).__name__}")
@@ -539,8 +550,12 @@ def encode_snapshot(snapshot: ShardSnapshot, key: bytes | str | None = None) -> 
     rows = []
     for t in snapshot.topics:
         row: list[Any] = [t.topic, t.failed_since, t.missed, t.reason, t.period]
-        if not t.plain_marks:
-            row.append([t.alerted, t.silenced, t.suppressed_by, t.flapping])
+        if not t.plain_marks or t.paused:
+            row.append(
+                None if t.plain_marks else [t.alerted, t.silenced, t.suppressed_by, t.flapping]
+            )
+        if t.paused:
+            row.append(True)
         rows.append(row)
     _records(rows, layout, snapshot.shard)  # what decode would refuse, refused here
     obj = {
@@ -636,21 +651,42 @@ def snapshot_of(
     sent: float | None = None,
 ) -> ShardSnapshot:
     """The snapshot of ``shard`` as ``monitor`` sees it now: every topic it watches in the
-    shard (PENDING, ALIVE or FAILED; paused ones are left out), each FAILED one with the start
-    of its outage as Unix seconds (``monitor.wall_time``), its missed periods and its period.
-    ``sent`` defaults to the wall clock now. Each topic's marks come from the monitor's
-    detector (``Detector.marks``: what its listeners were told). (The outage's reason is not
-    in the monitor's status yet: left out.) One pass over the monitor's topics, a shard hash
-    each."""
+    shard (PENDING, ALIVE, FAILED or PAUSED), each FAILED one with the start of its outage as
+    Unix seconds (``monitor.wall_time``), its missed periods and its period; a topic paused by
+    name with ``paused`` set (one PAUSED only because the whole monitor is, without: a group's
+    pause reaches every member). ``sent`` defaults to the wall clock now. Each topic's marks
+    come from the monitor's detector (``Detector.marks``: what its listeners were told). (The
+    outage's reason is not in the monitor's status yet: left out; nor the outage of a PAUSED
+    topic: the status of a paused topic has no ``failed_since``.) One pass over the
+    monitor's topics, a shard hash each."""
     layout.queue(shard)  # the shard's range, checked
-    marks = {m[0]: m[1:] for m in monitor.detector.marks()}
-    topics = []
+    rows = _shard_records(monitor, layout, {shard}, marks=True)[shard]
+    when = time.time() if sent is None else sent
+    return ShardSnapshot(layout, shard, member, seq, when, tuple(rows))
+
+
+def _shard_records(
+    monitor: HeartbeatMonitor, layout: ShardLayout, shards: set[int], *, marks: bool
+) -> dict[int, list[TopicRecord]]:
+    """The records of the topics ``monitor`` watches in each of ``shards`` (see
+    :func:`snapshot_of`; ``marks``: with the detector's marks, else the defaults)."""
+    by_shard: dict[int, list[TopicRecord]] = {k: [] for k in shards}
+    if not by_shard:
+        return by_shard
+    marked = {m[0]: m[1:] for m in monitor.detector.marks()} if marks else {}
+    # Paused by name: kept across a whole-monitor pause and resume, so written as paused. A
+    # topic PAUSED only by the monitor's own pause is written unpaused (the pause is the
+    # group's: every member got it).
+    by_name = set(monitor._intake.paused_names())
     for st in monitor.statuses():
-        if st.state not in ("PENDING", "ALIVE", "FAILED") or layout.shard_of(st.topic) != shard:
+        if st.state not in ("PENDING", "ALIVE", "FAILED", "PAUSED"):
+            continue
+        rows = by_shard.get(layout.shard_of(st.topic))
+        if rows is None:
             continue
         since = st.failed_since if st.state == "FAILED" else None
-        alerted, silenced, parent, flapping = marks.get(st.topic, (True, False, None, False))
-        topics.append(
+        alerted, silenced, parent, flapping = marked.get(st.topic, (True, False, None, False))
+        rows.append(
             TopicRecord(
                 st.topic,
                 None if since is None else monitor.wall_time(since),
@@ -661,10 +697,10 @@ def snapshot_of(
                 silenced and since is not None,
                 parent if since is not None else None,
                 flapping,
+                st.state == "PAUSED" and st.topic in by_name,
             )
         )
-    when = time.time() if sent is None else sent
-    return ShardSnapshot(layout, shard, member, seq, when, tuple(topics))
+    return by_shard
 
 
 # -- the state queue ----------------------------------------------------------------------------
@@ -730,7 +766,12 @@ def read_snapshot(
     ``wait`` seconds (naming the queue and the broker's ERROR): on RabbitMQ, a state queue
     never declared or gone with its ``expires`` (RabbitMQ also closes the connection then, so
     declare the group, :func:`declare_rabbitmq`, before reading). Never "no snapshot" for a
-    queue it could not read."""
+    queue it could not read.
+
+    This read takes each snapshot off the queue as it comes (``ack:auto``): for a caller that
+    publishes its own next or only looks. A group member taking a shard over reads with
+    :class:`_HeldRead` instead, which keeps what it took unacknowledged until its own snapshot
+    is out and gives it back if it loses the shard (stop, kill, connection lost) meanwhile."""
     _check_shard(layout, shard)
     wait = _validate.seconds(wait, "wait")
     quiet = _validate.seconds(quiet, "quiet")
@@ -797,6 +838,177 @@ def read_snapshot(
     return best, refused
 
 
+class _HeldRead:
+    """A takeover's read of ``shard``'s state queue that holds what it took unacknowledged
+    (``ack: client-individual``) until settled, so that a reader losing the shard mid-read
+    (stopping, killed, its connection lost) does not take the old owner's state with it:
+
+    - :meth:`settle` (the reader adopted the snapshot and keeps the shard): its own snapshot
+      goes out and what it took is consumed. ActiveMQ: ours is sent, then each message taken
+      ACKed, then UNSUBSCRIBE (anything delivered after the read, ours included, goes back to
+      the queue). RabbitMQ (``Dialect.unsubscribe_keeps_unacked``): UNSUBSCRIBE first, then
+      ours; what was taken stays unacknowledged with the connection (an ACK or NACK after
+      the UNSUBSCRIBE is refused, and one before it would have the broker deliver ours, sent
+      next, to this subscription, where it would be stuck the same way) until the connection
+      closes, when the broker puts it back behind ours (the reader picks the newest by
+      ``sent``): one message per takeover held by the broker for the connection's life.
+    - :meth:`hand_back` (the shard lost, or the member stopping): ActiveMQ's UNSUBSCRIBE puts
+      back what was not ACKed; on RabbitMQ the newest snapshot taken is sent back unchanged
+      (the taken ones are stuck with the connection as above).
+    - killed (kill -9): the connection closes and the broker redelivers what was taken.
+
+    Not :func:`read_snapshot` with a parameter: the caller must settle or hand back, a
+    protocol the public one-call read has no need of."""
+
+    def __init__(
+        self,
+        transport: StompTransport,
+        layout: ShardLayout,
+        shard: int,
+        key: bytes | str | None,
+        *,
+        ttl: float,
+        max_age: float | None = DEFAULT_SNAPSHOT_TTL,
+    ) -> None:
+        dialect = transport.dialect
+        if dialect is None:
+            raise RuntimeError(f"read_snapshot: {transport.url!r} has no broker connection")
+        d = named(dialect) if isinstance(dialect, str) else dialect
+        self._transport = transport
+        self._layout = layout
+        self._shard = shard
+        self._key = key
+        self._ttl = ttl
+        self._max_age = max_age
+        self._keeps = d.unsubscribe_keeps_unacked
+        self._destination = state_destination(layout, shard, d)
+        self._lock = threading.Lock()
+        self._arrived: collections.deque[tuple[Any, str, bytes]] = collections.deque()
+        self._taken: list[tuple[Any, str]] = []  # (link, ack id): what the read took
+        self._closed = False  # the read is over: later deliveries are not taken
+        self._came = 0
+        self._last = time.monotonic()
+        self._sub: Any = None
+        self.done = False  # settled or handed back
+        self.best: ShardSnapshot | None = None
+        self.best_body: bytes | None = None
+        self.refused: list[SnapshotError] = []
+
+    def _take(self, link: Any, message: Any) -> None:
+        headers = message.headers or {}
+        ack_id = headers.get("ack") or headers.get("message-id", "")
+        body = message.body if isinstance(message.body, bytes) else bytes(message.body)
+        with self._lock:
+            if self._closed:
+                return  # after the read: left unacknowledged, given back at the UNSUBSCRIBE
+            self._arrived.append((link, ack_id, body))
+            self._came += 1
+            self._last = time.monotonic()
+
+    def _decode_arrived(self) -> None:
+        while True:
+            with self._lock:
+                if not self._arrived:
+                    return
+                link, ack_id, body = self._arrived.popleft()
+                self._taken.append((link, ack_id))
+            try:
+                snap = decode_snapshot(
+                    body, self._layout, self._shard, self._key, max_age=self._max_age
+                )
+            except SnapshotError as exc:
+                self.refused.append(exc)
+                continue
+            if self.best is None or (snap.sent, snap.seq) > (self.best.sent, self.best.seq):
+                self.best, self.best_body = snap, body
+
+    def read(self, wait: float, quiet: float, stop: threading.Event | None = None) -> None:
+        """As :func:`read_snapshot` (up to ``wait`` for the receipt, then for a first snapshot,
+        then until ``quiet``), ending early once ``stop`` is set. Raises ``RuntimeError`` as
+        it does (nothing taken then)."""
+        headers = {} if self._keeps else {"activemq.prefetchSize": "100000"}  # all, not 1
+        self._sub = self._transport.subscribe_destination(
+            self._destination, self._take, ack="client-individual", headers=headers, confirm=wait
+        )
+        if not self._sub.confirmed:
+            why = (
+                f"the broker refused it: {self._sub.refused}"
+                if self._sub.refused is not None
+                else f"no receipt from the broker within {wait:g} s"
+            )
+            self._sub.cancel()
+            self.done = True
+            raise RuntimeError(
+                f"read_snapshot: could not read the state queue {self._destination!r} of shard "
+                f"{self._shard}: {why}"
+            )
+        start = time.monotonic()
+        with self._lock:
+            self._last = start
+        while stop is None or not stop.is_set():
+            self._decode_arrived()
+            now = time.monotonic()
+            with self._lock:
+                since = now - self._last
+                got = self._came > 0
+            if (got and since >= quiet) or now - start >= wait:
+                break
+            time.sleep(min(quiet - since, 0.05) if got else 0.05)
+        with self._lock:
+            self._closed = True
+        self._decode_arrived()  # what came before the read closed: taken too
+
+    def settle(self, publish: Callable[[], bool]) -> bool:
+        """Publish ours (``publish()``: whether it went out) and consume what was taken, in the
+        order the broker needs (see the class); if ours did not go out, :meth:`hand_back`.
+        Returns whether ours went out."""
+        if self._keeps:
+            self._cancel()
+            sent = publish()
+            if not sent:
+                self._put_back()
+            self.done = True
+            return sent
+        sent = publish()
+        if sent:
+            for link, ack_id in self._taken:
+                try:
+                    link.frame("ACK", {"id": ack_id})
+                except ConnectionError:
+                    break  # the connection is gone: the broker redelivers (ours is newer)
+        self._cancel()  # not ACKed (all of it when ours did not go out): back to the queue
+        self.done = True
+        return sent
+
+    def hand_back(self) -> None:
+        """Give back what was taken (see the class); idempotent."""
+        if self.done:
+            return
+        self.done = True
+        self._cancel()
+        if self._keeps:
+            self._put_back()
+
+    def _cancel(self) -> None:
+        with self._lock:
+            self._closed = True
+        if self._sub is not None:
+            self._sub.cancel()
+
+    def _put_back(self) -> None:
+        if self.best_body is None:
+            return
+        headers = {"expires": str(int(time.time() * 1000) + max(1, round(self._ttl * 1000)))}
+        try:
+            self._transport.send_to(self._destination, self.best_body, headers, timeout=1.0)
+        except Exception as exc:  # the connection gone: the broker requeues what we took
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "shard %d: could not put its snapshot back: %r", self._shard, exc
+            )
+
+
 # -- the member -------------------------------------------------------------------------------
 
 #: The SEND header that marks a member's ownership tick.
@@ -807,6 +1019,12 @@ STATUS_PREFIX = "_hw.group."
 #: Seconds a member's snapshots live in the state queue unless told (shorter than
 #: :data:`DEFAULT_SNAPSHOT_TTL`, the longest a reader takes: a member publishes every period).
 MEMBER_SNAPSHOT_TTL = 60.0
+#: The shortest life of a member's periodic snapshot (seconds): they live 3 periods, but at
+#: least this, so that a hung member's last one outlives the broker's handover of its shards
+#: (3 STOMP heart-beats of the member) and the next owner's read. Only the snapshot of a
+#: release or a stop lives :data:`MEMBER_SNAPSHOT_TTL`. (ActiveMQ's state queue keeps every
+#: snapshot until it expires: about ``ttl / period`` of them per shard, not 60 s worth.)
+MEMBER_PERIODIC_TTL_MIN = 10.0
 # A tick's body: JSON whose first key is escaped ("\u0068wtick" is "hwtick"). The core's beat
 # decoder cannot be sure what an escaped key spells and leaves the frame to Python (``Defer``,
 # rust/ingest/beat.rs), so a tick reaches the member's handler, which learns from it that the
@@ -988,8 +1206,10 @@ class MonitorGroupMember:
       subscribe again: the broker's next consumer in line gets it), at most one per period.
 
     ``member`` names it in the group (1 to 128 ASCII letters, digits and ``_-:.``, else
-    ValueError; default: a random one); ``key`` signs snapshots and
-    status messages (the group's key); ``balance=False`` never releases shards. Use it as a
+    ValueError; default: a random one); ``key`` signs snapshots and status messages (the
+    group's key); ``balance=False`` never releases shards; ``snapshot_ttl``: the life of the
+    snapshots of a release or a stop, ``periodic_snapshot_ttl`` of the others (default: 3
+    periods, at least :data:`MEMBER_PERIODIC_TTL_MIN`, at most ``snapshot_ttl``). Use it as a
     context manager or call :meth:`start` / :meth:`stop`. Only over a
     :class:`~heartwire.transport.stomp.StompTransport`.
     """
@@ -1004,6 +1224,7 @@ class MonitorGroupMember:
         key: bytes | str | None = None,
         balance: bool = True,
         snapshot_ttl: float = MEMBER_SNAPSHOT_TTL,
+        periodic_snapshot_ttl: float | None = None,
     ) -> None:
         from heartwire.transport.stomp import StompTransport
 
@@ -1031,6 +1252,11 @@ class MonitorGroupMember:
         self._balance = balance
         self._snapshot_ttl = _validate.seconds(snapshot_ttl, "snapshot_ttl")
         self._period = monitor.period
+        if periodic_snapshot_ttl is None:
+            periodic = min(self._snapshot_ttl, max(3 * self._period, MEMBER_PERIODIC_TTL_MIN))
+        else:
+            periodic = _validate.seconds(periodic_snapshot_ttl, "periodic_snapshot_ttl")
+        self._periodic_ttl = periodic
         self._lock = threading.Lock()
         # shard -> time.monotonic() of its last delivery to us (we own it)
         self._owned: dict[int, float] = {}
@@ -1039,7 +1265,9 @@ class MonitorGroupMember:
         self._taking: list[int] = []  # shards to take over (snapshot read by the worker)
         # Shards whose snapshot is being read: no snapshot of ours for them until it is read,
         # or the reader could take our own (newer, without the old owner's topics) for it.
-        self._reading: set[int] = set()
+        # (shard -> takeovers under way: a shard lost and owned again can have two.)
+        self._reading: collections.Counter[int] = collections.Counter()
+        self._readers: set[threading.Thread] = set()  # the takeover threads (stop joins them)
         self._members: dict[str, tuple[float, MemberStatus]] = {}  # by member: (seen, status)
         self._subs: dict[int, Any] = {}
         self._gen: dict[int, int] = {}  # shard -> generation of its current subscription
@@ -1107,12 +1335,17 @@ class MonitorGroupMember:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the worker, cancel the subscriptions (the broker hands the shards to the next
-        members in line) and stop the monitor."""
+        """Stop the worker and the takeovers (a read under way gives back what it took),
+        publish a snapshot of each shard still owned (living ``snapshot_ttl``), cancel the
+        subscriptions (the broker hands the shards to the next members in line) and stop the
+        monitor."""
         self._stop.set()
+        deadline = time.monotonic() + timeout
         if self._worker is not None:
             self._worker.join(timeout)
             self._worker = None
+        self._join_readers(deadline)
+        self._final_snapshots(deadline)
         self.transport.remove_observer(self)
         subs, self._subs = self._subs, {}
         for sub in subs.values():
@@ -1123,6 +1356,31 @@ class MonitorGroupMember:
         with self._lock:
             self._owned.clear()
         self.monitor.stop(timeout)
+
+    def _join_readers(self, deadline: float) -> None:
+        """Wait (until ``deadline``) for the takeover threads: ``_stop`` ends their reads
+        early, and each gives back what it took or settles (its snapshot out)."""
+        with self._lock:
+            readers = list(self._readers)
+        for thread in readers:
+            if thread.ident is not None:  # started (the worker, joined first, starts them)
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _final_snapshots(self, deadline: float) -> None:
+        """A last snapshot of each shard still owned (none being read: a read given back left
+        the old owner's state in the queue), living ``snapshot_ttl``: the topics first heard
+        since the last periodic one reach the next owner."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            self._publish_snapshots(ttl=self._snapshot_ttl, timeout=min(left, self._period))
+        except Exception as exc:  # the connection down: the periodic ones are there
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "group member %s: no final snapshot: %r", self.member, exc
+            )
 
     def __enter__(self) -> MonitorGroupMember:
         return self.start()
@@ -1166,7 +1424,7 @@ class MonitorGroupMember:
                 # Marked being read in the same hold of the lock that makes it owned: else the
                 # worker's next snapshot round (on another thread) could publish ours for it
                 # before the read, and the read would pick ours (newest) over the old owner's.
-                self._reading.add(shard)
+                self._reading[shard] += 1
 
     def _on_message(self, shard: int, gen: int, _link: Any, message: Any) -> None:
         """What the native path left: a tick, or a beat its decoder was not sure of."""
@@ -1299,71 +1557,108 @@ class MonitorGroupMember:
     def _take_over(self) -> None:
         """Start a thread per shard newly owned to read its snapshot (each read waits for the
         state queue: they go in parallel, and never hold up the ticks and sweeps)."""
-        while True:
+        while not self._stop.is_set():
             with self._lock:
                 if not self._taking:
                     return
                 shard = self._taking.pop(0)
                 if shard not in self._owned:
-                    self._reading.discard(shard)  # lost before the read began
+                    self._done_reading(shard)  # lost before the read began
                     continue
                 self.takeovers += 1
-            threading.Thread(
-                target=self._adopt_snapshot,
-                args=(shard,),
-                name=f"heartwire-group-takeover-{shard}",
-                daemon=True,
-            ).start()
+                thread = threading.Thread(
+                    target=self._adopt_snapshot,
+                    args=(shard, self._gen.get(shard)),
+                    name=f"heartwire-group-takeover-{shard}",
+                    daemon=True,
+                )
+                self._readers.add(thread)
+            thread.start()
 
-    def _adopt_snapshot(self, shard: int) -> None:
+    def _done_reading(self, shard: int) -> None:
+        # Under self._lock.
+        self._reading[shard] -= 1
+        if self._reading[shard] <= 0:
+            del self._reading[shard]
+
+    def _adopt_snapshot(self, shard: int, gen: int | None) -> None:
+        """Read ``shard``'s snapshot holding it (:class:`_HeldRead`), adopt it, publish ours and
+        only then consume the one read; give it back instead if the shard is lost meanwhile
+        (another subscription generation, not owned) or the member stops."""
+        held: _HeldRead | None = None
+        handed_back = False
         try:
-            self._read_and_adopt(shard)
+            held = _HeldRead(self.transport, self.layout, shard, self._key, ttl=self._snapshot_ttl)
+            # Up to 2 s for the first snapshot: under load a broker took over 0.2 s to
+            # dispatch a queue to a new consumer (ActiveMQ, 2000 topics beating), and a read
+            # that gives up too soon loses the state. Nothing is lost if we die meanwhile: what
+            # the read took is unacknowledged until ours is out.
+            held.read(2.0, 0.2, self._stop)
+            snap = held.best
+            with self._lock:
+                self.refused += len(held.refused)
+                self.taken.append(
+                    (
+                        shard,
+                        None if snap is None else snap.member,
+                        0 if snap is None else len(snap.topics),
+                        0 if snap is None else len(snap.failed),
+                        time.time(),
+                    )
+                )
+            if self._stop.is_set() or not self._owns(shard, gen):
+                return  # given back (finally)
+            if snap is not None:
+                self._adopt(snap)
+            # Ours (with what was adopted) out, then the old one consumed; if ours cannot go
+            # out (the shard lost meanwhile: S1's check in _publish_snapshots), it goes back.
+            sent = held.settle(lambda: shard in self._publish_snapshots({shard}, reading=shard))
+            handed_back = not sent
         except Exception:
             import logging
 
             logging.getLogger(__name__).exception("taking shard %d over", shard)
         finally:
+            if held is not None and not held.done:
+                try:
+                    held.hand_back()
+                except Exception:
+                    import logging
+
+                    logging.getLogger(__name__).exception("shard %d's snapshot back", shard)
+                handed_back = True
             with self._lock:
-                self._reading.discard(shard)
-                owned = shard in self._owned
-        if owned:
-            # The read took the snapshot off the queue: ours goes back at once, so a member
-            # taking the shard from us next (a release, our death) finds the state.
-            try:
-                self._publish_snapshots({shard})
-            except Exception:
-                import logging
+                self._done_reading(shard)
+                # Given back: the old owner's state is in the queue again and we do not hold
+                # it, so no snapshot of ours for the shard (a stop's last one would cover the
+                # old owner's). Owned again with the next delivery: a new takeover.
+                given_back = handed_back and self._gen.get(shard) == gen
+                if given_back and self._owned.pop(shard, None) is not None:
+                    self._lost[shard] = time.monotonic()
+                self._readers.discard(threading.current_thread())
 
-                logging.getLogger(__name__).exception("shard %d's snapshot", shard)
-
-    def _read_and_adopt(self, shard: int) -> None:
-        # Up to 2 s for the first snapshot: under load a broker took over 0.2 s to dispatch a
-        # queue to a new consumer (ActiveMQ, 2000 topics beating), and a read that gives up too
-        # soon loses the state. Once one came, the read ends quickly: between the drain and our
-        # snapshot published back (below), a hang or death of ours loses the shard's state.
-        snap, refused = read_snapshot(
-            self.transport, self.layout, shard, self._key, wait=2.0, quiet=0.2
-        )
+    def _owns(self, shard: int, gen: int | None) -> bool:
         with self._lock:
-            self.refused += len(refused)
-            self.taken.append(
-                (
-                    shard,
-                    None if snap is None else snap.member,
-                    0 if snap is None else len(snap.topics),
-                    0 if snap is None else len(snap.failed),
-                    time.time(),
-                )
-            )
-        if snap is None:
-            return
+            return shard in self._owned and self._gen.get(shard) == gen
+
+    def _adopt(self, snap: ShardSnapshot) -> None:
         mon = self.monitor
         # Topics heard since the takeover are left as they are: their beats are newer than
         # the snapshot (a concurrent first beat between this filter and adopt is handled by
         # adopt itself: a known topic keeps its deadlines, or resumes if its outage was older).
         rows = [rec for rec in snap.topics if rec.topic not in mon]
-        if not rows or shard not in self._owned:  # (a dict lookup: atomic, no lock needed)
-            return  # nothing new, or lost again meanwhile (the sweep removes what we adopt)
+        if not rows:
+            return
+        if mon.paused:
+            # The whole monitor paused (the group's pause): the core carries no outage to a
+            # paused topic, so FAILED ones come in as a fresh start, paused, rather than be
+            # refused and forgotten (after the resume: a full period, then a first failed).
+            rows = [
+                dataclasses.replace(rec, failed_since=None, missed=0, reason=None)
+                if rec.failed_since is not None
+                else rec
+                for rec in rows
+            ]
         # One batch: FAILED records carry their outage over (no new first failed; the next
         # failed(missed + 1) one period on; a beat -> resumed, downtime from failed_since),
         # the others a fresh start (a full period to beat). adopt checks every record first
@@ -1382,6 +1677,12 @@ class MonitorGroupMember:
                     bad += 1
             with self._lock:
                 self.refused += bad
+        # Paused by name at the old owner: paused here too, after adopt (adopt refuses an
+        # outage carried to a topic already paused; these were unknown, so adopted first).
+        for rec in rows:
+            if rec.paused:
+                with contextlib.suppress(KeyError):  # refused above, or removed meanwhile
+                    mon.pause(rec.topic)
 
     def _send_ticks(self) -> None:
         body = _TICK_PREFIX + f'"member":{_json_str(self.member)}}}'.encode()
@@ -1389,41 +1690,51 @@ class MonitorGroupMember:
             where = functools.partial(shard_destination, self.layout, shard)
             self.transport.send_to(where, body, {TICK_HEADER: self.member}, timeout=self._period)
 
-    def _publish_snapshots(self, only: set[int] | None = None) -> None:
-        """A snapshot of each shard owned (of ``only``), but of none being read."""
+    def _publish_snapshots(
+        self,
+        only: set[int] | None = None,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        reading: int | None = None,
+    ) -> set[int]:
+        """A snapshot of each shard owned (of ``only``), but of none being read (except
+        ``reading``, by its own takeover once adopted), living ``ttl`` (default: the periodic
+        TTL); returns the shards sent."""
         with self._lock:
-            owned = set(self._owned) - self._reading
+            owned = {k for k in self._owned if k == reading or k not in self._reading}
+            gens = {k: self._gen.get(k) for k in owned}
         if only is not None:
             owned &= only
         if not owned:
-            return
-        by_shard: dict[int, list[TopicRecord]] = {k: [] for k in owned}
-        mon = self.monitor
-        for st in mon.statuses():
-            if st.state not in ("PENDING", "ALIVE", "FAILED"):
-                continue
-            rows = by_shard.get(self.layout.shard_of(st.topic))
-            if rows is None:
-                continue
-            since = st.failed_since if st.state == "FAILED" else None
-            rows.append(
-                TopicRecord(
-                    st.topic,
-                    None if since is None else mon.wall_time(since),
-                    0 if since is None else st.missed,
-                    None,
-                    st.period,
-                )
-            )
-        sent = time.time()
+            return set()
+        by_shard = _shard_records(self.monitor, self.layout, owned, marks=False)
+        sent: set[int] = set()
         for shard, rows in by_shard.items():
+            # Checked again after the rows are collected (S1, S2): a shard released, lost with
+            # the connection or being read by a new takeover meanwhile gets no snapshot from
+            # us: it would be newer than the new owner's (or read by its takeover) and leave
+            # out what the new owner knows. The send itself is outside the lock (I/O).
             with self._lock:
+                if (
+                    shard not in self._owned
+                    or self._gen.get(shard) != gens[shard]
+                    or (shard != reading and shard in self._reading)
+                    or shard not in self._subs
+                ):
+                    continue
                 self._seq += 1
                 seq = self._seq
-            snap = ShardSnapshot(self.layout, shard, self.member, seq, sent, tuple(rows))
+            snap = ShardSnapshot(self.layout, shard, self.member, seq, time.time(), tuple(rows))
             publish_snapshot(
-                self.transport, snap, self._key, ttl=self._snapshot_ttl, timeout=self._period
+                self.transport,
+                snap,
+                self._key,
+                ttl=self._periodic_ttl if ttl is None else ttl,
+                timeout=self._period if timeout is None else timeout,
             )
+            sent.add(shard)
+        return sent
 
     def _publish_status(self) -> None:
         st = self._own_status()
@@ -1442,7 +1753,7 @@ class MonitorGroupMember:
         with self._lock:
             # Never a shard whose snapshot is being read: its state would be lost between two
             # readers (ActiveMQ shares a queue's messages among its consumers).
-            free = set(self._owned) - self._reading
+            free = set(self._owned) - self._reading.keys()
             if len(self._owned) <= share or not free:
                 return
             shard = max(free)  # any; the highest, so a test can tell
@@ -1452,7 +1763,7 @@ class MonitorGroupMember:
     def _release(self, shard: int) -> None:
         """Hand ``shard`` to the next member in the broker's line: snapshot first, then
         unsubscribe and subscribe again (at the back of the line)."""
-        self._publish_snapshots()
+        self._publish_snapshots({shard}, ttl=self._snapshot_ttl)  # lives past the handover
         with self._lock:
             sub = self._subs.pop(shard, None)
             self._owned.pop(shard, None)

@@ -258,10 +258,10 @@ def test_snapshot_of_a_monitor_lists_its_shard_with_failed_outages_in_wall_time(
         assert by_topic[B] == TopicRecord(B, rig.mon.wall_time(since), 1, None, 1.0)
         assert snap.failed == (by_topic[B],)
         assert decode_snapshot(encode_snapshot(snap), LAYOUT, SHARD, max_age=None) == snap
-        rig.mon.pause(A)
-        assert A not in {
-            t.topic for t in snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=5).topics
-        }
+        rig.mon.pause(A)  # paused by name: in the snapshot, marked paused
+        again = {t.topic: t for t in snapshot_of(rig.mon, LAYOUT, SHARD, member="m1", seq=5).topics}
+        assert again[A] == TopicRecord(A, None, 0, None, 1.0, paused=True)
+        assert not again[B].paused
 
 
 # -- marks: what the owner's listeners were told (HeartbeatMonitor.adopt carries them on) ----
