@@ -1011,6 +1011,7 @@ class MonitorGroupMember:
         self._lock = threading.Lock()
         # shard -> time.monotonic() of its last delivery to us (we own it)
         self._owned: dict[int, float] = {}
+        self._owned_wall: dict[int, float] = {}  # shard -> time.time() when we came to own it
         # shard -> when we lost it (its topics are swept out of the monitor)
         self._lost: dict[int, float] = {}
         self._taking: list[int] = []  # shards to take over (snapshot read by the worker)
@@ -1072,10 +1073,17 @@ class MonitorGroupMember:
         since left."""
         now = time.monotonic()
         with self._lock:
+            # A member whose last status claims a shard the broker gave us after it was sent
+            # has lost that shard since (it died, or released it): not counted until a newer
+            # status says where it stands. Else a survivor counts a member killed -9 for 3
+            # periods and releases shards to itself. (Comparing its clock with ours: skew only
+            # delays counting a member in the moment a shard moves between the two of us.)
+            since = {k: self._owned_wall.get(k, 0.0) for k in self._owned}
             seen = {
                 m: st
                 for m, (t, st) in self._members.items()
                 if now - t <= MEMBER_AGE_PERIODS * st.period
+                and not any(since.get(k, -math.inf) > st.sent for k in st.owned)
             }
         seen[self.member] = self._own_status()
         return seen
@@ -1178,6 +1186,7 @@ class MonitorGroupMember:
             new = shard not in self._owned
             self._owned[shard] = now
             if new:
+                self._owned_wall[shard] = time.time()
                 self._lost.pop(shard, None)
                 self._taking.append(shard)
                 released = self._released_at.pop(shard, None)
@@ -1261,12 +1270,15 @@ class MonitorGroupMember:
             elif old and old[1].incarnation == st.incarnation and st.sent <= old[1].sent:
                 reason = "replayed"  # not newer than the last: a replay must not refresh it
             elif st.leaving:
-                self._members.pop(st.member, None)
+                if old and old[1].incarnation == st.incarnation:
+                    del self._members[st.member]  # (not another incarnation under its name)
                 self._left.pop((st.member, st.incarnation), None)
                 self._left[(st.member, st.incarnation)] = now  # newest last (pruned oldest first)
             elif old is None and len(self._members) >= MAX_MEMBERS:
                 reason = "too_many"
             else:
+                if old is None or old[1].incarnation != st.incarnation:
+                    self._release_backoff = 0.0  # a member new to us: its share is due now
                 self._members[st.member] = (now, st)
         if reason is not None:
             self._refuse_status(reason)
@@ -1486,13 +1498,16 @@ class MonitorGroupMember:
             with self._lock:
                 self.refused += bad
 
+    def _sweep_if_lost(self) -> None:
+        """Between two sends: shards lost meanwhile (sends wait up to a period each for a
+        reconnection) are swept now, not after the whole round."""
+        if self._sweep_now.is_set():
+            self._try("sweep", self._sweep, time.monotonic())
+
     def _send_ticks(self) -> None:
         body = _TICK_PREFIX + f'"member":{_json_str(self.member)}}}'.encode()
         for shard in range(self.layout.shards):
-            if self._sweep_now.is_set():
-                # Shards lost while sends wait for a reconnection (up to a period each):
-                # swept now, not after the whole round.
-                self._try("sweep", self._sweep, time.monotonic())
+            self._sweep_if_lost()
             where = functools.partial(shard_destination, self.layout, shard)
             try:  # per shard: one send timing out does not skip the others
                 self.transport.send_to(
@@ -1529,6 +1544,7 @@ class MonitorGroupMember:
             )
         sent = time.time()
         for shard, rows in by_shard.items():
+            self._sweep_if_lost()
             with self._lock:
                 self._seq += 1
                 seq = self._seq

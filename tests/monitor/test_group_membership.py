@@ -403,3 +403,31 @@ def test_a_connection_loss_is_swept_on_the_worker_not_the_failover_thread() -> N
     finally:
         _close(a)
         pub.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_member_claiming_shards_given_to_us_since_is_not_counted() -> None:
+    """A member killed -9 sends no leaving status; its last status still claims the shards
+    the broker then gave the survivor. That status predates the survivor's ownership: the
+    member is not counted (it was, for 3 periods: releases to itself, each a takeover)."""
+    lay = _layout("activemq", 4)
+    before = time.time()  # a comes to own its shards after this
+    a = _member("activemq", lay, "a")
+    sender = _transport("activemq")
+    codec = BeatCodec(KEY)
+    try:
+        _wait("a to own the 4 shards", lambda: a.owned == frozenset(range(4)))
+        for st in [
+            MemberStatus("killed", (2, 3), {"ALIVE": 5}, 0.5, before - 0.1, "k"),
+            MemberStatus("standby", (), {}, 0.5, time.time(), "s"),
+        ]:
+            sender.publish(status_topic(lay.group), _encode_status(lay, st, codec), timeout=2)
+        _wait("a to hear both", lambda: {"killed", "standby"} <= set(a._members))
+        assert set(a.members()) == {"a", "standby"}
+        # A newer status of it (alive after all, and no longer claiming them): counted again.
+        st = MemberStatus("killed", (), {}, 0.5, time.time(), "k")
+        sender.publish(status_topic(lay.group), _encode_status(lay, st, codec), timeout=2)
+        _wait("a to count it again", lambda: "killed" in a.members())
+    finally:
+        _close(a)
+        sender.close()
