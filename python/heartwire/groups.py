@@ -1022,6 +1022,10 @@ class MonitorGroupMember:
         # (member, incarnation) -> when it said it left: its later statuses are refused (a
         # status of its worker written after the leaving one would count it again). Capped.
         self._left: dict[tuple[str, str], float] = {}
+        # (member, incarnation) -> the newest ``sent`` taken from it, kept after the member is
+        # forgotten (capped, oldest out): a replay of one of its statuses is refused even then
+        # (else each replay, once the member aged out, counted it again for 3 periods).
+        self._last_sent: dict[tuple[str, str], float] = {}
         self._incarnation = ""  # drawn at each start()
         self._started_wall = 0.0
         self._same_name_logged = False
@@ -1104,6 +1108,8 @@ class MonitorGroupMember:
                     del self._members[m]
             while len(self._left) > MAX_MEMBERS:
                 del self._left[next(iter(self._left))]  # the oldest (insertion order)
+            while len(self._last_sent) > 2 * MAX_MEMBERS:
+                del self._last_sent[next(iter(self._last_sent))]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -1265,9 +1271,10 @@ class MonitorGroupMember:
         reason = None
         with self._lock:
             old = self._members.get(st.member)
-            if (st.member, st.incarnation) in self._left:
+            key = (st.member, st.incarnation)
+            if key in self._left:
                 reason = "left"
-            elif old and old[1].incarnation == st.incarnation and st.sent <= old[1].sent:
+            elif st.sent <= self._last_sent.get(key, -math.inf):
                 reason = "replayed"  # not newer than the last: a replay must not refresh it
             elif st.leaving:
                 if old and old[1].incarnation == st.incarnation:
@@ -1280,6 +1287,8 @@ class MonitorGroupMember:
                 if old is None or old[1].incarnation != st.incarnation:
                     self._release_backoff = 0.0  # a member new to us: its share is due now
                 self._members[st.member] = (now, st)
+                self._last_sent.pop(key, None)
+                self._last_sent[key] = st.sent  # newest last (pruned oldest first)
         if reason is not None:
             self._refuse_status(reason)
 

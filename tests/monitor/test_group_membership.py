@@ -140,6 +140,12 @@ def test_statuses_refused_by_reason(idle: MonitorGroupMember) -> None:
     # b again under a new incarnation (restarted): a member again.
     m._on_status(_status(lay, MemberStatus("b", (1,), {}, 0.5, now + 0.3, "b2")))
     assert set(m.members()) == {"me", "slow", "b"}
+    # Forgotten once aged out, a replay of its last status is still refused (not counted anew).
+    m._prune(time.monotonic() + 10)
+    assert "b" not in m._members
+    m._on_status(_status(lay, MemberStatus("b", (1,), {}, 0.5, now + 0.3, "b2")))
+    assert m.statuses_refused["replayed"] == 2
+    assert "b" not in m.members()
 
 
 @pytest.mark.usefixtures("brokers")
