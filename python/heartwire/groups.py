@@ -1136,11 +1136,10 @@ class MonitorGroupMember:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Send a last status saying this member leaves (the others stop counting it at
-        once), stop the worker, cancel the subscriptions (the broker hands the shards to the
-        next members in line) and stop the monitor."""
+        """Stop the worker, cancel the subscriptions (the broker hands the shards to the next
+        members in line) and stop the monitor."""
         self._stop.set()
-        self._publish_leaving()
+        self._publish_leaving()  # first: the others stop counting us at once (see the class doc)
         if self._worker is not None:
             self._worker.join(timeout)
             self._worker = None
