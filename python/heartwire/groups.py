@@ -29,10 +29,12 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -62,13 +64,17 @@ __all__ = [
     "DEFAULT_MAX_BEATS",
     "DEFAULT_SHARDS",
     "DEFAULT_SNAPSHOT_TTL",
+    "MAX_MEMBERS",
     "MAX_SHARDS",
     "MAX_SNAPSHOT_BYTES",
+    "MEMBER_AGE_PERIODS",
     "SHARD_HEADER",
     "SNAPSHOT_REASONS",
     "SNAPSHOT_VERSION",
     "STATE_NAMES",
+    "STATUS_AGE_SKEW",
     "STATUS_PREFIX",
+    "STATUS_REASONS",
     "TICK_HEADER",
     "GroupStatus",
     "MemberStatus",
@@ -93,6 +99,25 @@ __all__ = [
     "state_queue",
     "status_topic",
 ]
+
+_log = logging.getLogger(__name__)
+
+#: A member counts another as alive for this many of the other's periods after its last status,
+#: and refuses a status whose ``sent`` is older than that many of its sender's periods plus
+#: :data:`STATUS_AGE_SKEW` (as the monitor refuses a stale beat).
+MEMBER_AGE_PERIODS = 3
+#: The clock skew allowed between the members' hosts when a status's ``sent`` is checked
+#: (seconds; the monitor's ``BEAT_AGE_SKEW``).
+STATUS_AGE_SKEW: float = _core.BEAT_AGE_SKEW
+#: The most members a member keeps statuses of (a new name beyond it is refused, ``too_many``).
+MAX_MEMBERS = 1024
+#: Why a member refused a status message (:attr:`MonitorGroupMember.statuses_refused`): the
+#: snapshot reasons for a message that does not decode, plus these.
+STATUS_REASONS = ("stale", "replayed", "left", "same_name", "too_many")
+#: A member logs a failing step of its worker (ticks, snapshots, status, ...) at most this often
+#: (seconds); every failure is counted (:attr:`MonitorGroupMember.failures`).
+FAILURE_LOG_EVERY = 10.0
+_INCARNATION = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 #: How long a shard queue keeps an unconsumed beat by default (seconds): an old beat is worth
 #: nothing once a newer one of its topic can have come.
@@ -1064,7 +1089,10 @@ STATE_NAMES = ("PENDING", "ALIVE", "FAILED", "PAUSED", "STOPPED", "REMOVED")
 @dataclass(frozen=True)
 class MemberStatus:
     """One member's status message: the shards it owns, its counts by state (of the topics it
-    watches), its period, and when it was sent (Unix seconds).
+    watches), its period, when it was sent (Unix seconds), the member's incarnation (an id
+    drawn at each :meth:`MonitorGroupMember.start`: two members given one name tell each other
+    apart by it; ``""`` from a member that sends none) and whether it is the last status of a
+    member leaving the group (its :meth:`~MonitorGroupMember.stop`: the others drop it at once).
 
     ``shard_counts``: the counts by state of each shard it owns (a shard's topics are counted
     from its owner alone: :attr:`GroupStatus.counts`); None in the status of a member of a
@@ -1076,6 +1104,8 @@ class MemberStatus:
     period: float
     sent: float
     shard_counts: dict[int, dict[str, int]] | None = None
+    incarnation: str = ""
+    leaving: bool = False
 
 
 def _shard_counts(
@@ -1103,6 +1133,8 @@ def _encode_status(layout: ShardLayout, status: MemberStatus, codec: BeatCodec) 
         "counts": dict(status.counts),
         "period": status.period,
         "sent": status.sent,
+        "incarnation": status.incarnation,
+        "leaving": status.leaving,
     }
     if status.shard_counts is not None:  # (JSON object keys are strings)
         obj["shard_counts"] = {str(k): dict(v) for k, v in status.shard_counts.items()}
@@ -1145,6 +1177,13 @@ def _decode_status_counted(
     owned = obj.get("owned")
     if not isinstance(owned, list):
         raise SnapshotError("malformed", "'owned' must be a list")
+    # Both optional: a member of an older heartwire sends neither.
+    incarnation = obj.get("incarnation", "")
+    if not isinstance(incarnation, str) or not _INCARNATION.fullmatch(incarnation or "-"):
+        raise SnapshotError("malformed", f"'incarnation' {incarnation!r:.80}: [0-9A-Za-z_-]{{,64}}")
+    leaving = obj.get("leaving", False)
+    if not isinstance(leaving, bool):
+        raise SnapshotError("malformed", f"'leaving' {leaving!r:.20} is not a bool")
     member = _member(obj.get("member"), "'member'")
     owned_t = tuple(sorted({_count(k, "'owned'", top) for k in owned}))
     counts, dropped = _state_counts(obj.get("counts"), "'counts'")
@@ -1169,7 +1208,9 @@ def _decode_status_counted(
         counts,
         _period(obj.get("period"), "'period'"),
         _finite(obj.get("sent"), "'sent'"),
-        by_shard,
+        shard_counts=by_shard,
+        incarnation=incarnation,
+        leaving=leaving,
     )
     return status, top + 1, dropped
 
@@ -1190,7 +1231,8 @@ class MonitorGroupMember:
       beat recorded by the core straight off the socket under the topic its body names.
     - Each ``period`` it sends a tick into every shard queue; the member the broker delivers a
       shard's tick to **owns** the shard (it learns it, it never decides it). Ownership ends
-      with the connection, when it releases the shard, or when no tick came for 3 periods.
+      with the connection, when it releases the shard, or when nothing (not even a tick) came
+      for 5 periods.
     - Taking a shard over: it reads the shard's state snapshot (:func:`read_snapshot`) and
       adopts each topic there it does not watch yet (``monitor.adopt``, one batch): one not
       FAILED gets a fresh start (a full period to beat); a FAILED one keeps its outage, with
@@ -1198,12 +1240,26 @@ class MonitorGroupMember:
       original ``since``; its next beat a ``resumed`` with the downtime from that ``since``).
       A record the monitor refuses (another pattern, a paused topic) is counted in
       :attr:`refused` and the others adopted.
-    - A shard it no longer owns: its topics are removed from the monitor without events.
+    - A shard it no longer owns: its topics are removed from the monitor (by the worker:
+      :meth:`_sweep` says which events that can still give).
     - Each period, and a quarter period at most after a topic failed or resumed: a snapshot
       per owned shard (:func:`publish_snapshot`). Each period: a status
       message on :func:`status_topic` (:class:`MemberStatus`), from which it counts the members
-      alive; owning more than ``ceil(shards / members)`` it releases one shard (unsubscribe and
-      subscribe again: the broker's next consumer in line gets it), at most one per period.
+      alive (:meth:`members`); owning more than ``ceil(shards / members)`` it releases one shard
+      (unsubscribe and subscribe again: the broker's next consumer in line gets it), at most
+      one per period, and less often (back-off up to 32 periods) while released shards come
+      straight back to it. :meth:`stop` sends a last status saying it leaves: the others stop
+      counting it at once.
+    - Each step of the worker (ticks, snapshots, status, balance; ticks and snapshots per
+      shard) is tried on its own: a failure is counted in :attr:`failures` and logged at most
+      every :data:`FAILURE_LOG_EVERY` seconds, and the other steps still run.
+    - Statuses refused (:attr:`statuses_refused`, by reason; also in :attr:`refused`): not
+      decoding or not signed with ``key`` (the snapshot reasons); ``stale`` (``sent`` older
+      than :data:`MEMBER_AGE_PERIODS` of its sender's periods plus :data:`STATUS_AGE_SKEW`);
+      ``replayed`` (not newer than the last of that member); ``left`` (a member that said it
+      left); ``too_many`` (beyond :data:`MAX_MEMBERS`); ``same_name``: another member (another
+      incarnation) under this member's name, logged once. Two members with one name do not
+      share shards: each counts only itself under that name.
 
     ``member`` names it in the group (1 to 128 ASCII letters, digits and ``_-:.``, else
     ValueError; default: a random one); ``key`` signs snapshots and status messages (the
@@ -1260,6 +1316,7 @@ class MonitorGroupMember:
         self._lock = threading.Lock()
         # shard -> time.monotonic() of its last delivery to us (we own it)
         self._owned: dict[int, float] = {}
+        self._owned_wall: dict[int, float] = {}  # shard -> time.time() when we came to own it
         # shard -> when we lost it (its topics are swept out of the monitor)
         self._lost: dict[int, float] = {}
         self._taking: list[int] = []  # shards to take over (snapshot read by the worker)
@@ -1269,6 +1326,22 @@ class MonitorGroupMember:
         self._reading: collections.Counter[int] = collections.Counter()
         self._readers: set[threading.Thread] = set()  # the takeover threads (stop joins them)
         self._members: dict[str, tuple[float, MemberStatus]] = {}  # by member: (seen, status)
+        # (member, incarnation) -> when it said it left: its later statuses are refused (a
+        # status of its worker written after the leaving one would count it again). Capped.
+        self._left: dict[tuple[str, str], float] = {}
+        # (member, incarnation) -> the newest ``sent`` taken from it, kept after the member is
+        # forgotten (capped, oldest out): a replay of one of its statuses is refused even then
+        # (else each replay, once the member aged out, counted it again for 3 periods).
+        self._last_sent: dict[tuple[str, str], float] = {}
+        self._incarnation = ""  # drawn at each start()
+        self._started_wall = 0.0
+        self._same_name_logged = False
+        # Release back-off: shard -> when released; the wait between releases grows while
+        # released shards come straight back to us (we are the only consumer in line).
+        self._released_at: dict[int, float] = {}
+        self._release_backoff = 0.0
+        self._sweep_now = threading.Event()  # a loss to sweep (set off the worker's thread)
+        self._failure_logged: dict[str, float] = {}
         self._subs: dict[int, Any] = {}
         self._gen: dict[int, int] = {}  # shard -> generation of its current subscription
         self._status_sub: Any = None
@@ -1279,13 +1352,18 @@ class MonitorGroupMember:
         self._worker: threading.Thread | None = None
         self._last_run = 0.0
         self._outages = (0, 0)  # FAILED topics, resumed events, at the worker's last look
-        #: Counters: shards taken over, released, snapshots, statuses and topic records
-        #: refused; the longest gap between two runs of the worker (seconds; a quarter period
-        #: when all is well).
+        #: Counters: shards taken over, released, released and straight back (``bounced``),
+        #: snapshots, statuses and topic records refused; the longest gap between two runs of
+        #: the worker (seconds; a quarter period when all is well).
         self.takeovers = 0
         self.releases = 0
+        self.bounced = 0
         self.refused = 0
         self.slowest = 0.0
+        #: Status messages refused, by reason (:data:`STATUS_REASONS` or a snapshot reason).
+        self.statuses_refused: dict[str, int] = {}
+        #: The worker's failed steps, by step (``tick``, ``snapshot``, ``status``, ...).
+        self.failures: dict[str, int] = {}
         #: The last 1000 takeovers: (shard, the snapshot's member or None if none was read,
         #: its topics, its FAILED topics, when read as Unix seconds).
         self.taken: collections.deque[tuple[int, str | None, int, int, float]] = collections.deque(
@@ -1301,27 +1379,57 @@ class MonitorGroupMember:
             return frozenset(self._owned)
 
     def members(self) -> dict[str, MemberStatus]:
-        """The members heard from in the last 3 periods (this one included), by name."""
+        """The members alive (this one included), by name: each heard from within the last
+        :data:`MEMBER_AGE_PERIODS` of its own periods (as it said in its status), and not
+        since left."""
         now = time.monotonic()
         with self._lock:
-            seen = {m: st for m, (t, st) in self._members.items() if now - t <= 3 * self._period}
+            # A member whose last status claims a shard the broker gave us after it was sent
+            # has lost that shard since (it died, or released it): not counted until a newer
+            # status says where it stands. Else a survivor counts a member killed -9 for 3
+            # periods and releases shards to itself. (Comparing its clock with ours: skew only
+            # delays counting a member in the moment a shard moves between the two of us.)
+            since = {k: self._owned_wall.get(k, 0.0) for k in self._owned}
+            seen = {
+                m: st
+                for m, (t, st) in self._members.items()
+                if now - t <= MEMBER_AGE_PERIODS * st.period
+                and not any(since.get(k, -math.inf) > st.sent for k in st.owned)
+            }
         seen[self.member] = self._own_status()
         return seen
 
-    def _own_status(self) -> MemberStatus:
+    def _own_status(self, leaving: bool = False) -> MemberStatus:
         with self._lock:
-            owned = tuple(sorted(self._owned))
-        counts = dict(self.monitor.counts())
-        return MemberStatus(self.member, owned, counts, self._period, time.time())
+            owned = () if leaving else tuple(sorted(self._owned))
+        counts = {} if leaving else dict(self.monitor.counts())
+        return MemberStatus(
+            self.member, owned, counts, self._period, time.time(), self._incarnation, leaving
+        )
+
+    def _prune(self, now: float) -> None:
+        """Forget the statuses of members gone (aged out) and the oldest members left."""
+        with self._lock:
+            for m, (t, st) in list(self._members.items()):
+                if now - t > MEMBER_AGE_PERIODS * st.period:
+                    del self._members[m]
+            while len(self._left) > MAX_MEMBERS:
+                del self._left[next(iter(self._left))]  # the oldest (insertion order)
+            while len(self._last_sent) > 2 * MAX_MEMBERS:
+                del self._last_sent[next(iter(self._last_sent))]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> MonitorGroupMember:
         """Start the monitor, subscribe to the group's status topic and every shard queue, and
         start the member's worker thread (ticks, snapshots, status, balance); returns self."""
+        import uuid
+
         self.monitor.start()
         self.transport.add_observer(self)
         self._started_at = time.monotonic()
+        self._started_wall = time.time()
+        self._incarnation = uuid.uuid4().hex
         self._status_sub = self.transport.subscribe(
             status_topic(self.layout.group), self._on_status
         )
@@ -1341,6 +1449,7 @@ class MonitorGroupMember:
         monitor."""
         self._stop.set()
         deadline = time.monotonic() + timeout
+        self._publish_leaving()  # first: the others stop counting us at once (see the class doc)
         if self._worker is not None:
             self._worker.join(timeout)
             self._worker = None
@@ -1419,8 +1528,17 @@ class MonitorGroupMember:
             new = shard not in self._owned
             self._owned[shard] = now
             if new:
+                self._owned_wall[shard] = time.time()
                 self._lost.pop(shard, None)
                 self._taking.append(shard)
+                released = self._released_at.pop(shard, None)
+                if released is not None and now - released <= 2 * self._period:
+                    # Released and straight back: nobody else was in line (the member we
+                    # counted is gone). Wait longer before the next release.
+                    self.bounced += 1
+                    self._release_backoff = min(
+                        max(2 * self._release_backoff, 2 * self._period), 32 * self._period
+                    )
                 # Marked being read in the same hold of the lock that makes it owned: else the
                 # worker's next snapshot round (on another thread) could publish ours for it
                 # before the read, and the read would pick ours (newest) over the old owner's.
@@ -1460,13 +1578,60 @@ class MonitorGroupMember:
     def _on_status(self, message: Any) -> None:
         try:
             st = _decode_status(message.body, self.layout, self._codec)
-        except SnapshotError:
-            self.refused += 1
+        except SnapshotError as exc:
+            self._refuse_status(exc.reason)
             return
+        wall = time.time()
         if st.member == self.member:
+            if st.incarnation == self._incarnation or st.sent < self._started_wall:
+                return  # our own, or one of an earlier run of ours still in flight
+            self._refuse_status("same_name")
+            if not self._same_name_logged:
+                self._same_name_logged = True
+                _log.warning(
+                    "group %s: another member is named %r too (incarnation %s, ours %s): "
+                    "the two do not share shards; give each member its own name",
+                    self.layout.group,
+                    self.member,
+                    st.incarnation or "none",
+                    self._incarnation,
+                )
             return
+        # A status older than its sender's age window (plus clock skew) says nothing about now:
+        # a member long gone, or a replay. Counting it would shrink our share: releases to
+        # ourselves, each a takeover restarting the shard's topics.
+        if wall - st.sent > MEMBER_AGE_PERIODS * st.period + STATUS_AGE_SKEW:
+            self._refuse_status("stale")
+            return
+        now = time.monotonic()
+        reason = None
         with self._lock:
-            self._members[st.member] = (time.monotonic(), st)
+            old = self._members.get(st.member)
+            key = (st.member, st.incarnation)
+            if key in self._left:
+                reason = "left"
+            elif st.sent <= self._last_sent.get(key, -math.inf):
+                reason = "replayed"  # not newer than the last: a replay must not refresh it
+            elif st.leaving:
+                if old and old[1].incarnation == st.incarnation:
+                    del self._members[st.member]  # (not another incarnation under its name)
+                self._left.pop((st.member, st.incarnation), None)
+                self._left[(st.member, st.incarnation)] = now  # newest last (pruned oldest first)
+            elif old is None and len(self._members) >= MAX_MEMBERS:
+                reason = "too_many"
+            else:
+                if old is None or old[1].incarnation != st.incarnation:
+                    self._release_backoff = 0.0  # a member new to us: its share is due now
+                self._members[st.member] = (now, st)
+                self._last_sent.pop(key, None)
+                self._last_sent[key] = st.sent  # newest last (pruned oldest first)
+        if reason is not None:
+            self._refuse_status(reason)
+
+    def _refuse_status(self, reason: str) -> None:
+        with self._lock:
+            self.refused += 1
+            self.statuses_refused[reason] = self.statuses_refused.get(reason, 0) + 1
 
     # connection observer: every shard is lost with the connection (the broker hands them on)
     def on_disconnected(self, broker: str, reason: str) -> None:
@@ -1476,12 +1641,15 @@ class MonitorGroupMember:
         self._lose_all()
 
     def _lose_all(self) -> None:
+        # On the transport's failover thread: only marks the shards lost. The worker sweeps
+        # them (a quarter period at most, or between two tick sends): a sweep can wait for
+        # room in a "block" listener queue, which must not stall the reconnection.
         now = time.monotonic()
         with self._lock:
             for shard in self._owned:
                 self._lost[shard] = now
             self._owned.clear()
-        self._sweep(now)  # at once: a period from now the detector would fail them
+        self._sweep_now.set()
 
     # -- the worker ---------------------------------------------------------------------------
 
@@ -1492,28 +1660,55 @@ class MonitorGroupMember:
             now = time.monotonic()
             self.slowest = max(self.slowest, now - self._last_run) if self._last_run else 0.0
             self._last_run = now
-            try:
-                self._expire(now)
-                self._sweep(now)
-                self._take_over()
-                moved = self._outages_moved()
-                if now >= next_beat:
-                    next_beat = now + self._period
-                    self._send_ticks()
-                    self._publish_snapshots()
-                    self._publish_status()
-                    if self._balance:
-                        self._rebalance(now)
-                elif moved:
-                    # A topic failed or resumed: the snapshots go out now (a quarter period at
-                    # most after it), not at the next round, so that a member dying within
-                    # the period leaves its outages to the next owner.
-                    self._publish_snapshots()
-            except Exception:
-                import logging
-
-                logging.getLogger(__name__).exception("group member %s", self.member)
+            # Each step on its own: one failing (a send timing out under producer flow
+            # control, say) must not skip the others (a status missed makes the others
+            # rebalance around us).
+            self._try("expire", self._expire, now)
+            self._try("sweep", self._sweep, now)
+            self._try("takeover", self._take_over)
+            moved = self._try("outages", self._outages_moved)
+            if now >= next_beat:
+                next_beat = now + self._period
+                self._try("ticks", self._send_ticks)
+                self._try("snapshots", self._publish_snapshots)
+                self._try("status", self._publish_status)
+                self._try("prune", self._prune, now)
+                if self._balance:
+                    self._try("rebalance", self._rebalance, now)
+            elif moved:
+                # A topic failed or resumed: the snapshots go out now (a quarter period at
+                # most after it), not at the next round, so that a member dying within
+                # the period leaves its outages to the next owner.
+                self._try("snapshots", self._publish_snapshots)
             self._stop.wait(step)
+
+    def _try(self, step: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``; a failure counted and logged (:meth:`_failed`), None returned."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self._failed(step, exc)
+            return None
+
+    def _failed(self, step: str, exc: BaseException) -> None:
+        """Count a failed ``step``; log it, with its traceback, at most every
+        :data:`FAILURE_LOG_EVERY` seconds per step (with the count so far)."""
+        now = time.monotonic()
+        with self._lock:
+            n = self.failures[step] = self.failures.get(step, 0) + 1
+            last = self._failure_logged.get(step)
+            if last is not None and now - last < FAILURE_LOG_EVERY:
+                return
+            self._failure_logged[step] = now
+        _log.error(
+            "group %s member %s: %s failed (%d so far): %s",
+            self.layout.group,
+            self.member,
+            step,
+            n,
+            exc,
+            exc_info=exc,
+        )
 
     def _outages_moved(self) -> bool:
         """Whether a topic failed or resumed since the last call: the FAILED count or the
@@ -1534,8 +1729,15 @@ class MonitorGroupMember:
                     self._lost[shard] = now
 
     def _sweep(self, now: float) -> None:
-        """Remove, without events, the topics of the shards lost in the last 3 periods (beats
-        read just before the loss may learn some again: swept again)."""
+        """Remove the topics of the shards lost in the last 3 periods (beats read just before
+        the loss may learn some again: swept again). On the worker's thread only.
+
+        A removal gives no event of its own (the topic is not resolved, not failed), but a
+        removed FAILED topic stops suppressing its dependents (``monitor.depends``): those still
+        down and never alerted get their ``Failed`` now, and under the ``"block"`` listener
+        policy the sweep waits for room in the listener queue (the worker's ticks and status
+        wait with it)."""
+        self._sweep_now.clear()
         with self._lock:
             for shard in list(self._lost):
                 if shard in self._owned:
@@ -1684,11 +1886,23 @@ class MonitorGroupMember:
                 with contextlib.suppress(KeyError):  # refused above, or removed meanwhile
                     mon.pause(rec.topic)
 
+    def _sweep_if_lost(self) -> None:
+        """Between two sends: shards lost meanwhile (sends wait up to a period each for a
+        reconnection) are swept now, not after the whole round."""
+        if self._sweep_now.is_set():
+            self._try("sweep", self._sweep, time.monotonic())
+
     def _send_ticks(self) -> None:
         body = _TICK_PREFIX + f'"member":{_json_str(self.member)}}}'.encode()
         for shard in range(self.layout.shards):
+            self._sweep_if_lost()
             where = functools.partial(shard_destination, self.layout, shard)
-            self.transport.send_to(where, body, {TICK_HEADER: self.member}, timeout=self._period)
+            try:  # per shard: one send timing out does not skip the others
+                self.transport.send_to(
+                    where, body, {TICK_HEADER: self.member}, timeout=self._period
+                )
+            except Exception as exc:
+                self._failed("tick", exc)
 
     def _publish_snapshots(
         self,
@@ -1711,6 +1925,7 @@ class MonitorGroupMember:
         by_shard = _shard_records(self.monitor, self.layout, owned, marks=False)
         sent: set[int] = set()
         for shard, rows in by_shard.items():
+            self._sweep_if_lost()
             # Checked again after the rows are collected (S1, S2): a shard released, lost with
             # the connection or being read by a new takeover meanwhile gets no snapshot from
             # us: it would be newer than the new owner's (or read by its takeover) and leave
@@ -1726,13 +1941,17 @@ class MonitorGroupMember:
                 self._seq += 1
                 seq = self._seq
             snap = ShardSnapshot(self.layout, shard, self.member, seq, time.time(), tuple(rows))
-            publish_snapshot(
-                self.transport,
-                snap,
-                self._key,
-                ttl=self._periodic_ttl if ttl is None else ttl,
-                timeout=self._period if timeout is None else timeout,
-            )
+            try:  # per shard: one send timing out does not skip the others' snapshots
+                publish_snapshot(
+                    self.transport,
+                    snap,
+                    self._key,
+                    ttl=self._periodic_ttl if ttl is None else ttl,
+                    timeout=self._period if timeout is None else timeout,
+                )
+            except Exception as exc:
+                self._failed("snapshot", exc)
+                continue
             sent.add(shard)
         return sent
 
@@ -1744,10 +1963,31 @@ class MonitorGroupMember:
         body = _encode_status(self.layout, st, self._codec)
         self.transport.publish(status_topic(self.layout.group), body, timeout=self._period)
 
+    def _publish_leaving(self) -> None:
+        """The last status (from :meth:`stop`): leaving, so the others drop us at once rather
+        than count us for 3 more periods (and shrink their share: releases to themselves).
+        A status the worker sends after it is refused by the others (``left``)."""
+        if self._worker is None:
+            return  # not started
+        try:
+            body = _encode_status(self.layout, self._own_status(leaving=True), self._codec)
+            self.transport.publish(status_topic(self.layout.group), body, timeout=self._period)
+        except Exception as exc:
+            self._failed("leaving", exc)
+
     def _rebalance(self, now: float) -> None:
         # Wait until the others' status can have come (2 periods from the start), and one
         # period after the last release, so the members' view of each other settles.
-        if now - self._started_at < 2 * self._period or now - self._last_release < self._period:
+        # Released shards that did not come back within 2 periods went to another member: the
+        # back-off ends (one that came back made it grow, in _delivered).
+        with self._lock:
+            for shard, when in list(self._released_at.items()):
+                if now - when > 2 * self._period:
+                    del self._released_at[shard]
+                    if shard not in self._owned:
+                        self._release_backoff = 0.0
+            wait = max(self._period, self._release_backoff)
+        if now - self._started_at < 2 * self._period or now - self._last_release < wait:
             return
         share = math.ceil(self.layout.shards / len(self.members()))
         with self._lock:
@@ -1767,7 +2007,7 @@ class MonitorGroupMember:
         with self._lock:
             sub = self._subs.pop(shard, None)
             self._owned.pop(shard, None)
-            self._lost[shard] = time.monotonic()
+            self._lost[shard] = self._released_at[shard] = time.monotonic()
         if sub is not None:
             sub.cancel()
         self._sweep(time.monotonic())  # at once (beats read meanwhile: swept again later)
@@ -1933,7 +2173,7 @@ def group_status(
         return GroupStatus(
             group,
             shards[0],
-            dict(heard),
+            {m: st for m, st in heard.items() if not st.leaving},  # one that said it left is not
             dict(refused),
             unknown[0],
             time.monotonic() - start,
