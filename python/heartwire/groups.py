@@ -1103,9 +1103,9 @@ class MemberStatus:
     counts: dict[str, int]
     period: float
     sent: float
-    shard_counts: dict[int, dict[str, int]] | None = None
     incarnation: str = ""
     leaving: bool = False
+    shard_counts: dict[int, dict[str, int]] | None = None
 
 
 def _shard_counts(
@@ -1404,7 +1404,13 @@ class MonitorGroupMember:
             owned = () if leaving else tuple(sorted(self._owned))
         counts = {} if leaving else dict(self.monitor.counts())
         return MemberStatus(
-            self.member, owned, counts, self._period, time.time(), self._incarnation, leaving
+            self.member,
+            owned,
+            counts,
+            self._period,
+            time.time(),
+            incarnation=self._incarnation,
+            leaving=leaving,
         )
 
     def _prune(self, now: float) -> None:

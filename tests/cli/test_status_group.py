@@ -132,10 +132,15 @@ def test_status_group_lists_each_shard_under_its_newest_claimant(sender: StompTr
         {"ALIVE": 4},
         0.5,
         now,
-        {0: {"ALIVE": 1}, 1: {"ALIVE": 1}, 2: {"ALIVE": 1}, 3: {"ALIVE": 1}},
+        shard_counts={0: {"ALIVE": 1}, 1: {"ALIVE": 1}, 2: {"ALIVE": 1}, 3: {"ALIVE": 1}},
     )
     new = MemberStatus(
-        "new", (2, 3), {"ALIVE": 2}, 0.5, now + 1, {2: {"ALIVE": 1}, 3: {"ALIVE": 1}}
+        "new",
+        (2, 3),
+        {"ALIVE": 2},
+        0.5,
+        now + 1,
+        shard_counts={2: {"ALIVE": 1}, 3: {"ALIVE": 1}},
     )
     codec = BeatCodec(KEY)
     stop = _sending(sender, lay.group, [_encode_status(lay, s, codec) for s in (old, new)])

@@ -45,7 +45,7 @@ def _status(
         for c in (by_shard or {}).values():
             for k, n in c.items():
                 counts[k] = counts.get(k, 0) + n
-    return MemberStatus(name, owned, counts, period, sent, by_shard)
+    return MemberStatus(name, owned, counts, period, sent, shard_counts=by_shard)
 
 
 # -- finding 6: each shard counted once, from its owner --
