@@ -1046,10 +1046,11 @@ STATUS_PREFIX = "_hw.group."
 MEMBER_SNAPSHOT_TTL = 60.0
 #: The shortest life of a member's periodic snapshot (seconds): they live 3 periods, but at
 #: least this, so that a hung member's last one outlives the broker's handover of its shards
-#: (3 STOMP heart-beats of the member) and the next owner's read. Only the snapshot of a
-#: release or a stop lives :data:`MEMBER_SNAPSHOT_TTL`. (ActiveMQ's state queue keeps every
-#: snapshot until it expires: about ``ttl / period`` of them per shard, not 60 s worth.)
-MEMBER_PERIODIC_TTL_MIN = 10.0
+#: (3 STOMP heart-beats of the member, or on ActiveMQ up to its write timeout: over 10 s was
+#: seen with a SIGSTOPped member) and the next owner's read. Only the snapshot of a release or
+#: a stop lives :data:`MEMBER_SNAPSHOT_TTL`. (ActiveMQ's state queue keeps every snapshot until
+#: it expires: about ``ttl / period`` of them per shard, not 60 s worth.)
+MEMBER_PERIODIC_TTL_MIN = 30.0
 # A tick's body: JSON whose first key is escaped ("\u0068wtick" is "hwtick"). The core's beat
 # decoder cannot be sure what an escaped key spells and leaves the frame to Python (``Defer``,
 # rust/ingest/beat.rs), so a tick reaches the member's handler, which learns from it that the
@@ -1325,6 +1326,10 @@ class MonitorGroupMember:
         # (shard -> takeovers under way: a shard lost and owned again can have two.)
         self._reading: collections.Counter[int] = collections.Counter()
         self._readers: set[threading.Thread] = set()  # the takeover threads (stop joins them)
+        # shard -> the last snapshot we published of it: a shard we own again (our connection
+        # lost and back, the shard released and back) whose state queue is empty (its snapshots
+        # expired while we hung) is taken over from what we knew, not from nothing.
+        self._last_own: dict[int, ShardSnapshot] = {}
         self._members: dict[str, tuple[float, MemberStatus]] = {}  # by member: (seen, status)
         # (member, incarnation) -> when it said it left: its later statuses are refused (a
         # status of its worker written after the leaving one would count it again). Capped.
@@ -1804,6 +1809,17 @@ class MonitorGroupMember:
             held.read(2.0, 0.2, self._stop)
             snap = held.best
             with self._lock:
+                mine = self._last_own.get(shard)
+            # Ours, if newer than what the queue held and not older than a stop's snapshot
+            # lives: the state queue empties when snapshots expire (we hung longer than their
+            # TTL) and what we knew before is then the newest anyone published.
+            if (
+                mine is not None
+                and (snap is None or mine.sent > snap.sent)
+                and time.time() - mine.sent <= self._snapshot_ttl
+            ):
+                snap = mine
+            with self._lock:
                 self.refused += len(held.refused)
                 self.taken.append(
                     (
@@ -1959,6 +1975,8 @@ class MonitorGroupMember:
                 self._failed("snapshot", exc)
                 continue
             sent.add(shard)
+            with self._lock:
+                self._last_own[shard] = snap
         return sent
 
     def _publish_status(self) -> None:
@@ -2014,6 +2032,9 @@ class MonitorGroupMember:
             sub = self._subs.pop(shard, None)
             self._owned.pop(shard, None)
             self._lost[shard] = self._released_at[shard] = time.monotonic()
+            # Handed on: the next owner's snapshots (or our release's, 60 s) are the state now,
+            # not what we knew.
+            self._last_own.pop(shard, None)
         if sub is not None:
             sub.cancel()
         self._sweep(time.monotonic())  # at once (beats read meanwhile: swept again later)

@@ -392,3 +392,38 @@ def test_a_paused_monitor_takes_a_failed_topic_over_as_a_fresh_start() -> None:
         if a is not None:
             _close(a)
         feeder.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_member_owning_its_shard_again_with_an_empty_state_queue_carries_on() -> None:
+    """A member whose connection is lost (hung longer than its periodic snapshots live, then
+    dropped) owns its shard again on the new connection, but the state queue is empty: its own
+    snapshots expired. It carries on from the last snapshot it published (the outage kept,
+    same since), not from nothing (before: the FAILED topic was swept and never heard of again;
+    the takeover test on ActiveMQ lost stopped topics this way after the SIGSTOP)."""
+    lay = _layout("activemq", 1)
+    t = hw.connect(B.url("activemq") + "?heartbeat=1&reconnect_interval=0.3")
+    assert isinstance(t, StompTransport)
+    mon = hw.HeartbeatMonitor(None, "svc.>", period=0.5)
+    # Periodic snapshots live 50 ms: expired by the time the new connection reads the queue.
+    a = MonitorGroupMember(t, mon, lay, member="a", key=KEY, periodic_snapshot_ttl=0.05)
+    a.start()
+    try:
+        _wait("a to own shard 0", lambda: a.takeovers >= 1 and len(a.taken) >= 1)
+        mon.expect("svc.dead")
+        _wait("svc.dead to fail", lambda: mon.status("svc.dead").state == "FAILED")
+        since = mon.wall_time(mon.status("svc.dead").failed_since)
+        time.sleep(1.0)  # two periods: a snapshot with the outage published (and expired)
+        link = t.current_link
+        assert link is not None
+        link.abort("test: connection lost")
+        _wait("a to take shard 0 over again", lambda: len(a.taken) >= 2, 15)
+        _wait("the takeover read to end", lambda: not _takeover_threads(), 10)
+        _shard, by, topics, failed, _at = a.taken[-1]
+        assert (by, topics, failed) == ("a", 1, 1), a.taken
+        st = mon.status("svc.dead")
+        assert st.state == "FAILED"
+        assert st.failed_since is not None
+        assert abs(mon.wall_time(st.failed_since) - since) < 0.01
+    finally:
+        _close(a)
