@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import array
 import datetime
+import itertools
 import json
 import math
 import os
@@ -67,11 +68,20 @@ if str(HERE) not in sys.path:
 import wire  # noqa: E402
 
 CGROUP_ROOT = Path("/sys/fs/cgroup/cpu")
-CFS_PERIOD_US = 100_000
+CFS_PERIOD_US = 100_000  # the default; --cfs-period
 SHARD_TTL_PERIODS = 10  # heartwire.publisher's default for a sharded publisher's beats
 PORTS = {"rabbitmq": 61623, "activemq": 61613}
 
 # ----- the member process -------------------------------------------------------------------------
+
+_say_lock = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One whole line on stdout (the bench reads them; two threads write)."""
+    with _say_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def member_main(params: dict[str, Any]) -> dict[str, Any]:
@@ -118,12 +128,12 @@ def member_main(params: dict[str, Any]) -> dict[str, Any]:
                 last = owned
                 with lock:
                     owned_log.append((time.time(), sorted(owned)))
-                print("OWNED " + json.dumps(sorted(owned)), flush=True)
+                say("OWNED " + json.dumps(sorted(owned)))
             time.sleep(0.05)
 
+    say("READY")
     watcher = threading.Thread(target=watch_owned, daemon=True)
     watcher.start()
-    print("READY", flush=True)
     go = json.loads(sys.stdin.readline().split(" ", 1)[1])
     until = go["until"]
     false_before[0] = go["false_before"]
@@ -158,6 +168,68 @@ def member_main(params: dict[str, Any]) -> dict[str, Any]:
         "slowest_worker_gap_s": m.slowest,
         "owned_log": owned,
         **counts,
+    }
+
+
+def raw_main(params: dict[str, Any]) -> dict[str, Any]:
+    """The baseline: one raw socket subscribed to every shard queue (the only consumer, so the
+    active one of each), MESSAGE frames counted; what the broker delivers of this layout with
+    the least work per beat on the reading side."""
+    from heartwire.groups import ShardLayout, shard_destination
+
+    layout = ShardLayout(params["group"], params["shards"])
+    host, port = params["url"].split("://", 1)[1].split("?", 1)[0].rsplit(":", 1)
+    sock = wire.open_stomp(host, int(port), "guest", "guest", "/")
+    dialect = "rabbitmq" if params["broker"] == "rabbitmq" else "activemq"
+    subs = [
+        f"SUBSCRIBE\nid:{k}\ndestination:{shard_destination(layout, k, dialect)}\nack:auto\n"
+        + ("activemq.exclusive:true\n" if dialect == "activemq" else "")
+        + "\n\0"
+        for k in range(layout.shards)
+    ]
+    sock.sendall("".join(subs).encode())
+    counted, errors = [0], []
+
+    def run() -> None:
+        while True:
+            chunk = sock.recv(1 << 18)
+            if not chunk:
+                errors.append("the broker closed the connection")
+                return
+            counted[0] += chunk.count(b"\0")  # every frame ends with a NUL; only beats come
+
+    threading.Thread(target=run, daemon=True).start()
+    say("READY")
+    say("OWNED " + json.dumps(list(range(layout.shards))))
+    go = json.loads(sys.stdin.readline().split(" ", 1)[1])
+    ts, cs, cpus = array.array("d"), array.array("q"), array.array("d")
+    while True:
+        now = time.time()
+        ts.append(now)
+        cs.append(counted[0])
+        cpus.append(time.process_time())
+        if now >= go["until"]:
+            break
+        time.sleep(params["sample"])
+    return {
+        "name": params["name"],
+        "samples": [list(ts), list(cs), list(cpus)],
+        "counted": cs[-1],
+        "rss_max_mb": wire.proc_status("VmHWM") / 2**20,
+        "false_failed_topics": 0,
+        "failed_events": 0,
+        "false_failed_events": 0,
+        "learned": None,
+        "topics": None,
+        "rejected": None,
+        "dropped": None,
+        "ingest_lag_s": None,
+        "takeovers": 0,
+        "releases": 0,
+        "slowest_worker_gap_s": None,
+        "owned_log": [],
+        "lagging": 0,
+        "errors": errors,
     }
 
 
@@ -285,13 +357,18 @@ def check_frames() -> None:
 
 
 class Cap:
-    """A v1 ``cpu`` cgroup of its own for one process, with ``quota_us`` per 100 ms period."""
+    """A v1 ``cpu`` cgroup of its own for one process, with ``quota_us`` per ``period_us`` and
+    ``shares`` (0: the default 1024) against the machine's other work."""
 
-    def __init__(self, name: str, quota_us: int) -> None:
+    def __init__(
+        self, name: str, quota_us: int, period_us: int = CFS_PERIOD_US, shares: int = 0
+    ) -> None:
         self.path = CGROUP_ROOT / name
         self.path.mkdir()
-        (self.path / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
-        (self.path / "cpu.cfs_quota_us").write_text(str(quota_us))
+        (self.path / "cpu.cfs_period_us").write_text(str(period_us))
+        (self.path / "cpu.cfs_quota_us").write_text(str(quota_us))  # -1: no quota
+        if shares:
+            (self.path / "cpu.shares").write_text(str(shares))
 
     def add(self, pid: int) -> None:
         (self.path / "cgroup.procs").write_text(str(pid))
@@ -359,9 +436,15 @@ class Member:
             if line.startswith("READY"):
                 self.ready.set()
             elif line.startswith("OWNED "):
-                self.owned = frozenset(json.loads(line[6:]))
+                try:
+                    self.owned = frozenset(json.loads(line[6:]))
+                except ValueError:
+                    self.lines.append(line)
             elif line.startswith("{"):
-                self.result = json.loads(line)
+                try:
+                    self.result = json.loads(line)
+                except ValueError:
+                    self.lines.append(line[:300])
             else:
                 self.lines.append(line)
 
@@ -417,30 +500,40 @@ def combined_curve(results: list[dict[str, Any]]) -> list[list[float]]:
 
 
 def one_run(
-    n: int, members: int, args: argparse.Namespace, run_id: str, broker_pid: int | None
+    n: int,
+    size: str,
+    args: argparse.Namespace,
+    run_id: str,
+    broker_pid: int | None,
+    attempt: int = 0,
 ) -> dict[str, Any]:
+    """``size`` members (``"raw"``: the raw-socket baseline, one process) reading ``n``
+    topics."""
     from heartwire.groups import ShardLayout, declare_rabbitmq
 
-    tag = f"{run_id}n{n}m{members}"
+    members = 1 if size == "raw" else int(size)
+    tag = f"{run_id}n{n}m{size}a{attempt}"  # fresh names: no run sees another's beats
     group, prefix = f"hwload{tag}", f"load{tag}"
     layout = ShardLayout(group, args.shards)
     if args.broker == "rabbitmq":
         declare_rabbitmq(layout, f"{prefix}.>", host=args.host, expires=600)
     port = args.port or PORTS[args.broker]
     url = f"stomp://{args.host}:{port}?heartbeat=1"
-    out: dict[str, Any] = {"n": n, "members": members, "group": group, "quota_us": args.quota}
+    out: dict[str, Any] = {"n": n, "members": size, "group": group, "quota_us": args.quota,
+                           "cfs_period_us": args.cfs_period}  # fmt: skip
     caps: list[Cap] = []
     procs: list[Member] = []
+    pub: subprocess.Popen[str] | None = None
     try:
         for i in range(members):
             name = f"m{i}"
             params = {"url": url, "group": group, "shards": args.shards, "prefix": prefix,
                       "period": 1.0, "grace": args.grace, "name": name,
-                      "sample": args.sample}  # fmt: skip
+                      "sample": args.sample, "broker": args.broker}  # fmt: skip
             err = tempfile.TemporaryFile("w+")  # noqa: SIM115  (closed with the run)
-            proc = spawn("member", params, err)
+            proc = spawn("raw" if size == "raw" else "member", params, err)
             if args.quota:
-                cap = Cap(f"hwload-{tag}-{name}", args.quota)
+                cap = Cap(f"hwload-{tag}-{name}", args.quota, args.cfs_period, args.shares)
                 caps.append(cap)
                 cap.add(proc.pid)  # before it has imported anything: capped from the start
             procs.append(Member(proc, name, err))
@@ -474,24 +567,30 @@ def one_run(
              "shards": args.shards},
             subprocess.PIPE,
         )  # fmt: skip
+        if args.quota and args.shares:  # the publisher keeps its schedule on a busy machine
+            pub_cap = Cap(f"hwload-{tag}-pub", -1, CFS_PERIOD_US, args.shares)
+            caps.append(pub_cap)
+            pub_cap.add(pub.pid)
         ws, we = t0 + args.warmup, end
         rabbit_steps_sleep_until(ws)
         m0 = machine_jiffies()
-        b0 = wire.proc_cpu_s(broker_pid) if broker_pid else None
-        s0 = [c.stat() for c in caps]
+        b0 = broker_cpu(broker_pid)
+        s0 = [c.stat() for c in caps[:members]]
         rabbit_steps_sleep_until(we)
         m1 = machine_jiffies()
-        b1 = wire.proc_cpu_s(broker_pid) if broker_pid else None
-        s1 = [c.stat() for c in caps]
+        b1 = broker_cpu(broker_pid)
+        s1 = [c.stat() for c in caps[:members]]
         p = publisher_result(pub, args.warmup + args.window + 120)
         rs = [m.finish(args.settle + 120) for m in procs]
     finally:
+        for proc in [m.proc for m in procs] + ([pub] if pub else []):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         for m in procs:
-            if m.proc.poll() is None:
-                m.proc.kill()
-                m.proc.wait()
+            m.err.close()
         for c in caps:
-            c.remove()
+            c.remove()  # after its processes ended
     bad = [x["error"] for x in [p, *rs] if "error" in x]
     if bad:
         out["error"] = "; ".join(bad)
@@ -561,6 +660,14 @@ def one_run(
         and est["p99_ms"] < args.grace * 1e3
     )  # fmt: skip
     return out
+
+
+def broker_cpu(pid: int | None) -> float | None:
+    """The broker's CPU seconds so far (None: not found, or it was restarted meanwhile)."""
+    try:
+        return wire.proc_cpu_s(pid) if pid else None
+    except OSError:
+        return None
 
 
 def rabbit_steps_sleep_until(t: float) -> None:
@@ -640,12 +747,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--broker", choices=tuple(PORTS), default="rabbitmq")
     ap.add_argument("--steps", default="10000", help="topic counts N")
-    ap.add_argument("--members", default="1,2", help="group sizes, run in turn at each N")
+    ap.add_argument("--members", default="raw,1,2",
+                    help="group sizes in turn at each N (raw: a raw-socket baseline)")  # fmt: skip
     ap.add_argument("--quota", type=int, default=20_000,
-                    help="each member's cpu.cfs_quota_us per 100 ms (0: uncapped)")  # fmt: skip
+                    help="each member's cpu.cfs_quota_us (0: uncapped)")  # fmt: skip
+    ap.add_argument("--cfs-period", type=int, default=CFS_PERIOD_US,
+                    help="the cgroups' cpu.cfs_period_us (the quota is per it)")  # fmt: skip
+    ap.add_argument("--shares", type=int, default=8192,
+                    help="cpu.shares of the bench's cgroups (0: 1024)")  # fmt: skip
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--warmup", type=int, default=5, help="seconds before the window")
     ap.add_argument("--window", type=int, default=20, help="measured seconds")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per N and size, interleaved")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds to count after the end")
     ap.add_argument("--grace", type=float, default=0.1, help="members' grace; p99 lag bound, s")
     ap.add_argument("--publisher-bound", type=float, default=50.0, help="publisher p99 lag, ms")
@@ -659,11 +772,14 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print only (and no default JSON)")
     args = ap.parse_args()
     steps = [int(x) for x in args.steps.split(",") if x.strip()]
-    sizes = [int(x) for x in args.members.split(",") if x.strip()]
-    if any(n < 1 for n in steps) or any(m < 1 for m in sizes) or args.window < 1:
+    sizes = [x.strip() for x in args.members.split(",") if x.strip()]
+    bad_size = [x for x in sizes if x != "raw" and not (x.isdigit() and int(x) >= 1)]
+    if any(n < 1 for n in steps) or bad_size or args.window < 1:
         ap.error(f"bad --steps/--members/--window: {steps} {sizes} {args.window}")
+    if not 1000 <= args.cfs_period <= 1_000_000:
+        ap.error(f"--cfs-period must be in [1000, 1000000] µs, got {args.cfs_period}")
     if args.quota < 0 or (args.quota and args.quota < 1000):
-        ap.error(f"--quota must be 0 or >= 1000 (µs per 100 ms), got {args.quota}")
+        ap.error(f"--quota must be 0 or >= 1000 (µs per --cfs-period), got {args.quota}")
     if args.quota:
         why = cgroup_writable()
         if why:
@@ -672,16 +788,16 @@ def main() -> int:
     wire.check_body()
     check_frames()
     marker = "rabbit" if args.broker == "rabbitmq" else "activemq"
-    broker_pid = wire.find_broker_pid(marker)
     run_id = secrets.token_hex(3)
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
     load0 = os.getloadavg()
     runs: list[dict[str, Any]] = []
     for n in steps:
-        for members in sizes:
+        for attempt, members in itertools.product(range(args.repeat), sizes):
             print(f"  - N={n} members={members} ...", end="", flush=True)
-            r = one_run(n, members, args, run_id, broker_pid)
+            broker_pid = wire.find_broker_pid(marker)  # per run: the broker may be restarted
+            r = one_run(n, members, args, run_id, broker_pid, attempt)
             runs.append(r)
             if "error" in r:
                 print(f" ERROR {r['error'][:400]}", flush=True)
@@ -701,7 +817,8 @@ def main() -> int:
     command = " ".join(["benches/group_load.py", *sys.argv[1:]])
     cap = (
         f"each member process in a cpu cgroup of its own, quota {args.quota} µs per "
-        f"{CFS_PERIOD_US} µs ({100 * args.quota / CFS_PERIOD_US:.0f}% of one core)"
+        f"{args.cfs_period} µs ({100 * args.quota / args.cfs_period:.0f}% of one core), "
+        f"cpu.shares {args.shares or 1024} (the publisher's cgroup too, without a quota)"
         if args.quota
         else "members uncapped"
     )
@@ -738,12 +855,13 @@ def main() -> int:
 
 def child_main() -> int:
     what, params = sys.argv[1], json.loads(sys.argv[2])
-    result = member_main(params) if what == "member" else publish_main(params)
-    print(json.dumps(result), flush=True)
+    main_of = {"member": member_main, "raw": raw_main, "publish": publish_main}
+    result = main_of[what](params)
+    say(json.dumps(result))
     os._exit(0)  # no interpreter shutdown: the member's and transport's threads may still run
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] in ("member", "publish"):
+    if len(sys.argv) > 2 and sys.argv[1] in ("member", "raw", "publish"):
         sys.exit(child_main())
     sys.exit(main())
