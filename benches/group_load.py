@@ -2,21 +2,27 @@
 
 ::
 
-    PYTHONPATH=python .venv/bin/python benches/group_load.py                # the measurement
+    PYTHONPATH=python .venv/bin/python benches/group_load.py --steps 3000,4000 --repeat 2
     PYTHONPATH=python .venv/bin/python benches/group_load.py --steps 2000 --warmup 3 \\
-        --window 5 --no-write                                                # a short try
+        --window 5 --no-write                                   # a short try
+    PYTHONPATH=python .venv/bin/python benches/group_load.py --render benches/group_load.json
 
-For each N (topics) and each group size (``--members``, default 1 then 2), in that order:
+For each N (topics), each repeat and each size (``--members``, default ``raw,1,2``), in turn:
 
 - a fresh group (``ShardLayout(group, --shards)``) and topic prefix; on RabbitMQ its objects are
   declared with :func:`heartwire.groups.declare_rabbitmq` (they expire 10 minutes after the run);
 - each member is a process of its own (``group_load.py member``): a ``HeartbeatMonitor`` of
   ``<prefix>.>`` (period 1 s, grace ``--grace``) inside a ``MonitorGroupMember``, on a connection
-  with a 1 s STOMP heart-beat, as ``docs/groups.md`` runs them. Each member process is put, as
-  soon as it is spawned, in a cgroup (v1 ``cpu`` controller) of its own with the **same quota**:
-  ``cpu.cfs_period_us=100000``, ``cpu.cfs_quota_us=--quota`` (e.g. 20000: a fifth of a core).
-  The cgroups are removed at the end of the run. Without a writable cgroup the bench stops
-  (``--quota 0`` runs uncapped);
+  with a 1 s STOMP heart-beat, as ``docs/groups.md`` runs them. ``raw`` is the baseline instead:
+  one process with one raw socket subscribed to every shard queue, counting frames (what the
+  broker delivers of this layout here, with the least work on the reading side);
+- each of these processes is put, as soon as it is spawned, in a cgroup (v1 ``cpu``
+  controller) of its own with the **same quota**: ``cpu.cfs_quota_us=--quota`` per
+  ``cpu.cfs_period_us=--cfs-period`` (100 000 by default; 15 000: 15 % of one core), and
+  ``cpu.shares=--shares`` (8192), so that on a machine busy with other work the quota, not the
+  other work, is what limits a member. The publisher gets a cgroup with the same shares and no
+  quota, so that it keeps its schedule. The cgroups are removed at the end of each run (also on
+  Ctrl-C or SIGTERM). Without a writable cgroup the bench stops; ``--quota 0`` runs uncapped;
 - the bench waits until the members own every shard between them, each at most
   ``ceil(shards / members)`` (the group's own balance), and stay so for 2 s;
 - then a raw-socket publisher (``group_load.py publish``: pre-built SEND frames, ``wire.py``'s
@@ -25,21 +31,23 @@ For each N (topics) and each group size (``--members``, default 1 then 2), in th
   shards=layout)`` sends them (``StompTransport.publish_sharded``): RabbitMQ, to the topic with
   the ``heartwire-shard: <k>`` header (``shard_of``); ActiveMQ, to the shard's queue
   ``/queue/heartwire.<group>.<k>`` with that header; both with the 10-period ``expires``
-  (``SHARD_TTL_PERIODS``) and, on RabbitMQ, the ``expiration`` heartwire's dialect adds. The
-  bodies are heartwire's canonical beats (``wire.check_body``).
+  (``SHARD_TTL_PERIODS``) and, on RabbitMQ, the ``expiration`` heartwire's dialect adds.
+  ``check_frames`` holds the frames to heartwire's (destination, header, body).
 
 Figures, as ``rabbit_steps.py`` (its criteria): **counted** (beats the members' detectors
 recorded, summed, of all sent, by the end plus ``--settle``), **false failures** (topics named by a
 ``failed`` event whose outage began before the end plus the grace: every topic beats until then),
 **p99 lag** (estimated from the summed count curves against the publisher's: when the members'
-count reached c minus when c beats had been sent; sampled every 10 ms), **CPU per beat** (the
-members' CPU over the window per beat counted in it), each member's CPU (% of one core) and how
-often its cgroup throttled it, the broker's CPU and the whole machine's busy share over the
-window, ownership changes during the window. A group **keeps up** when it counted every beat
-sent, reported no false failure, and its p99 lag is under the grace.
+count reached c minus when c beats had been sent; sampled every 10 ms; with two members the
+curves are summed, an estimate of the same kind), **CPU per beat** (the members' CPU over the
+window per beat counted in it), each member's CPU (% of one core) and how often its cgroup
+throttled it, the publisher's own lag (``publisher-bound`` over ``--publisher-bound`` ms), the
+broker's CPU and the whole machine's busy share over the window, ownership changes during the
+window. A group **keeps up** when it counted every beat sent, reported no false failure, and its
+p99 lag is under the grace.
 
 Writes ``benches/group_load.json`` and the ``group_load:begin``/``end`` section of
-``benches/results.md`` with the command.
+``benches/results.md`` with the command (``--render`` writes the section again from a JSON).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ import json
 import math
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -71,6 +80,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup/cpu")
 CFS_PERIOD_US = 100_000  # the default; --cfs-period
 SHARD_TTL_PERIODS = 10  # heartwire.publisher's default for a sharded publisher's beats
 PORTS = {"rabbitmq": 61623, "activemq": 61613}
+LABELS = {"raw": "raw socket", "1": "1 member", "2": "2 members"}
 
 # ----- the member process -------------------------------------------------------------------------
 
@@ -712,6 +722,10 @@ def verdict(r: dict[str, Any], grace: float, bound_ms: float) -> str:
     return ("yes" if r["keeps_up"] else "**no**: " + ", ".join(why)) + note
 
 
+def label(r: dict[str, Any]) -> str:
+    return "raw socket (baseline)" if str(r["members"]) == "raw" else str(r["members"])
+
+
 def table(runs: list[dict[str, Any]], grace: float, bound_ms: float) -> str:
     lines = [
         "| N | members | counted | false failures | p99 lag (est.) | CPU/beat | "
@@ -722,7 +736,7 @@ def table(runs: list[dict[str, Any]], grace: float, bound_ms: float) -> str:
     for r in runs:
         if "error" in r:
             lines.append(
-                f"| {r['n']} | {r['members']} | | | | | | | | | {verdict(r, grace, bound_ms)} |"
+                f"| {r['n']} | {label(r)} | | | | | | | | | {verdict(r, grace, bound_ms)} |"
             )
             continue
         cpus = ", ".join(
@@ -735,12 +749,89 @@ def table(runs: list[dict[str, Any]], grace: float, bound_ms: float) -> str:
             for m in r["per_member"]
         )
         lines.append(
-            f"| {r['n']} | {r['members']} | {r['counted_pct']:.2f}% | {r['false_failures']} | "
+            f"| {r['n']} | {label(r)} | {r['counted_pct']:.2f}% | {r['false_failures']} | "
             f"{fmt(r['p99_ms'])} ms | {fmt(r['cpu_us_per_beat'])} µs | {cpus} | "
             f"{fmt(r['publisher_lag']['p99_ms'])} ms | {fmt(r['broker_cpu_pct'])}% | "
             f"{r['machine_busy_pct']:.0f}% | {verdict(r, grace, bound_ms)} |"
         )
     return "\n".join(lines)
+
+
+def kept_up(runs: list[dict[str, Any]], n: int, size: str) -> tuple[int, int]:
+    """(runs that kept up, runs) of group size ``size`` at ``n`` topics."""
+    mine = [r for r in runs if r["n"] == n and str(r["members"]) == size]
+    return sum(1 for r in mine if r.get("keeps_up")), len(mine)
+
+
+def summary_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """Per N, the runs each size kept up in; and whether, at some N, two members kept up in
+    most runs where one did in fewer than half (the issue's "a group of 2 carries what one
+    cannot")."""
+    lines = []
+    met = []
+    for n in sorted({r["n"] for r in runs}):
+        sizes = sorted(
+            {str(r["members"]) for r in runs if r["n"] == n},
+            key=lambda x: (x != "raw", x),
+        )
+        tally = {size: kept_up(runs, n, size) for size in sizes}
+        lines.append(
+            f"- N={n}: kept up in "
+            + ", ".join(
+                f"{k}/{m} runs ({LABELS.get(size, size + ' members')})"
+                for size, (k, m) in tally.items()
+            )
+        )
+        one, two = tally.get("1"), tally.get("2")
+        if one and two and 2 * two[0] > two[1] and 2 * one[0] < one[1]:
+            met.append(n)
+    lines.append(
+        "- A group of 2 carries what one member cannot (same quota each): "
+        + (f"**met** at N={', '.join(map(str, met))}" if met else "**not shown** in this run")
+    )
+    return lines
+
+
+def render(res: dict[str, Any]) -> str:
+    """The results.md section of a run (``res`` as written to the JSON)."""
+    meta, args, runs = res["meta"], argparse.Namespace(**res["args"]), res["runs"]
+    period = getattr(args, "cfs_period", CFS_PERIOD_US)  # (JSONs of earlier versions)
+    shares = getattr(args, "shares", 0)
+    cap = (
+        f"each member process in a cpu cgroup of its own, quota {args.quota} µs per "
+        f"{period} µs ({100 * args.quota / period:.0f}% of one core)"
+        + (f", cpu.shares {shares} (the publisher's cgroup too, without a quota)" if shares else "")
+        if args.quota
+        else "members uncapped"
+    )
+    load0, load1 = meta["load_start"][0], meta["load_end"][0]
+    machine = meta.get("machine") or f"Load average {load1:.2f} at the end."
+    md = [
+        f"## A monitor group under load over {args.broker}: 1 member vs 2, CPU-capped "
+        "(`benches/group_load.py`)",
+        "",
+        f"Command: `PYTHONPATH=python .venv/bin/python {meta['command']}`, {meta['date']}, "
+        f"{meta['wall_s']:.0f} s; {args.shards} shards, N topics beating at 1 Hz sharded as "
+        f"`publish_sharded` sends them (raw-socket publisher), {cap}; {args.warmup} s warm-up, "
+        f"{args.window} s window per run, grace {args.grace} s.  ",
+        f"{machine} Load average at the start {load0:.2f}.",
+        "",
+        table(runs, args.grace, args.publisher_bound),
+        "",
+        *summary_lines(runs),
+        "",
+        "Counted: beats the members' detectors recorded (summed), of all sent, by the end plus "
+        f"{args.settle:g} s. False failures: live topics reported failed. p99 lag: estimated from "
+        "the members' summed counts against the publisher's (sampled every 10 ms). CPU per "
+        "beat: the members' CPU over the window per beat counted in it. Member CPU: % of one "
+        "core over the window, and in brackets the CFS periods in which its cgroup "
+        "throttled it, of the periods it ran. Broker CPU: % of one core. Machine busy: both "
+        "cores, everything on the machine (other work included). Keeps up: counted every beat, "
+        "no false failure, p99 lag under the grace (`rabbit_steps.py`'s criteria). The raw "
+        "socket (baseline): one socket reading every shard queue, frames counted, no monitor: "
+        "what the broker delivers of this layout on this machine.",
+    ]
+    return "\n".join(md)
 
 
 def main() -> int:
@@ -770,7 +861,18 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="raw results (default benches/group_load.json)")
     ap.add_argument("--write", default=str(HERE / "results.md"), help="markdown file to update")
     ap.add_argument("--no-write", action="store_true", help="print only (and no default JSON)")
+    ap.add_argument("--render", default=None, metavar="JSON",
+                    help="no runs: the results.md section of a JSON this bench wrote")  # fmt: skip
     args = ap.parse_args()
+    if args.render:
+        from rabbit_steps import write_section
+
+        text = render(json.loads(Path(args.render).read_text()))
+        print(text)
+        if not args.no_write:
+            write_section(Path(args.write), text, "group_load")
+            print(f"wrote {args.write}")
+        return 0
     steps = [int(x) for x in args.steps.split(",") if x.strip()]
     sizes = [x.strip() for x in args.members.split(",") if x.strip()]
     bad_size = [x for x in sizes if x != "raw" and not (x.isdigit() and int(x) >= 1)]
@@ -783,8 +885,14 @@ def main() -> int:
     if args.quota:
         why = cgroup_writable()
         if why:
-            print(f"no writable cpu cgroup ({why}); run with --quota 0 (uncapped)", flush=True)
+            print(
+                f"no writable cpu cgroup ({why}); run with --quota 0 (uncapped)",
+                flush=True,
+            )
             return 2
+    # SIGTERM ends the bench as Ctrl-C does: its runs' finally blocks kill the children and
+    # remove the cgroups.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     wire.check_body()
     check_frames()
     marker = "rabbit" if args.broker == "rabbitmq" else "activemq"
@@ -814,42 +922,15 @@ def main() -> int:
     wall = time.monotonic() - t_start
     from rabbit_steps import machine_line, save
 
-    command = " ".join(["benches/group_load.py", *sys.argv[1:]])
-    cap = (
-        f"each member process in a cpu cgroup of its own, quota {args.quota} µs per "
-        f"{args.cfs_period} µs ({100 * args.quota / args.cfs_period:.0f}% of one core), "
-        f"cpu.shares {args.shares or 1024} (the publisher's cgroup too, without a quota)"
-        if args.quota
-        else "members uncapped"
-    )
-    md = [
-        f"## A monitor group under load over {args.broker}: 1 member vs 2, CPU-capped "
-        "(`benches/group_load.py`)",
-        "",
-        f"Command: `PYTHONPATH=python .venv/bin/python {command}`, {started:%Y-%m-%d %H:%M} UTC, "
-        f"{wall:.0f} s; {args.shards} shards, N topics beating at 1 Hz sharded as "
-        f"`publish_sharded` sends them (raw-socket publisher), {cap}; {args.warmup} s warm-up, "
-        f"{args.window} s window per run, grace {args.grace} s.  ",
-        f"{machine_line()} Load average at the start {load0[0]:.2f}.",
-        "",
-        table(runs, args.grace, args.publisher_bound),
-        "",
-        "Counted: beats the members' detectors recorded (summed), of all sent, by the end plus "
-        f"{args.settle:g} s. False failures: live topics reported failed. p99 lag: estimated from "
-        "the members' summed counts against the publisher's (sampled every 10 ms). CPU per "
-        "beat: the members' CPU over the window per beat counted in it. Member CPU: % of one "
-        "core over the window, and in brackets the 100 ms periods in which its cgroup "
-        "throttled it, of the periods it ran. Broker CPU: % of one core. Machine busy: both "
-        "cores, everything on the machine (other work included). Keeps up: counted every beat, "
-        "no false failure, p99 lag under the grace (`rabbit_steps.py`'s criteria).",
-    ]
     res = {
-        "meta": {"command": command, "date": f"{started:%Y-%m-%d %H:%M UTC}", "wall_s": wall,
-                 "load_start": load0, "load_end": os.getloadavg()},
+        "meta": {"command": " ".join(["benches/group_load.py", *sys.argv[1:]]),
+                 "date": f"{started:%Y-%m-%d %H:%M} UTC", "wall_s": wall,
+                 "load_start": load0, "load_end": os.getloadavg(),
+                 "machine": machine_line()},
         "args": vars(args),
         "runs": runs,
     }  # fmt: skip
-    save(args, "\n".join(md), res, "group_load", "group_load")
+    save(args, render(res), res, "group_load", "group_load")
     return 0
 
 
