@@ -47,7 +47,8 @@ window. A group **keeps up** when it counted every beat sent, reported no false 
 p99 lag is under the grace.
 
 Writes ``benches/group_load.json`` and the ``group_load:begin``/``end`` section of
-``benches/results.md`` with the command (``--render`` writes the section again from a JSON).
+``benches/results.md`` (``--section``) with the command (``--render`` writes the section again
+from a JSON).
 """
 
 from __future__ import annotations
@@ -860,6 +861,7 @@ def main() -> int:
     ap.add_argument("--pause", type=float, default=2.0, help="seconds between runs")
     ap.add_argument("--json", default=None, help="raw results (default benches/group_load.json)")
     ap.add_argument("--write", default=str(HERE / "results.md"), help="markdown file to update")
+    ap.add_argument("--section", default="group_load", help="results.md section (markers)")
     ap.add_argument("--no-write", action="store_true", help="print only (and no default JSON)")
     ap.add_argument("--render", default=None, metavar="JSON",
                     help="no runs: the results.md section of a JSON this bench wrote")  # fmt: skip
@@ -870,7 +872,7 @@ def main() -> int:
         text = render(json.loads(Path(args.render).read_text()))
         print(text)
         if not args.no_write:
-            write_section(Path(args.write), text, "group_load")
+            write_section(Path(args.write), text, args.section)
             print(f"wrote {args.write}")
         return 0
     steps = [int(x) for x in args.steps.split(",") if x.strip()]
@@ -930,7 +932,7 @@ def main() -> int:
         "args": vars(args),
         "runs": runs,
     }  # fmt: skip
-    save(args, render(res), res, "group_load", "group_load")
+    save(args, render(res), res, "group_load", args.section)
     return 0
 
 
