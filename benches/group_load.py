@@ -673,6 +673,22 @@ def one_run(
     return out
 
 
+def find_broker(broker: str, marker: str) -> int | None:
+    """The broker's process. ActiveMQ: the pid ``scripts/brokers`` wrote, its JVM (the standby
+    ActiveMQ's command line names ``activemq`` too: no search). RabbitMQ: its BEAM, found by
+    ``marker`` (``scripts/brokers`` writes the pid of its start script)."""
+    if broker != "activemq":
+        return wire.find_broker_pid(marker)
+    base = Path(os.environ.get("HEARTWIRE_BROKERS_DIR", "/tmp/heartwire-brokers"))
+    try:
+        pid = int((base / broker / "pid").read_text().strip())
+        if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def broker_cpu(pid: int | None) -> float | None:
     """The broker's CPU seconds so far (None: not found, or it was restarted meanwhile)."""
     try:
@@ -705,7 +721,8 @@ def fmt(x: float | None, digits: int = 3) -> str:
 
 def verdict(r: dict[str, Any], grace: float, bound_ms: float) -> str:
     if "error" in r:
-        return f"**error**: {r['error'][:160]}"
+        one_line = " ".join(r["error"].split()).replace("|", "/")  # a table cell
+        return f"**error**: {one_line[:160]}"
     why = []
     if r["counted"] < r["sent"]:
         why.append(f"missed {r['sent'] - r['counted']}")
@@ -749,10 +766,12 @@ def table(runs: list[dict[str, Any]], grace: float, bound_ms: float) -> str:
             )
             for m in r["per_member"]
         )
+        b = r["broker_cpu_pct"]
+        broker = "n/a" if b is None else f"{fmt(b)}%"
         lines.append(
             f"| {r['n']} | {label(r)} | {r['counted_pct']:.2f}% | {r['false_failures']} | "
             f"{fmt(r['p99_ms'])} ms | {fmt(r['cpu_us_per_beat'])} µs | {cpus} | "
-            f"{fmt(r['publisher_lag']['p99_ms'])} ms | {fmt(r['broker_cpu_pct'])}% | "
+            f"{fmt(r['publisher_lag']['p99_ms'])} ms | {broker} | "
             f"{r['machine_busy_pct']:.0f}% | {verdict(r, grace, bound_ms)} |"
         )
     return "\n".join(lines)
@@ -820,6 +839,7 @@ def render(res: dict[str, Any]) -> str:
         table(runs, args.grace, args.publisher_bound),
         "",
         *summary_lines(runs),
+        *([f"- Note: {meta['note']}"] if meta.get("note") else []),
         "",
         "Counted: beats the members' detectors recorded (summed), of all sent, by the end plus "
         f"{args.settle:g} s. False failures: live topics reported failed. p99 lag: estimated from "
@@ -906,7 +926,7 @@ def main() -> int:
     for n in steps:
         for attempt, members in itertools.product(range(args.repeat), sizes):
             print(f"  - N={n} members={members} ...", end="", flush=True)
-            broker_pid = wire.find_broker_pid(marker)  # per run: the broker may be restarted
+            broker_pid = find_broker(args.broker, marker)  # per run: it may be restarted
             r = one_run(n, members, args, run_id, broker_pid, attempt)
             runs.append(r)
             if "error" in r:
