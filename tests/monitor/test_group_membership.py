@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,52 +26,18 @@ from heartwire.groups import (
     SnapshotError,
     _decode_status,
     _encode_status,
-    declare_rabbitmq,
     group_status,
     status_topic,
 )
 from heartwire.transport.stomp import StompTransport
 from tests import brokers as B
 from tests.brokers import brokers  # noqa: F401  (the session fixture)
-
-KEY = b"group-key"
-
-
-def _wait(what: str, cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _layout(broker: str, shards: int) -> ShardLayout:
-    lay = ShardLayout(f"hwm{uuid.uuid4().hex[:8]}", shards)
-    if broker == "rabbitmq":
-        pytest.importorskip("pika")
-        declare_rabbitmq(lay, "svc.>", expires=60)
-    return lay
-
-
-def _transport(broker: str) -> StompTransport:
-    t = hw.connect(B.url(broker) + "?heartbeat=1")
-    assert isinstance(t, StompTransport)
-    return t
-
-
-def _member(
-    broker: str, lay: ShardLayout, name: str, period: float = 0.5, start: bool = True
-) -> MonitorGroupMember:
-    mon = hw.HeartbeatMonitor(None, "svc.>", period=period)
-    m = MonitorGroupMember(_transport(broker), mon, lay, member=name, key=KEY)
-    return m.start() if start else m
-
-
-def _close(*members: MonitorGroupMember) -> None:
-    for m in members:
-        m.stop()
-        m.transport.close()
+from tests.monitor.group_util import KEY
+from tests.monitor.group_util import close as _close
+from tests.monitor.group_util import connect as _transport
+from tests.monitor.group_util import new_layout as _layout
+from tests.monitor.group_util import new_member as _member
+from tests.monitor.group_util import wait as _wait
 
 
 def _status(lay: ShardLayout, st: MemberStatus, key: bytes = KEY) -> SimpleNamespace:
