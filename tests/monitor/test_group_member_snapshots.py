@@ -138,7 +138,10 @@ def test_a_member_stopping_after_its_read_hands_the_state_on(broker: str) -> Non
 
 def _spawn_member(broker: str, lay: ShardLayout, out: Path) -> subprocess.Popen[bytes]:
     root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "python"), str(root)]))
+    # the heartwire this process imported (a clean clone's python/ has no compiled core: CI
+    # installs it), and the repository for tests.monitor.group_helper
+    where = os.path.dirname(os.path.dirname(hw.__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([where, str(root)]))
     argv = ["member", "--url", B.url(broker) + "?heartbeat=1", "--group", lay.group]
     argv += ["--shards", str(lay.shards), "--out", str(out), "--name", "a"]
     return subprocess.Popen(

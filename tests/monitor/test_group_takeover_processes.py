@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+import heartwire as hw
 from heartwire.groups import ShardLayout, declare_rabbitmq
 from tests import brokers as B
 from tests.brokers import brokers  # noqa: F401  (the session fixture)
@@ -68,7 +69,10 @@ class Run:
 
     def spawn(self, role: str, name: str, *extra: str) -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT)])
+        # the heartwire this process imported (a clean clone's python/ has no compiled core:
+        # CI installs it), and the repository for tests.monitor.group_helper
+        where = os.path.dirname(os.path.dirname(hw.__file__))
+        env["PYTHONPATH"] = os.pathsep.join([where, str(ROOT)])
         self.procs[name] = subprocess.Popen(
             [
                 sys.executable,
