@@ -1051,6 +1051,9 @@ MEMBER_SNAPSHOT_TTL = 60.0
 #: a stop lives :data:`MEMBER_SNAPSHOT_TTL`. (ActiveMQ's state queue keeps every snapshot until
 #: it expires: about ``ttl / period`` of them per shard, not 60 s worth.)
 MEMBER_PERIODIC_TTL_MIN = 30.0
+# The longest a worker's tick send waits (seconds): ticks go out every period, and one missed
+# is harmless, while a worker held a period per shard would hold stop() up.
+_WORKER_SEND_TIMEOUT = 0.5
 # A tick's body: JSON whose first key is escaped ("\u0068wtick" is "hwtick"). The core's beat
 # decoder cannot be sure what an escaped key spells and leaves the frame to Python (``Defer``,
 # rust/ingest/beat.rs), so a tick reaches the member's handler, which learns from it that the
@@ -1460,9 +1463,13 @@ class MonitorGroupMember:
         monitor."""
         self._stop.set()
         deadline = time.monotonic() + timeout
-        self._publish_leaving()  # first: the others stop counting us at once (see the class doc)
+        # First: the others stop counting us at once (see the class doc). Each step below
+        # takes only what is left of ``timeout``.
+        self._publish_leaving(min(self._period, timeout))
         if self._worker is not None:
-            self._worker.join(timeout)
+            # The worker ends within a tick send (at most _WORKER_SEND_TIMEOUT, it checks the
+            # stop between sends) or a snapshot send.
+            self._worker.join(max(0.0, deadline - time.monotonic()))
             self._worker = None
         self._join_readers(deadline)
         self._final_snapshots(deadline)
@@ -1475,7 +1482,7 @@ class MonitorGroupMember:
             self._status_sub = None
         with self._lock:
             self._owned.clear()
-        self.monitor.stop(timeout)
+        self.monitor.stop(max(0.1, deadline - time.monotonic()))
 
     def _join_readers(self, deadline: float) -> None:
         """Wait (until ``deadline``) for the takeover threads: ``_stop`` ends their reads
@@ -1611,7 +1618,12 @@ class MonitorGroupMember:
         # A status older than its sender's age window (plus clock skew) says nothing about now:
         # a member long gone, or a replay. Counting it would shrink our share: releases to
         # ourselves, each a takeover restarting the shard's topics.
-        if wall - st.sent > MEMBER_AGE_PERIODS * st.period + STATUS_AGE_SKEW:
+        # Either way: one dated ahead (its host's clock stepped forward) would become the bar
+        # every later status of that member must pass ("replayed") until our clock caught up.
+        if (
+            wall - st.sent > MEMBER_AGE_PERIODS * st.period + STATUS_AGE_SKEW
+            or st.sent - wall > STATUS_AGE_SKEW
+        ):
             self._refuse_status("stale")
             return
         now = time.monotonic()
@@ -1694,7 +1706,10 @@ class MonitorGroupMember:
             self._stop.wait(step)
 
     def _try(self, step: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``; a failure counted and logged (:meth:`_failed`), None returned."""
+        """``fn(*args)``; a failure counted and logged (:meth:`_failed`), None returned.
+        Nothing once stopping: stop() does what is left, within its timeout."""
+        if self._stop.is_set():
+            return None
         try:
             return fn(*args)
         except Exception as exc:
@@ -1810,14 +1825,12 @@ class MonitorGroupMember:
             snap = held.best
             with self._lock:
                 mine = self._last_own.get(shard)
-            # Ours, if newer than what the queue held and not older than a stop's snapshot
-            # lives: the state queue empties when snapshots expire (we hung longer than their
-            # TTL) and what we knew before is then the newest anyone published.
-            if (
-                mine is not None
-                and (snap is None or mine.sent > snap.sent)
-                and time.time() - mine.sent <= self._snapshot_ttl
-            ):
+            # Ours, only if the queue held none and not older than a stop's snapshot lives: the
+            # state queue empties when snapshots expire (we hung longer than their TTL), and
+            # what we knew before is then the newest anyone published. Any snapshot in the
+            # queue wins: it was published since (comparing its ``sent`` with ours would
+            # compare two hosts' clocks).
+            if snap is None and mine is not None and time.time() - mine.sent <= self._snapshot_ttl:
                 snap = mine
             with self._lock:
                 self.refused += len(held.refused)
@@ -1917,11 +1930,18 @@ class MonitorGroupMember:
     def _send_ticks(self) -> None:
         body = _TICK_PREFIX + f'"member":{_json_str(self.member)}}}'.encode()
         for shard in range(self.layout.shards):
+            if self._stop.is_set():
+                return  # stopping: stop() waits for this thread
             self._sweep_if_lost()
             where = functools.partial(shard_destination, self.layout, shard)
             try:  # per shard: one send timing out does not skip the others
+                # A short wait: with the connection down every tick fails fast (counted; the
+                # next round tries again) rather than holding the worker a period per shard.
                 self.transport.send_to(
-                    where, body, {TICK_HEADER: self.member}, timeout=self._period
+                    where,
+                    body,
+                    {TICK_HEADER: self.member},
+                    timeout=min(self._period, _WORKER_SEND_TIMEOUT),
                 )
             except Exception as exc:
                 self._failed("tick", exc)
@@ -1944,9 +1964,11 @@ class MonitorGroupMember:
             owned &= only
         if not owned:
             return set()
-        by_shard = _shard_records(self.monitor, self.layout, owned, marks=False)
+        by_shard = _shard_records(self.monitor, self.layout, owned, marks=True)
         sent: set[int] = set()
         for shard, rows in by_shard.items():
+            if self._stop.is_set() and threading.current_thread() is self._worker:
+                break  # stopping: stop() sends the last snapshots itself
             self._sweep_if_lost()
             # Checked again after the rows are collected (S1, S2): a shard released, lost with
             # the connection or being read by a new takeover meanwhile gets no snapshot from
@@ -1987,15 +2009,16 @@ class MonitorGroupMember:
         body = _encode_status(self.layout, st, self._codec)
         self.transport.publish(status_topic(self.layout.group), body, timeout=self._period)
 
-    def _publish_leaving(self) -> None:
+    def _publish_leaving(self, timeout: float) -> None:
         """The last status (from :meth:`stop`): leaving, so the others drop us at once rather
         than count us for 3 more periods (and shrink their share: releases to themselves).
-        A status the worker sends after it is refused by the others (``left``)."""
-        if self._worker is None:
-            return  # not started
+        A status the worker sends after it is refused by the others (``left``). Not sent
+        without a connection (it would only wait for one)."""
+        if self._worker is None or self.transport.current_link is None:
+            return  # not started, or no connection
         try:
             body = _encode_status(self.layout, self._own_status(leaving=True), self._codec)
-            self.transport.publish(status_topic(self.layout.group), body, timeout=self._period)
+            self.transport.publish(status_topic(self.layout.group), body, timeout=timeout)
         except Exception as exc:
             self._failed("leaving", exc)
 
@@ -2162,6 +2185,9 @@ def group_status(
     shards = [0]
     unknown = [0]
     longest = [0.0]
+    # (member, incarnation) that said it left: a later status of the same run (its worker's,
+    # sent after the leaving one) does not bring it back, as the members refuse it ("left")
+    left_runs: set[tuple[str, str]] = set()
     # Held only by the two threads below, never across I/O or a wait on another thread.
     cond = threading.Condition()
 
@@ -2174,6 +2200,11 @@ def group_status(
                 cond.notify()
             return
         with cond:
+            if st.leaving:
+                left_runs.add((st.member, st.incarnation))
+            elif (st.member, st.incarnation) in left_runs and st.incarnation:
+                cond.notify()
+                return
             if st.member not in heard or heard[st.member].sent <= st.sent:
                 heard[st.member] = st
             shards[0] = n
@@ -2200,7 +2231,11 @@ def group_status(
         return GroupStatus(
             group,
             shards[0],
-            {m: st for m, st in heard.items() if not st.leaving},  # one that said it left is not
+            {
+                m: st
+                for m, st in heard.items()
+                if not st.leaving and (m, st.incarnation) not in left_runs
+            },  # one that said it left is not a member (whatever came after)
             dict(refused),
             unknown[0],
             time.monotonic() - start,
